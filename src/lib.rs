@@ -1,0 +1,1 @@
+//! kube-shutdown-drain: drains a Kubernetes node on shutdown.

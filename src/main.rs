@@ -1,0 +1,2 @@
+//! Entry point.
+fn main() {}
