@@ -1,1 +1,4 @@
 //! The daemon: holds a logind delay inhibitor, drains on shutdown, restores on the next boot.
+
+pub mod budget;
+pub mod logind;

@@ -1,0 +1,154 @@
+//! The shutdown budget: the one deadline for prepare + drain, computed by a pure function from
+//! the configured drain timeout and logind's `InhibitDelayMaxUSec`, with the warning to show when
+//! logind allows less than the configuration asks for.
+//!
+//! logind runs one timer of `InhibitDelayMaxUSec` from `PrepareForShutdown(true)` and then shuts
+//! down whatever the locks say (systemd `delay_shutdown_or_sleep`). The daemon must have released
+//! its lock before that timer fires, so its budget is the smaller of the drain timeout and
+//! logind's maximum minus a safety margin.
+
+use std::time::Duration;
+
+/// The logind drop-in that raises `InhibitDelayMaxSec` for us. It sorts after the kubelet's
+/// `99-kubelet.conf` (drop-ins are read in file-name order and the last one wins).
+pub const LOGIND_DROP_IN: &str = "/usr/lib/systemd/logind.conf.d/99-zz-kube-shutdown-drain.conf";
+
+/// Time kept back from logind's maximum for releasing the lock and for the gap between logind's
+/// timer start and our receipt of the signal. Releasing is one `close(2)`; 1 s is generous.
+pub const SAFETY_MARGIN: Duration = Duration::from_secs(1);
+
+/// The shutdown budget and, when logind allows less than asked, why it was clamped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// How long prepare + drain may take, counted from `PrepareForShutdown(true)`.
+    pub drain: Duration,
+    /// logind's `InhibitDelayMaxUSec` the budget was computed from.
+    pub logind_max: Duration,
+    /// Set when logind's maximum is below the configured drain timeout plus the margin.
+    pub warning: Option<BudgetWarning>,
+}
+
+/// logind's maximum delay is too short for the configured drain timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetWarning {
+    /// What the configuration asks of logind: drain timeout + margin.
+    pub needed: Duration,
+    /// What logind allows.
+    pub logind_max: Duration,
+    /// What the drain gets instead of the configured timeout.
+    pub clamped_to: Duration,
+}
+
+impl std::fmt::Display for BudgetWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "logind's InhibitDelayMaxSec is {}, below the {} the drain timeout needs; drains are \
+             cut to {}. Fix: put \"[Login]\\nInhibitDelayMaxSec={}\" in {} (or a drop-in in \
+             /etc/systemd/logind.conf.d/ that sorts after 99-kubelet.conf) and run \
+             \"systemctl kill -s HUP systemd-logind\"",
+            seconds(self.logind_max),
+            seconds(self.needed),
+            seconds(self.clamped_to),
+            self.needed.as_secs() + u64::from(self.needed.subsec_nanos() > 0),
+            LOGIND_DROP_IN,
+        )
+    }
+}
+
+/// The budget: min(drain timeout, logind max - margin). Zero when logind's maximum does not
+/// even cover the margin; then the drain is skipped, not stretched.
+pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) -> Budget {
+    let available = logind_max.saturating_sub(margin);
+    let drain = drain_timeout.min(available);
+    let needed = drain_timeout.saturating_add(margin);
+    let warning = (logind_max < needed).then_some(BudgetWarning {
+        needed,
+        logind_max,
+        clamped_to: drain,
+    });
+    Budget {
+        drain,
+        logind_max,
+        warning,
+    }
+}
+
+/// A duration as seconds for humans: "5 s", "2.5 s".
+pub fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: f64) -> Duration {
+        Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn budget_table() {
+        // (drain timeout, logind max, margin) -> (budget, warning expected)
+        let table = [
+            // logind generous: the drain timeout is the budget, no warning
+            ((60.0, 90.0, 1.0), (60.0, false)),
+            // exactly enough: timeout + margin == logind max
+            ((60.0, 61.0, 1.0), (60.0, false)),
+            // just short: clamped by the margin, warned
+            ((60.0, 60.0, 1.0), (59.0, true)),
+            // logind's default of 5 s
+            ((60.0, 5.0, 1.0), (4.0, true)),
+            // logind's maximum smaller than the margin: nothing left
+            ((60.0, 0.5, 1.0), (0.0, true)),
+            // zero margin
+            ((10.0, 10.0, 0.0), (10.0, false)),
+            // short drain timeout, short logind: timeout still wins
+            ((2.0, 5.0, 1.0), (2.0, false)),
+        ];
+        for ((timeout, max, margin), (want, warned)) in table {
+            let budget = compute(s(timeout), s(max), s(margin));
+            assert_eq!(
+                budget.drain,
+                s(want),
+                "budget for timeout {timeout}, logind {max}, margin {margin}"
+            );
+            assert_eq!(
+                budget.warning.is_some(),
+                warned,
+                "warning for timeout {timeout}, logind {max}, margin {margin}"
+            );
+            assert_eq!(budget.logind_max, s(max));
+        }
+    }
+
+    #[test]
+    fn warning_names_the_drop_in_and_the_value_that_fixes_it() {
+        let budget = compute(s(60.0), s(5.0), s(1.0));
+        let warning = budget.warning.expect("5 s is below 61 s");
+        assert_eq!(warning.needed, s(61.0));
+        assert_eq!(warning.clamped_to, s(4.0));
+        let text = warning.to_string();
+        assert!(text.contains(LOGIND_DROP_IN), "{text}");
+        assert!(text.contains("InhibitDelayMaxSec=61"), "{text}");
+        assert!(text.contains("is 5 s"), "{text}");
+        assert!(text.contains("cut to 4 s"), "{text}");
+    }
+
+    #[test]
+    fn needed_seconds_round_up() {
+        let warning = compute(s(60.5), s(5.0), s(1.0)).warning.expect("warned");
+        assert!(warning.to_string().contains("InhibitDelayMaxSec=62"));
+        assert_eq!(seconds(s(61.5)), "61.5 s");
+    }
+
+    #[test]
+    fn the_drop_in_sorts_after_the_kubelets() {
+        let ours = LOGIND_DROP_IN.rsplit('/').next().expect("a file name");
+        assert!(ours > "99-kubelet.conf");
+    }
+}

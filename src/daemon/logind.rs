@@ -1,0 +1,419 @@
+//! The daemon's view of systemd-logind: the Manager proxy, the delay-inhibitor lock value, the
+//! shutdown signals (matched to logind as sender) and the connection with its reconnect backoff.
+//!
+//! The contract followed here is systemd's (`INHIBITOR_LOCKS.md`, `org.freedesktop.login1(5)`):
+//! a delay lock is held while its fd is open; `PrepareForShutdown(true)` starts one shared timer
+//! of `InhibitDelayMaxUSec`; `PrepareForShutdown(false)` cancels; systemd >= 255 sends
+//! `PrepareForShutdownWithMetadata` just before the plain signal, naming the kind of shutdown.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use futures::StreamExt;
+use zbus::proxy::CacheProperties;
+use zbus::{Connection, OwnedVariant, proxy};
+
+/// What logind's `Inhibit` is asked to block: shutdowns only, never sleep.
+const INHIBIT_WHAT: &str = "shutdown";
+/// A delay lock postpones the shutdown until it is released or logind's timer runs out; a block
+/// lock would refuse the shutdown, which is not ours to decide.
+const INHIBIT_MODE: &str = "delay";
+/// The `who` every lock of ours carries, so an admin sees it in `systemd-inhibit --list`.
+pub const INHIBIT_WHO: &str = "kube-shutdown-drain";
+/// Where D-Bus clients look for the system bus when `DBUS_SYSTEM_BUS_ADDRESS` is unset
+/// (the D-Bus specification's well-known system bus address).
+const DEFAULT_SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
+/// Every method call to logind gets an answer within this time or fails; logind answers in
+/// microseconds, so this only bounds a hung bus.
+const METHOD_TIMEOUT: Duration = Duration::from_secs(5);
+/// First wait before reconnecting after the bus went away; doubled after each failure.
+const RECONNECT_FIRST: Duration = Duration::from_millis(250);
+/// Longest wait between reconnect attempts. The kubelet retries every 1 s
+/// (`dbusReconnectPeriod`); 2 s keeps a restarted bus picked up within a few seconds.
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// `org.freedesktop.login1.Manager`, only the members the daemon uses.
+#[proxy(
+    interface = "org.freedesktop.login1.Manager",
+    default_service = "org.freedesktop.login1",
+    default_path = "/org/freedesktop/login1"
+)]
+pub trait Manager {
+    /// Takes an inhibitor lock; the returned fd holds it.
+    fn inhibit(&self, what: &str, who: &str, why: &str, mode: &str) -> zbus::Result<zbus::OwnedFd>;
+
+    /// Every lock logind holds: (what, who, why, mode, uid, pid).
+    #[allow(clippy::type_complexity)]
+    fn list_inhibitors(&self) -> zbus::Result<Vec<(String, String, String, String, u32, u32)>>;
+
+    /// The longest a delay lock can postpone a shutdown, in microseconds.
+    #[zbus(property(emits_changed_signal = "false"), name = "InhibitDelayMaxUSec")]
+    fn inhibit_delay_max_usec(&self) -> zbus::Result<u64>;
+
+    /// True between `PrepareForShutdown(true)` and the shutdown (or its cancellation).
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn preparing_for_shutdown(&self) -> zbus::Result<bool>;
+
+    /// `true`: a shutdown starts now and waits for delay locks; `false`: it was cancelled.
+    #[zbus(signal)]
+    fn prepare_for_shutdown(&self, start: bool) -> zbus::Result<()>;
+
+    /// systemd >= 255: sent just before `PrepareForShutdown`, with the kind under `type`.
+    #[zbus(signal)]
+    fn prepare_for_shutdown_with_metadata(
+        &self,
+        start: bool,
+        metadata: HashMap<String, OwnedVariant>,
+    ) -> zbus::Result<()>;
+}
+
+/// Failures talking to logind. Each names the bus address or the node the lock was for.
+#[derive(Debug, thiserror::Error)]
+pub enum LogindError {
+    #[error("cannot connect to the system bus at {address}: {source}")]
+    Connect {
+        address: String,
+        source: zbus::Error,
+    },
+    #[error("cannot reach logind (org.freedesktop.login1) on the system bus at {address}: {source}")]
+    Proxy {
+        address: String,
+        source: zbus::Error,
+    },
+    #[error("cannot read logind's property {property}: {source}")]
+    Property {
+        property: &'static str,
+        source: zbus::Error,
+    },
+    #[error("cannot subscribe to logind's signal {signal}: {source}")]
+    Subscribe {
+        signal: &'static str,
+        source: zbus::Error,
+    },
+    #[error("logind refused the delay inhibitor for node {node}: {source}")]
+    Inhibit { node: String, source: zbus::Error },
+    #[error("cannot list logind's inhibitors: {source}")]
+    ListInhibitors { source: zbus::Error },
+    #[error("the system bus connection at {address} closed")]
+    Disconnected { address: String },
+}
+
+/// The system bus address this process uses, for messages: what `Connection::system()` reads.
+pub fn system_bus_address() -> String {
+    std::env::var("DBUS_SYSTEM_BUS_ADDRESS").unwrap_or_else(|_| DEFAULT_SYSTEM_BUS.to_owned())
+}
+
+/// A held logind delay inhibitor. Dropping it closes the fd, which releases the lock at once;
+/// so every path out of a scope that owns it (return, `?`, timeout, panic unwinding) releases it.
+#[derive(Debug)]
+pub struct InhibitorLock {
+    fd: OwnedFd,
+    node: String,
+}
+
+impl InhibitorLock {
+    /// The lock's fd number, for log lines.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Releases the lock now; the same as dropping it, but reads better at the call site.
+    pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for InhibitorLock {
+    fn drop(&mut self) {
+        // The `OwnedFd` field closes the fd right after this body runs.
+        tracing::info!(
+            node = %self.node,
+            fd = self.fd.as_raw_fd(),
+            "releasing the logind delay inhibitor for node {}",
+            self.node
+        );
+    }
+}
+
+/// The kind of shutdown, from `PrepareForShutdownWithMetadata`'s `type` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShutdownKind {
+    Reboot,
+    PowerOff,
+    Halt,
+    Kexec,
+    SoftReboot,
+    /// A value this version does not know, kept as logind sent it.
+    Other(String),
+}
+
+impl ShutdownKind {
+    /// Parses logind's `type` value; both `poweroff` and `power-off` occur in the wild.
+    pub fn parse(value: &str) -> ShutdownKind {
+        match value {
+            "reboot" => ShutdownKind::Reboot,
+            "poweroff" | "power-off" => ShutdownKind::PowerOff,
+            "halt" => ShutdownKind::Halt,
+            "kexec" => ShutdownKind::Kexec,
+            "soft-reboot" => ShutdownKind::SoftReboot,
+            other => ShutdownKind::Other(other.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for ShutdownKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            ShutdownKind::Reboot => "reboot",
+            ShutdownKind::PowerOff => "power-off",
+            ShutdownKind::Halt => "halt",
+            ShutdownKind::Kexec => "kexec",
+            ShutdownKind::SoftReboot => "soft-reboot",
+            ShutdownKind::Other(other) => other,
+        };
+        f.write_str(text)
+    }
+}
+
+/// One shutdown announcement from logind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShutdownSignal {
+    /// `PrepareForShutdown(true)`; `kind` is known when the metadata signal came first.
+    Started { kind: Option<ShutdownKind> },
+    /// `PrepareForShutdown(false)`: the shutdown was cancelled.
+    Cancelled,
+}
+
+/// The two signal subscriptions, merged into one ordered source of [`ShutdownSignal`]s.
+///
+/// Both streams were created from a proxy whose destination is logind's well-known name, so zbus
+/// passes only signals whose sender is the unique name that currently owns it: a `busctl emit`
+/// from any other connection is dropped.
+pub struct ShutdownSignals {
+    plain: PrepareForShutdownStream,
+    metadata: PrepareForShutdownWithMetadataStream,
+    kind: Option<ShutdownKind>,
+    address: String,
+}
+
+impl ShutdownSignals {
+    /// The next announcement. Malformed signals are logged and skipped (the kubelet crashed on
+    /// one, kubernetes#97951). Fails with `Disconnected` once the bus connection is gone.
+    pub async fn next(&mut self) -> Result<ShutdownSignal, LogindError> {
+        loop {
+            // Biased towards the metadata signal: logind sends it first, and both are already
+            // queued by the time the plain one can be polled.
+            tokio::select! {
+                biased;
+                signal = self.metadata.next() => {
+                    let Some(signal) = signal else {
+                        return Err(LogindError::Disconnected { address: self.address.clone() });
+                    };
+                    match signal.args() {
+                        Ok(args) if *args.start() => {
+                            self.kind = Some(metadata_kind(args.metadata()));
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(
+                            "ignoring a malformed PrepareForShutdownWithMetadata signal from logind: {e}"
+                        ),
+                    }
+                }
+                signal = self.plain.next() => {
+                    let Some(signal) = signal else {
+                        return Err(LogindError::Disconnected { address: self.address.clone() });
+                    };
+                    match signal.args() {
+                        Ok(args) if *args.start() => {
+                            return Ok(ShutdownSignal::Started { kind: self.kind.take() });
+                        }
+                        Ok(_) => {
+                            self.kind = None;
+                            return Ok(ShutdownSignal::Cancelled);
+                        }
+                        Err(e) => tracing::warn!(
+                            "ignoring a malformed PrepareForShutdown signal from logind: {e}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reads the `type` entry of the metadata; a missing or non-string one reads as `Other`.
+fn metadata_kind(metadata: &HashMap<String, OwnedVariant>) -> ShutdownKind {
+    match metadata.get("type").map(<&str>::try_from) {
+        Some(Ok(value)) => ShutdownKind::parse(value),
+        Some(Err(_)) => ShutdownKind::Other("(type is not a string)".to_owned()),
+        None => ShutdownKind::Other("(no type)".to_owned()),
+    }
+}
+
+/// A connection to the system bus with a proxy for logind's Manager.
+#[derive(Clone)]
+pub struct Logind {
+    conn: Connection,
+    manager: ManagerProxy<'static>,
+    address: String,
+}
+
+impl Logind {
+    /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` honoured) and builds the proxy.
+    /// Properties are never cached: each read asks logind.
+    pub async fn connect() -> Result<Logind, LogindError> {
+        let address = system_bus_address();
+        let conn = zbus::connection::Builder::address(address.as_str())
+            .method_timeout(METHOD_TIMEOUT)
+            .build()
+            .await
+            .map_err(|source| LogindError::Connect {
+                address: address.clone(),
+                source,
+            })?;
+        let manager = ManagerProxy::builder(&conn)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(|source| LogindError::Proxy {
+                address: address.clone(),
+                source,
+            })?;
+        Ok(Logind {
+            conn,
+            manager,
+            address,
+        })
+    }
+
+    /// Connects, retrying with a doubling backoff (250 ms up to 2 s) until it succeeds.
+    /// Each failure is logged; the caller bounds the whole wait by dropping the future.
+    pub async fn connect_with_backoff() -> Logind {
+        let mut wait = RECONNECT_FIRST;
+        loop {
+            match Logind::connect().await {
+                Ok(logind) => return logind,
+                Err(e) => {
+                    tracing::warn!("{e}; retrying in {} ms", wait.as_millis());
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RECONNECT_MAX);
+                }
+            }
+        }
+    }
+
+    /// The bus address this connection went to.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// logind's `InhibitDelayMaxUSec`, as a duration.
+    pub async fn inhibit_delay_max(&self) -> Result<Duration, LogindError> {
+        self.manager
+            .inhibit_delay_max_usec()
+            .await
+            .map(Duration::from_micros)
+            .map_err(|source| LogindError::Property {
+                property: "InhibitDelayMaxUSec",
+                source,
+            })
+    }
+
+    /// logind's `PreparingForShutdown`: true while a shutdown waits for delay locks.
+    pub async fn preparing_for_shutdown(&self) -> Result<bool, LogindError> {
+        self.manager
+            .preparing_for_shutdown()
+            .await
+            .map_err(|source| LogindError::Property {
+                property: "PreparingForShutdown",
+                source,
+            })
+    }
+
+    /// Subscribes to both shutdown signals. Call it before [`Logind::take_lock`], so that a
+    /// shutdown starting in between is not missed.
+    pub async fn subscribe(&self) -> Result<ShutdownSignals, LogindError> {
+        let metadata = self
+            .manager
+            .receive_prepare_for_shutdown_with_metadata()
+            .await
+            .map_err(|source| LogindError::Subscribe {
+                signal: "PrepareForShutdownWithMetadata",
+                source,
+            })?;
+        let plain = self
+            .manager
+            .receive_prepare_for_shutdown()
+            .await
+            .map_err(|source| LogindError::Subscribe {
+                signal: "PrepareForShutdown",
+                source,
+            })?;
+        Ok(ShutdownSignals {
+            plain,
+            metadata,
+            kind: None,
+            address: self.address.clone(),
+        })
+    }
+
+    /// Takes the delay lock for shutdowns; `why` names the node.
+    #[tracing::instrument(skip(self), fields(node = %node))]
+    pub async fn take_lock(&self, node: &str) -> Result<InhibitorLock, LogindError> {
+        let why = format!("draining Kubernetes node {node} before the shutdown");
+        let fd = self
+            .manager
+            .inhibit(INHIBIT_WHAT, INHIBIT_WHO, &why, INHIBIT_MODE)
+            .await
+            .map_err(|source| LogindError::Inhibit {
+                node: node.to_owned(),
+                source,
+            })?;
+        let lock = InhibitorLock {
+            fd: OwnedFd::from(fd),
+            node: node.to_owned(),
+        };
+        tracing::info!(
+            fd = lock.raw_fd(),
+            "holding a logind delay inhibitor for node {node}"
+        );
+        Ok(lock)
+    }
+
+    /// logind's `ListInhibitors`: (what, who, why, mode, uid, pid) for every lock.
+    #[allow(clippy::type_complexity)]
+    pub async fn list_inhibitors(
+        &self,
+    ) -> Result<Vec<(String, String, String, String, u32, u32)>, LogindError> {
+        self.manager
+            .list_inhibitors()
+            .await
+            .map_err(|source| LogindError::ListInhibitors { source })
+    }
+
+    /// Resolves once the bus connection is closed (the bus daemon went away).
+    pub async fn closed(&self) {
+        self.conn.closed().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_both_power_off_spellings() {
+        assert_eq!(ShutdownKind::parse("poweroff"), ShutdownKind::PowerOff);
+        assert_eq!(ShutdownKind::parse("power-off"), ShutdownKind::PowerOff);
+        assert_eq!(ShutdownKind::parse("reboot"), ShutdownKind::Reboot);
+        assert_eq!(ShutdownKind::parse("kexec"), ShutdownKind::Kexec);
+        assert_eq!(ShutdownKind::parse("soft-reboot"), ShutdownKind::SoftReboot);
+        assert_eq!(ShutdownKind::parse("halt"), ShutdownKind::Halt);
+        assert_eq!(
+            ShutdownKind::parse("warp"),
+            ShutdownKind::Other("warp".to_owned())
+        );
+        assert_eq!(ShutdownKind::PowerOff.to_string(), "power-off");
+    }
+}
