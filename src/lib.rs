@@ -1,4 +1,9 @@
 //! kube-shutdown-drain: drains a Kubernetes node through the Eviction API when systemd-logind
 //! announces a shutdown, and restores what it changed on the next boot.
 
+pub mod config;
 pub mod daemon;
+pub mod filters;
+pub mod plan;
+pub mod report;
+pub mod selector;

@@ -1,0 +1,205 @@
+//! The plan: every pod on the node with its verdict, in the order the drain acts on them.
+//! Printed by `plan`, acted on by `drain`; built by one pure function.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+
+use crate::config::Settings;
+use crate::filters::{Action, Reason, verdict};
+
+/// One pod and what the drain does with it. The JSON shape is part of the CLI contract.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlannedPod {
+    pub namespace: String,
+    pub name: String,
+    /// The UID the plan was made for; an eviction never targets another UID.
+    #[serde(skip)]
+    pub uid: String,
+    pub action: Action,
+    pub reason: Reason,
+    /// The order group of an evicted pod (lower first); `null` otherwise.
+    pub order: Option<i32>,
+}
+
+impl PlannedPod {
+    /// Plans one pod. Pure.
+    pub fn for_pod(settings: &Settings, pod: &Pod) -> PlannedPod {
+        let v = verdict(settings, pod);
+        PlannedPod {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            action: v.action,
+            reason: v.reason,
+            order: v.order,
+        }
+    }
+
+    /// `namespace/name`, as logs and the text output show it.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// What a drain of `node` would do now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub node: String,
+    pub pods: Vec<PlannedPod>,
+}
+
+impl Plan {
+    /// Plans every pod. Evicted pods come first by order group, then waits, then skips; within a
+    /// class by namespace and name, so the output is stable.
+    pub fn build(settings: &Settings, pods: &[Pod]) -> Plan {
+        let mut planned: Vec<PlannedPod> = pods
+            .iter()
+            .map(|p| PlannedPod::for_pod(settings, p))
+            .collect();
+        planned.sort_by(|a, b| {
+            let class = |p: &PlannedPod| match p.action {
+                Action::Evict => 0,
+                Action::Wait => 1,
+                Action::Skip => 2,
+            };
+            (class(a), a.order, &a.namespace, &a.name).cmp(&(
+                class(b),
+                b.order,
+                &b.namespace,
+                &b.name,
+            ))
+        });
+        Plan {
+            node: settings.node_name.clone(),
+            pods: planned,
+        }
+    }
+
+    /// The evicted pods by order group, lowest group first.
+    pub fn groups(&self) -> BTreeMap<i32, Vec<&PlannedPod>> {
+        let mut groups: BTreeMap<i32, Vec<&PlannedPod>> = BTreeMap::new();
+        for p in &self.pods {
+            if let (Action::Evict, Some(order)) = (p.action, p.order) {
+                groups.entry(order).or_default().push(p);
+            }
+        }
+        groups
+    }
+
+    /// How many pods get each action.
+    pub fn count(&self, action: Action) -> usize {
+        self.pods.iter().filter(|p| p.action == action).count()
+    }
+
+    /// A table for people.
+    pub fn to_text(&self) -> String {
+        let mut out = format!(
+            "node {}: {} to evict, {} to wait for, {} skipped\n",
+            self.node,
+            self.count(Action::Evict),
+            self.count(Action::Wait),
+            self.count(Action::Skip)
+        );
+        let width = self
+            .pods
+            .iter()
+            .map(|p| p.key().len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<6}  {:>11}  REASON",
+            "POD", "ACTION", "ORDER"
+        );
+        for p in &self.pods {
+            let action = serde_json::to_value(p.action)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let order = p.order.map_or("-".to_string(), |o| o.to_string());
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:<6}  {:>11}  {}",
+                p.key(),
+                action,
+                order,
+                p.reason.as_str()
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn pod(ns: &str, name: &str, priority: i32, extra: serde_json::Value) -> Pod {
+        let mut v = serde_json::json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r", "controller": true}]},
+            "spec": {"containers": [{"name": "c"}], "priority": priority},
+        });
+        if let (Some(m), serde_json::Value::Object(e)) = (v["metadata"].as_object_mut(), extra) {
+            m.extend(e);
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn groups_by_priority_lowest_first_and_json_shape() {
+        let s = Settings::from_str_at(
+            Path::new("/t.toml"),
+            "node_name = \"n1\"\n[[rules]]\nselector = \"app=db\"\naction = \"drain\"\norder = 5\n",
+        )
+        .unwrap();
+        let pods = vec![
+            pod("b", "high", 1000, serde_json::json!({})),
+            pod("a", "low", -10, serde_json::json!({})),
+            pod("a", "db", 0, serde_json::json!({"labels": {"app": "db"}})),
+            pod("a", "zero", 0, serde_json::json!({})),
+            pod(
+                "a",
+                "mirror",
+                0,
+                serde_json::json!({"annotations": {"kubernetes.io/config.mirror": "x"}}),
+            ),
+        ];
+        let plan = Plan::build(&s, &pods);
+        let groups: Vec<(i32, Vec<String>)> = plan
+            .groups()
+            .into_iter()
+            .map(|(o, ps)| (o, ps.iter().map(|p| p.key()).collect()))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (-10, vec!["a/low".to_string()]),
+                (0, vec!["a/zero".to_string()]),
+                (5, vec!["a/db".to_string()]),
+                (1000, vec!["b/high".to_string()]),
+            ]
+        );
+        let json = serde_json::to_value(&plan).unwrap();
+        assert_eq!(json["node"], "n1");
+        assert_eq!(
+            json["pods"][0],
+            serde_json::json!({"namespace": "a", "name": "low", "action": "evict", "reason": "priority", "order": -10})
+        );
+        assert_eq!(
+            json["pods"][4],
+            serde_json::json!({"namespace": "a", "name": "mirror", "action": "skip", "reason": "mirror", "order": null})
+        );
+        let text = plan.to_text();
+        assert!(
+            text.starts_with("node n1: 4 to evict, 0 to wait for, 1 skipped\n"),
+            "{text}"
+        );
+        assert!(text.contains("a/mirror") && text.contains("skip"), "{text}");
+    }
+}

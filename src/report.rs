@@ -1,0 +1,413 @@
+//! The report of one drain: every pod with its action, reason, outcome and timings, the budgets
+//! that blocked pods, and whether the drain completed. Printed as text or JSON and written to the
+//! state directory as the last report.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::filters::{Action, Reason};
+use crate::plan::PlannedPod;
+
+/// The file name of the last report inside the state directory.
+pub const LAST_REPORT_FILE: &str = "last-report.json";
+
+/// What finally happened to a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Evicted, and it has left the node.
+    Evicted,
+    /// Deleted at the deadline (`on_deadline = "delete"`), ignoring its budget.
+    Deleted,
+    /// Left the node (or was replaced by another UID) without us evicting it.
+    Gone,
+    /// A `wait` pod that reached Succeeded or Failed.
+    Completed,
+    /// Left alone by the plan.
+    Skipped,
+    /// Still there at the deadline because a disruption budget refused the eviction.
+    Blocked,
+    /// An eviction error other than a budget; see `detail`.
+    Failed,
+    /// Still there at the deadline (eviction accepted but the pod had not gone, or not started).
+    Pending,
+    /// `--dry-run`: nothing was done.
+    DryRun,
+}
+
+impl Outcome {
+    /// Whether the pod no longer holds up the drain.
+    pub fn is_done(self) -> bool {
+        matches!(
+            self,
+            Outcome::Evicted
+                | Outcome::Deleted
+                | Outcome::Gone
+                | Outcome::Completed
+                | Outcome::Skipped
+                | Outcome::DryRun
+        )
+    }
+}
+
+/// One pod in the report: the plan's fields plus what happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodReport {
+    pub namespace: String,
+    pub name: String,
+    pub action: Action,
+    pub reason: Reason,
+    pub order: Option<i32>,
+    pub outcome: Outcome,
+    /// The budget's message or the error, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The disruption budget that last refused an eviction of this pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<String>,
+    /// Eviction requests sent for this pod.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Milliseconds after the drain started at which we started acting on the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// Milliseconds after the drain started at which the pod was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<u64>,
+}
+
+impl PodReport {
+    /// A report entry for a planned pod that has not been acted on yet.
+    pub fn from_plan(p: &PlannedPod, outcome: Outcome) -> PodReport {
+        PodReport {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            action: p.action,
+            reason: p.reason,
+            order: p.order,
+            outcome,
+            detail: None,
+            budget: None,
+            attempts: 0,
+            started_ms: None,
+            finished_ms: None,
+        }
+    }
+
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A disruption budget that held pods on the node at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockedBudget {
+    /// `namespace/name` of the PodDisruptionBudget.
+    pub budget: String,
+    /// The API server's message, e.g. "The disruption budget web needs 2 healthy pods and has 2 currently".
+    pub message: String,
+    pub pods: Vec<String>,
+}
+
+/// Counts for the finished event and the text summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub evicted: usize,
+    pub deleted: usize,
+    pub gone: usize,
+    pub completed: usize,
+    pub skipped: usize,
+    pub blocked: usize,
+    pub failed: usize,
+    pub pending: usize,
+}
+
+/// The report of one drain run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Report {
+    pub node: String,
+    /// Why the drain ran ("shutdown", "drain by hand", ...).
+    pub why: String,
+    /// RFC 3339 time the drain started.
+    pub started_at: String,
+    pub duration_ms: u64,
+    /// Every pod that had to go went (or completed) and nothing failed.
+    pub complete: bool,
+    pub deadline_reached: bool,
+    pub dry_run: bool,
+    pub counts: Counts,
+    pub pods: Vec<PodReport>,
+    #[serde(default)]
+    pub blocked_by: Vec<BlockedBudget>,
+    /// Errors that concern the run rather than one pod (e.g. the pod list failed).
+    #[serde(default)]
+    pub errors: Vec<String>,
+}
+
+/// The report could not be stored or read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write report file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read report file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("report file {path} is not a report: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+impl Report {
+    /// Recomputes `counts`, `blocked_by` and `complete` from the pods. Called once at the end.
+    pub fn finish(&mut self) {
+        let mut c = Counts::default();
+        let mut budgets: Vec<BlockedBudget> = Vec::new();
+        for p in &self.pods {
+            match p.outcome {
+                Outcome::Evicted => c.evicted += 1,
+                Outcome::Deleted => c.deleted += 1,
+                Outcome::Gone => c.gone += 1,
+                Outcome::Completed => c.completed += 1,
+                Outcome::Skipped | Outcome::DryRun => c.skipped += 1,
+                Outcome::Blocked => c.blocked += 1,
+                Outcome::Failed => c.failed += 1,
+                Outcome::Pending => c.pending += 1,
+            }
+            if p.outcome == Outcome::Blocked
+                && let Some(b) = &p.budget
+            {
+                match budgets.iter_mut().find(|x| &x.budget == b) {
+                    Some(x) => x.pods.push(p.key()),
+                    None => budgets.push(BlockedBudget {
+                        budget: b.clone(),
+                        message: p.detail.clone().unwrap_or_default(),
+                        pods: vec![p.key()],
+                    }),
+                }
+            }
+        }
+        if self.dry_run {
+            c.skipped = self
+                .pods
+                .iter()
+                .filter(|p| p.action == Action::Skip)
+                .count();
+        }
+        self.counts = c;
+        self.blocked_by = budgets;
+        self.complete = self.errors.is_empty() && self.pods.iter().all(|p| p.outcome.is_done());
+    }
+
+    /// The path of the last report in a state directory.
+    pub fn path_in(state_dir: &Path) -> PathBuf {
+        state_dir.join(LAST_REPORT_FILE)
+    }
+
+    /// Writes the report as the last report (atomically: a temporary file, then a rename).
+    pub fn write_to(&self, state_dir: &Path) -> Result<PathBuf, ReportError> {
+        let path = Report::path_in(state_dir);
+        let tmp = state_dir.join(format!(".{LAST_REPORT_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(state_dir)?;
+            let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+            std::fs::write(&tmp, json)?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|source| ReportError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// Reads the last report, `None` when there is none yet.
+    pub fn read_last(state_dir: &Path) -> Result<Option<Report>, ReportError> {
+        let path = Report::path_in(state_dir);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(ReportError::Read { path, source }),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| ReportError::Parse { path, source })
+    }
+
+    /// One line for logs and events.
+    pub fn summary(&self) -> String {
+        let c = &self.counts;
+        format!(
+            "node {} {}: {} evicted, {} deleted, {} gone, {} completed, {} skipped, {} blocked, {} failed, {} pending in {:.1} s",
+            self.node,
+            if self.dry_run {
+                "dry run"
+            } else if self.complete {
+                "drained"
+            } else {
+                "not drained"
+            },
+            c.evicted,
+            c.deleted,
+            c.gone,
+            c.completed,
+            c.skipped,
+            c.blocked,
+            c.failed,
+            c.pending,
+            self.duration_ms as f64 / 1000.0
+        )
+    }
+
+    /// A table for people.
+    pub fn to_text(&self) -> String {
+        let mut out = self.summary();
+        out.push('\n');
+        let width = self
+            .pods
+            .iter()
+            .map(|p| p.key().len())
+            .max()
+            .unwrap_or(3)
+            .max(3);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<6}  {:<9}  {:>9}  REASON / DETAIL",
+            "POD", "ACTION", "OUTCOME", "SECONDS"
+        );
+        for p in &self.pods {
+            let action = serde_json::to_value(p.action)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let outcome = serde_json::to_value(p.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let secs = p
+                .finished_ms
+                .map_or("-".to_string(), |ms| format!("{:.2}", ms as f64 / 1000.0));
+            let mut why = p.reason.as_str().to_string();
+            if let Some(d) = &p.detail {
+                let _ = write!(why, ": {d}");
+            }
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:<6}  {:<9}  {:>9}  {}",
+                p.key(),
+                action,
+                outcome,
+                secs,
+                why
+            );
+        }
+        for b in &self.blocked_by {
+            let _ = writeln!(
+                out,
+                "blocked by budget {}: {} (pods: {})",
+                b.budget,
+                b.message,
+                b.pods.join(", ")
+            );
+        }
+        for e in &self.errors {
+            let _ = writeln!(out, "error: {e}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, action: Action, outcome: Outcome, budget: Option<&str>) -> PodReport {
+        PodReport {
+            namespace: "work".into(),
+            name: name.into(),
+            action,
+            reason: Reason::Priority,
+            order: Some(0),
+            outcome,
+            detail: budget.map(|_| {
+                "The disruption budget web needs 1 healthy pods and has 1 currently".into()
+            }),
+            budget: budget.map(Into::into),
+            attempts: 1,
+            started_ms: Some(1),
+            finished_ms: None,
+        }
+    }
+
+    fn report(pods: Vec<PodReport>) -> Report {
+        let mut r = Report {
+            node: "n1".into(),
+            why: "test".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            duration_ms: 1500,
+            complete: false,
+            deadline_reached: false,
+            dry_run: false,
+            counts: Counts::default(),
+            pods,
+            blocked_by: vec![],
+            errors: vec![],
+        };
+        r.finish();
+        r
+    }
+
+    #[test]
+    fn finish_counts_and_groups_blocked_pods_by_budget() {
+        let r = report(vec![
+            pod("a", Action::Evict, Outcome::Evicted, None),
+            pod("b", Action::Evict, Outcome::Blocked, Some("work/web")),
+            pod("c", Action::Evict, Outcome::Blocked, Some("work/web")),
+            pod("d", Action::Skip, Outcome::Skipped, None),
+        ]);
+        assert!(!r.complete);
+        assert_eq!(r.counts.evicted, 1);
+        assert_eq!(r.counts.blocked, 2);
+        assert_eq!(r.counts.skipped, 1);
+        assert_eq!(r.blocked_by.len(), 1);
+        assert_eq!(
+            r.blocked_by[0].pods,
+            vec!["work/b".to_string(), "work/c".to_string()]
+        );
+        assert!(
+            r.to_text()
+                .contains("blocked by budget work/web: The disruption budget web needs")
+        );
+        let ok = report(vec![pod("a", Action::Evict, Outcome::Evicted, None)]);
+        assert!(ok.complete);
+        assert!(
+            ok.summary().contains("drained: 1 evicted"),
+            "{}",
+            ok.summary()
+        );
+    }
+
+    #[test]
+    fn written_report_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Report::read_last(dir.path()).unwrap(), None);
+        let r = report(vec![pod("a", Action::Evict, Outcome::Pending, None)]);
+        let path = r.write_to(&dir.path().join("state")).unwrap();
+        assert!(path.ends_with(LAST_REPORT_FILE));
+        assert_eq!(
+            Report::read_last(&dir.path().join("state")).unwrap(),
+            Some(r)
+        );
+        std::fs::write(&path, b"{").unwrap();
+        let err = Report::read_last(&dir.path().join("state")).unwrap_err();
+        assert!(err.to_string().contains(LAST_REPORT_FILE), "{err}");
+    }
+}

@@ -1,0 +1,225 @@
+//! Kubernetes label selectors in their string form (`app=web,tier in (a,b),!canary`), parsed once
+//! from the configuration and matched against pod labels without any API call.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::config::{is_label_value, is_qualified_name};
+
+/// One requirement of a selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A parsed label selector; all requirements must hold (logical AND), like the API server's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    requirements: Vec<Requirement>,
+    text: String,
+}
+
+/// Why a selector string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid label selector {text:?}: {reason}")]
+pub struct SelectorError {
+    text: String,
+    reason: String,
+}
+
+impl Selector {
+    /// The selector that matches every pod.
+    pub fn everything() -> Selector {
+        Selector::default()
+    }
+
+    /// Parses the string form used by `kubectl -l`.
+    pub fn parse(text: &str) -> Result<Selector, SelectorError> {
+        let fail = |reason: String| SelectorError {
+            text: text.to_string(),
+            reason,
+        };
+        let mut requirements = Vec::new();
+        for part in split_top_level(text).map_err(fail)? {
+            let part = part.trim();
+            if part.is_empty() {
+                return Err(fail("empty requirement".into()));
+            }
+            requirements.push(parse_requirement(part).map_err(fail)?);
+        }
+        Ok(Selector {
+            requirements,
+            text: text.trim().to_string(),
+        })
+    }
+
+    /// Whether a pod with these labels is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| match r {
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Splits on commas that are not inside a `( … )` value set.
+fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' if depth == 0 => depth = 1,
+            '(' => return Err("nested parentheses".into()),
+            ')' if depth == 1 => depth = 0,
+            ')' => return Err("unbalanced ')'".into()),
+            ',' if depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("missing ')'".into());
+    }
+    parts.push(&text[start..]);
+    Ok(parts)
+}
+
+fn key(k: &str) -> Result<String, String> {
+    let k = k.trim();
+    if is_qualified_name(k) {
+        Ok(k.to_string())
+    } else {
+        Err(format!("{k:?} is not a label key"))
+    }
+}
+
+fn value(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    if is_label_value(v) {
+        Ok(v.to_string())
+    } else {
+        Err(format!("{v:?} is not a label value"))
+    }
+}
+
+fn value_set(rest: &str) -> Result<Vec<String>, String> {
+    let rest = rest.trim();
+    let inner = rest
+        .strip_prefix('(')
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| format!("expected a value set like (a,b), found {rest:?}"))?;
+    let values: Vec<String> = inner.split(',').map(value).collect::<Result<_, _>>()?;
+    if values.iter().any(String::is_empty) && values.len() > 1 || inner.trim().is_empty() {
+        return Err("empty value in set".into());
+    }
+    Ok(values)
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, String> {
+    if let Some(k) = part.strip_prefix('!') {
+        return Ok(Requirement::DoesNotExist(key(k)?));
+    }
+    if let Some((k, v)) = part.split_once("!=") {
+        return Ok(Requirement::NotEquals(key(k)?, value(v)?));
+    }
+    if let Some((k, v)) = part.split_once("==") {
+        return Ok(Requirement::Equals(key(k)?, value(v)?));
+    }
+    if let Some((k, v)) = part.split_once('=') {
+        return Ok(Requirement::Equals(key(k)?, value(v)?));
+    }
+    let mut words = part.splitn(2, char::is_whitespace);
+    let k = words.next().unwrap_or_default();
+    match words.next().map(str::trim_start) {
+        None => Ok(Requirement::Exists(key(k)?)),
+        Some(rest) => {
+            if let Some(set) = rest.strip_prefix("notin") {
+                Ok(Requirement::NotIn(key(k)?, value_set(set)?))
+            } else if let Some(set) = rest.strip_prefix("in") {
+                Ok(Requirement::In(key(k)?, value_set(set)?))
+            } else {
+                Err(format!(
+                    "unknown operator in {part:?}; use =, ==, !=, in, notin, ! or a bare key"
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn matching_table() {
+        let web = labels(&[("app", "web"), ("tier", "front")]);
+        let db = labels(&[("app", "db"), ("canary", "")]);
+        let none = labels(&[]);
+        let cases: &[(&str, bool, bool, bool)] = &[
+            ("", true, true, true),
+            ("app=web", true, false, false),
+            ("app==web", true, false, false),
+            ("app!=web", false, true, true),
+            ("app in (web, db)", true, true, false),
+            ("app notin (web)", false, true, true),
+            ("canary", false, true, false),
+            ("!canary", true, false, true),
+            ("app=web,tier=front", true, false, false),
+            ("app in (web,db),!canary", true, false, false),
+            ("example.com/role=x", false, false, false),
+        ];
+        for (sel, w, d, n) in cases {
+            let s = Selector::parse(sel).unwrap_or_else(|e| panic!("{sel}: {e}"));
+            assert_eq!(
+                (s.matches(&web), s.matches(&db), s.matches(&none)),
+                (*w, *d, *n),
+                "{sel}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_bad_selectors() {
+        for bad in [
+            "app in (a",
+            "app=(x",
+            "a b c",
+            "=x",
+            "app=web,",
+            "app in ()",
+            "Bad Key=1",
+            "a in ((b))",
+            "a=b)",
+        ] {
+            assert!(Selector::parse(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+}
