@@ -5,17 +5,13 @@
 //! logind runs one timer of `InhibitDelayMaxUSec` from `PrepareForShutdown(true)` and then shuts
 //! down whatever the locks say (systemd `delay_shutdown_or_sleep`). The daemon must have released
 //! its lock before that timer fires, so its budget is the smaller of the drain timeout and
-//! logind's maximum minus a safety margin.
+//! logind's maximum minus a safety margin (`[daemon] release_margin`).
 
 use std::time::Duration;
 
 /// The logind drop-in that raises `InhibitDelayMaxSec` for us. It sorts after the kubelet's
 /// `99-kubelet.conf` (drop-ins are read in file-name order and the last one wins).
 pub const LOGIND_DROP_IN: &str = "/usr/lib/systemd/logind.conf.d/99-zz-kube-shutdown-drain.conf";
-
-/// Time kept back from logind's maximum for releasing the lock and for the gap between logind's
-/// timer start and our receipt of the signal. Releasing is one `close(2)`; 1 s is generous.
-pub const SAFETY_MARGIN: Duration = Duration::from_secs(1);
 
 /// The shutdown budget and, when logind allows less than asked, why it was clamped.
 #[derive(Debug, Clone, PartialEq, Eq)]

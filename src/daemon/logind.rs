@@ -76,7 +76,9 @@ pub enum LogindError {
         address: String,
         source: zbus::Error,
     },
-    #[error("cannot reach logind (org.freedesktop.login1) on the system bus at {address}: {source}")]
+    #[error(
+        "cannot reach logind (org.freedesktop.login1) on the system bus at {address}: {source}"
+    )]
     Proxy {
         address: String,
         source: zbus::Error,
@@ -263,7 +265,12 @@ impl Logind {
     /// Connects to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` honoured) and builds the proxy.
     /// Properties are never cached: each read asks logind.
     pub async fn connect() -> Result<Logind, LogindError> {
-        let address = system_bus_address();
+        Logind::connect_at(&system_bus_address()).await
+    }
+
+    /// Connects to the bus at `address` (a D-Bus address such as `unix:path=...`).
+    pub async fn connect_at(address: &str) -> Result<Logind, LogindError> {
+        let address = address.to_owned();
         let conn = zbus::connection::Builder::address(address.as_str())
             .method_timeout(METHOD_TIMEOUT)
             .build()
@@ -289,10 +296,10 @@ impl Logind {
 
     /// Connects, retrying with a doubling backoff (250 ms up to 2 s) until it succeeds.
     /// Each failure is logged; the caller bounds the whole wait by dropping the future.
-    pub async fn connect_with_backoff() -> Logind {
+    pub async fn connect_with_backoff(address: &str) -> Logind {
         let mut wait = RECONNECT_FIRST;
         loop {
-            match Logind::connect().await {
+            match Logind::connect_at(address).await {
                 Ok(logind) => return logind,
                 Err(e) => {
                     tracing::warn!("{e}; retrying in {} ms", wait.as_millis());

@@ -1,0 +1,167 @@
+//! The daemon's logind module against the fake logind on a private bus: the lock is visible and
+//! released on drop, signals arrive with their kind, foreign senders are ignored, a restarted bus
+//! is noticed.
+
+mod logind;
+
+use std::time::Duration;
+
+use kube_shutdown_drain::daemon::logind::{Logind, ShutdownKind, ShutdownSignal};
+use logind::{LogindOptions, Rig};
+
+const NODE: &str = "node-a";
+
+#[tokio::test]
+async fn lock_is_listed_and_released_on_drop() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    assert_eq!(
+        logind.inhibit_delay_max().await.expect("property"),
+        Duration::from_secs(20)
+    );
+    assert!(!logind.preparing_for_shutdown().await.expect("property"));
+
+    let lock = logind.take_lock(NODE).await.expect("lock");
+    let listed = rig.inhibitors().await;
+    let ours: Vec<_> = listed
+        .iter()
+        .filter(|(_, who, _, _, _, _)| who == "kube-shutdown-drain")
+        .collect();
+    assert_eq!(ours.len(), 1, "{listed:?}");
+    let (what, _, why, mode, _, pid) = ours[0];
+    assert_eq!((what.as_str(), mode.as_str()), ("shutdown", "delay"));
+    assert!(why.contains(NODE), "why names the node: {why}");
+    assert_eq!(*pid, std::process::id(), "the lock belongs to this process");
+
+    drop(lock);
+    assert!(
+        rig.wait_locks(0, Duration::from_secs(5)).await,
+        "the lock is gone from ListInhibitors after drop"
+    );
+}
+
+#[tokio::test]
+async fn reboot_signal_carries_the_kind_and_logind_waits_for_the_lock() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let mut signals = logind.subscribe().await.expect("subscribe");
+    let lock = logind.take_lock(NODE).await.expect("lock");
+
+    rig.reboot().await;
+    let signal = tokio::time::timeout(Duration::from_secs(5), signals.next())
+        .await
+        .expect("a signal within 5 s")
+        .expect("a signal");
+    assert_eq!(
+        signal,
+        ShutdownSignal::Started {
+            kind: Some(ShutdownKind::Reboot)
+        }
+    );
+    assert!(logind.preparing_for_shutdown().await.expect("property"));
+    // logind is still waiting: nothing recorded yet.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(rig.outcomes().is_empty(), "{:?}", rig.outcomes());
+
+    lock.release();
+    let outcome = rig
+        .wait_outcome(0, Duration::from_secs(5))
+        .await
+        .expect("an outcome");
+    assert_eq!(outcome.what, "released", "{}", outcome.line);
+}
+
+#[tokio::test]
+async fn without_metadata_the_kind_is_unknown_and_cancel_is_reported() {
+    let Some(rig) = Rig::start(LogindOptions {
+        metadata: false,
+        ..LogindOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let mut signals = logind.subscribe().await.expect("subscribe");
+    let _lock = logind.take_lock(NODE).await.expect("lock");
+
+    rig.power_off().await;
+    let first = tokio::time::timeout(Duration::from_secs(5), signals.next())
+        .await
+        .expect("in time")
+        .expect("a signal");
+    assert_eq!(first, ShutdownSignal::Started { kind: None });
+    rig.cancel().await;
+    let second = tokio::time::timeout(Duration::from_secs(5), signals.next())
+        .await
+        .expect("in time")
+        .expect("a signal");
+    assert_eq!(second, ShutdownSignal::Cancelled);
+}
+
+#[tokio::test]
+async fn a_signal_from_another_sender_is_ignored() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let mut signals = logind.subscribe().await.expect("subscribe");
+
+    // Another connection on the bus pretends to be logind.
+    let impostor = rig.connection().await.expect("connect");
+    impostor
+        .emit_signal(
+            None::<&str>,
+            "/org/freedesktop/login1",
+            "org.freedesktop.login1.Manager",
+            "PrepareForShutdown",
+            &(true,),
+        )
+        .await
+        .expect("emit");
+    let early = tokio::time::timeout(Duration::from_millis(500), signals.next()).await;
+    assert!(
+        early.is_err(),
+        "the impostor's signal got through: {early:?}"
+    );
+
+    // The real one still does.
+    rig.reboot().await;
+    let real = tokio::time::timeout(Duration::from_secs(5), signals.next())
+        .await
+        .expect("in time")
+        .expect("a signal");
+    assert!(matches!(real, ShutdownSignal::Started { .. }));
+}
+
+#[tokio::test]
+async fn a_restarted_bus_ends_the_signals_and_a_new_connection_locks_again() {
+    let Some(mut rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let mut signals = logind.subscribe().await.expect("subscribe");
+    let _lock = logind.take_lock(NODE).await.expect("lock");
+
+    rig.restart_bus().await;
+    let ended = tokio::time::timeout(Duration::from_secs(5), signals.next())
+        .await
+        .expect("the stream notices within 5 s");
+    assert!(ended.is_err(), "expected Disconnected, got {ended:?}");
+    tokio::time::timeout(Duration::from_secs(5), logind.closed())
+        .await
+        .expect("closed() resolves");
+
+    let again = tokio::time::timeout(
+        Duration::from_secs(10),
+        Logind::connect_with_backoff(rig.address()),
+    )
+    .await
+    .expect("reconnected within 10 s");
+    let _lock2 = again.take_lock(NODE).await.expect("lock again");
+    assert_eq!(rig.our_locks().await, 1);
+}

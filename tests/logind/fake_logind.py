@@ -1,0 +1,200 @@
+'''Fake systemd-logind for kube-shutdown-drain's tests: delay inhibitors with real semantics.
+
+A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system -t THIS_FILE
+-p JSON`). It serves org.freedesktop.login1.Manager on the bus it is started on, with:
+
+* Inhibit(what, who, why, mode) -> h: a pipe's write end; the lock is held until every copy of
+  that fd is closed (logind watches the read end for hang-up, as here).
+* ListInhibitors() -> a(ssssuu), with the caller's uid and pid as the bus daemon reports them.
+* Reboot(b) / PowerOff(b): like logind's delayed shutdown (systemd logind-dbus.c,
+  delay_shutdown_or_sleep): sets PreparingForShutdown, emits PrepareForShutdownWithMetadata
+  (unless the parameter "metadata" is false) and PrepareForShutdown(true) from this connection,
+  then waits until no delay lock on "shutdown" is left or InhibitDelayMaxUSec has passed.
+  The outcome is appended as one line to the file named by the parameter "result_file":
+  "released ELAPSED kind=KIND locks=N", "timeout ELAPSED kind=KIND locks=N" or
+  "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal).
+* On the mock interface: CancelShutdown() emits PrepareForShutdown(false) and appends
+  "cancelled ELAPSED ..."; SimulateBoot() clears the shutdown state as a fresh boot would;
+  Outcomes() returns the lines written so far.
+
+Parameters: InhibitDelayMaxUSec (int, default 5000000), PreparingForShutdown (bool, default
+false), result_file (path, default none), metadata (bool, default true).
+'''
+
+import os
+import time
+
+import dbus
+import dbus.service
+from gi.repository import GLib
+
+from dbusmock import MOCK_IFACE
+
+BUS_NAME = 'org.freedesktop.login1'
+MAIN_OBJ = '/org/freedesktop/login1'
+MAIN_IFACE = 'org.freedesktop.login1.Manager'
+SYSTEM_BUS = True
+
+# logind's default InhibitDelayMaxSec (logind-core.c manager_reset_config).
+DEFAULT_DELAY_MAX_USEC = 5_000_000
+
+
+class Shutdown:
+    '''State of the fake's one shutdown timer and its lock table.'''
+
+    def __init__(self, delay_max_usec, result_file, metadata):
+        self.delay_max_usec = delay_max_usec
+        self.result_file = result_file
+        self.metadata = metadata
+        self.locks = {}  # read-end fd -> (what, who, why, mode, uid, pid)
+        self.started = None  # monotonic time of PrepareForShutdown(true), while waiting
+        self.kind = None
+        self.locks_at_start = 0
+        self.timer = None
+        self.outcomes = []
+
+    def delay_locks(self):
+        return [lock for lock in self.locks.values() if lock[3] == 'delay' and 'shutdown' in lock[0].split(':')]
+
+    def record(self, outcome):
+        elapsed = time.monotonic() - self.started if self.started is not None else 0.0
+        line = f'{outcome} {elapsed:.3f} kind={self.kind} locks={self.locks_at_start}'
+        self.outcomes.append(line)
+        if self.result_file:
+            with open(self.result_file, 'a', encoding='utf-8') as f:
+                f.write(line + '\n')
+
+    def finish(self, outcome):
+        '''Ends the wait: what real logind does next is queue the shutdown job.'''
+        if self.timer is not None:
+            GLib.source_remove(self.timer)
+            self.timer = None
+        self.record(outcome)
+        self.started = None
+
+
+def state(mock):
+    return mock.fake_logind_shutdown
+
+
+def load(mock, parameters):
+    mock.fake_logind_shutdown = Shutdown(
+        int(parameters.get('InhibitDelayMaxUSec', DEFAULT_DELAY_MAX_USEC)),
+        parameters.get('result_file'),
+        bool(parameters.get('metadata', True)),
+    )
+    mock.AddProperties(MAIN_IFACE, dbus.Dictionary({
+        'InhibitDelayMaxUSec': dbus.UInt64(int(parameters.get('InhibitDelayMaxUSec', DEFAULT_DELAY_MAX_USEC))),
+        'PreparingForShutdown': dbus.Boolean(bool(parameters.get('PreparingForShutdown', False))),
+        'PreparingForSleep': dbus.Boolean(False),
+    }, signature='sv'))
+
+
+def caller_ids(mock, sender):
+    '''The uid and pid of the connection that called, as the bus daemon knows them.'''
+    bus = 'org.freedesktop.DBus'
+    try:
+        uid = mock.connection.call_blocking(bus, '/org/freedesktop/DBus', bus,
+                                            'GetConnectionUnixUser', 's', (sender,))
+        pid = mock.connection.call_blocking(bus, '/org/freedesktop/DBus', bus,
+                                            'GetConnectionUnixProcessID', 's', (sender,))
+        return dbus.UInt32(uid), dbus.UInt32(pid)
+    except dbus.exceptions.DBusException:
+        return dbus.UInt32(0), dbus.UInt32(0)
+
+
+@dbus.service.method(MAIN_IFACE, in_signature='ssss', out_signature='h', sender_keyword='sender')
+def Inhibit(self, what, who, why, mode, sender=None):
+    if mode not in ('delay', 'block', 'block-weak'):
+        raise dbus.exceptions.DBusException(f'invalid inhibit mode {mode!r}',
+                                            name='org.freedesktop.DBus.Error.InvalidArgs')
+    shutdown = state(self)
+    uid, pid = caller_ids(self, sender)
+    read_end, write_end = os.pipe()
+    shutdown.locks[read_end] = (str(what), str(who), str(why), str(mode), uid, pid)
+
+    def hung_up(fd, _condition):
+        shutdown.locks.pop(fd, None)
+        os.close(fd)
+        if shutdown.started is not None and not shutdown.delay_locks():
+            shutdown.finish('released')
+        return False
+
+    GLib.io_add_watch(read_end, GLib.PRIORITY_HIGH, GLib.IO_HUP | GLib.IO_ERR, hung_up)
+    # UnixFd keeps its own duplicate until the reply is sent; ours is closed now, so only the
+    # client's copy keeps the pipe open.
+    reply = dbus.types.UnixFd(write_end)
+    os.close(write_end)
+    return reply
+
+
+@dbus.service.method(MAIN_IFACE, in_signature='', out_signature='a(ssssuu)')
+def ListInhibitors(self):
+    return dbus.Array(list(state(self).locks.values()), signature='(ssssuu)')
+
+
+def start_shutdown(mock, kind):
+    shutdown = state(mock)
+    if shutdown.started is not None:
+        raise dbus.exceptions.DBusException('a shutdown is already being prepared',
+                                            name='org.freedesktop.login1.OperationInProgress')
+    shutdown.started = time.monotonic()
+    shutdown.kind = kind
+    shutdown.locks_at_start = len(shutdown.delay_locks())
+    mock.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(True)})
+    if shutdown.metadata:
+        mock.EmitSignal(MAIN_IFACE, 'PrepareForShutdownWithMetadata', 'ba{sv}',
+                        [True, dbus.Dictionary({'type': dbus.String(kind)}, signature='sv')])
+    mock.EmitSignal(MAIN_IFACE, 'PrepareForShutdown', 'b', [True])
+    if not shutdown.delay_locks():
+        shutdown.finish('no-locks')
+        return
+
+    def timed_out():
+        shutdown.timer = None
+        shutdown.finish('timeout')
+        return False
+
+    shutdown.timer = GLib.timeout_add(max(1, shutdown.delay_max_usec // 1000), timed_out)
+
+
+@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
+def Reboot(self, _interactive):
+    start_shutdown(self, 'reboot')
+
+
+@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
+def PowerOff(self, _interactive):
+    start_shutdown(self, 'power-off')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='')
+def CancelShutdown(self):
+    '''Cancels the shutdown being prepared, as `shutdown -c` does for a scheduled one.'''
+    shutdown = state(self)
+    if shutdown.started is None:
+        raise dbus.exceptions.DBusException('no shutdown is being prepared',
+                                            name='org.freedesktop.login1.NoShutdown')
+    shutdown.finish('cancelled')
+    self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
+    if shutdown.metadata:
+        self.EmitSignal(MAIN_IFACE, 'PrepareForShutdownWithMetadata', 'ba{sv}',
+                        [False, dbus.Dictionary({}, signature='sv')])
+    self.EmitSignal(MAIN_IFACE, 'PrepareForShutdown', 'b', [False])
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='')
+def SimulateBoot(self):
+    '''Forgets the shutdown, as logind does after the machine came back.'''
+    shutdown = state(self)
+    if shutdown.timer is not None:
+        GLib.source_remove(shutdown.timer)
+        shutdown.timer = None
+    shutdown.started = None
+    shutdown.kind = None
+    self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='as')
+def Outcomes(self):
+    return dbus.Array(state(self).outcomes, signature='s')

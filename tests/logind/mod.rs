@@ -1,0 +1,418 @@
+//! Test support: a private D-Bus system bus with the fake logind (`fake_logind.py`) on it, one per
+//! test, torn down on drop; and a `NOTIFY_SOCKET` listener that records what a daemon tells systemd.
+//!
+//! Nothing here touches the machine's own system bus: every address points into a temp dir.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The system python that has the dbus and gi modules (the one first on PATH may not).
+pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+const BUS_NAME: &str = "org.freedesktop.login1";
+const PATH: &str = "/org/freedesktop/login1";
+const MANAGER: &str = "org.freedesktop.login1.Manager";
+const MOCK: &str = "org.freedesktop.DBus.Mock";
+
+/// Skips (returns false) with a reason on stderr when `ok` is false, unless `CI=true`, where the
+/// missing piece is a failure.
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("CI=true and {what} is missing (scripts/install-deps installs it)");
+    }
+    eprintln!("skipping: {what} is missing (run scripts/install-deps)");
+    false
+}
+
+/// True when `dbus-daemon` and python-dbusmock (with its gi dependency) are installed.
+pub fn available() -> bool {
+    let bus = Command::new("dbus-daemon")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let mock = Command::new(SYSTEM_PYTHON)
+        .args(["-c", "import dbusmock, dbus, gi"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    require(bus, "dbus-daemon (Debian package dbus)")
+        && require(mock, "python3-dbusmock / python3-gi for /usr/bin/python3")
+}
+
+/// The fake logind's template, by absolute path.
+pub fn template_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/fake_logind.py")
+}
+
+/// How the fake logind starts.
+#[derive(Debug, Clone)]
+pub struct LogindOptions {
+    pub delay_max: Duration,
+    pub preparing_for_shutdown: bool,
+    pub metadata: bool,
+}
+
+impl Default for LogindOptions {
+    fn default() -> Self {
+        LogindOptions {
+            delay_max: Duration::from_secs(20),
+            preparing_for_shutdown: false,
+            metadata: true,
+        }
+    }
+}
+
+/// One line of the fake logind's result file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// `released`, `timeout`, `no-locks` or `cancelled`.
+    pub what: String,
+    /// Seconds from `PrepareForShutdown(true)` to the outcome.
+    pub elapsed: f64,
+    pub line: String,
+}
+
+/// A private bus and the fake logind on it. Both processes are killed on drop.
+pub struct Rig {
+    dir: tempfile::TempDir,
+    bus: Child,
+    logind: Option<Child>,
+    options: LogindOptions,
+    address: String,
+}
+
+fn bus_config(socket: &Path) -> String {
+    format!(
+        r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+  </policy>
+</busconfig>
+"#,
+        socket.display()
+    )
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Rig {
+    /// Starts a bus and the fake logind; `None` (after printing why) when the tools are missing.
+    pub async fn start(options: LogindOptions) -> Option<Rig> {
+        if !available() {
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("ksd-bus-")
+            .tempdir()
+            .expect("a temp dir");
+        let socket = dir.path().join("system_bus_socket");
+        let address = format!("unix:path={}", socket.display());
+        let bus = start_bus(dir.path(), &socket);
+        let mut rig = Rig {
+            dir,
+            bus,
+            logind: None,
+            options,
+            address,
+        };
+        rig.start_logind().await;
+        Some(rig)
+    }
+
+    /// `unix:path=...` of the private bus; give it to clients as `DBUS_SYSTEM_BUS_ADDRESS`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The temp dir holding the bus socket and the result file; tests may put files there too.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn result_file(&self) -> PathBuf {
+        self.dir.path().join("logind-result")
+    }
+
+    async fn start_logind(&mut self) {
+        let params = serde_json::json!({
+            "InhibitDelayMaxUSec": self.options.delay_max.as_micros() as u64,
+            "PreparingForShutdown": self.options.preparing_for_shutdown,
+            "metadata": self.options.metadata,
+            "result_file": self.result_file(),
+        });
+        let log = std::fs::File::create(self.dir.path().join("logind.log")).expect("a log file");
+        let child = Command::new(SYSTEM_PYTHON)
+            .args(["-m", "dbusmock", "--system", "-t"])
+            .arg(template_path())
+            .arg("-p")
+            .arg(params.to_string())
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.address)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start python-dbusmock");
+        self.logind = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(conn) = self.connection().await {
+                let owned: Result<bool, _> = conn
+                    .call_method(
+                        Some("org.freedesktop.DBus"),
+                        "/org/freedesktop/DBus",
+                        Some("org.freedesktop.DBus"),
+                        "NameHasOwner",
+                        &(BUS_NAME,),
+                    )
+                    .await
+                    .and_then(|m| m.body().deserialize::<bool>());
+                if owned == Ok(true) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the fake logind did not appear on the bus within 20 s; its log: {}",
+                std::fs::read_to_string(self.dir.path().join("logind.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills the bus daemon and the fake logind, then starts both again on the same socket:
+    /// what a `systemctl restart dbus` looks like to a client.
+    pub async fn restart_bus(&mut self) {
+        if let Some(mut logind) = self.logind.take() {
+            kill(&mut logind);
+        }
+        kill(&mut self.bus);
+        let socket = self.dir.path().join("system_bus_socket");
+        let _ = std::fs::remove_file(&socket);
+        self.bus = start_bus(self.dir.path(), &socket);
+        self.start_logind().await;
+    }
+
+    /// A fresh client connection to the private bus.
+    pub async fn connection(&self) -> zbus::Result<zbus::Connection> {
+        zbus::connection::Builder::address(self.address.as_str())
+            .build()
+            .await
+    }
+
+    async fn call<B>(&self, iface: &str, method: &str, body: &B) -> zbus::Message
+    where
+        B: serde::Serialize + zbus::DynamicType,
+    {
+        let conn = self.connection().await.expect("connect to the private bus");
+        conn.call_method(Some(BUS_NAME), PATH, Some(iface), method, body)
+            .await
+            .unwrap_or_else(|e| panic!("fake logind {iface}.{method}: {e}"))
+    }
+
+    /// `Reboot(false)`: starts the fake's delayed shutdown.
+    pub async fn reboot(&self) {
+        self.call(MANAGER, "Reboot", &(false,)).await;
+    }
+
+    /// `PowerOff(false)`.
+    pub async fn power_off(&self) {
+        self.call(MANAGER, "PowerOff", &(false,)).await;
+    }
+
+    /// Emits `PrepareForShutdown(false)`.
+    pub async fn cancel(&self) {
+        self.call(MOCK, "CancelShutdown", &()).await;
+    }
+
+    /// Clears the shutdown state, as logind after the machine came back.
+    pub async fn simulate_boot(&self) {
+        self.call(MOCK, "SimulateBoot", &()).await;
+    }
+
+    /// `ListInhibitors`: (what, who, why, mode, uid, pid).
+    pub async fn inhibitors(&self) -> Vec<(String, String, String, String, u32, u32)> {
+        self.call(MANAGER, "ListInhibitors", &())
+            .await
+            .body()
+            .deserialize()
+            .expect("ListInhibitors answers a(ssssuu)")
+    }
+
+    /// Our daemon's locks (who = kube-shutdown-drain, delay on shutdown).
+    pub async fn our_locks(&self) -> usize {
+        self.inhibitors()
+            .await
+            .iter()
+            .filter(|(what, who, _, mode, _, _)| {
+                who == "kube-shutdown-drain" && what == "shutdown" && mode == "delay"
+            })
+            .count()
+    }
+
+    /// Polls `ListInhibitors` until our lock count is `want`, or `within` passes.
+    pub async fn wait_locks(&self, want: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.our_locks().await == want {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Every outcome the fake logind wrote so far.
+    pub fn outcomes(&self) -> Vec<Outcome> {
+        let text = std::fs::read_to_string(self.result_file()).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let mut words = line.split_whitespace();
+                let what = words.next().unwrap_or_default().to_owned();
+                let elapsed = words
+                    .next()
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(f64::NAN);
+                Outcome {
+                    what,
+                    elapsed,
+                    line: line.to_owned(),
+                }
+            })
+            .collect()
+    }
+
+    /// Waits for outcome number `n` (0-based) to be written, up to `within`.
+    pub async fn wait_outcome(&self, n: usize, within: Duration) -> Option<Outcome> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(outcome) = self.outcomes().into_iter().nth(n) {
+                return Some(outcome);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn start_bus(dir: &Path, socket: &Path) -> Child {
+    let config = dir.join("bus.conf");
+    std::fs::write(&config, bus_config(socket)).expect("write the bus config");
+    let mut child = Command::new("dbus-daemon")
+        .arg(format!("--config-file={}", config.display()))
+        .args(["--nofork", "--print-address"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dbus-daemon");
+    // The address is printed once the socket listens.
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the bus address");
+    assert!(
+        line.starts_with("unix:path="),
+        "dbus-daemon printed {line:?}"
+    );
+    child
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(mut logind) = self.logind.take() {
+            kill(&mut logind);
+        }
+        kill(&mut self.bus);
+    }
+}
+
+/// A `NOTIFY_SOCKET` that records the daemon's sd_notify messages.
+pub struct NotifySocket {
+    path: PathBuf,
+    socket: tokio::net::UnixDatagram,
+    pub messages: Vec<String>,
+}
+
+impl NotifySocket {
+    pub fn bind(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let _ = std::fs::remove_file(&path);
+        let std_socket = UnixDatagram::bind(&path).expect("bind the notify socket");
+        std_socket.set_nonblocking(true).expect("non-blocking");
+        NotifySocket {
+            path,
+            socket: tokio::net::UnixDatagram::from_std(std_socket).expect("a tokio socket"),
+            messages: Vec::new(),
+        }
+    }
+
+    /// The value for `NOTIFY_SOCKET`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Receives until a message contains `needle` (a line such as `READY=1`), up to `within`.
+    /// Returns that message; every message received is kept in `messages`.
+    pub async fn wait_for(&mut self, needle: &str, within: Duration) -> Option<String> {
+        if let Some(m) = self
+            .messages
+            .iter()
+            .find(|m| m.lines().any(|l| l == needle))
+        {
+            return Some(m.clone());
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let n = tokio::time::timeout_at(deadline, self.socket.recv(&mut buf))
+                .await
+                .ok()?
+                .expect("recv on the notify socket");
+            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+            self.messages.push(message.clone());
+            if message.lines().any(|l| l == needle) {
+                return Some(message);
+            }
+        }
+    }
+
+    /// Status lines (`STATUS=...`) received so far, and any waiting now.
+    pub fn statuses(&mut self) -> Vec<String> {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = self.socket.try_recv(&mut buf) {
+            self.messages
+                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        self.messages
+            .iter()
+            .flat_map(|m| m.lines())
+            .filter_map(|l| l.strip_prefix("STATUS="))
+            .map(str::to_owned)
+            .collect()
+    }
+}
