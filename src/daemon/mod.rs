@@ -2,3 +2,4 @@
 
 pub mod budget;
 pub mod logind;
+pub mod status;
