@@ -1,0 +1,142 @@
+# tests/e2e/lib.sh: the container rig for the end-to-end test (sourced, not run): a cached
+# Debian bookworm rootfs with systemd and dbus, booted with systemd-nspawn so that real
+# systemd and systemd-logind run inside (rig 3 of shared/reference/logind.md).
+#
+# The container shares the host's network namespace (no --private-network), so programs in it
+# reach the fake API server on 127.0.0.1. --register=no and --keep-unit: the host's PID 1 may
+# not be systemd. Commands run inside through nsenter into the container's PID 1.
+
+E2E_SUITE=bookworm
+E2E_MIRROR=${E2E_MIRROR:-http://deb.debian.org/debian}
+E2E_INCLUDE=systemd,systemd-sysv,dbus
+# A fixed machine ID: every boot of the copy is the same machine; only the boot ID changes
+# (nspawn hands each boot a new random one).
+E2E_MACHINE_ID=4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e
+
+log() { printf 'e2e %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+fail() { log "FAIL: $*"; exit 1; }
+
+# A missing prerequisite skips the test, except in CI (CI=true), where it fails.
+skip_or_fail() {
+  if [ "${CI:-}" = "true" ]; then
+    fail "$* (CI=true: a missing prerequisite is a failure)"
+  fi
+  log "SKIP: $*"
+  exit 0
+}
+
+# ensure_rootfs DIR: debootstraps the rootfs into DIR unless a copy made with the same
+# parameters is already there (the stamp file records them).
+ensure_rootfs() {
+  local dir=$1
+  local stamp="suite=$E2E_SUITE include=$E2E_INCLUDE variant=minbase"
+  if [ -f "$dir/.e2e-stamp" ] && [ "$(cat "$dir/.e2e-stamp")" = "$stamp" ]; then
+    log "rootfs $dir: cached"
+    return
+  fi
+  log "rootfs $dir: debootstrap $E2E_SUITE (about a minute)"
+  rm -rf "$dir.tmp"
+  mkdir -p "$(dirname "$dir")"
+  debootstrap --variant=minbase --include="$E2E_INCLUDE" "$E2E_SUITE" "$dir.tmp" "$E2E_MIRROR" \
+    > "$(dirname "$dir")/debootstrap.log" 2>&1 ||
+    fail "debootstrap failed; see $(dirname "$dir")/debootstrap.log"
+  # Booting needs no TTY login: keep the console quiet and boots fast.
+  rm -f "$dir.tmp"/etc/systemd/system/getty.target.wants/*
+  echo "$stamp" > "$dir.tmp/.e2e-stamp"
+  rm -rf "$dir"
+  mv "$dir.tmp" "$dir"
+}
+
+# make_machine ROOTFS DIR: a private copy of the cached rootfs to install into.
+make_machine() {
+  local rootfs=$1 dir=$2
+  rm -rf "$dir"
+  cp -a --reflink=auto "$rootfs" "$dir"
+  echo "$E2E_MACHINE_ID" > "$dir/etc/machine-id"
+  # The host name is then the --machine= name, not the build host's (debootstrap copies it).
+  rm -f "$dir/etc/hostname"
+}
+
+# in_root DIR CMD...: runs CMD in DIR without booting it (package installation).
+in_root() {
+  local dir=$1; shift
+  systemd-nspawn --quiet -D "$dir" --register=no --keep-unit --as-pid2 --pipe "$@"
+}
+
+# boot DIR NAME LOG: boots DIR in the background with a throw-away overlay over it
+# (--volatile=overlay: every boot starts from the same disk). Sets CT_PID (nspawn) and
+# CT_INIT (PID 1 inside), and CT_RC_FILE, where the exit code and the exit time land.
+boot() {
+  local dir=$1 name=$2 logfile=$3
+  CT_RC_FILE=$(mktemp)
+  rm -f "$CT_RC_FILE"
+  (
+    systemd-nspawn -D "$dir" --machine="$name" --boot --volatile=overlay --register=no \
+      --keep-unit --console=pipe > "$logfile" 2>&1 < /dev/null
+    echo "$? $(date +%s.%N)" > "$CT_RC_FILE"
+  ) &
+  CT_SUBSHELL=$!
+  CT_PID=""
+  CT_INIT=""
+  local i
+  for i in $(seq 1 100); do
+    CT_PID=$(pgrep -P "$CT_SUBSHELL" -x systemd-nspawn || true)
+    # PID 1 inside is nspawn's child once it has exec'd systemd.
+    [ -n "$CT_PID" ] && CT_INIT=$(pgrep -P "$CT_PID" -x systemd | head -n1 || true)
+    [ -n "$CT_INIT" ] && break
+    [ -f "$CT_RC_FILE" ] && fail "nspawn exited at once: $(cat "$CT_RC_FILE"); see $logfile"
+    sleep 0.1
+  done
+  [ -n "$CT_INIT" ] || fail "container $name did not start; see $logfile"
+  # Wait for boot to finish; "degraded" still means booted (a unit failed: checked later).
+  # Until systemd listens on its bus, systemctl fails at once: poll.
+  local state=""
+  for i in $(seq 1 300); do
+    state=$(ct systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running|degraded) break ;; esac
+    sleep 0.2
+  done
+  case "$state" in
+    running|degraded) log "container $name booted ($state), boot id $(ct cat /proc/sys/kernel/random/boot_id)" ;;
+    *) fail "container $name did not finish booting within 60 s (state '$state'); see $logfile" ;;
+  esac
+}
+
+# ct CMD...: runs CMD inside the running container.
+ct() {
+  nsenter -t "$CT_INIT" -m -u -i -p -- "$@"
+}
+
+# wait_exit TIMEOUT_SECS: waits for the container to stop. Sets CT_RC and CT_EXIT_AT.
+wait_exit() {
+  local limit=$1 i
+  for i in $(seq 1 $((limit * 10))); do
+    if [ -f "$CT_RC_FILE" ]; then
+      read -r CT_RC CT_EXIT_AT < "$CT_RC_FILE"
+      wait "$CT_SUBSHELL" 2>/dev/null || true
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# stop_container: powers the container off without logind (SIGTERM to nspawn makes its init
+# halt directly), so no inhibitor delays the test's cleanup.
+stop_container() {
+  if [ -n "${CT_PID:-}" ] && kill -0 "$CT_PID" 2>/dev/null; then
+    kill -TERM "$CT_PID" 2>/dev/null || true
+    wait_exit 30 || kill -KILL "$CT_PID" 2>/dev/null || true
+  fi
+  CT_PID=""
+}
+
+# wait_for DESCRIPTION TIMEOUT_SECS CMD...: polls CMD every 0.2 s until it succeeds.
+wait_for() {
+  local what=$1 limit=$2 i; shift 2
+  for i in $(seq 1 $((limit * 5))); do
+    if "$@" > /dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  fail "timed out after ${limit}s waiting for: $what"
+}
