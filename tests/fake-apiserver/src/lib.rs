@@ -1,1 +1,148 @@
-//! A fake Kubernetes API server for tests.
+//! A fake Kubernetes API server for tests: the library that starts it and hands tests its
+//! store, request recorder and fault knobs.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use fake_apiserver::{FakeApiServer, Options};
+//! let server = FakeApiServer::start(Options::default()).await?;
+//! server.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"), "admin")?;
+//! server.store().set_pod_ready("work", "guarded", true)?;
+//! # Ok(()) }
+//! ```
+
+pub mod auth;
+mod control;
+pub mod discovery;
+pub mod faults;
+pub mod patch;
+pub mod pdb;
+pub mod recorder;
+pub mod resources;
+pub mod seed;
+pub mod selector;
+mod server;
+pub mod store;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde_json::Value;
+
+pub use faults::{FaultState, Faults, Route};
+pub use recorder::{RecordedRequest, Recorder};
+pub use seed::{SeedError, load_file as load_seed_file, parse_documents};
+pub use store::{Store, StoreError, TERMINATION_ANNOTATION};
+
+/// How to start the server.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// TCP port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Objects to load before the first request (see `load_seed_file`).
+    pub seed: Vec<Value>,
+}
+
+/// A running fake API server. Dropping it stops the listener and every connection.
+pub struct FakeApiServer {
+    app: Arc<server::App>,
+}
+
+impl FakeApiServer {
+    /// Loads the seed and starts listening on 127.0.0.1. Must run inside a tokio runtime.
+    pub async fn start(options: Options) -> anyhow::Result<FakeApiServer> {
+        let store = Store::new(tokio::runtime::Handle::current());
+        for (i, object) in options.seed.into_iter().enumerate() {
+            store
+                .upsert(object)
+                .with_context(|| format!("seed object {i} could not be stored"))?;
+        }
+        // Bind first to learn the port, then hand the listener the app that knows it.
+        let probe = std::net::TcpListener::bind(("127.0.0.1", options.port))
+            .with_context(|| format!("cannot bind 127.0.0.1:{}", options.port))?;
+        let port = probe.local_addr()?.port();
+        drop(probe);
+        let app = Arc::new(server::App {
+            store,
+            recorder: Recorder::new(),
+            faults: Faults::new(),
+            port,
+            listener: Mutex::new(server::ListenerState::new()),
+        });
+        server::start_listener(&app, port)
+            .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+        tracing::info!(url = %app.url(), "fake apiserver listening");
+        Ok(FakeApiServer { app })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        self.app.url()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.app.port
+    }
+
+    /// Writes a kubeconfig for this server with a bearer `token` (`system:node:NAME` acts as
+    /// that node's kubelet; anything else is an admin).
+    pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
+        std::fs::write(path, kubeconfig(&self.url(), token))
+            .with_context(|| format!("cannot write kubeconfig {}", path.display()))
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.app.store
+    }
+
+    pub fn recorder(&self) -> &Recorder {
+        &self.app.recorder
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.app.faults
+    }
+
+    /// Closes the listening socket and drops every open connection, watches included.
+    pub fn stop_listener(&self) {
+        server::stop_listener(&self.app);
+    }
+
+    /// Listens again on the same port.
+    pub async fn start_listener(&self) -> anyhow::Result<()> {
+        server::start_listener(&self.app, self.app.port)
+            .with_context(|| format!("cannot listen again on 127.0.0.1:{}", self.app.port))?;
+        Ok(())
+    }
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        server::stop_listener(&self.app);
+    }
+}
+
+/// A kubeconfig with one cluster (`fake`), one user with a bearer token, one context.
+pub fn kubeconfig(url: &str, token: &str) -> String {
+    let token = serde_json::to_string(token).unwrap_or_else(|_| "\"\"".into());
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: {url}
+users:
+- name: fake
+  user:
+    token: {token}
+contexts:
+- name: fake
+  context:
+    cluster: fake
+    user: fake
+    namespace: default
+current-context: fake
+"
+    )
+}

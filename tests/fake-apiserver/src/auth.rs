@@ -1,0 +1,146 @@
+//! Identities by bearer token and what each may do: `system:node:NAME` plays that node's kubelet
+//! under the Node authorizer, the `system:node` ClusterRole and NodeRestriction admission; any
+//! other token (or none) is a cluster admin.
+//!
+//! The kubelet rules follow the bootstrap `system:node` ClusterRole and the NodeRestriction
+//! plugin of kubernetes/kubernetes (plugin/pkg/admission/noderestriction): it may read pods and
+//! nodes, create evictions and delete pods bound to itself, patch its own Node except taints,
+//! write events and leases; it may not read DaemonSets or other workload controllers,
+//! PodDisruptionBudgets or namespaces.
+
+use serde_json::Value;
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    Admin,
+    /// A node's kubelet credentials: `system:node:NAME`.
+    Node(String),
+}
+
+impl Identity {
+    /// From an `Authorization` header value.
+    pub fn from_authorization(header: Option<&str>) -> Self {
+        let token = header
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .map(str::trim)
+            .unwrap_or("");
+        match token.strip_prefix("system:node:") {
+            Some(node) if !node.is_empty() => Identity::Node(node.to_string()),
+            _ => Identity::Admin,
+        }
+    }
+
+    /// The user name, as authorization messages print it.
+    pub fn user(&self) -> String {
+        match self {
+            Identity::Admin => "admin".to_string(),
+            Identity::Node(n) => format!("system:node:{n}"),
+        }
+    }
+
+    pub fn groups(&self) -> Vec<&'static str> {
+        match self {
+            Identity::Admin => vec!["system:masters", "system:authenticated"],
+            Identity::Node(_) => vec!["system:nodes", "system:authenticated"],
+        }
+    }
+}
+
+/// The attributes of one request, as a SubjectAccessReview states them.
+#[derive(Debug, Clone, Default)]
+pub struct Attributes {
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Attributes {
+    /// The message RBAC answers a denied request with.
+    pub fn denial(&self, identity: &Identity) -> String {
+        let resource = if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        };
+        let scope = if self.namespace.is_empty() {
+            "at the cluster scope".to_string()
+        } else {
+            format!("in the namespace \"{}\"", self.namespace)
+        };
+        format!(
+            "User \"{}\" cannot {} resource \"{}\" in API group \"{}\" {}",
+            identity.user(),
+            self.verb,
+            resource,
+            self.group,
+            scope
+        )
+    }
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+
+/// Whether `identity` may do what `attrs` describe (authorization only; NodeRestriction's
+/// checks on the object itself are in `node_may_*`).
+pub fn allowed(identity: &Identity, attrs: &Attributes) -> bool {
+    let node = match identity {
+        Identity::Admin => return true,
+        Identity::Node(n) => n.as_str(),
+    };
+    let verb = attrs.verb.as_str();
+    let own = attrs.name.is_empty() || attrs.name == node;
+    match (attrs.group.as_str(), attrs.resource.as_str(), attrs.subresource.as_str()) {
+        ("", "nodes", "") => READ.contains(&verb) || (own && matches!(verb, "create" | "patch" | "update" | "delete")),
+        ("", "nodes", "status") => own && matches!(verb, "get" | "patch" | "update"),
+        ("", "pods", "") => READ.contains(&verb) || matches!(verb, "create" | "delete"),
+        ("", "pods", "status") => matches!(verb, "get" | "patch" | "update"),
+        ("", "pods", "eviction") => verb == "create",
+        ("", "events", "") | ("events.k8s.io", "events", "") => {
+            matches!(verb, "create" | "patch" | "update")
+        }
+        ("coordination.k8s.io", "leases", "") => attrs.namespace == "kube-node-lease" || attrs.namespace.is_empty(),
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "") => verb == "create",
+        _ => false,
+    }
+}
+
+fn taints(node: &Value) -> Vec<Value> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// NodeRestriction on a Node write by `node`: only its own Node, and never its taints.
+pub fn node_may_write_node(node: &str, old: &Value, new: &Value) -> Result<(), String> {
+    let target = new
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if target != node {
+        return Err(format!("node \"{node}\" is not allowed to modify node \"{target}\""));
+    }
+    if taints(old) != taints(new) {
+        return Err(format!("node \"{node}\" is not allowed to modify taints"));
+    }
+    Ok(())
+}
+
+/// NodeRestriction on a pod delete or eviction by `node`: only pods bound to it.
+pub fn node_may_remove_pod(node: &str, pod: &Value, verb: &str) -> Result<(), String> {
+    let bound = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if bound == node {
+        Ok(())
+    } else {
+        Err(format!(
+            "node \"{node}\" can only {verb} pods with spec.nodeName set to itself"
+        ))
+    }
+}

@@ -1,0 +1,238 @@
+//! Fault knobs: latency per route, failing or dropping the next N matching requests, hanging
+//! requests, the Retry-After header on PDB 429s.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+/// Which requests a fault applies to: an optional method and a substring of `path?query`
+/// (empty matches every request).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub path: String,
+}
+
+impl Route {
+    /// Every request with this method whose `path?query` contains `path`.
+    pub fn new(method: &str, path: &str) -> Self {
+        Route {
+            method: Some(method.to_string()),
+            path: path.to_string(),
+        }
+    }
+
+    /// Every request whose `path?query` contains `path`, whatever the method.
+    pub fn any(path: &str) -> Self {
+        Route {
+            method: None,
+            path: path.to_string(),
+        }
+    }
+
+    pub fn matches(&self, method: &str, uri: &str) -> bool {
+        self.method
+            .as_deref()
+            .is_none_or(|m| m.eq_ignore_ascii_case(method))
+            && uri.contains(&self.path)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Latency {
+    pub route: Route,
+    pub millis: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Failure {
+    pub route: Route,
+    /// Requests still to fail.
+    pub remaining: u32,
+    /// 429, 500, 503 or 504 (any status works).
+    pub status: u16,
+    /// Retry-After seconds to send with the failure.
+    #[serde(default)]
+    pub retry_after: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Close {
+    pub route: Route,
+    pub remaining: u32,
+}
+
+/// All knobs at once; this is also the JSON the control endpoint reads and shows.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultState {
+    #[serde(default)]
+    pub latency: Vec<Latency>,
+    #[serde(default)]
+    pub fail: Vec<Failure>,
+    #[serde(default)]
+    pub close: Vec<Close>,
+    /// Requests matching these routes are never answered while the route is listed.
+    #[serde(default)]
+    pub hang: Vec<Route>,
+    /// Retry-After seconds on PDB 429s from the eviction subresource (none by default, as the
+    /// real apiserver once the PDB is observed).
+    #[serde(default)]
+    pub eviction_retry_after: Option<u32>,
+}
+
+/// What the server must do with a request before routing it.
+pub(crate) enum Action {
+    Proceed,
+    Fail { status: u16, retry_after: Option<u32> },
+    Close,
+}
+
+/// The knobs. Cheap to clone; all clones share state.
+#[derive(Clone)]
+pub struct Faults {
+    state: Arc<Mutex<FaultState>>,
+    changed: Arc<watch::Sender<u64>>,
+}
+
+impl Faults {
+    pub(crate) fn new() -> Self {
+        let (tx, _) = watch::channel(0);
+        Faults {
+            state: Arc::new(Mutex::new(FaultState::default())),
+            changed: Arc::new(tx),
+        }
+    }
+
+    fn edit<R>(&self, f: impl FnOnce(&mut FaultState) -> R) -> R {
+        let out = f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&FaultState) -> R) -> R {
+        f(&self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Delays every matching request by `delay` before it is handled.
+    pub fn add_latency(&self, route: Route, delay: Duration) {
+        self.edit(|s| {
+            s.latency.push(Latency {
+                route,
+                millis: delay.as_millis() as u64,
+            })
+        });
+    }
+
+    /// Answers the next `n` matching requests with `status` (a Status body, no Retry-After).
+    pub fn fail_next(&self, route: Route, n: u32, status: u16) {
+        self.edit(|s| {
+            s.fail.push(Failure {
+                route,
+                remaining: n,
+                status,
+                retry_after: None,
+            })
+        });
+    }
+
+    /// As `fail_next`, with a Retry-After header.
+    pub fn fail_next_with_retry_after(&self, route: Route, n: u32, status: u16, seconds: u32) {
+        self.edit(|s| {
+            s.fail.push(Failure {
+                route,
+                remaining: n,
+                status,
+                retry_after: Some(seconds),
+            })
+        });
+    }
+
+    /// Closes the connection of the next `n` matching requests without an answer.
+    pub fn close_next(&self, route: Route, n: u32) {
+        self.edit(|s| s.close.push(Close { route, remaining: n }));
+    }
+
+    /// Stops answering matching requests (they wait) until `clear` or `unhang`.
+    pub fn hang(&self, route: Route) {
+        self.edit(|s| s.hang.push(route));
+    }
+
+    /// Lets hanging requests of `route` go on.
+    pub fn unhang(&self, route: &Route) {
+        self.edit(|s| s.hang.retain(|r| r != route));
+    }
+
+    /// Sends `Retry-After: seconds` with PDB 429s (None: no header, the default).
+    pub fn set_eviction_retry_after(&self, seconds: Option<u32>) {
+        self.edit(|s| s.eviction_retry_after = seconds);
+    }
+
+    pub fn eviction_retry_after(&self) -> Option<u32> {
+        self.read(|s| s.eviction_retry_after)
+    }
+
+    /// Replaces all knobs at once.
+    pub fn set(&self, state: FaultState) {
+        self.edit(|s| *s = state);
+    }
+
+    /// The knobs as they are now.
+    pub fn get(&self) -> FaultState {
+        self.read(Clone::clone)
+    }
+
+    /// Removes every knob; hanging requests go on.
+    pub fn clear(&self) {
+        self.edit(|s| *s = FaultState::default());
+    }
+
+    /// Applies the knobs to one request: waits out hangs and latency, then says what to do.
+    pub(crate) async fn apply(&self, method: &str, uri: &str) -> Action {
+        let mut changed = self.changed.subscribe();
+        while self.read(|s| s.hang.iter().any(|r| r.matches(method, uri))) {
+            if changed.changed().await.is_err() {
+                break;
+            }
+        }
+        let delay: u64 = self.read(|s| {
+            s.latency
+                .iter()
+                .filter(|l| l.route.matches(method, uri))
+                .map(|l| l.millis)
+                .sum()
+        });
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        self.edit(|s| {
+            if let Some(c) = s
+                .close
+                .iter_mut()
+                .find(|c| c.remaining > 0 && c.route.matches(method, uri))
+            {
+                c.remaining -= 1;
+                return Action::Close;
+            }
+            if let Some(f) = s
+                .fail
+                .iter_mut()
+                .find(|f| f.remaining > 0 && f.route.matches(method, uri))
+            {
+                f.remaining -= 1;
+                return Action::Fail {
+                    status: f.status,
+                    retry_after: f.retry_after,
+                };
+            }
+            s.close.retain(|c| c.remaining > 0);
+            s.fail.retain(|f| f.remaining > 0);
+            Action::Proceed
+        })
+    }
+}

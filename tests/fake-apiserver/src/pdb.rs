@@ -1,0 +1,233 @@
+//! PodDisruptionBudget arithmetic and the eviction verdict.
+//!
+//! Follows the disruption controller (`pkg/controller/disruption`) and the eviction REST handler
+//! (`pkg/registry/core/pod/storage/eviction.go`) of kubernetes/kubernetes:
+//! - healthy = Running with condition Ready=True and no deletionTimestamp, so pods already
+//!   terminating count as disrupted;
+//! - `minAvailable: N` needs N healthy; `minAvailable: P%` needs ceil(P% of expected);
+//!   `maxUnavailable: N|P%` needs expected - N (percent rounded up); expected = the pods the
+//!   selector matches (the fake has no controllers to ask for their scale);
+//! - disruptionsAllowed = max(0, healthy - needed);
+//! - a pod that is Pending, Succeeded, Failed or already terminating is evicted without a
+//!   budget check; an unhealthy pod is evicted when the budget is currently met (policy
+//!   `IfHealthyBudget`, the default) or always (`AlwaysAllow`).
+
+use serde_json::{Value, json};
+
+use crate::selector::{LabelSelector, SelectorError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PdbError {
+    #[error("poddisruptionbudget {pdb}: {field} is neither an integer nor a percentage: {value}")]
+    IntOrPercent {
+        pdb: String,
+        field: &'static str,
+        value: String,
+    },
+    #[error("poddisruptionbudget {pdb}: invalid selector: {source}")]
+    Selector { pdb: String, source: SelectorError },
+}
+
+/// The numbers a PDB's status reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub expected_pods: i64,
+    pub desired_healthy: i64,
+    pub current_healthy: i64,
+    pub disruptions_allowed: i64,
+}
+
+fn name_of(pdb: &Value) -> String {
+    let ns = pdb
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let name = pdb
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    format!("{ns}/{name}")
+}
+
+/// A PDB's selector; `None` when it has none (a nil selector matches no pod in policy/v1,
+/// an empty one matches every pod in the namespace).
+pub fn selector(pdb: &Value) -> Result<Option<LabelSelector>, PdbError> {
+    match pdb.pointer("/spec/selector") {
+        None | Some(Value::Null) => Ok(None),
+        Some(sel) => LabelSelector::from_object(sel)
+            .map(Some)
+            .map_err(|source| PdbError::Selector {
+                pdb: name_of(pdb),
+                source,
+            }),
+    }
+}
+
+/// Whether `pod` is covered by `pdb` (same namespace, selector matches).
+pub fn covers(pdb: &Value, pod: &Value) -> Result<bool, PdbError> {
+    let ns = |o: &Value| {
+        o.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    if ns(pdb) != ns(pod) {
+        return Ok(false);
+    }
+    Ok(selector(pdb)?.is_some_and(|s| s.matches_object(pod)))
+}
+
+pub fn is_terminating(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+}
+
+pub fn phase(pod: &Value) -> &str {
+    pod.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+pub fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// Running, Ready=True and not terminating.
+pub fn is_healthy(pod: &Value) -> bool {
+    !is_terminating(pod) && phase(pod) == "Running" && is_ready(pod)
+}
+
+/// An IntOrString scaled against `total`: integers as is, `P%` as P% of total, rounded up or down.
+pub fn scaled(
+    pdb: &Value,
+    field: &'static str,
+    value: &Value,
+    total: i64,
+    round_up: bool,
+) -> Result<i64, PdbError> {
+    let bad = || PdbError::IntOrPercent {
+        pdb: name_of(pdb),
+        field,
+        value: value.to_string(),
+    };
+    match value {
+        Value::Number(n) => n.as_i64().ok_or_else(bad),
+        Value::String(s) => {
+            if let Some(p) = s.strip_suffix('%') {
+                let p: i64 = p.trim().parse().map_err(|_| bad())?;
+                let product = p * total;
+                Ok(if round_up {
+                    (product + 99) / 100
+                } else {
+                    product / 100
+                })
+            } else {
+                s.trim().parse().map_err(|_| bad())
+            }
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// The budget of `pdb` over `pods` (the pods it covers).
+pub fn compute(pdb: &Value, pods: &[&Value]) -> Result<Budget, PdbError> {
+    let expected = pods.len() as i64;
+    let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
+    let desired = if let Some(min) = pdb.pointer("/spec/minAvailable").filter(|v| !v.is_null()) {
+        scaled(pdb, "spec.minAvailable", min, expected, true)?
+    } else if let Some(max) = pdb
+        .pointer("/spec/maxUnavailable")
+        .filter(|v| !v.is_null())
+    {
+        (expected - scaled(pdb, "spec.maxUnavailable", max, expected, true)?).max(0)
+    } else {
+        // Neither set: the API defaults minAvailable to 1.
+        1
+    };
+    Ok(Budget {
+        expected_pods: expected,
+        desired_healthy: desired,
+        current_healthy: healthy,
+        disruptions_allowed: (healthy - desired).max(0),
+    })
+}
+
+/// The status object the fake keeps on a PDB.
+pub fn status(pdb: &Value, budget: &Budget) -> Value {
+    let generation = pdb
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let allowed = budget.disruptions_allowed > 0;
+    json!({
+        "observedGeneration": generation,
+        "disruptionsAllowed": budget.disruptions_allowed,
+        "currentHealthy": budget.current_healthy,
+        "desiredHealthy": budget.desired_healthy,
+        "expectedPods": budget.expected_pods,
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": if allowed { "True" } else { "False" },
+            "reason": if allowed { "SufficientPods" } else { "InsufficientPods" },
+            "message": "",
+            "observedGeneration": generation,
+            "lastTransitionTime": "1970-01-01T00:00:00Z",
+        }],
+    })
+}
+
+/// What the eviction subresource does with a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Delete the pod (201).
+    Evict,
+    /// 429: the budget allows no disruption.
+    Blocked {
+        pdb: String,
+        desired_healthy: i64,
+        current_healthy: i64,
+    },
+    /// 500: more than one PDB covers the pod.
+    TooManyBudgets,
+}
+
+/// The eviction verdict for `pod`, given the PDBs that cover it and their budgets.
+pub fn verdict(pod: &Value, budgets: &[(&Value, Budget)]) -> Verdict {
+    if is_terminating(pod) || matches!(phase(pod), "Pending" | "Succeeded" | "Failed") {
+        return Verdict::Evict;
+    }
+    let (pdb, budget) = match budgets {
+        [] => return Verdict::Evict,
+        [one] => one,
+        _ => return Verdict::TooManyBudgets,
+    };
+    let blocked = || Verdict::Blocked {
+        pdb: pdb
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        desired_healthy: budget.desired_healthy,
+        current_healthy: budget.current_healthy,
+    };
+    if !is_healthy(pod) {
+        let policy = pdb
+            .pointer("/spec/unhealthyPodEvictionPolicy")
+            .and_then(Value::as_str);
+        if policy == Some("AlwaysAllow") || budget.current_healthy >= budget.desired_healthy {
+            return Verdict::Evict;
+        }
+        return blocked();
+    }
+    if budget.disruptions_allowed > 0 {
+        Verdict::Evict
+    } else {
+        blocked()
+    }
+}

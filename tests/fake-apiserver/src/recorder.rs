@@ -1,0 +1,121 @@
+//! The request recorder: every API request with its answer, for tests and benchmarks to read.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+
+/// One request the server answered (or dropped).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// The raw query string, without `?`; empty when there was none.
+    pub query: String,
+    pub content_type: Option<String>,
+    pub accept: Option<String>,
+    /// The user the bearer token maps to (`system:node:NAME` or `admin`).
+    pub user: String,
+    /// The body as text (lossy for binary bodies such as kubectl's protobuf DeleteOptions).
+    pub body: String,
+    pub body_len: usize,
+    /// The answer's status; 0 when a fault closed the connection without one.
+    pub status: u16,
+    /// When the request arrived.
+    #[serde(with = "unix_seconds")]
+    pub at: SystemTime,
+    /// Seconds since the server started, when the request arrived.
+    pub elapsed: f64,
+}
+
+mod unix_seconds {
+    use serde::Serializer;
+    use std::time::SystemTime;
+
+    pub fn serialize<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+        let secs = t
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        s.serialize_f64(secs)
+    }
+}
+
+impl RecordedRequest {
+    /// `path?query`, as traces print it.
+    pub fn uri(&self) -> String {
+        if self.query.is_empty() {
+            self.path.clone()
+        } else {
+            format!("{}?{}", self.path, self.query)
+        }
+    }
+
+    /// The body parsed as JSON, when it is JSON.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(&self.body).ok()
+    }
+
+    /// Value of a query parameter (percent-decoded).
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        crate::server::query_pairs(&self.query)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// Shared request log. Cheap to clone.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: Arc<Mutex<Vec<RecordedRequest>>>,
+    started: Instant,
+}
+
+impl Recorder {
+    pub(crate) fn new() -> Self {
+        Recorder {
+            inner: Arc::new(Mutex::new(Vec::new())),
+            started: Instant::now(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<RecordedRequest>> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn since_start(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub(crate) fn push(&self, request: RecordedRequest) {
+        self.lock().push(request);
+    }
+
+    /// Every request so far, in arrival order of their answers.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().clone()
+    }
+
+    /// Forgets every request so far.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// How many requests had this method and a `path?query` containing `needle`.
+    pub fn count(&self, method: &str, needle: &str) -> usize {
+        self.lock()
+            .iter()
+            .filter(|r| r.method.eq_ignore_ascii_case(method) && r.uri().contains(needle))
+            .count()
+    }
+
+    /// The requests with this method and a `path?query` containing `needle`.
+    pub fn matching(&self, method: &str, needle: &str) -> Vec<RecordedRequest> {
+        self.lock()
+            .iter()
+            .filter(|r| r.method.eq_ignore_ascii_case(method) && r.uri().contains(needle))
+            .cloned()
+            .collect()
+    }
+}

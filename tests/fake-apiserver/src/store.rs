@@ -1,0 +1,1158 @@
+//! The object store: every object by resource, namespace and name, one global resourceVersion
+//! counter, the change history watches replay, PDB status upkeep and the simulated kubelet that
+//! finishes graceful pod deletions.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use crate::patch::{self, PatchError, PatchType};
+use crate::pdb::{self, PdbError};
+use crate::resources::{self, RESOURCES, ResourceType};
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// Pod annotation read only by the fake: seconds (float) the simulated kubelet takes to stop
+/// the pod after a graceful delete. The pod disappears after min(grace period, this); default 0.
+pub const TERMINATION_ANNOTATION: &str = "fake-apiserver.test/termination-seconds";
+
+/// How many changes the store keeps for watches that start from a resourceVersion; older
+/// versions answer 410 Gone, as after an etcd compaction.
+const HISTORY_LIMIT: usize = 20_000;
+
+/// Default `terminationGracePeriodSeconds`, as the API defaults it.
+const DEFAULT_GRACE_SECONDS: i64 = 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no resource of kind {kind:?} is served by the fake")]
+    UnknownKind { kind: String },
+    #[error("{resource} \"{name}\" not found")]
+    NotFound { resource: String, name: String },
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists { resource: String, name: String },
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict {
+        resource: String,
+        name: String,
+        message: String,
+    },
+    #[error("{resource} \"{name}\" is invalid: {message}")]
+    Invalid {
+        resource: String,
+        name: String,
+        message: String,
+    },
+    #[error("{resource} \"{name}\" is forbidden: {message}")]
+    Forbidden {
+        resource: String,
+        name: String,
+        message: String,
+    },
+    #[error("{message}")]
+    BadRequest { message: String },
+    #[error("{resource} \"{name}\": {source}")]
+    Patch {
+        resource: String,
+        name: String,
+        source: PatchError,
+    },
+    #[error(transparent)]
+    Pdb(#[from] PdbError),
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One write, as watches see it. `new` is the object after the write (for a delete: the final
+/// object, carrying the deletion's resourceVersion).
+#[derive(Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub resource: &'static str,
+    pub kind: ChangeKind,
+    pub old: Option<Arc<Value>>,
+    pub new: Arc<Value>,
+}
+
+/// What a watch starts with.
+pub enum WatchStart {
+    /// Replay these changes (all newer than the requested version), then follow `live`.
+    Replay {
+        backlog: Vec<Arc<Change>>,
+        live: broadcast::Receiver<Arc<Change>>,
+    },
+    /// The current objects as ADDED events, then follow `live`.
+    Snapshot {
+        objects: Vec<Arc<Value>>,
+        live: broadcast::Receiver<Arc<Change>>,
+    },
+    /// The requested version is older than the history holds (410).
+    Expired { requested: u64, oldest: u64 },
+}
+
+/// Options of a delete (from DeleteOptions and the query).
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub grace_period_seconds: Option<i64>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// A page of a list.
+pub struct ListPage {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+/// A list request's filters.
+#[derive(Default)]
+pub struct ListQuery<'a> {
+    pub namespace: Option<&'a str>,
+    pub labels: Option<&'a LabelSelector>,
+    pub fields: Option<&'a FieldSelector>,
+    pub limit: Option<usize>,
+    pub continue_token: Option<&'a str>,
+}
+
+/// The result of an eviction attempt.
+#[derive(Debug)]
+pub enum EvictOutcome {
+    Evicted,
+    Blocked {
+        pdb: String,
+        desired_healthy: i64,
+        current_healthy: i64,
+    },
+    TooManyBudgets,
+}
+
+type Key = (String, String);
+
+struct Timer {
+    resource: &'static str,
+    key: Key,
+    uid: String,
+    delay: Duration,
+}
+
+struct State {
+    rv: u64,
+    tables: HashMap<&'static str, BTreeMap<Key, Arc<Value>>>,
+    history: VecDeque<Arc<Change>>,
+    /// Versions below this answer 410 (the 410 knob and history trimming raise it).
+    expired_below: u64,
+    timers: Vec<Timer>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    live: broadcast::Sender<Arc<Change>>,
+    runtime: tokio::runtime::Handle,
+    uid_seq: AtomicU64,
+    uid_base: u64,
+}
+
+/// The object store. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+}
+
+/// RFC 3339 UTC time with seconds precision, as metav1.Time serialises.
+pub fn timestamp(offset: Duration) -> String {
+    let now = jiff::Timestamp::now() + offset;
+    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = json!({});
+    }
+    let Value::Object(map) = obj else {
+        unreachable!("just made an object")
+    };
+    let meta = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("just made an object"),
+    }
+}
+
+fn resolve(kind: &str) -> Result<&'static ResourceType, StoreError> {
+    resources::by_kind(kind).ok_or_else(|| StoreError::UnknownKind {
+        kind: kind.to_string(),
+    })
+}
+
+fn key_of(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
+    let ns = if rt.namespaced {
+        namespace.unwrap_or("default")
+    } else {
+        ""
+    };
+    (ns.to_string(), name.to_string())
+}
+
+fn not_found(rt: &ResourceType, name: &str) -> StoreError {
+    StoreError::NotFound {
+        resource: rt.qualified(),
+        name: name.to_string(),
+    }
+}
+
+fn stale(rt: &ResourceType, name: &str) -> StoreError {
+    StoreError::Conflict {
+        resource: rt.qualified(),
+        name: name.to_string(),
+        message: "the object has been modified; please apply your changes to the latest version and try again".to_string(),
+    }
+}
+
+fn termination_delay(pod: &Value, grace: i64) -> Duration {
+    let simulated = str_at(pod, &format!("/metadata/annotations/{}", TERMINATION_ANNOTATION.replace('/', "~1")))
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(0.0);
+    Duration::from_secs_f64(simulated.min(grace as f64))
+}
+
+impl State {
+    fn table(&mut self, rt: &ResourceType) -> &mut BTreeMap<Key, Arc<Value>> {
+        self.tables.entry(rt.key).or_default()
+    }
+
+    fn get(&self, rt: &ResourceType, key: &Key) -> Option<Arc<Value>> {
+        self.tables.get(rt.key).and_then(|t| t.get(key)).cloned()
+    }
+
+    /// Writes `new` (or removes the object when `kind` is Deleted), stamping the next
+    /// resourceVersion, recording the change and telling the watches.
+    fn commit(
+        &mut self,
+        live: &broadcast::Sender<Arc<Change>>,
+        rt: &'static ResourceType,
+        key: Key,
+        mut new: Value,
+        kind: ChangeKind,
+    ) -> Arc<Value> {
+        self.rv += 1;
+        let rv = self.rv;
+        meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rv.to_string()));
+        let new = Arc::new(new);
+        let old = if kind == ChangeKind::Deleted {
+            self.table(rt).remove(&key)
+        } else {
+            self.table(rt).insert(key.clone(), new.clone())
+        };
+        let change = Arc::new(Change {
+            rv,
+            resource: rt.key,
+            kind,
+            old: old.clone(),
+            new: new.clone(),
+        });
+        self.history.push_back(change.clone());
+        while self.history.len() > HISTORY_LIMIT {
+            if let Some(dropped) = self.history.pop_front() {
+                self.expired_below = self.expired_below.max(dropped.rv);
+            }
+        }
+        // No receivers is fine: nobody is watching.
+        let _ = live.send(change);
+        if rt.key == "pods" {
+            self.refresh_pdbs(live, &key.0, old.as_deref(), Some(&new), None);
+        } else if rt.key == "poddisruptionbudgets.policy" && kind != ChangeKind::Deleted {
+            let spec_changed = old
+                .as_ref()
+                .is_none_or(|o| o.get("spec") != new.get("spec") || o.get("status").is_none());
+            if spec_changed {
+                self.refresh_pdbs(live, &key.0, None, None, Some(&key.1));
+            }
+        }
+        new
+    }
+
+    /// Recomputes the status of the PDBs in `namespace` that cover the changed pod (old or new
+    /// version), or only the PDB named `only`. Writes the status when it changed.
+    fn refresh_pdbs(
+        &mut self,
+        live: &broadcast::Sender<Arc<Change>>,
+        namespace: &str,
+        pod_old: Option<&Value>,
+        pod_new: Option<&Value>,
+        only: Option<&str>,
+    ) {
+        let Some(pdb_rt) = resources::by_kind("PodDisruptionBudget") else {
+            return;
+        };
+        let Some(pod_rt) = resources::by_kind("Pod") else {
+            return;
+        };
+        let candidates: Vec<Arc<Value>> = self
+            .tables
+            .get(pdb_rt.key)
+            .map(|t| {
+                t.range((namespace.to_string(), String::new())..)
+                    .take_while(|((ns, _), _)| ns == namespace)
+                    .filter(|((_, name), _)| only.is_none_or(|o| o == name))
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for pdb_obj in candidates {
+            let relevant = only.is_some()
+                || [pod_old, pod_new]
+                    .into_iter()
+                    .flatten()
+                    .any(|p| pdb::covers(&pdb_obj, p).unwrap_or(false));
+            if !relevant {
+                continue;
+            }
+            let Ok(Some(sel)) = pdb::selector(&pdb_obj) else {
+                continue;
+            };
+            let pods: Vec<Arc<Value>> = self
+                .tables
+                .get(pod_rt.key)
+                .map(|t| {
+                    t.range((namespace.to_string(), String::new())..)
+                        .take_while(|((ns, _), _)| ns == namespace)
+                        .filter(|(_, p)| sel.matches_object(p))
+                        .map(|(_, p)| p.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let refs: Vec<&Value> = pods.iter().map(|p| p.as_ref()).collect();
+            let Ok(budget) = pdb::compute(&pdb_obj, &refs) else {
+                continue;
+            };
+            let status = pdb::status(&pdb_obj, &budget);
+            if pdb_obj.get("status") == Some(&status) {
+                continue;
+            }
+            let mut updated = (*pdb_obj).clone();
+            if let Value::Object(m) = &mut updated {
+                m.insert("status".into(), status);
+            }
+            let key = (
+                namespace.to_string(),
+                str_at(&pdb_obj, "/metadata/name").unwrap_or("").to_string(),
+            );
+            // Status-only change: commit does not recurse into refresh for it.
+            self.commit(live, pdb_rt, key, updated, ChangeKind::Modified);
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn new(runtime: tokio::runtime::Handle) -> Self {
+        let (live, _) = broadcast::channel(65_536);
+        let uid_base = jiff::Timestamp::now().as_nanosecond() as u64;
+        Store {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    rv: 1000,
+                    tables: HashMap::new(),
+                    history: VecDeque::new(),
+                    expired_below: 0,
+                    timers: Vec::new(),
+                }),
+                live,
+                runtime,
+                uid_seq: AtomicU64::new(1),
+                uid_base,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent maps (every write is one insert),
+        // so a poisoned lock is still usable.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the state, then starts the kubelet timers it queued.
+    fn write<R>(&self, f: impl FnOnce(&mut State, &broadcast::Sender<Arc<Change>>) -> R) -> R {
+        let mut state = self.lock();
+        let out = f(&mut state, &self.shared.live);
+        let timers = std::mem::take(&mut state.timers);
+        drop(state);
+        for timer in timers {
+            let store = self.clone();
+            self.shared.runtime.spawn(async move {
+                tokio::time::sleep(timer.delay).await;
+                store.finish_termination(timer.resource, &timer.key, &timer.uid);
+            });
+        }
+        out
+    }
+
+    fn new_uid(&self) -> String {
+        let n = self.shared.uid_seq.fetch_add(1, Ordering::Relaxed);
+        let mixed = self.shared.uid_base ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            (mixed >> 32) as u32,
+            (mixed >> 16) as u16,
+            (mixed & 0xfff) as u16,
+            (n >> 48) as u16 & 0xfff,
+            n & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Fills what the apiserver sets on create: kind, apiVersion, namespace, uid,
+    /// creationTimestamp, generation, and the Pod defaults the fake relies on.
+    fn prepare_new(&self, rt: &ResourceType, namespace: Option<&str>, obj: &mut Value) {
+        if let Value::Object(m) = obj {
+            m.insert("kind".into(), Value::String(rt.kind.into()));
+            m.insert("apiVersion".into(), Value::String(rt.api_version()));
+        }
+        let uid = self.new_uid();
+        let meta = meta_mut(obj);
+        if rt.namespaced {
+            let ns = namespace
+                .map(str::to_string)
+                .or_else(|| meta.get("namespace").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_else(|| "default".into());
+            meta.insert("namespace".into(), Value::String(ns));
+        } else {
+            meta.remove("namespace");
+        }
+        if meta.get("name").and_then(Value::as_str).is_none_or(str::is_empty)
+            && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
+        {
+            let suffix: String = uid.chars().filter(char::is_ascii_alphanumeric).take(5).collect();
+            let name = format!("{prefix}{suffix}");
+            meta.insert("name".into(), Value::String(name));
+        }
+        meta.entry("uid").or_insert(Value::String(uid));
+        meta.entry("creationTimestamp")
+            .or_insert_with(|| Value::String(timestamp(Duration::ZERO)));
+        meta.entry("generation").or_insert(json!(1));
+        if rt.kind == "Pod" && rt.group.is_empty()
+            && let Value::Object(m) = obj
+        {
+            let spec = m.entry("spec").or_insert_with(|| json!({}));
+            if let Value::Object(spec) = spec {
+                spec.entry("terminationGracePeriodSeconds")
+                    .or_insert(json!(DEFAULT_GRACE_SECONDS));
+            }
+            let status = m.entry("status").or_insert_with(|| json!({}));
+            if let Value::Object(status) = status {
+                status.entry("phase").or_insert(json!("Pending"));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- library API for tests
+
+    /// Creates or replaces an object (found by its apiVersion and kind), without any
+    /// precondition, as a test or another writer would. Returns the stored object.
+    pub fn upsert(&self, object: Value) -> Result<Value, StoreError> {
+        let api_version = str_at(&object, "/apiVersion").unwrap_or("");
+        let kind = str_at(&object, "/kind").unwrap_or("");
+        let rt = resources::by_api_version(api_version, kind).ok_or_else(|| {
+            StoreError::UnknownKind {
+                kind: format!("{api_version} {kind}"),
+            }
+        })?;
+        let name = str_at(&object, "/metadata/name").unwrap_or("").to_string();
+        if name.is_empty() {
+            return Err(StoreError::Invalid {
+                resource: rt.qualified(),
+                name,
+                message: "metadata.name: Required value".into(),
+            });
+        }
+        let namespace = str_at(&object, "/metadata/namespace").map(str::to_string);
+        let key = key_of(rt, namespace.as_deref(), &name);
+        let mut object = object;
+        self.write(|st, live| {
+            let old = st.get(rt, &key);
+            match old {
+                None => {
+                    self.prepare_new(rt, namespace.as_deref(), &mut object);
+                    Ok((*st.commit(live, rt, key, object, ChangeKind::Added)).clone())
+                }
+                Some(old) => {
+                    keep_identity(&old, &mut object);
+                    Ok((*st.commit(live, rt, key, object, ChangeKind::Modified)).clone())
+                }
+            }
+        })
+    }
+
+    /// One object by kind (`Pod`, `Node`, `Event.events.k8s.io`, ...), namespace and name.
+    pub fn get(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
+        let rt = resources::by_kind(kind)?;
+        self.lock()
+            .get(rt, &key_of(rt, namespace, name))
+            .map(|v| (*v).clone())
+    }
+
+    /// All objects of a kind, in one namespace or (None) in all.
+    pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let Some(rt) = resources::by_kind(kind) else {
+            return Vec::new();
+        };
+        let state = self.lock();
+        state
+            .tables
+            .get(rt.key)
+            .map(|t| {
+                t.iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+                    .map(|(_, v)| (**v).clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Changes an object in place with `f` (a MODIFIED event, a new resourceVersion).
+    pub fn modify(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&mut Value),
+    ) -> Result<Value, StoreError> {
+        let rt = resolve(kind)?;
+        let key = key_of(rt, namespace, name);
+        self.write(|st, live| {
+            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
+            let mut new = (*old).clone();
+            f(&mut new);
+            keep_identity(&old, &mut new);
+            Ok((*st.commit(live, rt, key, new, ChangeKind::Modified)).clone())
+        })
+    }
+
+    /// Removes an object at once (no grace period), as a force delete does.
+    pub fn remove(&self, kind: &str, namespace: Option<&str>, name: &str) -> Result<Value, StoreError> {
+        let rt = resolve(kind)?;
+        let key = key_of(rt, namespace, name);
+        self.write(|st, live| {
+            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
+            Ok((*st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted)).clone())
+        })
+    }
+
+    /// Marks a pod Running with Ready=True (or Ready=False), as its kubelet would report.
+    pub fn set_pod_ready(&self, namespace: &str, name: &str, ready: bool) -> Result<Value, StoreError> {
+        self.modify("Pod", Some(namespace), name, |pod| {
+            set_pod_ready_in(pod, ready);
+        })
+    }
+
+    /// Adds or replaces (same key and effect) a taint on a node, as another writer would.
+    pub fn set_node_taint(&self, node: &str, taint: Value) -> Result<Value, StoreError> {
+        let key = str_at(&taint, "/key").unwrap_or("").to_string();
+        let effect = str_at(&taint, "/effect").unwrap_or("").to_string();
+        if key.is_empty() || effect.is_empty() {
+            return Err(StoreError::Invalid {
+                resource: "nodes".into(),
+                name: node.into(),
+                message: format!("a taint needs key and effect, got {taint}"),
+            });
+        }
+        self.modify("Node", None, node, |n| {
+            let taints = taints_mut(n);
+            taints.retain(|t| {
+                !(str_at(t, "/key") == Some(key.as_str())
+                    && str_at(t, "/effect") == Some(effect.as_str()))
+            });
+            taints.push(taint);
+        })
+    }
+
+    /// Removes the taints with `key` (and `effect`, when given) from a node.
+    pub fn remove_node_taint(&self, node: &str, key: &str, effect: Option<&str>) -> Result<Value, StoreError> {
+        self.modify("Node", None, node, |n| {
+            let taints = taints_mut(n);
+            taints.retain(|t| {
+                !(str_at(t, "/key") == Some(key)
+                    && effect.is_none_or(|e| str_at(t, "/effect") == Some(e)))
+            });
+            if taints.is_empty()
+                && let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("taints");
+            }
+        })
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// The 410 knob: every resourceVersion up to now becomes too old to watch or list from.
+    pub fn expire_resource_versions(&self) {
+        let mut st = self.lock();
+        st.expired_below = st.rv + 1;
+    }
+
+    // ---------------------------------------------------------------- the verbs the server uses
+
+    pub(crate) fn get_rt(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, StoreError> {
+        self.lock()
+            .get(rt, &key_of(rt, namespace, name))
+            .ok_or_else(|| not_found(rt, name))
+    }
+
+    pub(crate) fn list_rt(&self, rt: &ResourceType, q: &ListQuery<'_>) -> Result<ListPage, StoreError> {
+        let state = self.lock();
+        let rv = state.rv;
+        let start: Key = match q.continue_token {
+            Some(token) => decode_continue(token).ok_or_else(|| StoreError::BadRequest {
+                message: format!("continue key is not valid: {token}"),
+            })?,
+            None => (String::new(), String::new()),
+        };
+        let Some(table) = state.tables.get(rt.key) else {
+            return Ok(ListPage {
+                items: Vec::new(),
+                resource_version: rv,
+                continue_token: None,
+                remaining: None,
+            });
+        };
+        let exclusive = q.continue_token.is_some();
+        let mut items = Vec::new();
+        let mut last: Option<&Key> = None;
+        let mut more = 0usize;
+        for (key, obj) in table.range(start.clone()..) {
+            if exclusive && *key == start {
+                continue;
+            }
+            if q.namespace.is_some_and(|ns| ns != key.0) {
+                continue;
+            }
+            if q.fields.is_some_and(|f| !f.matches(obj)) || q.labels.is_some_and(|l| !l.matches_object(obj)) {
+                continue;
+            }
+            if q.limit.is_some_and(|l| items.len() >= l) {
+                more += 1;
+                continue;
+            }
+            last = Some(key);
+            items.push(obj.clone());
+        }
+        let continue_token = if more > 0 { last.map(encode_continue) } else { None };
+        Ok(ListPage {
+            items,
+            resource_version: rv,
+            remaining: continue_token.as_ref().map(|_| more),
+            continue_token,
+        })
+    }
+
+    pub(crate) fn create_rt(&self, rt: &'static ResourceType, namespace: Option<&str>, mut obj: Value) -> Result<Arc<Value>, StoreError> {
+        self.prepare_new(rt, namespace, &mut obj);
+        let name = str_at(&obj, "/metadata/name").unwrap_or("").to_string();
+        if name.is_empty() {
+            return Err(StoreError::Invalid {
+                resource: rt.qualified(),
+                name,
+                message: "metadata.name: Required value: name or generateName is required".into(),
+            });
+        }
+        if let Some(rv) = obj.pointer("/metadata/resourceVersion")
+            && !rv.is_null()
+            && rv.as_str() != Some("")
+        {
+            return Err(StoreError::BadRequest {
+                message: "resourceVersion should not be set on objects to be created".into(),
+            });
+        }
+        let ns = str_at(&obj, "/metadata/namespace").map(str::to_string);
+        let key = key_of(rt, ns.as_deref(), &name);
+        self.write(|st, live| {
+            if st.get(rt, &key).is_some() {
+                return Err(StoreError::AlreadyExists {
+                    resource: rt.qualified(),
+                    name: name.clone(),
+                });
+            }
+            Ok(st.commit(live, rt, key, obj, ChangeKind::Added))
+        })
+    }
+
+    /// PUT: the body's resourceVersion must be the current one (409 otherwise).
+    pub(crate) fn replace_rt(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        status_only: bool,
+        mut obj: Value,
+        check: &dyn Fn(&Value, &Value) -> Result<(), StoreError>,
+    ) -> Result<Arc<Value>, StoreError> {
+        let key = key_of(rt, namespace, name);
+        if str_at(&obj, "/metadata/name").is_some_and(|n| n != name) {
+            return Err(StoreError::BadRequest {
+                message: "the name of the object does not match the name on the URL".into(),
+            });
+        }
+        self.write(|st, live| {
+            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
+            match str_at(&obj, "/metadata/resourceVersion") {
+                None | Some("") => {
+                    return Err(StoreError::Invalid {
+                        resource: rt.qualified(),
+                        name: name.into(),
+                        message: "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update".into(),
+                    });
+                }
+                Some(rv) if Some(rv) != str_at(&old, "/metadata/resourceVersion") => {
+                    return Err(stale(rt, name));
+                }
+                Some(_) => {}
+            }
+            if let Value::Object(m) = &mut obj {
+                m.insert("kind".into(), Value::String(rt.kind.into()));
+                m.insert("apiVersion".into(), Value::String(rt.api_version()));
+            }
+            keep_identity(&old, &mut obj);
+            split_status(rt, &old, &mut obj, status_only);
+            bump_generation(&old, &mut obj);
+            check(&old, &obj)?;
+            Ok(st.commit(live, rt, key, obj, ChangeKind::Modified))
+        })
+    }
+
+    /// PATCH of any of the four types. A resourceVersion in the patched object is a
+    /// precondition (409 when stale). Apply creates a missing object.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch_rt(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        status_only: bool,
+        patch_type: PatchType,
+        body: &[u8],
+        check: &dyn Fn(&Value, &Value) -> Result<(), StoreError>,
+    ) -> Result<Arc<Value>, StoreError> {
+        let key = key_of(rt, namespace, name);
+        let patch_err = |source| StoreError::Patch {
+            resource: rt.qualified(),
+            name: name.to_string(),
+            source,
+        };
+        self.write(|st, live| {
+            let old = match st.get(rt, &key) {
+                Some(old) => old,
+                None if patch_type == PatchType::Apply && !status_only => {
+                    let mut obj = patch::apply_patch(&json!({}), patch_type, body).map_err(patch_err)?;
+                    meta_mut(&mut obj).insert("name".into(), Value::String(name.into()));
+                    self.prepare_new(rt, namespace, &mut obj);
+                    check(&Value::Null, &obj)?;
+                    return Ok(st.commit(live, rt, key, obj, ChangeKind::Added));
+                }
+                None => return Err(not_found(rt, name)),
+            };
+            let mut new = patch::apply_patch(&old, patch_type, body).map_err(patch_err)?;
+            let old_rv = str_at(&old, "/metadata/resourceVersion");
+            if let Some(rv) = new.pointer("/metadata/resourceVersion")
+                && !rv.is_null()
+                && rv.as_str() != old_rv
+            {
+                return Err(stale(rt, name));
+            }
+            if let Value::Object(m) = &mut new {
+                m.insert("kind".into(), Value::String(rt.kind.into()));
+                m.insert("apiVersion".into(), Value::String(rt.api_version()));
+            }
+            keep_identity(&old, &mut new);
+            split_status(rt, &old, &mut new, status_only);
+            bump_generation(&old, &mut new);
+            check(&old, &new)?;
+            if strip_rv(&old) == strip_rv(&new) {
+                // A no-op patch writes nothing, as the real apiserver.
+                return Ok(old);
+            }
+            Ok(st.commit(live, rt, key, new, ChangeKind::Modified))
+        })
+    }
+
+    /// DELETE. Pods bound to a node and not finished get a grace period (the simulated kubelet
+    /// removes them later); everything else goes at once. Returns the object as the answer
+    /// shows it, and whether it is gone already.
+    pub(crate) fn delete_rt(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+        opts: &DeleteOptions,
+        check: &dyn Fn(&Value) -> Result<(), StoreError>,
+    ) -> Result<(Arc<Value>, bool), StoreError> {
+        let key = key_of(rt, namespace, name);
+        self.write(|st, live| {
+            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
+            check(&old)?;
+            if let Some(uid) = &opts.uid {
+                let actual = str_at(&old, "/metadata/uid").unwrap_or("");
+                if uid != actual {
+                    return Err(StoreError::Conflict {
+                        resource: rt.qualified(),
+                        name: name.into(),
+                        message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    });
+                }
+            }
+            if let Some(rv) = &opts.resource_version {
+                let actual = str_at(&old, "/metadata/resourceVersion").unwrap_or("");
+                if rv != actual {
+                    return Err(StoreError::Conflict {
+                        resource: rt.qualified(),
+                        name: name.into(),
+                        message: format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"),
+                    });
+                }
+            }
+            if rt.key == "pods" {
+                Ok(delete_pod(st, live, rt, key, &old, opts.grace_period_seconds))
+            } else {
+                Ok((st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted), true))
+            }
+        })
+    }
+
+    /// The eviction subresource: PDB check and graceful delete in one step.
+    pub(crate) fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+        check: &dyn Fn(&Value) -> Result<(), StoreError>,
+    ) -> Result<EvictOutcome, StoreError> {
+        let pod_rt = resolve("Pod")?;
+        let pdb_rt = resolve("PodDisruptionBudget")?;
+        let key = key_of(pod_rt, Some(namespace), name);
+        self.write(|st, live| {
+            let pod = st.get(pod_rt, &key).ok_or_else(|| not_found(pod_rt, name))?;
+            check(&pod)?;
+            let pdbs: Vec<Arc<Value>> = st
+                .tables
+                .get(pdb_rt.key)
+                .map(|t| {
+                    t.range((namespace.to_string(), String::new())..)
+                        .take_while(|((ns, _), _)| ns == namespace)
+                        .map(|(_, v)| v.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut covering = Vec::new();
+            for p in &pdbs {
+                if pdb::covers(p, &pod)? {
+                    covering.push(p.clone());
+                }
+            }
+            let mut budgets = Vec::new();
+            for p in &covering {
+                let sel = pdb::selector(p)?;
+                let pods: Vec<Arc<Value>> = st
+                    .tables
+                    .get(pod_rt.key)
+                    .map(|t| {
+                        t.range((namespace.to_string(), String::new())..)
+                            .take_while(|((ns, _), _)| ns == namespace)
+                            .filter(|(_, o)| sel.as_ref().is_some_and(|s| s.matches_object(o)))
+                            .map(|(_, o)| o.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let refs: Vec<&Value> = pods.iter().map(|p| p.as_ref()).collect();
+                budgets.push((p.as_ref(), pdb::compute(p, &refs)?));
+            }
+            match pdb::verdict(&pod, &budgets) {
+                pdb::Verdict::Evict => {
+                    delete_pod(st, live, pod_rt, key, &pod, grace);
+                    Ok(EvictOutcome::Evicted)
+                }
+                pdb::Verdict::Blocked {
+                    pdb,
+                    desired_healthy,
+                    current_healthy,
+                } => Ok(EvictOutcome::Blocked {
+                    pdb,
+                    desired_healthy,
+                    current_healthy,
+                }),
+                pdb::Verdict::TooManyBudgets => Ok(EvictOutcome::TooManyBudgets),
+            }
+        })
+    }
+
+    /// Where a watch of `rt` from `rv` starts (None or 0: the current state).
+    pub(crate) fn watch_from(&self, rt: &ResourceType, rv: Option<u64>) -> WatchStart {
+        let st = self.lock();
+        let live = self.shared.live.subscribe();
+        match rv {
+            None | Some(0) => WatchStart::Snapshot {
+                objects: st
+                    .tables
+                    .get(rt.key)
+                    .map(|t| t.values().cloned().collect())
+                    .unwrap_or_default(),
+                live,
+            },
+            Some(rv) => {
+                if rv < st.expired_below {
+                    return WatchStart::Expired {
+                        requested: rv,
+                        oldest: st.expired_below,
+                    };
+                }
+                let backlog = st
+                    .history
+                    .iter()
+                    .filter(|c| c.rv > rv && c.resource == rt.key)
+                    .cloned()
+                    .collect();
+                WatchStart::Replay { backlog, live }
+            }
+        }
+    }
+
+    /// Whether `rv` is too old to list or watch from (the 410 knob).
+    pub(crate) fn is_expired(&self, rv: u64) -> Option<u64> {
+        let st = self.lock();
+        (rv != 0 && rv < st.expired_below).then_some(st.expired_below)
+    }
+
+    /// The simulated kubelet is done with a pod: remove it, if it is still the same pod.
+    fn finish_termination(&self, resource: &'static str, key: &Key, uid: &str) {
+        let Some(rt) = RESOURCES.iter().find(|r| r.key == resource) else {
+            return;
+        };
+        self.write(|st, live| {
+            let Some(obj) = st.get(rt, key) else {
+                return;
+            };
+            if str_at(&obj, "/metadata/uid") != Some(uid) || !pdb::is_terminating(&obj) {
+                return;
+            }
+            tracing::debug!(pod = %format!("{}/{}", key.0, key.1), "simulated kubelet removed pod");
+            st.commit(live, rt, key.clone(), (*obj).clone(), ChangeKind::Deleted);
+        });
+    }
+}
+
+/// Graceful delete of a pod: the grace period comes from the request, else the pod's
+/// `terminationGracePeriodSeconds`; unbound or finished pods go at once (the pod registry
+/// strategy does the same). Returns the object and whether it is gone.
+fn delete_pod(
+    st: &mut State,
+    live: &broadcast::Sender<Arc<Change>>,
+    rt: &'static ResourceType,
+    key: Key,
+    pod: &Arc<Value>,
+    grace: Option<i64>,
+) -> (Arc<Value>, bool) {
+    let spec_grace = pod
+        .pointer("/spec/terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_GRACE_SECONDS);
+    let mut grace = grace.unwrap_or(spec_grace).max(0);
+    let unbound = str_at(pod, "/spec/nodeName").is_none_or(str::is_empty);
+    if unbound || matches!(pdb::phase(pod), "Succeeded" | "Failed") {
+        grace = 0;
+    }
+    if grace == 0 {
+        return (st.commit(live, rt, key, (**pod).clone(), ChangeKind::Deleted), true);
+    }
+    if pdb::is_terminating(pod) {
+        // Already terminating: the running timer finishes it.
+        return (pod.clone(), false);
+    }
+    let mut new = (**pod).clone();
+    let meta = meta_mut(&mut new);
+    meta.insert(
+        "deletionTimestamp".into(),
+        Value::String(timestamp(Duration::from_secs(grace as u64))),
+    );
+    meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+    let uid = str_at(pod, "/metadata/uid").unwrap_or("").to_string();
+    let delay = termination_delay(pod, grace);
+    let out = st.commit(live, rt, key.clone(), new, ChangeKind::Modified);
+    st.timers.push(Timer {
+        resource: rt.key,
+        key,
+        uid,
+        delay,
+    });
+    (out, false)
+}
+
+/// Keeps what a client cannot change: name, namespace, uid, creationTimestamp,
+/// deletionTimestamp and deletionGracePeriodSeconds.
+fn keep_identity(old: &Value, new: &mut Value) {
+    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let meta = meta_mut(new);
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match old_meta.get(field) {
+            Some(v) => {
+                meta.insert(field.into(), v.clone());
+            }
+            None => {
+                meta.remove(field);
+            }
+        }
+    }
+    if let (Some(kind), Value::Object(m)) = (old.get("kind"), &mut *new) {
+        m.insert("kind".into(), kind.clone());
+        if let Some(av) = old.get("apiVersion") {
+            m.insert("apiVersion".into(), av.clone());
+        }
+    }
+}
+
+/// Main-resource writes keep the old status; `/status` writes keep everything else but the
+/// status (labels, annotations and the rest of metadata included).
+fn split_status(rt: &ResourceType, old: &Value, new: &mut Value, status_only: bool) {
+    if !rt.has_status {
+        return;
+    }
+    let Value::Object(m) = new else { return };
+    if status_only {
+        let status = m.remove("status");
+        let mut out = old.clone();
+        if let Value::Object(o) = &mut out {
+            match status {
+                Some(s) => {
+                    o.insert("status".into(), s);
+                }
+                None => {
+                    o.remove("status");
+                }
+            }
+        }
+        *new = out;
+    } else {
+        match old.get("status") {
+            Some(s) => {
+                m.insert("status".into(), s.clone());
+            }
+            None => {
+                m.remove("status");
+            }
+        }
+    }
+}
+
+fn bump_generation(old: &Value, new: &mut Value) {
+    if old.get("spec") != new.get("spec") {
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        meta_mut(new).insert("generation".into(), json!(generation + 1));
+    }
+}
+
+fn strip_rv(v: &Value) -> Value {
+    let mut v = v.clone();
+    meta_mut(&mut v).remove("resourceVersion");
+    v
+}
+
+fn taints_mut(node: &mut Value) -> &mut Vec<Value> {
+    if !node.is_object() {
+        *node = json!({});
+    }
+    let Value::Object(m) = node else {
+        unreachable!("just made an object")
+    };
+    let spec = m.entry("spec").or_insert_with(|| json!({}));
+    if !spec.is_object() {
+        *spec = json!({});
+    }
+    let Value::Object(spec) = spec else {
+        unreachable!("just made an object")
+    };
+    let taints = spec.entry("taints").or_insert_with(|| json!([]));
+    if !taints.is_array() {
+        *taints = json!([]);
+    }
+    match taints {
+        Value::Array(a) => a,
+        _ => unreachable!("just made an array"),
+    }
+}
+
+/// Sets phase Running and the Ready and ContainersReady conditions of a pod object.
+pub fn set_pod_ready_in(pod: &mut Value, ready: bool) {
+    if !pod.is_object() {
+        return;
+    }
+    let Value::Object(m) = pod else { return };
+    let status = m.entry("status").or_insert_with(|| json!({}));
+    if !status.is_object() {
+        *status = json!({});
+    }
+    let Value::Object(status) = status else { return };
+    status.insert("phase".into(), json!("Running"));
+    let now = timestamp(Duration::ZERO);
+    let flag = if ready { "True" } else { "False" };
+    let conditions = status.entry("conditions").or_insert_with(|| json!([]));
+    if !conditions.is_array() {
+        *conditions = json!([]);
+    }
+    if let Value::Array(cs) = conditions {
+        for t in ["Ready", "ContainersReady"] {
+            cs.retain(|c| c.get("type").and_then(Value::as_str) != Some(t));
+            cs.push(json!({"type": t, "status": flag, "lastTransitionTime": now}));
+        }
+    }
+}
+
+/// Continue tokens: hex of `namespace/name` of the last item returned.
+fn encode_continue(key: &Key) -> String {
+    format!("{}/{}", key.0, key.1)
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn decode_continue(token: &str) -> Option<Key> {
+    if token.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (ns, name) = text.split_once('/')?;
+    Some((ns.to_string(), name.to_string()))
+}
