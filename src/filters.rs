@@ -412,7 +412,15 @@ mod tests {
                      [[rules]]\nselector = \"app=batch\"\naction = \"wait-completed\"\n\
                      [[rules]]\nnamespaces = [\"monitoring\"]\naction = \"skip\"\n";
         let rule_and_unreplicated_skip = format!("{rules}[filters]\nunreplicated = \"skip\"");
-        let cases: Vec<(&str, serde_json::Value, &str, Action, Reason, Option<i32>)> = vec![
+        type Row<'a> = (
+            &'a str,
+            serde_json::Value,
+            &'a str,
+            Action,
+            Reason,
+            Option<i32>,
+        );
+        let cases: Vec<Row> = vec![
             (
                 "plain replicated pod",
                 json!({}),

@@ -1,9 +1,14 @@
 //! kube-shutdown-drain: drains a Kubernetes node through the Eviction API when systemd-logind
 //! announces a shutdown, and restores what it changed on the next boot.
 
+pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod drain;
+pub mod engine;
+pub mod events;
 pub mod filters;
+pub mod node;
 pub mod plan;
 pub mod report;
 pub mod selector;

@@ -1,0 +1,113 @@
+//! core/v1 Events on our Node (`kubectl describe node` shows them): drain started, finished with
+//! counts, pods blocked by a budget, deadline reached, restored. An Event that cannot be written
+//! is logged and otherwise ignored: Events are for people, never a reason to stop a drain.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Api, PostParams};
+
+use crate::client::Clients;
+
+/// The component name on our Events.
+pub const COMPONENT: &str = "kube-shutdown-drain";
+/// Node Events live in `default`, like the kubelet's.
+const EVENT_NAMESPACE: &str = "default";
+
+/// The Event reasons we write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    DrainStarted,
+    DrainFinished,
+    DrainBlocked,
+    DrainDeadline,
+    Restored,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::DrainStarted => "DrainStarted",
+            Reason::DrainFinished => "DrainFinished",
+            Reason::DrainBlocked => "DrainBlockedByBudget",
+            Reason::DrainDeadline => "DrainDeadlineReached",
+            Reason::Restored => "Restored",
+        }
+    }
+
+    fn type_(self) -> &'static str {
+        match self {
+            Reason::DrainBlocked | Reason::DrainDeadline => "Warning",
+            _ => "Normal",
+        }
+    }
+}
+
+/// Writes Events about one node.
+#[derive(Clone)]
+pub struct NodeEvents {
+    clients: Clients,
+    node: String,
+}
+
+impl NodeEvents {
+    pub fn new(clients: Clients, node: &str) -> NodeEvents {
+        NodeEvents {
+            clients,
+            node: node.to_string(),
+        }
+    }
+
+    /// The Event object (pure, for tests and for [`Self::emit`]).
+    pub fn event(&self, reason: Reason, message: &str) -> Event {
+        let now = jiff::Timestamp::now();
+        Event {
+            metadata: ObjectMeta {
+                // client-go's recorder names Events `<object>.<unix nanos in hex>`.
+                name: Some(format!("{}.{:x}", self.node, now.as_nanosecond())),
+                namespace: Some(EVENT_NAMESPACE.to_string()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(self.node.clone()),
+                // The kubelet's node Events carry the node name as uid as well.
+                uid: Some(self.node.clone()),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.as_str().into()),
+            message: Some(message.to_string()),
+            type_: Some(reason.type_().into()),
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            action: Some("Drain".into()),
+            reporting_component: Some(COMPONENT.into()),
+            reporting_instance: Some(format!("{}-{}", COMPONENT, self.node)),
+            source: Some(EventSource {
+                component: Some(COMPONENT.into()),
+                host: Some(self.node.clone()),
+            }),
+            ..Event::default()
+        }
+    }
+
+    /// Writes one Event; failures are logged.
+    pub async fn emit(&self, reason: Reason, message: &str) {
+        let api: Api<Event> = Api::namespaced(self.clients.api.clone(), EVENT_NAMESPACE);
+        let ev = self.event(reason, message);
+        match self
+            .clients
+            .timed(api.create(&PostParams::default(), &ev))
+            .await
+        {
+            Ok(_) => {
+                tracing::debug!(node = %self.node, "event {} on node {}: {message}", reason.as_str(), self.node)
+            }
+            Err(e) => {
+                tracing::warn!(node = %self.node, "cannot write event {} on node {}: {e}", reason.as_str(), self.node)
+            }
+        }
+    }
+}
