@@ -22,7 +22,10 @@ impl Identity {
     /// From an `Authorization` header value.
     pub fn from_authorization(header: Option<&str>) -> Self {
         let token = header
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
             .map(str::trim)
             .unwrap_or("");
         match token.strip_prefix("system:node:") {
@@ -93,8 +96,15 @@ pub fn allowed(identity: &Identity, attrs: &Attributes) -> bool {
     };
     let verb = attrs.verb.as_str();
     let own = attrs.name.is_empty() || attrs.name == node;
-    match (attrs.group.as_str(), attrs.resource.as_str(), attrs.subresource.as_str()) {
-        ("", "nodes", "") => READ.contains(&verb) || (own && matches!(verb, "create" | "patch" | "update" | "delete")),
+    match (
+        attrs.group.as_str(),
+        attrs.resource.as_str(),
+        attrs.subresource.as_str(),
+    ) {
+        ("", "nodes", "") => {
+            READ.contains(&verb)
+                || (own && matches!(verb, "create" | "patch" | "update" | "delete"))
+        }
         ("", "nodes", "status") => own && matches!(verb, "get" | "patch" | "update"),
         ("", "pods", "") => READ.contains(&verb) || matches!(verb, "create" | "delete"),
         ("", "pods", "status") => matches!(verb, "get" | "patch" | "update"),
@@ -102,7 +112,9 @@ pub fn allowed(identity: &Identity, attrs: &Attributes) -> bool {
         ("", "events", "") | ("events.k8s.io", "events", "") => {
             matches!(verb, "create" | "patch" | "update")
         }
-        ("coordination.k8s.io", "leases", "") => attrs.namespace == "kube-node-lease" || attrs.namespace.is_empty(),
+        ("coordination.k8s.io", "leases", "") => {
+            attrs.namespace == "kube-node-lease" || attrs.namespace.is_empty()
+        }
         ("authorization.k8s.io", "selfsubjectaccessreviews", "") => verb == "create",
         _ => false,
     }
@@ -122,7 +134,9 @@ pub fn node_may_write_node(node: &str, old: &Value, new: &Value) -> Result<(), S
         .and_then(Value::as_str)
         .unwrap_or("");
     if target != node {
-        return Err(format!("node \"{node}\" is not allowed to modify node \"{target}\""));
+        return Err(format!(
+            "node \"{node}\" is not allowed to modify node \"{target}\""
+        ));
     }
     if taints(old) != taints(new) {
         return Err(format!("node \"{node}\" is not allowed to modify taints"));

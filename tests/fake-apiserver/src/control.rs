@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
 use serde_json::{Value, json};
 
 use crate::faults::FaultState;
@@ -18,7 +18,9 @@ use crate::server::{self, App, Body, query_pairs};
 use crate::store::StoreError;
 
 fn answer(status: StatusCode, value: &Value) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(serde_json::to_vec(value).unwrap_or_default())).boxed_unsync());
+    let mut resp = Response::new(
+        Full::new(Bytes::from(serde_json::to_vec(value).unwrap_or_default())).boxed_unsync(),
+    );
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -38,7 +40,13 @@ fn store_error(e: &StoreError) -> Response<Body> {
     error(status, e)
 }
 
-pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, body: &Bytes) -> Response<Body> {
+pub(crate) fn handle(
+    app: &Arc<App>,
+    method: &Method,
+    path: &str,
+    query: &str,
+    body: &Bytes,
+) -> Response<Body> {
     let params = query_pairs(query);
     let param = |name: &str| {
         params
@@ -86,9 +94,15 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
         }
         (&Method::DELETE, ["objects"]) => {
             let (Some(kind), Some(name)) = (param("kind"), param("name")) else {
-                return error(StatusCode::BAD_REQUEST, "query parameters kind and name are required");
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "query parameters kind and name are required",
+                );
             };
-            match app.store.remove(&kind, param("namespace").as_deref(), &name) {
+            match app
+                .store
+                .remove(&kind, param("namespace").as_deref(), &name)
+            {
                 Ok(v) => answer(StatusCode::OK, &v),
                 Err(e) => store_error(&e),
             }
@@ -103,7 +117,12 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
         (&Method::POST, ["nodes", node, "taints"]) => {
             let taint: Value = match serde_json::from_str(&text) {
                 Ok(t) => t,
-                Err(e) => return error(StatusCode::BAD_REQUEST, format!("taint body is not JSON: {e}")),
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("taint body is not JSON: {e}"),
+                    );
+                }
             };
             match app.store.set_node_taint(node, taint) {
                 Ok(v) => answer(StatusCode::OK, &v),
@@ -114,7 +133,10 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
             let Some(key) = param("key") else {
                 return error(StatusCode::BAD_REQUEST, "query parameter key is required");
             };
-            match app.store.remove_node_taint(node, &key, param("effect").as_deref()) {
+            match app
+                .store
+                .remove_node_taint(node, &key, param("effect").as_deref())
+            {
                 Ok(v) => answer(StatusCode::OK, &v),
                 Err(e) => store_error(&e),
             }
@@ -134,7 +156,10 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
         (&Method::PUT, ["faults"]) => match serde_json::from_str::<FaultState>(&text) {
             Ok(state) => {
                 app.faults.set(state);
-                answer(StatusCode::OK, &serde_json::to_value(app.faults.get()).unwrap_or(Value::Null))
+                answer(
+                    StatusCode::OK,
+                    &serde_json::to_value(app.faults.get()).unwrap_or(Value::Null),
+                )
             }
             Err(e) => error(StatusCode::BAD_REQUEST, format!("faults body: {e}")),
         },
@@ -153,7 +178,12 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
             let down: f64 = match param("down_seconds").map(|s| s.parse::<f64>()) {
                 None => 1.0,
                 Some(Ok(s)) if s.is_finite() && (0.0..=3600.0).contains(&s) => s,
-                Some(_) => return error(StatusCode::BAD_REQUEST, "down_seconds must be a number of seconds in 0..=3600"),
+                Some(_) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "down_seconds must be a number of seconds in 0..=3600",
+                    );
+                }
             };
             let app = app.clone();
             tokio::spawn(async move {
@@ -167,6 +197,9 @@ pub(crate) fn handle(app: &Arc<App>, method: &Method, path: &str, query: &str, b
             });
             answer(StatusCode::ACCEPTED, &json!({"downSeconds": down}))
         }
-        _ => error(StatusCode::NOT_FOUND, format!("no control route {method} {path}")),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no control route {method} {path}"),
+        ),
     }
 }

@@ -85,7 +85,10 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         return None;
     }
     let mut resources = Vec::new();
-    for rt in RESOURCES.iter().filter(|r| r.group == group && r.version == version) {
+    for rt in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
         resources.push(resource_entry(rt));
         if rt.has_status {
             resources.push(subresource(

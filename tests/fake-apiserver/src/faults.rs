@@ -89,7 +89,10 @@ pub struct FaultState {
 /// What the server must do with a request before routing it.
 pub(crate) enum Action {
     Proceed,
-    Fail { status: u16, retry_after: Option<u32> },
+    Fail {
+        status: u16,
+        retry_after: Option<u32>,
+    },
     Close,
 }
 
@@ -155,7 +158,12 @@ impl Faults {
 
     /// Closes the connection of the next `n` matching requests without an answer.
     pub fn close_next(&self, route: Route, n: u32) {
-        self.edit(|s| s.close.push(Close { route, remaining: n }));
+        self.edit(|s| {
+            s.close.push(Close {
+                route,
+                remaining: n,
+            })
+        });
     }
 
     /// Stops answering matching requests (they wait) until `clear` or `unhang`.

@@ -106,10 +106,14 @@ enum ListStrategy {
 /// tags of k8s.io/api).
 fn list_strategy(field: &str) -> ListStrategy {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env"
-        | "imagePullSecrets" | "resourceClaims" | "volumesAttached" => {
-            ListStrategy::MergeByKey("name")
-        }
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims"
+        | "volumesAttached" => ListStrategy::MergeByKey("name"),
         "ports" => ListStrategy::MergeByKey("containerPort"),
         "volumeMounts" => ListStrategy::MergeByKey("mountPath"),
         "volumeDevices" => ListStrategy::MergeByKey("devicePath"),
@@ -133,7 +137,10 @@ pub fn strategic_merge(doc: &Value, patch: &Value) -> Result<Value, PatchError> 
     }
 }
 
-fn merge_map(doc: &Map<String, Value>, patch: &Map<String, Value>) -> Result<Map<String, Value>, PatchError> {
+fn merge_map(
+    doc: &Map<String, Value>,
+    patch: &Map<String, Value>,
+) -> Result<Map<String, Value>, PatchError> {
     match patch.get("$patch").and_then(Value::as_str) {
         Some("replace") => {
             let mut out = patch.clone();
@@ -191,7 +198,11 @@ fn merge_map(doc: &Map<String, Value>, patch: &Map<String, Value>) -> Result<Map
     Ok(out)
 }
 
-fn merge_list(field: &str, base: Option<Vec<Value>>, patch: &[Value]) -> Result<Vec<Value>, PatchError> {
+fn merge_list(
+    field: &str,
+    base: Option<Vec<Value>>,
+    patch: &[Value],
+) -> Result<Vec<Value>, PatchError> {
     // A `{"$patch": "replace"}` element replaces the list with the other elements.
     let replace = patch
         .iter()

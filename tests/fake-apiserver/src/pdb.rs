@@ -54,12 +54,14 @@ fn name_of(pdb: &Value) -> String {
 pub fn selector(pdb: &Value) -> Result<Option<LabelSelector>, PdbError> {
     match pdb.pointer("/spec/selector") {
         None | Some(Value::Null) => Ok(None),
-        Some(sel) => LabelSelector::from_object(sel)
-            .map(Some)
-            .map_err(|source| PdbError::Selector {
-                pdb: name_of(pdb),
-                source,
-            }),
+        Some(sel) => {
+            LabelSelector::from_object(sel)
+                .map(Some)
+                .map_err(|source| PdbError::Selector {
+                    pdb: name_of(pdb),
+                    source,
+                })
+        }
     }
 }
 
@@ -141,10 +143,7 @@ pub fn compute(pdb: &Value, pods: &[&Value]) -> Result<Budget, PdbError> {
     let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
     let desired = if let Some(min) = pdb.pointer("/spec/minAvailable").filter(|v| !v.is_null()) {
         scaled(pdb, "spec.minAvailable", min, expected, true)?
-    } else if let Some(max) = pdb
-        .pointer("/spec/maxUnavailable")
-        .filter(|v| !v.is_null())
-    {
+    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable").filter(|v| !v.is_null()) {
         (expected - scaled(pdb, "spec.maxUnavailable", max, expected, true)?).max(0)
     } else {
         // Neither set: the API defaults minAvailable to 1.

@@ -22,13 +22,7 @@ pub struct ResourceType {
 }
 
 const ALL_VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
+    "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 
 /// Every resource the fake stores.
@@ -240,9 +234,7 @@ impl ResourceType {
     }
 
     pub fn accepts_field(&self, field: &str) -> bool {
-        field == "metadata.name"
-            || field == "metadata.namespace"
-            || self.fields.contains(&field)
+        field == "metadata.name" || field == "metadata.namespace" || self.fields.contains(&field)
     }
 }
 

@@ -19,7 +19,9 @@ pub enum SeedError {
         index: usize,
         message: String,
     },
-    #[error("{source_name}: document {index} is not an object with apiVersion, kind and metadata.name")]
+    #[error(
+        "{source_name}: document {index} is not an object with apiVersion, kind and metadata.name"
+    )]
     NotAnObject { source_name: String, index: usize },
 }
 
@@ -57,7 +59,10 @@ pub fn parse_documents(text: &str, source_name: &str) -> Result<Vec<Value>, Seed
         for item in items {
             let ok = item.get("apiVersion").and_then(Value::as_str).is_some()
                 && item.get("kind").and_then(Value::as_str).is_some()
-                && item.pointer("/metadata/name").and_then(Value::as_str).is_some();
+                && item
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .is_some();
             if !ok {
                 return Err(SeedError::NotAnObject {
                     source_name: source_name.to_string(),

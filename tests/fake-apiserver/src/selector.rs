@@ -209,12 +209,12 @@ impl LabelSelector {
             Requirement::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
             Requirement::Exists(k) => get(k).is_some(),
             Requirement::NotExists(k) => get(k).is_none(),
-            Requirement::GreaterThan(k, n) => {
-                get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x > *n)
-            }
-            Requirement::LessThan(k, n) => {
-                get(k).and_then(|x| x.parse::<i64>().ok()).is_some_and(|x| x < *n)
-            }
+            Requirement::GreaterThan(k, n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x > *n),
+            Requirement::LessThan(k, n) => get(k)
+                .and_then(|x| x.parse::<i64>().ok())
+                .is_some_and(|x| x < *n),
         })
     }
 

@@ -25,7 +25,9 @@ use crate::patch::PatchType;
 use crate::recorder::{RecordedRequest, Recorder};
 use crate::resources::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{self, ChangeKind, DeleteOptions, EvictOutcome, ListQuery, Store, StoreError, WatchStart};
+use crate::store::{
+    self, ChangeKind, DeleteOptions, EvictOutcome, ListQuery, Store, StoreError, WatchStart,
+};
 
 pub(crate) type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -176,7 +178,12 @@ struct Status {
     code: u16,
 }
 
-fn status_body(code: u16, reason: Option<&'static str>, message: Option<String>, details: Option<Details>) -> Vec<u8> {
+fn status_body(
+    code: u16,
+    reason: Option<&'static str>,
+    message: Option<String>,
+    details: Option<Details>,
+) -> Vec<u8> {
     let status = Status {
         kind: "Status",
         api_version: "v1",
@@ -250,7 +257,13 @@ fn store_failure(rt: Option<&ResourceType>, err: &StoreError) -> Response<Body> 
     }
 }
 
-fn set_reason(resp: &mut Response<Body>, code: u16, reason: &'static str, message: String, details: Option<Details>) {
+fn set_reason(
+    resp: &mut Response<Body>,
+    code: u16,
+    reason: &'static str,
+    message: String,
+    details: Option<Details>,
+) {
     *resp.body_mut() = full(status_body(code, Some(reason), Some(message), details));
 }
 
@@ -345,7 +358,9 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     };
 
     if path.starts_with("/_fake/") || path == "/_fake" {
-        return Ok(crate::control::handle(&app, &method, &path, &raw_query, &body));
+        return Ok(crate::control::handle(
+            &app, &method, &path, &raw_query, &body,
+        ));
     }
 
     let uri = if raw_query.is_empty() {
@@ -374,10 +389,18 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
                 "fault: connection closed",
             ));
         }
-        Action::Fail { status, retry_after } => {
-            let mut resp = failure(status, format!("fake-apiserver: injected fault {status}"), None);
+        Action::Fail {
+            status,
+            retry_after,
+        } => {
+            let mut resp = failure(
+                status,
+                format!("fake-apiserver: injected fault {status}"),
+                None,
+            );
             if let Some(secs) = retry_after {
-                resp.headers_mut().insert("Retry-After", HeaderValue::from(secs));
+                resp.headers_mut()
+                    .insert("Retry-After", HeaderValue::from(secs));
             }
             resp
         }
@@ -431,7 +454,13 @@ async fn route(app: &Arc<App>, call: Call) -> Response<Body> {
         }
     }
     if call.method == Method::POST
-        && segs.as_slice() == ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"]
+        && segs.as_slice()
+            == [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews",
+            ]
     {
         return self_subject_access_review(&call);
     }
@@ -448,11 +477,16 @@ async fn route(app: &Arc<App>, call: Call) -> Response<Body> {
 }
 
 fn not_found_path() -> Response<Body> {
-    failure(404, "the server could not find the requested resource", Some(Details::default()))
+    failure(
+        404,
+        "the server could not find the requested resource",
+        Some(Details::default()),
+    )
 }
 
 fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
-    let namespaced_plural = |p: &str| resources::by_path(group, version, p).filter(|r| r.namespaced);
+    let namespaced_plural =
+        |p: &str| resources::by_path(group, version, p).filter(|r| r.namespaced);
     let (namespace, rest) = match rest {
         ["namespaces", ns, plural, tail @ ..] if namespaced_plural(plural).is_some() => {
             (Some(ns.to_string()), [&[*plural][..], tail].concat())
@@ -520,7 +554,8 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
     match (&call.method, t.name.as_deref(), sub) {
         (&Method::GET, None, None) if call.flag("watch") => watch(app, &call, &t).await,
         (&Method::GET, None, None) => list(app, &call, &t),
-        (&Method::GET, Some(name), None | Some("status")) => match app.store.get_rt(t.rt, ns, name) {
+        (&Method::GET, Some(name), None | Some("status")) => match app.store.get_rt(t.rt, ns, name)
+        {
             Ok(obj) => value_response(StatusCode::OK, &obj),
             Err(e) => store_failure(Some(t.rt), &e),
         },
@@ -533,13 +568,19 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
         (&Method::DELETE, Some(name), None) => delete(app, &call, &t, name),
         _ => failure(
             405,
-            format!("the server does not allow this method on the requested resource ({} {})", call.method, call.path),
+            format!(
+                "the server does not allow this method on the requested resource ({} {})",
+                call.method, call.path
+            ),
             None,
         ),
     }
 }
 
-fn node_check<'a>(identity: &'a Identity, rt: &'a ResourceType) -> impl Fn(&Value, &Value) -> Result<(), StoreError> + 'a {
+fn node_check<'a>(
+    identity: &'a Identity,
+    rt: &'a ResourceType,
+) -> impl Fn(&Value, &Value) -> Result<(), StoreError> + 'a {
     move |old, new| {
         if let (Identity::Node(node), "nodes") = (identity, rt.key) {
             auth::node_may_write_node(node, old, new).map_err(|message| StoreError::Forbidden {
@@ -556,42 +597,60 @@ fn node_check<'a>(identity: &'a Identity, rt: &'a ResourceType) -> impl Fn(&Valu
     }
 }
 
-fn pod_removal_check<'a>(identity: &'a Identity, verb: &'a str) -> impl Fn(&Value) -> Result<(), StoreError> + 'a {
+fn pod_removal_check<'a>(
+    identity: &'a Identity,
+    verb: &'a str,
+) -> impl Fn(&Value) -> Result<(), StoreError> + 'a {
     move |pod| {
         if let Identity::Node(node) = identity {
-            auth::node_may_remove_pod(node, pod, verb).map_err(|message| StoreError::Forbidden {
-                resource: "pods".into(),
-                name: pod
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                message,
+            auth::node_may_remove_pod(node, pod, verb).map_err(|message| {
+                StoreError::Forbidden {
+                    resource: "pods".into(),
+                    name: pod
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    message,
+                }
             })?;
         }
         Ok(())
     }
 }
 
-fn parse_body(call: &Call) -> Result<Value, Response<Body>> {
+fn parse_body(call: &Call) -> Result<Value, Box<Response<Body>>> {
     let ct = call.content_type.to_ascii_lowercase();
     if ct.contains("protobuf") {
-        return Err(failure(
+        return Err(Box::new(failure(
             415,
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {})", call.content_type),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {})",
+                call.content_type
+            ),
             None,
-        ));
+        )));
     }
     let parsed = if ct.contains("yaml") {
         serde_yaml::from_slice::<Value>(&call.body).map_err(|e| e.to_string())
     } else {
         serde_json::from_slice::<Value>(&call.body).map_err(|e| e.to_string())
     };
-    parsed.map_err(|e| failure(400, format!("the request body is not valid: {e}"), None))
+    parsed.map_err(|e| {
+        Box::new(failure(
+            400,
+            format!("the request body is not valid: {e}"),
+            None,
+        ))
+    })
 }
 
 fn list(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
-    let labels = match call.param("labelSelector").map(LabelSelector::parse).transpose() {
+    let labels = match call
+        .param("labelSelector")
+        .map(LabelSelector::parse)
+        .transpose()
+    {
         Ok(l) => l,
         Err(e) => return failure(400, e.to_string(), None),
     };
@@ -611,7 +670,11 @@ fn list(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
         && let Some(rv) = call.param("resourceVersion").and_then(|v| v.parse().ok())
         && let Some(oldest) = app.store.is_expired(rv)
     {
-        return failure(410, format!("too old resource version: {rv} ({oldest})"), None);
+        return failure(
+            410,
+            format!("too old resource version: {rv} ({oldest})"),
+            None,
+        );
     }
     let query = ListQuery {
         namespace: t.namespace.as_deref(),
@@ -628,7 +691,10 @@ fn list(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
         Err(e) => return store_failure(Some(t.rt), &e),
     };
     let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), json!(page.resource_version.to_string()));
+    meta.insert(
+        "resourceVersion".into(),
+        json!(page.resource_version.to_string()),
+    );
     if let Some(token) = &page.continue_token {
         meta.insert("continue".into(), json!(token));
     }
@@ -664,7 +730,11 @@ fn watch_line(kind: &str, object: &Value) -> Bytes {
 }
 
 async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
-    let labels = match call.param("labelSelector").map(LabelSelector::parse).transpose() {
+    let labels = match call
+        .param("labelSelector")
+        .map(LabelSelector::parse)
+        .transpose()
+    {
         Ok(l) => l.unwrap_or_default(),
         Err(e) => return failure(400, e.to_string(), None),
     };
@@ -689,9 +759,10 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
         .unwrap_or(DEFAULT_WATCH_SECONDS);
     let namespace = t.namespace.clone();
     let matches = move |obj: &Value| {
-        namespace.as_deref().is_none_or(|ns| {
-            obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
-        }) && labels.matches_object(obj)
+        namespace
+            .as_deref()
+            .is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+            && labels.matches_object(obj)
             && fields.matches(obj)
     };
     let start = app.store.watch_from(t.rt, rv);
@@ -791,7 +862,7 @@ fn change_line(change: &store::Change, matches: &impl Fn(&Value) -> bool) -> Opt
 fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
     let obj = match parse_body(call) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let (Some(ns), Some(body_ns)) = (
         t.namespace.as_deref(),
@@ -808,7 +879,16 @@ fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
         && t.rt.key == "nodes"
         && obj.pointer("/metadata/name").and_then(Value::as_str) != Some(node.as_str())
     {
-        return failure(403, format!("nodes is forbidden: node \"{node}\" is not allowed to modify node \"{}\"", obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")), None);
+        return failure(
+            403,
+            format!(
+                "nodes is forbidden: node \"{node}\" is not allowed to modify node \"{}\"",
+                obj.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            ),
+            None,
+        );
     }
     match app.store.create_rt(t.rt, t.namespace.as_deref(), obj) {
         Ok(created) => value_response(StatusCode::CREATED, &created),
@@ -819,7 +899,7 @@ fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
 fn replace(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> {
     let obj = match parse_body(call) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
@@ -838,7 +918,11 @@ fn patch(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> 
         Err(e) => return failure(415, e.to_string(), None),
     };
     if patch_type == PatchType::Apply && call.param("fieldManager").is_none_or(str::is_empty) {
-        return failure(400, "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch", None);
+        return failure(
+            400,
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            None,
+        );
     }
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
@@ -858,11 +942,16 @@ fn patch(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> 
 
 /// DeleteOptions from the query and a JSON body; a protobuf body (kubectl's typed client sends
 /// one) is ignored.
-fn delete_options(call: &Call) -> Result<DeleteOptions, Response<Body>> {
+fn delete_options(call: &Call) -> Result<DeleteOptions, Box<Response<Body>>> {
     let mut opts = DeleteOptions::default();
     if !call.body.is_empty() && !call.content_type.to_ascii_lowercase().contains("protobuf") {
-        let body: Value = serde_json::from_slice(&call.body)
-            .map_err(|e| failure(400, format!("the DeleteOptions body is not valid JSON: {e}"), None))?;
+        let body: Value = serde_json::from_slice(&call.body).map_err(|e| {
+            Box::new(failure(
+                400,
+                format!("the DeleteOptions body is not valid JSON: {e}"),
+                None,
+            ))
+        })?;
         opts.grace_period_seconds = body.get("gracePeriodSeconds").and_then(Value::as_i64);
         opts.uid = body
             .pointer("/preconditions/uid")
@@ -874,10 +963,13 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, Response<Body>> {
             .map(str::to_string);
     }
     if let Some(g) = call.param("gracePeriodSeconds") {
-        opts.grace_period_seconds = Some(
-            g.parse()
-                .map_err(|_| failure(400, format!("gracePeriodSeconds is not an integer: {g}"), None))?,
-        );
+        opts.grace_period_seconds = Some(g.parse().map_err(|_| {
+            Box::new(failure(
+                400,
+                format!("gracePeriodSeconds is not an integer: {g}"),
+                None,
+            ))
+        })?);
     }
     Ok(opts)
 }
@@ -885,12 +977,19 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, Response<Body>> {
 fn delete(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> {
     let opts = match delete_options(call) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let check = pod_removal_check(&call.identity, "delete");
     let no_check = |_: &Value| Ok(());
-    let check: &dyn Fn(&Value) -> Result<(), StoreError> = if t.rt.key == "pods" { &check } else { &no_check };
-    match app.store.delete_rt(t.rt, t.namespace.as_deref(), name, &opts, check) {
+    let check: &dyn Fn(&Value) -> Result<(), StoreError> = if t.rt.key == "pods" {
+        &check
+    } else {
+        &no_check
+    };
+    match app
+        .store
+        .delete_rt(t.rt, t.namespace.as_deref(), name, &opts, check)
+    {
         Ok((obj, _gone)) if t.rt.key == "pods" => value_response(StatusCode::OK, &obj),
         Ok((obj, _)) => {
             let details = Details {
@@ -912,12 +1011,16 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
     };
     let body = match parse_body(call) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let Some(body_name) = body.pointer("/metadata/name").and_then(Value::as_str)
         && body_name != name
     {
-        return failure(400, "name in URL does not match name in Eviction object", None);
+        return failure(
+            400,
+            "name in URL does not match name in Eviction object",
+            None,
+        );
     }
     let grace = body
         .pointer("/deleteOptions/gracePeriodSeconds")
@@ -930,12 +1033,17 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
     let check = |pod: &Value| {
         node_rule(pod)?;
         if let Some(uid) = &precondition {
-            let actual = pod.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+            let actual = pod
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("");
             if uid != actual {
                 return Err(StoreError::Conflict {
                     resource: "pods".into(),
                     name: name.into(),
-                    message: format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"),
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
                 });
             }
         }
@@ -965,12 +1073,15 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
                 status_body(
                     429,
                     Some("TooManyRequests"),
-                    Some("Cannot evict pod as it would violate the pod's disruption budget.".into()),
+                    Some(
+                        "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                    ),
                     Some(details),
                 ),
             );
             if let Some(secs) = app.faults.eviction_retry_after() {
-                resp.headers_mut().insert("Retry-After", HeaderValue::from(secs));
+                resp.headers_mut()
+                    .insert("Retry-After", HeaderValue::from(secs));
             }
             resp
         }
@@ -1000,7 +1111,7 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
 fn self_subject_access_review(call: &Call) -> Response<Body> {
     let body = match parse_body(call) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let (allowed, reason) = match spec.get("resourceAttributes") {
@@ -1017,7 +1128,9 @@ fn self_subject_access_review(call: &Call) -> Response<Body> {
             let ok = auth::allowed(&call.identity, &attrs);
             let reason = if ok {
                 match &call.identity {
-                    Identity::Admin => "allowed: the fake's admin identity may do anything".to_string(),
+                    Identity::Admin => {
+                        "allowed: the fake's admin identity may do anything".to_string()
+                    }
                     Identity::Node(_) => "allowed by the fake's system:node rules".to_string(),
                 }
             } else {

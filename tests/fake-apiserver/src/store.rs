@@ -229,10 +229,16 @@ fn stale(rt: &ResourceType, name: &str) -> StoreError {
 }
 
 fn termination_delay(pod: &Value, grace: i64) -> Duration {
-    let simulated = str_at(pod, &format!("/metadata/annotations/{}", TERMINATION_ANNOTATION.replace('/', "~1")))
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .unwrap_or(0.0);
+    let simulated = str_at(
+        pod,
+        &format!(
+            "/metadata/annotations/{}",
+            TERMINATION_ANNOTATION.replace('/', "~1")
+        ),
+    )
+    .and_then(|s| s.trim().parse::<f64>().ok())
+    .filter(|s| s.is_finite() && *s >= 0.0)
+    .unwrap_or(0.0);
     Duration::from_secs_f64(simulated.min(grace as f64))
 }
 
@@ -432,16 +438,27 @@ impl Store {
         if rt.namespaced {
             let ns = namespace
                 .map(str::to_string)
-                .or_else(|| meta.get("namespace").and_then(Value::as_str).map(str::to_string))
+                .or_else(|| {
+                    meta.get("namespace")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
                 .unwrap_or_else(|| "default".into());
             meta.insert("namespace".into(), Value::String(ns));
         } else {
             meta.remove("namespace");
         }
-        if meta.get("name").and_then(Value::as_str).is_none_or(str::is_empty)
+        if meta
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
             && let Some(prefix) = meta.get("generateName").and_then(Value::as_str)
         {
-            let suffix: String = uid.chars().filter(char::is_ascii_alphanumeric).take(5).collect();
+            let suffix: String = uid
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(5)
+                .collect();
             let name = format!("{prefix}{suffix}");
             meta.insert("name".into(), Value::String(name));
         }
@@ -449,7 +466,8 @@ impl Store {
         meta.entry("creationTimestamp")
             .or_insert_with(|| Value::String(timestamp(Duration::ZERO)));
         meta.entry("generation").or_insert(json!(1));
-        if rt.kind == "Pod" && rt.group.is_empty()
+        if rt.kind == "Pod"
+            && rt.group.is_empty()
             && let Value::Object(m) = obj
         {
             let spec = m.entry("spec").or_insert_with(|| json!({}));
@@ -548,7 +566,12 @@ impl Store {
     }
 
     /// Removes an object at once (no grace period), as a force delete does.
-    pub fn remove(&self, kind: &str, namespace: Option<&str>, name: &str) -> Result<Value, StoreError> {
+    pub fn remove(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, StoreError> {
         let rt = resolve(kind)?;
         let key = key_of(rt, namespace, name);
         self.write(|st, live| {
@@ -558,7 +581,12 @@ impl Store {
     }
 
     /// Marks a pod Running with Ready=True (or Ready=False), as its kubelet would report.
-    pub fn set_pod_ready(&self, namespace: &str, name: &str, ready: bool) -> Result<Value, StoreError> {
+    pub fn set_pod_ready(
+        &self,
+        namespace: &str,
+        name: &str,
+        ready: bool,
+    ) -> Result<Value, StoreError> {
         self.modify("Pod", Some(namespace), name, |pod| {
             set_pod_ready_in(pod, ready);
         })
@@ -586,7 +614,12 @@ impl Store {
     }
 
     /// Removes the taints with `key` (and `effect`, when given) from a node.
-    pub fn remove_node_taint(&self, node: &str, key: &str, effect: Option<&str>) -> Result<Value, StoreError> {
+    pub fn remove_node_taint(
+        &self,
+        node: &str,
+        key: &str,
+        effect: Option<&str>,
+    ) -> Result<Value, StoreError> {
         self.modify("Node", None, node, |n| {
             let taints = taints_mut(n);
             taints.retain(|t| {
@@ -614,13 +647,22 @@ impl Store {
 
     // ---------------------------------------------------------------- the verbs the server uses
 
-    pub(crate) fn get_rt(&self, rt: &ResourceType, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, StoreError> {
+    pub(crate) fn get_rt(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<Value>, StoreError> {
         self.lock()
             .get(rt, &key_of(rt, namespace, name))
             .ok_or_else(|| not_found(rt, name))
     }
 
-    pub(crate) fn list_rt(&self, rt: &ResourceType, q: &ListQuery<'_>) -> Result<ListPage, StoreError> {
+    pub(crate) fn list_rt(
+        &self,
+        rt: &ResourceType,
+        q: &ListQuery<'_>,
+    ) -> Result<ListPage, StoreError> {
         let state = self.lock();
         let rv = state.rv;
         let start: Key = match q.continue_token {
@@ -648,7 +690,9 @@ impl Store {
             if q.namespace.is_some_and(|ns| ns != key.0) {
                 continue;
             }
-            if q.fields.is_some_and(|f| !f.matches(obj)) || q.labels.is_some_and(|l| !l.matches_object(obj)) {
+            if q.fields.is_some_and(|f| !f.matches(obj))
+                || q.labels.is_some_and(|l| !l.matches_object(obj))
+            {
                 continue;
             }
             if q.limit.is_some_and(|l| items.len() >= l) {
@@ -658,7 +702,11 @@ impl Store {
             last = Some(key);
             items.push(obj.clone());
         }
-        let continue_token = if more > 0 { last.map(encode_continue) } else { None };
+        let continue_token = if more > 0 {
+            last.map(encode_continue)
+        } else {
+            None
+        };
         Ok(ListPage {
             items,
             resource_version: rv,
@@ -667,7 +715,12 @@ impl Store {
         })
     }
 
-    pub(crate) fn create_rt(&self, rt: &'static ResourceType, namespace: Option<&str>, mut obj: Value) -> Result<Arc<Value>, StoreError> {
+    pub(crate) fn create_rt(
+        &self,
+        rt: &'static ResourceType,
+        namespace: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Arc<Value>, StoreError> {
         self.prepare_new(rt, namespace, &mut obj);
         let name = str_at(&obj, "/metadata/name").unwrap_or("").to_string();
         if name.is_empty() {
@@ -764,7 +817,8 @@ impl Store {
             let old = match st.get(rt, &key) {
                 Some(old) => old,
                 None if patch_type == PatchType::Apply && !status_only => {
-                    let mut obj = patch::apply_patch(&json!({}), patch_type, body).map_err(patch_err)?;
+                    let mut obj =
+                        patch::apply_patch(&json!({}), patch_type, body).map_err(patch_err)?;
                     meta_mut(&mut obj).insert("name".into(), Value::String(name.into()));
                     self.prepare_new(rt, namespace, &mut obj);
                     check(&Value::Null, &obj)?;
@@ -851,7 +905,9 @@ impl Store {
         let pdb_rt = resolve("PodDisruptionBudget")?;
         let key = key_of(pod_rt, Some(namespace), name);
         self.write(|st, live| {
-            let pod = st.get(pod_rt, &key).ok_or_else(|| not_found(pod_rt, name))?;
+            let pod = st
+                .get(pod_rt, &key)
+                .ok_or_else(|| not_found(pod_rt, name))?;
             check(&pod)?;
             let pdbs: Vec<Arc<Value>> = st
                 .tables
@@ -981,7 +1037,10 @@ fn delete_pod(
         grace = 0;
     }
     if grace == 0 {
-        return (st.commit(live, rt, key, (**pod).clone(), ChangeKind::Deleted), true);
+        return (
+            st.commit(live, rt, key, (**pod).clone(), ChangeKind::Deleted),
+            true,
+        );
     }
     if pdb::is_terminating(pod) {
         // Already terminating: the running timer finishes it.
@@ -1009,7 +1068,11 @@ fn delete_pod(
 /// Keeps what a client cannot change: name, namespace, uid, creationTimestamp,
 /// deletionTimestamp and deletionGracePeriodSeconds.
 fn keep_identity(old: &Value, new: &mut Value) {
-    let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    let old_meta = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     let meta = meta_mut(new);
     for field in [
         "name",
@@ -1120,7 +1183,9 @@ pub fn set_pod_ready_in(pod: &mut Value, ready: bool) {
     if !status.is_object() {
         *status = json!({});
     }
-    let Value::Object(status) = status else { return };
+    let Value::Object(status) = status else {
+        return;
+    };
     status.insert("phase".into(), json!("Running"));
     let now = timestamp(Duration::ZERO);
     let flag = if ready { "True" } else { "False" };
@@ -1145,7 +1210,7 @@ fn encode_continue(key: &Key) -> String {
 }
 
 fn decode_continue(token: &str) -> Option<Key> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
