@@ -1,6 +1,7 @@
 //! kube-shutdown-drain: drains a Kubernetes node through the Eviction API when systemd-logind
 //! announces a shutdown, and restores what it changed on the next boot.
 
+pub mod cli;
 pub mod client;
 pub mod config;
 pub mod daemon;
@@ -8,6 +9,7 @@ pub mod drain;
 pub mod engine;
 pub mod events;
 pub mod filters;
+pub mod logging;
 pub mod node;
 pub mod plan;
 pub mod report;

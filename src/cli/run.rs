@@ -1,0 +1,39 @@
+//! `run`: the daemon the systemd unit starts (Type=notify). Applies the test-only boot-ID
+//! override and hands over to `daemon::service`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::daemon::{logind, service};
+
+/// Names a file to read the boot ID from instead of `/proc/sys/kernel/random/boot_id`. Only the
+/// tests and the demo set it, to simulate a reboot without one.
+pub const BOOT_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
+
+/// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
+pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
+    let settings = match std::env::var_os(BOOT_ID_FILE_ENV) {
+        Some(path) => {
+            let mut changed = Settings::clone(&settings);
+            changed.boot_id_path = PathBuf::from(path);
+            tracing::warn!(
+                "reading the boot ID from {} ({BOOT_ID_FILE_ENV} is set; tests only)",
+                changed.boot_id_path.display()
+            );
+            Arc::new(changed)
+        }
+        None => settings,
+    };
+    tracing::info!(
+        "starting for node {} (config {}, system bus {})",
+        settings.node_name,
+        settings.source.as_ref().map_or_else(
+            || "built-in defaults".to_owned(),
+            |p| p.display().to_string()
+        ),
+        logind::system_bus_address()
+    );
+    service::run(settings, logind::system_bus_address()).await?;
+    Ok(0)
+}
