@@ -265,3 +265,158 @@ fn merge_list(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node() -> Value {
+        json!({
+            "metadata": {"name": "node-a", "labels": {"a": "1"}, "finalizers": ["x"]},
+            "spec": {"taints": [
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+            ]},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "MemoryPressure", "status": "False"}
+            ]}
+        })
+    }
+
+    fn smp(doc: &Value, patch: Value) -> Value {
+        apply_patch(doc, PatchType::Strategic, patch.to_string().as_bytes()).expect("patch applies")
+    }
+
+    #[test]
+    fn strategic_merge_replaces_taints_wholesale_and_null_deletes() {
+        let out = smp(
+            &node(),
+            json!({"spec": {"taints": [{"key": "k", "effect": "NoExecute"}]}}),
+        );
+        assert_eq!(
+            out["spec"]["taints"],
+            json!([{"key": "k", "effect": "NoExecute"}])
+        );
+        let out = smp(&node(), json!({"spec": {"unschedulable": true}}));
+        assert_eq!(out["spec"]["unschedulable"], json!(true));
+        assert_eq!(out["spec"]["taints"], node()["spec"]["taints"]);
+        let out = smp(&out, json!({"spec": {"unschedulable": null}}));
+        assert!(out["spec"].get("unschedulable").is_none());
+        let out = smp(
+            &node(),
+            json!({"metadata": {"labels": {"a": null, "b": "2"}}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({"b": "2"}));
+    }
+
+    #[test]
+    fn strategic_merge_merges_keyed_lists_and_honours_directives() {
+        let out = smp(
+            &node(),
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+        );
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "False"}, {"type": "MemoryPressure", "status": "False"}])
+        );
+        let out = smp(
+            &node(),
+            json!({"status": {"conditions": [{"type": "MemoryPressure", "$patch": "delete"}]}}),
+        );
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}])
+        );
+        let out = smp(
+            &node(),
+            json!({"status": {"conditions": [{"$patch": "replace"}, {"type": "X", "status": "True"}]}}),
+        );
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "X", "status": "True"}])
+        );
+        let out = smp(&node(), json!({"metadata": {"finalizers": ["y", "x"]}}));
+        assert_eq!(out["metadata"]["finalizers"], json!(["x", "y"]));
+        let out = smp(
+            &node(),
+            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["x"]}}),
+        );
+        assert_eq!(out["metadata"]["finalizers"], json!([]));
+        let out = smp(
+            &node(),
+            json!({"metadata": {"labels": {"$patch": "replace", "c": "3"}}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({"c": "3"}));
+        let out = smp(
+            &node(),
+            json!({"spec": {"$retainKeys": ["unschedulable"], "unschedulable": true}}),
+        );
+        assert_eq!(out["spec"], json!({"unschedulable": true}));
+        let out = smp(
+            &node(),
+            json!({"spec": {"$setElementOrder/taints": [{"key": "k"}], "unschedulable": true}}),
+        );
+        assert!(out["spec"].get("$setElementOrder/taints").is_none());
+        assert!(apply_patch(&node(), PatchType::Strategic, b"[1]").is_err());
+        assert!(matches!(
+            apply_patch(
+                &node(),
+                PatchType::Strategic,
+                br#"{"status":{"conditions":[{"status":"x"}]}}"#
+            ),
+            Err(PatchError::Strategic(_))
+        ));
+    }
+
+    #[test]
+    fn json_patch_test_op_guards_and_fails() {
+        let guarded = json!([
+            {"op": "test", "path": "/spec/taints/0/key", "value": "node.kubernetes.io/not-ready"},
+            {"op": "add", "path": "/spec/taints/-", "value": {"key": "k", "effect": "NoSchedule"}}
+        ]);
+        let out = apply_patch(&node(), PatchType::Json, guarded.to_string().as_bytes())
+            .expect("test passes");
+        assert_eq!(out["spec"]["taints"].as_array().map(Vec::len), Some(2));
+        let failing = json!([{"op": "test", "path": "/spec/taints/0/key", "value": "other"}]);
+        assert!(matches!(
+            apply_patch(&node(), PatchType::Json, failing.to_string().as_bytes()),
+            Err(PatchError::JsonPatch(_))
+        ));
+        assert!(matches!(
+            apply_patch(&node(), PatchType::Json, b"{}"),
+            Err(PatchError::Body { .. })
+        ));
+    }
+
+    #[test]
+    fn merge_patch_replaces_lists_and_apply_reads_yaml() {
+        let out = apply_patch(
+            &node(),
+            PatchType::Merge,
+            br#"{"spec":{"taints":null},"metadata":{"labels":{"b":"2"}}}"#,
+        )
+        .expect("merge applies");
+        assert!(out["spec"].get("taints").is_none());
+        assert_eq!(out["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        let out = apply_patch(
+            &node(),
+            PatchType::Merge,
+            br#"{"status":{"conditions":[{"type":"Ready"}]}}"#,
+        )
+        .expect("merge applies");
+        assert_eq!(out["status"]["conditions"], json!([{"type": "Ready"}]));
+        let out = apply_patch(&node(), PatchType::Apply, b"spec:\n  unschedulable: true\n")
+            .expect("apply applies");
+        assert_eq!(out["spec"]["unschedulable"], json!(true));
+        assert!(matches!(
+            PatchType::from_content_type("text/plain"),
+            Err(PatchError::ContentType(_))
+        ));
+        assert_eq!(
+            PatchType::from_content_type("application/strategic-merge-patch+json; charset=utf-8")
+                .ok(),
+            Some(PatchType::Strategic)
+        );
+    }
+}

@@ -230,3 +230,138 @@ pub fn verdict(pod: &Value, budgets: &[(&Value, Budget)]) -> Verdict {
         blocked()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, phase: &str, ready: bool, terminating: bool) -> Value {
+        let mut p = json!({
+            "metadata": {"name": name, "namespace": "work", "labels": {"app": "web"}},
+            "status": {"phase": phase, "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        });
+        if terminating {
+            p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        p
+    }
+
+    fn budget(spec: Value, pods: &[Value]) -> Budget {
+        let pdb = json!({"metadata": {"name": "b", "namespace": "work"}, "spec": spec});
+        let refs: Vec<&Value> = pods.iter().collect();
+        compute(&pdb, &refs).expect("valid pdb")
+    }
+
+    fn healthy(n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| pod(&format!("p{i}"), "Running", true, false))
+            .collect()
+    }
+
+    #[test]
+    fn min_available_integer_and_percentage() {
+        let b = budget(json!({"minAvailable": 2}), &healthy(3));
+        assert_eq!(
+            (b.desired_healthy, b.current_healthy, b.disruptions_allowed),
+            (2, 3, 1)
+        );
+        let b = budget(json!({"minAvailable": 3}), &healthy(3));
+        assert_eq!(b.disruptions_allowed, 0);
+        // 50% of 3 rounds up to 2.
+        let b = budget(json!({"minAvailable": "50%"}), &healthy(3));
+        assert_eq!((b.desired_healthy, b.disruptions_allowed), (2, 1));
+        let b = budget(json!({"minAvailable": "100%"}), &healthy(4));
+        assert_eq!(b.disruptions_allowed, 0);
+    }
+
+    #[test]
+    fn max_unavailable_integer_and_percentage() {
+        let b = budget(json!({"maxUnavailable": 1}), &healthy(4));
+        assert_eq!(
+            (b.expected_pods, b.desired_healthy, b.disruptions_allowed),
+            (4, 3, 1)
+        );
+        // 30% of 4 = 1.2 rounds up to 2 unavailable: 2 needed healthy.
+        let b = budget(json!({"maxUnavailable": "30%"}), &healthy(4));
+        assert_eq!((b.desired_healthy, b.disruptions_allowed), (2, 2));
+        let b = budget(json!({"maxUnavailable": 0}), &healthy(2));
+        assert_eq!(b.disruptions_allowed, 0);
+        assert!(matches!(
+            compute(
+                &json!({"metadata": {"name": "b"}, "spec": {"maxUnavailable": "lots"}}),
+                &[]
+            ),
+            Err(PdbError::IntOrPercent {
+                field: "spec.maxUnavailable",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn unready_pending_and_terminating_pods_are_not_healthy() {
+        let pods = vec![
+            pod("a", "Running", true, false),
+            pod("b", "Running", false, false),
+            pod("c", "Pending", false, false),
+            pod("d", "Running", true, true),
+        ];
+        let b = budget(json!({"minAvailable": 1}), &pods);
+        assert_eq!(
+            (b.expected_pods, b.current_healthy, b.disruptions_allowed),
+            (4, 1, 0)
+        );
+    }
+
+    #[test]
+    fn verdicts_follow_the_eviction_handler() {
+        let pdb = json!({"metadata": {"name": "guarded-pdb", "namespace": "work"}, "spec": {"minAvailable": 1}});
+        let one = healthy(1);
+        let b = budget(json!({"minAvailable": 1}), &one);
+        assert_eq!(
+            verdict(&one[0], &[(&pdb, b)]),
+            Verdict::Blocked {
+                pdb: "guarded-pdb".into(),
+                desired_healthy: 1,
+                current_healthy: 1
+            }
+        );
+        let two = healthy(2);
+        let b2 = budget(json!({"minAvailable": 1}), &two);
+        assert_eq!(verdict(&two[0], &[(&pdb, b2)]), Verdict::Evict);
+        assert_eq!(
+            verdict(&two[0], &[(&pdb, b2), (&pdb, b2)]),
+            Verdict::TooManyBudgets
+        );
+        assert_eq!(verdict(&two[0], &[]), Verdict::Evict);
+        // Terminating and pending pods skip the budget.
+        assert_eq!(
+            verdict(&pod("t", "Running", true, true), &[(&pdb, b)]),
+            Verdict::Evict
+        );
+        assert_eq!(
+            verdict(&pod("p", "Pending", false, false), &[(&pdb, b)]),
+            Verdict::Evict
+        );
+        // An unready running pod goes when the budget is met, not when it is short.
+        let unready = pod("u", "Running", false, false);
+        assert_eq!(verdict(&unready, &[(&pdb, b)]), Verdict::Evict);
+        let short = budget(json!({"minAvailable": 2}), &one);
+        assert!(matches!(
+            verdict(&unready, &[(&pdb, short)]),
+            Verdict::Blocked { .. }
+        ));
+        let always = json!({"metadata": {"name": "x"}, "spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}});
+        assert_eq!(verdict(&unready, &[(&always, short)]), Verdict::Evict);
+    }
+
+    #[test]
+    fn selectors_scope_to_the_namespace_and_nil_matches_nothing() {
+        let p = pod("a", "Running", true, false);
+        let pdb = |ns: &str, sel: Value| json!({"metadata": {"name": "b", "namespace": ns}, "spec": {"selector": sel}});
+        assert!(covers(&pdb("work", json!({"matchLabels": {"app": "web"}})), &p).expect("valid"));
+        assert!(!covers(&pdb("other", json!({"matchLabels": {"app": "web"}})), &p).expect("valid"));
+        assert!(covers(&pdb("work", json!({})), &p).expect("valid"));
+        assert!(!covers(&pdb("work", Value::Null), &p).expect("valid"));
+    }
+}

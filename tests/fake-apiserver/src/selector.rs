@@ -315,3 +315,107 @@ pub fn field_value(object: &Value, field: &str) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn labels(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn label_operators_match_as_apimachinery_documents() {
+        let l = labels(json!({"app": "web", "tier": "front", "n": "5"}));
+        let cases = [
+            ("app=web", true),
+            ("app==web", true),
+            ("app=db", false),
+            ("app!=db", true),
+            ("missing!=x", true),
+            ("app in (web,db)", true),
+            ("app in (db)", false),
+            ("app notin (db, cache)", true),
+            ("missing notin (a)", true),
+            ("app notin (web)", false),
+            ("app", true),
+            ("missing", false),
+            ("!missing", true),
+            ("!app", false),
+            ("n>4", true),
+            ("n<5", false),
+            ("missing>1", false),
+            ("app=web,tier in (front,back),!canary", true),
+            ("app=web,tier=back", false),
+            ("", true),
+        ];
+        for (sel, want) in cases {
+            let parsed = LabelSelector::parse(sel).unwrap_or_else(|e| panic!("{sel}: {e}"));
+            assert_eq!(parsed.matches(Some(&l)), want, "selector {sel:?}");
+        }
+        assert!(LabelSelector::parse("drain!=skip").is_ok_and(|s| s.matches(None)));
+    }
+
+    #[test]
+    fn malformed_label_selectors_are_rejected_with_the_term() {
+        for bad in ["app in web", "=x", "app in ()", "a,,b", "n>x", "app ~ x"] {
+            let err = LabelSelector::parse(bad).expect_err(bad);
+            assert!(err.to_string().contains("label selector"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn selector_objects_cover_match_labels_and_expressions() {
+        let sel = LabelSelector::from_object(&json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["front"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+                {"key": "zone", "operator": "NotIn", "values": ["b"]},
+                {"key": "team", "operator": "Exists"}
+            ]
+        }))
+        .expect("valid selector");
+        let ok = labels(json!({"app": "web", "tier": "front", "team": "x", "zone": "a"}));
+        assert!(sel.matches(Some(&ok)));
+        let mut canary = ok.clone();
+        canary.insert("canary".into(), json!("1"));
+        assert!(!sel.matches(Some(&canary)));
+        let mut no_team = ok.clone();
+        no_team.remove("team");
+        assert!(!sel.matches(Some(&no_team)));
+        assert!(
+            LabelSelector::from_object(
+                &json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})
+            )
+            .is_err()
+        );
+        assert!(LabelSelector::from_object(&json!({})).is_ok_and(|s| s.matches(None)));
+    }
+
+    #[test]
+    fn field_selectors_compare_strings_and_reject_unknown_fields() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "work"},
+                         "spec": {"nodeName": "node-a", "hostNetwork": true},
+                         "status": {"phase": "Running"}});
+        let accepts = |f: &str| f != "spec.bogus";
+        let m = |s: &str| FieldSelector::parse(s, accepts).expect(s).matches(&pod);
+        assert!(m("spec.nodeName=node-a"));
+        assert!(m("spec.nodeName==node-a,status.phase!=Succeeded"));
+        assert!(!m("spec.nodeName!=node-a"));
+        assert!(m("metadata.name=p,metadata.namespace=work"));
+        assert!(m("spec.hostNetwork=true"));
+        assert!(m("spec.schedulerName="));
+        assert!(!m("status.phase=Pending"));
+        assert_eq!(
+            FieldSelector::parse("spec.bogus=1", accepts),
+            Err(SelectorError::UnsupportedField {
+                field: "spec.bogus".into()
+            })
+        );
+        assert!(FieldSelector::parse("spec.nodeName", accepts).is_err());
+        let sel = FieldSelector::parse("spec.nodeName=node-a", accepts).expect("valid");
+        assert_eq!(sel.required("spec.nodeName"), Some("node-a"));
+    }
+}
