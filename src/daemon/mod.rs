@@ -2,4 +2,6 @@
 
 pub mod budget;
 pub mod logind;
+pub mod restore;
+pub mod service;
 pub mod status;

@@ -47,7 +47,9 @@ class Shutdown:
         self.result_file = result_file
         self.metadata = metadata
         self.locks = {}  # read-end fd -> (what, who, why, mode, uid, pid)
-        self.started = None  # monotonic time of PrepareForShutdown(true), while waiting
+        self.started = None  # monotonic time of the last PrepareForShutdown(true)
+        self.waiting = False  # logind waits for delay locks (between the signal and the outcome)
+        self.preparing = False  # a shutdown was announced and not cancelled
         self.kind = None
         self.locks_at_start = 0
         self.timer = None
@@ -70,7 +72,7 @@ class Shutdown:
             GLib.source_remove(self.timer)
             self.timer = None
         self.record(outcome)
-        self.started = None
+        self.waiting = False
 
 
 def state(mock):
@@ -83,6 +85,8 @@ def load(mock, parameters):
         parameters.get('result_file'),
         bool(parameters.get('metadata', True)),
     )
+    # Started "mid-shutdown": announced before this fake came up, no timer of its own.
+    mock.fake_logind_shutdown.preparing = bool(parameters.get('PreparingForShutdown', False))
     mock.AddProperties(MAIN_IFACE, dbus.Dictionary({
         'InhibitDelayMaxUSec': dbus.UInt64(int(parameters.get('InhibitDelayMaxUSec', DEFAULT_DELAY_MAX_USEC))),
         'PreparingForShutdown': dbus.Boolean(bool(parameters.get('PreparingForShutdown', False))),
@@ -116,7 +120,7 @@ def Inhibit(self, what, who, why, mode, sender=None):
     def hung_up(fd, _condition):
         shutdown.locks.pop(fd, None)
         os.close(fd)
-        if shutdown.started is not None and not shutdown.delay_locks():
+        if shutdown.waiting and not shutdown.delay_locks():
             shutdown.finish('released')
         return False
 
@@ -135,10 +139,12 @@ def ListInhibitors(self):
 
 def start_shutdown(mock, kind):
     shutdown = state(mock)
-    if shutdown.started is not None:
+    if shutdown.preparing:
         raise dbus.exceptions.DBusException('a shutdown is already being prepared',
                                             name='org.freedesktop.login1.OperationInProgress')
     shutdown.started = time.monotonic()
+    shutdown.waiting = True
+    shutdown.preparing = True
     shutdown.kind = kind
     shutdown.locks_at_start = len(shutdown.delay_locks())
     mock.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(True)})
@@ -170,12 +176,18 @@ def PowerOff(self, _interactive):
 
 @dbus.service.method(MOCK_IFACE, in_signature='', out_signature='')
 def CancelShutdown(self):
-    '''Cancels the shutdown being prepared, as `shutdown -c` does for a scheduled one.'''
+    '''Cancels the shutdown being prepared: while logind waits for delay locks (as `shutdown -c`
+    does for a scheduled one) or after (as logind does when the shutdown job cannot be queued).'''
     shutdown = state(self)
-    if shutdown.started is None:
+    if not shutdown.preparing:
         raise dbus.exceptions.DBusException('no shutdown is being prepared',
                                             name='org.freedesktop.login1.NoShutdown')
-    shutdown.finish('cancelled')
+    if shutdown.timer is not None:
+        GLib.source_remove(shutdown.timer)
+        shutdown.timer = None
+    shutdown.waiting = False
+    shutdown.preparing = False
+    shutdown.record('cancelled')
     self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
     if shutdown.metadata:
         self.EmitSignal(MAIN_IFACE, 'PrepareForShutdownWithMetadata', 'ba{sv}',
@@ -191,6 +203,8 @@ def SimulateBoot(self):
         GLib.source_remove(shutdown.timer)
         shutdown.timer = None
     shutdown.started = None
+    shutdown.waiting = False
+    shutdown.preparing = False
     shutdown.kind = None
     self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
 

@@ -1,0 +1,110 @@
+//! Undoing what a prepare did: after a reboot (the marker names another boot ID) and after a
+//! cancelled shutdown. Runs as its own task beside the lock, retries until it succeeds, and is
+//! aborted when a new shutdown starts (the drain then owns the node).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Settings;
+use crate::daemon::status::Status;
+use crate::engine::{Engine, Error, RestoreOutcome};
+
+/// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between restore attempts: an API server that is down for long is retried twice
+/// a minute, which costs nothing and puts the node back soon after it returns.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Why a restore runs; it decides which markers are ours to undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Daemon start: undo only a marker written in another boot, after the Node is Ready.
+    Boot,
+    /// `PrepareForShutdown(false)`: undo the marker this boot's prepare wrote, at once.
+    Cancel,
+}
+
+/// Restores the node, retrying with a doubling backoff until an attempt succeeds.
+#[tracing::instrument(skip_all, fields(node = %settings.node_name, trigger = ?trigger))]
+pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger: Trigger) {
+    let node = settings.node_name.clone();
+    let mut wait = RETRY_FIRST;
+    loop {
+        match attempt(&settings, &status, trigger).await {
+            Ok(()) => {
+                status.set_restore(None);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "restoring node {node} failed: {e}; retrying in {} s",
+                    wait.as_secs()
+                );
+                status.set_restore(Some(format!("restore of node {node} failing: {e}")));
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) -> Result<(), Error> {
+    let node = &settings.node_name;
+    // A fresh engine per attempt: the client lives only while the restore runs.
+    let engine = Engine::new(settings.clone())?;
+    let Some(marker) = engine.marker().await? else {
+        tracing::info!("node {node} carries no marker of ours; nothing to restore");
+        return Ok(());
+    };
+    if trigger == Trigger::Boot {
+        let boot_id = engine.boot_id()?;
+        if marker.boot_id == boot_id {
+            tracing::info!(
+                "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
+                 that wrote it"
+            );
+            return Ok(());
+        }
+        let limit = settings.daemon.restore_ready_timeout;
+        status.set_restore(Some(format!(
+            "waiting up to {} s for node {node} to be Ready before restoring",
+            limit.as_secs()
+        )));
+        tracing::info!(
+            "node {node} carries our marker from boot {}; waiting up to {} s for it to be Ready",
+            marker.boot_id,
+            limit.as_secs()
+        );
+        let deadline = tokio::time::Instant::now() + limit;
+        if let Err(e) = engine.wait_ready(deadline).await {
+            tracing::warn!("node {node} is not Ready ({e}); restoring it anyway");
+        }
+    }
+    status.set_restore(Some(format!("restoring node {node}")));
+    let outcome = engine.restore().await?;
+    tracing::info!("restored node {node}: {}", describe(&outcome));
+    Ok(())
+}
+
+/// "uncordoned, taint removed" and the like, for the journal.
+fn describe(outcome: &RestoreOutcome) -> String {
+    let cordon = if outcome.uncordoned {
+        "uncordoned"
+    } else if outcome.left_cordon_alone {
+        "someone else had already uncordoned it"
+    } else {
+        "left cordoned as it was before us"
+    };
+    let taint = if outcome.untainted {
+        "taint removed"
+    } else {
+        "no taint of ours to remove"
+    };
+    match &outcome.marker {
+        Some(marker) => format!(
+            "{cordon}, {taint}, marker from boot {} removed",
+            marker.boot_id
+        ),
+        None => "no marker of ours was left".to_owned(),
+    }
+}

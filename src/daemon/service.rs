@@ -1,0 +1,444 @@
+//! The daemon's main loop: connect to logind, hold the delay lock, drain on
+//! `PrepareForShutdown(true)` within the one budget, release the lock the moment the drain ends,
+//! restore on cancel and after boot, reconnect when the bus goes away, stop on SIGTERM.
+//!
+//! While waiting the loop sleeps on three things only: logind's signals, the bus connection and
+//! the stop signals. No timer runs unless a reconnect or a restore is pending.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::Settings;
+use crate::daemon::budget::{self, Budget, seconds};
+use crate::daemon::logind::{
+    InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals,
+};
+use crate::daemon::restore::{self, Trigger};
+use crate::daemon::status::Status;
+use crate::engine::Engine;
+use crate::report::Report;
+
+/// First wait before trying logind again after a failure that was not a lost connection
+/// (logind absent, lock refused); doubled up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+/// Longest wait between attempts to get the lock back.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// The daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot install the SIGTERM/SIGINT handlers: {source}")]
+    Signals { source: std::io::Error },
+}
+
+/// Whether the loop goes on after a step.
+enum Flow {
+    Continue,
+    Stop,
+}
+
+/// SIGTERM or SIGINT: the service manager (or a terminal) wants the daemon gone.
+struct StopSignals {
+    term: Signal,
+    int: Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<StopSignals, DaemonError> {
+        let term =
+            signal(SignalKind::terminate()).map_err(|source| DaemonError::Signals { source })?;
+        let int =
+            signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signals { source })?;
+        Ok(StopSignals { term, int })
+    }
+
+    /// Resolves with the signal's name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "sigterm",
+            _ = self.int.recv() => "sigint",
+        }
+    }
+}
+
+/// The loop's state across bus connections.
+struct Daemon {
+    settings: Arc<Settings>,
+    bus_address: String,
+    status: Status,
+    stop: StopSignals,
+    /// The lock. Replaced (new one first, then the old one dropped) after a reconnect; taken
+    /// out and dropped the moment a drain ends.
+    lock: Option<InhibitorLock>,
+    /// The running restore, aborted when a shutdown starts.
+    restore: Option<JoinHandle<()>>,
+    ready_sent: bool,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
+/// (`logind::system_bus_address()` in production).
+pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), DaemonError> {
+    let stop = StopSignals::install()?;
+    let status = Status::default();
+    let node = settings.node_name.clone();
+    status.set(format!(
+        "starting: taking the logind inhibitor for node {node}"
+    ));
+    let mut daemon = Daemon {
+        restore: None,
+        settings,
+        bus_address,
+        status,
+        stop,
+        lock: None,
+        ready_sent: false,
+    };
+    // The boot restore runs beside the lock, never before it.
+    daemon.spawn_restore(Trigger::Boot);
+    let result = daemon.run().await;
+    daemon.abort_restore("the daemon stops");
+    if let Some(lock) = daemon.lock.take() {
+        lock.release();
+    }
+    tracing::info!("stopped (node {node})");
+    result
+}
+
+impl Daemon {
+    async fn run(&mut self) -> Result<(), DaemonError> {
+        let mut retry = RETRY_FIRST;
+        loop {
+            let address = self.bus_address.clone();
+            let logind = tokio::select! {
+                logind = Logind::connect_with_backoff(&address) => logind,
+                name = self.stop.recv() => {
+                    tracing::info!("{name} before logind was reached; stopping");
+                    return Ok(());
+                }
+            };
+            match self.serve(&logind).await {
+                Ok(Flow::Stop) => return Ok(()),
+                Ok(Flow::Continue) => {}
+                Err(e) => {
+                    let node = &self.settings.node_name;
+                    let held = if self.lock.is_some() {
+                        "the old inhibitor is kept until a new one is held"
+                    } else {
+                        "no inhibitor is held"
+                    };
+                    tracing::warn!("{e}; reconnecting to logind for node {node} ({held})");
+                    self.status
+                        .set_degraded(Some(format!("logind unreachable: {e}")));
+                    if !matches!(e, LogindError::Disconnected { .. }) {
+                        // Not a lost connection: logind answered badly; do not spin.
+                        tokio::select! {
+                            _ = tokio::time::sleep(retry) => {}
+                            name = self.stop.recv() => {
+                                tracing::info!("{name} while logind was unreachable; stopping");
+                                return Ok(());
+                            }
+                        }
+                        retry = (retry * 2).min(RETRY_MAX);
+                    }
+                    continue;
+                }
+            }
+            retry = RETRY_FIRST;
+        }
+    }
+
+    /// One bus connection's life: budget, subscribe, lock, then wait for logind.
+    async fn serve(&mut self, logind: &Logind) -> Result<Flow, LogindError> {
+        let node = self.settings.node_name.clone();
+        let budget = self.budget(logind).await?;
+        // Subscribe first: a shutdown that starts between the lock and the subscription would
+        // otherwise hold the node's shutdown for logind's whole timer.
+        let mut signals = logind.subscribe().await?;
+        let lock = logind.take_lock(&node).await?;
+        // Only now is an old lock (from before a reconnect) released.
+        self.lock = Some(lock);
+        self.status.set_degraded(budget.warning.as_ref().map(|w| {
+            format!(
+                "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
+                seconds(w.logind_max),
+                seconds(w.needed),
+                seconds(w.clamped_to)
+            )
+        }));
+        if !self.ready_sent {
+            self.status.ready();
+            self.ready_sent = true;
+        }
+        self.set_waiting(&budget);
+        if logind.preparing_for_shutdown().await? {
+            tracing::warn!("logind is already preparing a shutdown; draining node {node} at once");
+            if let Flow::Stop = self.shutdown(logind, &mut signals, None, &budget).await? {
+                return Ok(Flow::Stop);
+            }
+        }
+        loop {
+            tokio::select! {
+                name = self.stop.recv() => {
+                    tracing::info!(
+                        "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
+                    );
+                    return Ok(Flow::Stop);
+                }
+                signal = signals.next() => match signal? {
+                    ShutdownSignal::Started { kind } => {
+                        if let Flow::Stop = self.shutdown(logind, &mut signals, kind, &budget).await? {
+                            return Ok(Flow::Stop);
+                        }
+                    }
+                    ShutdownSignal::Cancelled => tracing::info!(
+                        "logind cancelled a shutdown that never started here; nothing to undo on node {node}"
+                    ),
+                },
+            }
+        }
+    }
+
+    /// Reads logind's maximum delay and computes the budget; says so loudly when clamped.
+    async fn budget(&self, logind: &Logind) -> Result<Budget, LogindError> {
+        let max = logind.inhibit_delay_max().await?;
+        let budget = budget::compute(
+            self.settings.drain.timeout,
+            max,
+            self.settings.daemon.release_margin,
+        );
+        if let Some(warning) = &budget.warning {
+            tracing::error!("{warning}");
+        }
+        Ok(budget)
+    }
+
+    fn set_waiting(&self, budget: &Budget) {
+        self.status.set(format!(
+            "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
+            self.settings.node_name,
+            seconds(budget.drain),
+            seconds(budget.logind_max)
+        ));
+    }
+
+    fn spawn_restore(&mut self, trigger: Trigger) {
+        self.abort_restore("a new restore starts");
+        self.restore = Some(tokio::spawn(restore::restore_until_done(
+            self.settings.clone(),
+            self.status.clone(),
+            trigger,
+        )));
+    }
+
+    fn abort_restore(&mut self, why: &str) {
+        if let Some(task) = self.restore.take()
+            && !task.is_finished()
+        {
+            task.abort();
+            tracing::info!(
+                "stopped the restore of node {}: {why}",
+                self.settings.node_name
+            );
+            self.status.set_restore(None);
+        }
+    }
+
+    /// `PrepareForShutdown(true)`: prepare and drain within the budget, release the lock, then
+    /// wait for the end (SIGTERM) or a cancel (restore, lock again).
+    async fn shutdown(
+        &mut self,
+        logind: &Logind,
+        signals: &mut ShutdownSignals,
+        kind: Option<ShutdownKind>,
+        connect_budget: &Budget,
+    ) -> Result<Flow, LogindError> {
+        // logind's one timer started when it sent the signal; count from here.
+        let started = Instant::now();
+        let node = self.settings.node_name.clone();
+        self.abort_restore("a shutdown starts");
+        // Read again: an admin may have raised InhibitDelayMaxSec since the start.
+        let budget = match self.budget(logind).await {
+            Ok(budget) => budget,
+            Err(e) => {
+                tracing::warn!("{e}; using logind's maximum read at connect time");
+                connect_budget.clone()
+            }
+        };
+        let deadline = started + budget.drain;
+        let what = kind
+            .as_ref()
+            .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
+        tracing::info!(
+            "logind announced a {what}; draining node {node} within {} (logind allows {})",
+            seconds(budget.drain),
+            seconds(budget.logind_max)
+        );
+        self.status.set(format!(
+            "draining node {node} before the {what} (budget {})",
+            seconds(budget.drain)
+        ));
+
+        let drain = drain_node(
+            self.settings.clone(),
+            format!("{what} of the host"),
+            deadline,
+        );
+        tokio::pin!(drain);
+        let mut bus_alive = true;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut drain => break outcome,
+                signal = signals.next(), if bus_alive => match signal {
+                    Ok(ShutdownSignal::Cancelled) => {
+                        tracing::info!(
+                            "logind cancelled the {what} during the drain of node {node}; \
+                             stopping the drain and restoring the node"
+                        );
+                        // The lock is still held: only the node needs undoing.
+                        self.spawn_restore(Trigger::Cancel);
+                        self.set_waiting(&budget);
+                        return Ok(Flow::Continue);
+                    }
+                    Ok(ShutdownSignal::Started { .. }) => {}
+                    Err(e) => {
+                        // The lock's fd does not depend on the bus: keep draining.
+                        tracing::warn!("{e} during the drain of node {node}; the drain goes on");
+                        bus_alive = false;
+                    }
+                },
+                name = self.stop.recv() => {
+                    tracing::warn!(
+                        "{name} during the drain of node {node}; stopping the drain and releasing \
+                         the inhibitor (the node stays cordoned until it is restored)"
+                    );
+                    return Ok(Flow::Stop);
+                }
+            }
+        };
+        // Release first: logind must not wait for our logging, report or events.
+        if let Some(lock) = self.lock.take() {
+            lock.release();
+        }
+        let took = started.elapsed();
+        self.finish_drain(&what, outcome, took);
+        if !bus_alive {
+            return Err(LogindError::Disconnected {
+                address: logind.address().to_owned(),
+            });
+        }
+
+        loop {
+            tokio::select! {
+                name = self.stop.recv() => {
+                    tracing::info!("{name} after the drain of node {node}; stopping");
+                    return Ok(Flow::Stop);
+                }
+                signal = signals.next() => match signal? {
+                    ShutdownSignal::Cancelled => {
+                        tracing::info!(
+                            "logind cancelled the {what}; restoring node {node} and taking the \
+                             inhibitor again"
+                        );
+                        self.spawn_restore(Trigger::Cancel);
+                        let lock = logind.take_lock(&node).await?;
+                        self.lock = Some(lock);
+                        self.set_waiting(&budget);
+                        return Ok(Flow::Continue);
+                    }
+                    ShutdownSignal::Started { .. } => tracing::info!(
+                        "logind announced another shutdown; node {node} is already drained"
+                    ),
+                },
+            }
+        }
+    }
+
+    /// Logs the report and updates the status line. Runs after the release. The engine has
+    /// already stored the report in the state directory and posted the Node Events.
+    fn finish_drain(&self, what: &str, outcome: DrainOutcome, took: Duration) {
+        let node = &self.settings.node_name;
+        let ms = took.as_millis();
+        match outcome {
+            DrainOutcome::Drained(report) => {
+                if report.complete {
+                    tracing::info!(
+                        "drained node {node} for the {what} in {ms} ms; inhibitor released: {}",
+                        report.summary()
+                    );
+                } else {
+                    tracing::error!(
+                        "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
+                         inhibitor released: {}",
+                        report.summary()
+                    );
+                }
+                for error in &report.errors {
+                    tracing::error!("drain of node {node}: {error}");
+                }
+                for line in report.to_text().lines() {
+                    tracing::info!("report for node {node}: {line}");
+                }
+                self.status.set(format!(
+                    "node {node} drained for the {what}; inhibitor released: {}",
+                    report.summary()
+                ));
+            }
+            DrainOutcome::Failed(why) => {
+                tracing::error!(
+                    "the drain of node {node} for the {what} failed after {ms} ms; inhibitor \
+                     released: {why}"
+                );
+                self.status.set(format!(
+                    "the drain of node {node} failed; inhibitor released: {why}"
+                ));
+            }
+        }
+    }
+}
+
+/// How a drain ended.
+enum DrainOutcome {
+    /// The engine ran; the report says how far it got.
+    Drained(Report),
+    /// No drain ran (no client, or the prepare used the whole budget).
+    Failed(String),
+}
+
+/// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
+/// engine's own bound (`Engine::drain` returns by its deadline).
+#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
+async fn drain_node(settings: Arc<Settings>, why: String, deadline: Instant) -> DrainOutcome {
+    let node = settings.node_name.clone();
+    let engine = match Engine::new(settings) {
+        Ok(engine) => engine,
+        Err(e) => return DrainOutcome::Failed(e.to_string()),
+    };
+    match tokio::time::timeout_at(deadline, engine.prepare(&why)).await {
+        Ok(Ok(outcome)) => tracing::info!(
+            "prepared node {node}: marker written{}{}",
+            if outcome.tainted {
+                ", tainted"
+            } else if outcome.taint_forbidden {
+                ", taint forbidden for these credentials"
+            } else {
+                ", taint already present or disabled"
+            },
+            if outcome.cordoned {
+                ", cordoned"
+            } else {
+                ", already cordoned"
+            }
+        ),
+        Ok(Err(e)) => tracing::error!("preparing node {node} failed: {e}; draining it anyway"),
+        Err(_) => {
+            return DrainOutcome::Failed(format!(
+                "preparing node {node} did not finish within the budget"
+            ));
+        }
+    }
+    DrainOutcome::Drained(engine.drain(deadline).await)
+}

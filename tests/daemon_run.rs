@@ -1,0 +1,456 @@
+//! `kube-shutdown-drain run` (the real binary) against a private bus with the fake logind and
+//! the fake API server seeded with the demo's node: one test per item of issue 4's "Done when".
+
+mod daemon_support;
+mod logind;
+
+use std::time::{Duration, Instant};
+
+use daemon_support::{NODE, Setup, World, open_seed, third_web_replica};
+use logind::LogindOptions;
+use nix::sys::signal::Signal;
+
+/// Pods the demo node keeps through a drain: DaemonSet pods, the kube-proxy mirror pod, the
+/// storage agent that tolerates the cordon, and the completed Job pod.
+const STAYING: [&str; 5] = [
+    "batch/nightly-report-29112000-xk2vd",
+    "kube-system/kube-flannel-ds-7xk2p",
+    "kube-system/kube-proxy-demo-node-1",
+    "monitoring/node-exporter-q8w3d",
+    "portworx/px-cluster-0c2b9d1e-4kq7w",
+];
+/// The pod the `web` budget protects.
+const WEB_POD: &str = "shop/web-6d4cf56db6-2xk9p";
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+fn config(drain_timeout: &str, margin: &str) -> String {
+    format!(
+        "[drain]\ntimeout = \"{drain_timeout}\"\nretry_interval = \"1s\"\n\
+         [daemon]\nrelease_margin = \"{margin}\"\nrestore_ready_timeout = \"5s\"\n"
+    )
+}
+
+async fn started(setup: Setup) -> Option<World> {
+    let mut world = World::start(setup).await?;
+    world.spawn_daemon();
+    world.wait_ready().await;
+    Some(world)
+}
+
+#[tokio::test]
+async fn the_lock_is_listed_when_ready_comes() {
+    let Some(mut world) = World::start(Setup::default()).await else {
+        return;
+    };
+    world.spawn_daemon();
+    // READY=1 is sent after the lock is held: when it arrives, logind must list the lock.
+    world.wait_ready().await;
+    let locks = world.rig.our_locks().await;
+    assert_eq!(
+        locks,
+        1,
+        "READY=1 came without the lock; log:\n{}",
+        world.log()
+    );
+    let statuses = world.notify.statuses();
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s.contains("waiting for a shutdown of node demo-node-1")),
+        "{statuses:?}"
+    );
+    let pid = world.pid();
+    let listed = world.rig.inhibitors().await;
+    assert!(
+        listed
+            .iter()
+            .any(|(_, who, why, _, _, p)| who == "kube-shutdown-drain"
+                && why.contains(NODE)
+                && *p == pid),
+        "the lock names the node and belongs to the daemon: {listed:?}"
+    );
+}
+
+#[tokio::test]
+async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
+    let Some(world) = started(Setup {
+        seed: open_seed(),
+        config: config("15s", "2s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    // Note the moment the last pod leaves and the moment logind records the release.
+    let begin = Instant::now();
+    let mut drained_at = None;
+    let mut outcome = None;
+    while begin.elapsed() < Duration::from_secs(25) && outcome.is_none() {
+        if drained_at.is_none() && sorted(world.pods_on_node()) == STAYING {
+            drained_at = Some(Instant::now());
+        }
+        outcome = world.rig.outcomes().into_iter().next();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released_at = Instant::now();
+    let outcome = outcome.unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
+    assert_eq!(
+        outcome.what,
+        "released",
+        "{}\n{}",
+        outcome.line,
+        world.log()
+    );
+    assert!(
+        outcome.elapsed < 20.0,
+        "released after logind's maximum: {}",
+        outcome.line
+    );
+    assert!(world.is_cordoned(), "the node is cordoned");
+    assert!(world.is_tainted(), "the node carries our taint");
+    assert_eq!(sorted(world.pods_on_node()), STAYING);
+    let drained_at = drained_at.expect("the drain finished before the release");
+    let gap = released_at.saturating_duration_since(drained_at);
+    println!(
+        "lock released {} ms after the last pod left (polling granularity 5 ms)",
+        gap.as_millis()
+    );
+    assert!(
+        gap < Duration::from_secs(2),
+        "the release lagged the drain by {gap:?}"
+    );
+    assert!(
+        world.log().contains("logind announced a reboot"),
+        "the kind of shutdown is logged:\n{}",
+        world.log()
+    );
+}
+
+#[tokio::test]
+async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budget() {
+    let Some(world) = started(Setup {
+        config: config("3s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    let outcome = world
+        .rig
+        .wait_outcome(0, Duration::from_secs(25))
+        .await
+        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
+    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    // The budget is 3 s (logind allows 20 s): released near 3 s, far from logind's timeout.
+    assert!(
+        outcome.elapsed >= 2.5 && outcome.elapsed < 10.0,
+        "released at {} s, expected near the 3 s budget",
+        outcome.elapsed
+    );
+    assert!(
+        world
+            .wait_log("ended incomplete", Duration::from_secs(5))
+            .await
+    );
+    let log = world.log();
+    assert!(
+        log.contains("web-6d4cf56db6-2xk9p"),
+        "names the pod:\n{log}"
+    );
+    assert!(
+        log.contains("shop/web"),
+        "names the disruption budget:\n{log}"
+    );
+    assert!(log.contains("within 3 s"), "names the time budget:\n{log}");
+    assert!(world.pods_on_node().contains(&WEB_POD.to_owned()));
+}
+
+#[tokio::test]
+async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
+    let Some(world) = started(Setup {
+        config: config("30s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| w.is_cordoned()
+                && w.is_tainted())
+            .await,
+        "prepared; log:\n{}",
+        world.log()
+    );
+    world.rig.cancel().await;
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
+                && !w.is_tainted())
+            .await,
+        "restored after the cancel; log:\n{}",
+        world.log()
+    );
+    assert_eq!(world.rig.our_locks().await, 1, "the lock is held");
+}
+
+#[tokio::test]
+async fn cancel_after_the_release_restores_the_node_and_locks_again() {
+    let Some(world) = started(Setup {
+        seed: open_seed(),
+        config: config("15s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(20)).await;
+    assert_eq!(
+        outcome.map(|o| o.what).as_deref(),
+        Some("released"),
+        "{}",
+        world.log()
+    );
+    assert_eq!(world.rig.our_locks().await, 0);
+    world.rig.cancel().await;
+    assert!(
+        world.rig.wait_locks(1, Duration::from_secs(5)).await,
+        "the lock is taken again; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
+                && !w.is_tainted())
+            .await,
+        "restored after the cancel; log:\n{}",
+        world.log()
+    );
+}
+
+#[tokio::test]
+async fn started_while_logind_prepares_a_shutdown_drains_at_once() {
+    let Some(mut world) = World::start(Setup {
+        logind: LogindOptions {
+            preparing_for_shutdown: true,
+            ..LogindOptions::default()
+        },
+        seed: open_seed(),
+        config: config("15s", "1s"),
+    })
+    .await
+    else {
+        return;
+    };
+    world.spawn_daemon();
+    world.wait_ready().await;
+    assert!(
+        world
+            .wait_until(Duration::from_secs(15), |w| sorted(w.pods_on_node())
+                == STAYING)
+            .await,
+        "drained without a signal; log:\n{}",
+        world.log()
+    );
+    assert!(world.is_cordoned() && world.is_tainted());
+    assert!(
+        world.rig.wait_locks(0, Duration::from_secs(5)).await,
+        "the lock is released after the drain"
+    );
+    assert!(world.log().contains("already preparing a shutdown"));
+}
+
+#[tokio::test]
+async fn a_restarted_bus_gets_the_lock_back_within_seconds() {
+    let Some(mut world) = started(Setup::default()).await else {
+        return;
+    };
+    world.rig.restart_bus().await;
+    let again = Instant::now();
+    assert!(
+        world.rig.wait_locks(1, Duration::from_secs(5)).await,
+        "no lock 5 s after the bus restart; log:\n{}",
+        world.log()
+    );
+    println!(
+        "lock back {} ms after the fake logind returned",
+        again.elapsed().as_millis()
+    );
+    // And it still drains on the new connection.
+    world
+        .api
+        .store()
+        .upsert(third_web_replica())
+        .expect("open the budget");
+    world.rig.reboot().await;
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(20)).await;
+    assert_eq!(
+        outcome.map(|o| o.what).as_deref(),
+        Some("released"),
+        "{}",
+        world.log()
+    );
+    assert!(world.is_cordoned());
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_releases_within_the_budget_and_says_so() {
+    let Some(world) = started(Setup {
+        config: config("3s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    // Let the boot restore finish its (empty) check before the API goes away.
+    assert!(
+        world
+            .wait_log("nothing to restore", Duration::from_secs(10))
+            .await,
+        "{}",
+        world.log()
+    );
+    world.api.stop_listener();
+    world.rig.reboot().await;
+    let outcome = world
+        .rig
+        .wait_outcome(0, Duration::from_secs(25))
+        .await
+        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
+    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    assert!(
+        outcome.elapsed < 3.0 + 1.0,
+        "released at {} s, after the 3 s budget + 1 s margin",
+        outcome.elapsed
+    );
+    assert!(
+        world
+            .wait_log("inhibitor released", Duration::from_secs(5))
+            .await
+    );
+    let log = world.log();
+    assert!(
+        log.lines().any(|l| l.contains("ERROR") && l.contains(NODE)),
+        "a clear error line naming the node:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
+    let Some(mut world) = started(Setup {
+        config: config("30s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| w.is_cordoned()
+                && !w
+                    .pods_on_node()
+                    .contains(&"shop/cart-7f9b8c6d5-x2k4f".to_owned()))
+            .await,
+        "draining; log:\n{}",
+        world.log()
+    );
+    world.kill_daemon();
+    // The kernel closed the lock's fd: logind goes on with the shutdown at once.
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
+    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+
+    // The next boot.
+    world.rig.simulate_boot().await;
+    world.new_boot();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    let marker_gone = |w: &World| {
+        !w.node()["metadata"]["annotations"]
+            .to_string()
+            .contains("kube-shutdown-drain/marker")
+    };
+    assert!(
+        world
+            .wait_until(Duration::from_secs(15), |w| !w.is_cordoned()
+                && !w.is_tainted()
+                && marker_gone(w))
+            .await,
+        "restored in the new boot (uncordoned, untainted, marker removed); log:\n{}",
+        world.log()
+    );
+    assert!(world.log().contains("restored node demo-node-1"));
+    assert_eq!(world.rig.our_locks().await, 1);
+}
+
+#[tokio::test]
+async fn a_short_logind_maximum_clamps_the_budget_and_warns() {
+    let Some(mut world) = started(Setup {
+        logind: LogindOptions {
+            delay_max: Duration::from_secs(3),
+            ..LogindOptions::default()
+        },
+        config: config("60s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let log = world.log();
+    assert!(
+        log.contains("InhibitDelayMaxSec")
+            && log.contains("99-zz-kube-shutdown-drain.conf")
+            && log.contains("InhibitDelayMaxSec=61"),
+        "the warning names the setting, the value and the drop-in:\n{log}"
+    );
+    let statuses = world.notify.statuses();
+    assert!(
+        statuses
+            .iter()
+            .any(|s| s.starts_with("degraded: logind allows 3 s")),
+        "{statuses:?}"
+    );
+    // The web budget never opens: the clamped 2 s budget ends the drain before logind's 3 s.
+    world.rig.reboot().await;
+    let outcome = world
+        .rig
+        .wait_outcome(0, Duration::from_secs(10))
+        .await
+        .expect("an outcome");
+    assert_eq!(
+        outcome.what,
+        "released",
+        "{}\n{}",
+        outcome.line,
+        world.log()
+    );
+    assert!(outcome.elapsed < 3.0, "{}", outcome.line);
+}
+
+#[tokio::test]
+async fn sigterm_while_waiting_exits_at_once_and_releases() {
+    let Some(mut world) = started(Setup::default()).await else {
+        return;
+    };
+    world.signal(Signal::SIGTERM);
+    let status = world
+        .wait_exit(Duration::from_secs(2))
+        .expect("exited within 2 s of SIGTERM");
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(world.rig.our_locks().await, 0);
+}

@@ -1,0 +1,308 @@
+//! Test support for the daemon: the real `kube-shutdown-drain run` binary started against a
+//! private bus with the fake logind, the fake API server seeded with the demo's node, a boot-ID
+//! file the test can change, and a `NOTIFY_SOCKET`; everything is torn down on drop.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_apiserver::{FakeApiServer, Options};
+use serde_json::Value;
+
+use crate::logind::{LogindOptions, NotifySocket, Rig};
+
+/// The node the demo seed describes.
+pub const NODE: &str = "demo-node-1";
+/// A cluster-admin token for the fake API server (any token that is not `system:node:*`).
+pub const ADMIN_TOKEN: &str = "daemon-test-admin";
+/// The environment variable `kube-shutdown-drain run` reads the boot-ID file from (tests only).
+pub const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
+
+/// The demo's seed: a realistic node with every kind of pod the filters know.
+pub fn demo_seed() -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/seed.json");
+    let text = std::fs::read_to_string(&path).expect("read demo/seed.json");
+    serde_json::from_str(&text).expect("demo/seed.json is a JSON array")
+}
+
+/// A third replica of the demo's `web` app, Ready on the other node: with it the `web`
+/// budget (minAvailable 2) allows one disruption.
+pub fn third_web_replica() -> Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "web-6d4cf56db6-p7m2c",
+            "namespace": "shop",
+            "labels": {"app": "web", "pod-template-hash": "6d4cf56db6"},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-6d4cf56db6",
+                "uid": "5e000000-0000-4000-8000-00000000a001", "controller": true
+            }]
+        },
+        "spec": {"nodeName": "demo-node-2", "containers": [{"name": "web", "image": "nginx:1.27"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+/// The demo seed with the `web` budget open (see [`third_web_replica`]).
+pub fn open_seed() -> Vec<Value> {
+    let mut seed = demo_seed();
+    seed.push(third_web_replica());
+    seed
+}
+
+/// How a test's world starts.
+pub struct Setup {
+    pub logind: LogindOptions,
+    pub seed: Vec<Value>,
+    /// TOML appended to the generated config (e.g. `[drain]\ntimeout = "3s"`).
+    pub config: String,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            logind: LogindOptions::default(),
+            seed: demo_seed(),
+            config: String::new(),
+        }
+    }
+}
+
+/// The fake world and the daemon under test.
+pub struct World {
+    pub rig: Rig,
+    pub api: FakeApiServer,
+    pub notify: NotifySocket,
+    dir: tempfile::TempDir,
+    daemon: Option<Child>,
+    runs: usize,
+}
+
+impl World {
+    /// Starts the bus, the fake logind and the fake API server; `None` when tools are missing.
+    pub async fn start(setup: Setup) -> Option<World> {
+        let rig = Rig::start(setup.logind).await?;
+        let api = FakeApiServer::start(Options {
+            port: 0,
+            seed: setup.seed,
+        })
+        .await
+        .expect("start the fake API server");
+        let dir = tempfile::Builder::new()
+            .prefix("ksd-daemon-")
+            .tempdir()
+            .expect("a temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig, ADMIN_TOKEN)
+            .expect("write the kubeconfig");
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(&state).expect("state dir");
+        let config = format!(
+            "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n{}\n",
+            kubeconfig.display(),
+            state.display(),
+            setup.config
+        );
+        std::fs::write(dir.path().join("config.toml"), config).expect("write the config");
+        let notify = NotifySocket::bind(dir.path());
+        let world = World {
+            rig,
+            api,
+            notify,
+            dir,
+            daemon: None,
+            runs: 0,
+        };
+        world.new_boot();
+        Some(world)
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    pub fn boot_id_path(&self) -> PathBuf {
+        self.dir.path().join("boot_id")
+    }
+
+    /// Writes a fresh boot ID, as a reboot would.
+    pub fn new_boot(&self) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let id = format!(
+            "{:08x}-0000-4000-8000-{:012x}",
+            std::process::id(),
+            nanos & 0xffff_ffff_ffff
+        );
+        std::fs::write(self.boot_id_path(), format!("{id}\n")).expect("write the boot id");
+        id
+    }
+
+    /// The current run's log (stderr of the daemon).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join(format!("daemon-{}.log", self.runs))
+    }
+
+    /// Starts `kube-shutdown-drain run` (the real binary).
+    pub fn spawn_daemon(&mut self) {
+        assert!(self.daemon.is_none(), "a daemon is already running");
+        self.runs += 1;
+        let log = std::fs::File::create(self.log_path()).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+            .arg("run")
+            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config_path())
+            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
+            .env("NOTIFY_SOCKET", self.notify.path())
+            .env(BOOT_ID_ENV, self.boot_id_path())
+            .env("RUST_LOG", "info")
+            .env_remove("JOURNAL_STREAM")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-shutdown-drain run");
+        self.daemon = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.daemon.as_ref().expect("a running daemon").id()
+    }
+
+    /// Sends `signal` to the daemon.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signal the daemon");
+    }
+
+    /// Waits for the daemon to exit, up to `within`; its exit code, or None if still running.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        let child = self.daemon.as_mut().expect("a daemon");
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                self.daemon = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The current run's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Waits until the current run's log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.log().contains(needle) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for `READY=1` and asserts the lock was visible to logind by then.
+    pub async fn wait_ready(&mut self) {
+        let ready = self
+            .notify
+            .wait_for("READY=1", Duration::from_secs(20))
+            .await;
+        assert!(
+            ready.is_some(),
+            "no READY=1 within 20 s; daemon log:\n{}",
+            self.log()
+        );
+    }
+
+    /// The Node object from the fake API server.
+    pub fn node(&self) -> Value {
+        self.api
+            .store()
+            .get("Node", None, NODE)
+            .expect("the node exists")
+    }
+
+    /// Pods on the node, as `namespace/name`.
+    pub fn pods_on_node(&self) -> Vec<String> {
+        self.api
+            .store()
+            .list("Pod", None)
+            .into_iter()
+            .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(NODE))
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    p.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    pub fn is_cordoned(&self) -> bool {
+        self.node().pointer("/spec/unschedulable") == Some(&Value::Bool(true))
+    }
+
+    pub fn is_tainted(&self) -> bool {
+        self.node()
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .is_some_and(|taints| {
+                taints.iter().any(|t| {
+                    t.get("key").and_then(Value::as_str) == Some("kube-shutdown-drain/shutdown")
+                })
+            })
+    }
+
+    /// Waits for `check` to hold, polling every 20 ms.
+    pub async fn wait_until(
+        &self,
+        within: Duration,
+        mut check: impl FnMut(&World) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if check(self) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
+}
