@@ -1,0 +1,221 @@
+//! Shared setup for the engine, CLI and differential tests: a fake API server with a seeded
+//! cluster, settings pointing at it, and builders for the objects a drain meets.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fake_apiserver::store::set_pod_ready_in;
+use fake_apiserver::{FakeApiServer, Options, TERMINATION_ANNOTATION};
+use kube_shutdown_drain::config::Settings;
+use serde_json::{Value, json};
+
+pub const NODE: &str = "node-a";
+pub const OTHER_NODE: &str = "node-b";
+pub const NS: &str = "work";
+
+/// A running fake API server and a scratch directory (kubeconfigs, boot id, state).
+pub struct Cluster {
+    pub server: FakeApiServer,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the server with `node-a`, `node-b`, namespace `work` and `objects`.
+    pub async fn start(objects: Vec<Value>) -> Cluster {
+        let mut seed = vec![node(NODE), node(OTHER_NODE), namespace(NS)];
+        seed.extend(objects);
+        let server = FakeApiServer::start(Options { port: 0, seed })
+            .await
+            .expect("the fake API server starts");
+        let dir = tempfile::tempdir().expect("a temp dir");
+        std::fs::write(
+            dir.path().join("boot_id"),
+            "0b0e1d00-0000-4000-8000-000000000001\n",
+        )
+        .unwrap();
+        Cluster { server, dir }
+    }
+
+    /// A kubeconfig for `token` (`admin`, or `system:node:NAME` for kubelet credentials).
+    pub fn kubeconfig(&self, token: &str) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{}", token.replace(':', "-")));
+        self.server
+            .write_kubeconfig(&path, token)
+            .expect("kubeconfig written");
+        path
+    }
+
+    /// Settings for `node-a` with admin credentials, plus `extra` TOML.
+    pub fn settings(&self, extra: &str) -> Arc<Settings> {
+        self.settings_as("admin", extra)
+    }
+
+    pub fn settings_as(&self, token: &str, extra: &str) -> Arc<Settings> {
+        let kc = self.kubeconfig(token);
+        let text = format!(
+            "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
+            kc.display(),
+            self.dir.path().join("state").display()
+        );
+        let mut s = Settings::from_str_at(Path::new("/test/config.toml"), &text)
+            .unwrap_or_else(|e| panic!("test settings are valid: {e}"));
+        s.boot_id_path = self.dir.path().join("boot_id");
+        Arc::new(s)
+    }
+
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Value> {
+        self.server.store().get("Pod", Some(ns), name)
+    }
+
+    pub fn node(&self, name: &str) -> Value {
+        self.server
+            .store()
+            .get("Node", None, name)
+            .expect("node exists")
+    }
+
+    /// Evictions POSTed for `ns/name`.
+    pub fn evictions_of(&self, ns: &str, name: &str) -> usize {
+        self.server
+            .recorder()
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == "POST"
+                    && r.path == format!("/api/v1/namespaces/{ns}/pods/{name}/eviction")
+            })
+            .count()
+    }
+}
+
+pub fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+pub fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A Running, Ready pod owned by ReplicaSet `rs1`, bound to `node`.
+pub fn pod(ns: &str, name: &str, node: &str) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs1", "uid": "rs1-uid", "controller": true}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}], "terminationGracePeriodSeconds": 30},
+    });
+    set_pod_ready_in(&mut p, true);
+    p
+}
+
+/// Merges `patch` into `base` (objects recursively, everything else replaced).
+pub fn merged(mut base: Value, patch: Value) -> Value {
+    fn merge(a: &mut Value, b: Value) {
+        match (a, b) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    if v.is_null() {
+                        a.remove(&k);
+                    } else {
+                        merge(a.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+    merge(&mut base, patch);
+    base
+}
+
+pub fn pod_with(ns: &str, name: &str, node: &str, patch: Value) -> Value {
+    merged(pod(ns, name, node), patch)
+}
+
+/// A pod whose simulated kubelet takes `seconds` to stop it after the eviction.
+pub fn slow_pod(ns: &str, name: &str, node: &str, seconds: f64) -> Value {
+    pod_with(
+        ns,
+        name,
+        node,
+        json!({"metadata": {"annotations": {TERMINATION_ANNOTATION: seconds.to_string()}}}),
+    )
+}
+
+pub fn daemonset_pod(ns: &str, name: &str, node: &str) -> Value {
+    let mut p = pod(ns, name, node);
+    p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds1", "uid": "ds1-uid", "controller": true}]);
+    p
+}
+
+pub fn bare_pod(ns: &str, name: &str, node: &str) -> Value {
+    let mut p = pod(ns, name, node);
+    p["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    p
+}
+
+/// A PDB over `app=<app>` with `minAvailable`.
+pub fn pdb(ns: &str, name: &str, app: &str, min_available: i64) -> Value {
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}}
+    })
+}
+
+/// Polls `f` until true or `limit`; for test setup only, never for the behaviour under test.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    f()
+}
+
+/// Taints on a node object, as (key, effect) pairs.
+pub fn taints(node: &Value) -> Vec<(String, String)> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    (
+                        t["key"].as_str().unwrap_or_default().to_string(),
+                        t["effect"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn unschedulable(node: &Value) -> bool {
+    node.pointer("/spec/unschedulable")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// Whether the test may skip when something it needs is missing (never under CI=true).
+pub fn skip_or_fail(why: &str) -> bool {
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why} (CI=true: a missing dependency is a failure)");
+    }
+    eprintln!("SKIPPED: {why}");
+    true
+}
