@@ -16,6 +16,7 @@ pub mod discovery;
 pub mod faults;
 pub mod patch;
 pub mod pdb;
+mod proto;
 pub mod recorder;
 pub mod resources;
 pub mod seed;
@@ -85,7 +86,8 @@ impl FakeApiServer {
     }
 
     /// Writes a kubeconfig for this server with a bearer `token` (`system:node:NAME` acts as
-    /// that node's kubelet; anything else is an admin).
+    /// that node's kubelet, and is also written as `as:` because kubectl sends no token to an
+    /// `http://` server; anything else is an admin).
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
         std::fs::write(path, kubeconfig(&self.url(), token))
             .with_context(|| format!("cannot write kubeconfig {}", path.display()))
@@ -124,6 +126,16 @@ impl Drop for FakeApiServer {
 
 /// A kubeconfig with one cluster (`fake`), one user with a bearer token, one context.
 pub fn kubeconfig(url: &str, token: &str) -> String {
+    // kubectl sends no bearer token over plain HTTP; `as:` (Impersonate-User) carries a node
+    // identity to it, and kube-rs sends both.
+    let impersonate = if token.starts_with("system:node:") {
+        format!(
+            "\n    as: {}",
+            serde_json::to_string(token).unwrap_or_default()
+        )
+    } else {
+        String::new()
+    };
     let token = serde_json::to_string(token).unwrap_or_else(|_| "\"\"".into());
     format!(
         "apiVersion: v1
@@ -135,7 +147,7 @@ clusters:
 users:
 - name: fake
   user:
-    token: {token}
+    token: {token}{impersonate}
 contexts:
 - name: fake
   context:

@@ -21,6 +21,10 @@ pub struct RecordedRequest {
     pub body_len: usize,
     /// The answer's status; 0 when a fault closed the connection without one.
     pub status: u16,
+    /// The answer's Retry-After header, if any.
+    pub retry_after: Option<String>,
+    /// The answer's body when its status is 300 or more (a Status); empty otherwise.
+    pub response: String,
     /// When the request arrived.
     #[serde(with = "unix_seconds")]
     pub at: SystemTime,

@@ -351,7 +351,10 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     };
     let content_type = header(CONTENT_TYPE);
     let accept = header(ACCEPT);
-    let identity = Identity::from_authorization(header(AUTHORIZATION).as_deref());
+    let identity = Identity::from_headers(
+        header(AUTHORIZATION).as_deref(),
+        header(hyper::header::HeaderName::from_static("impersonate-user")).as_deref(),
+    );
     let body = match req.into_body().collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Err(std::io::Error::other(e)),
@@ -378,6 +381,8 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
         body: String::from_utf8_lossy(&body).into_owned(),
         body_len: body.len(),
         status: 0,
+        retry_after: None,
+        response: String::new(),
         at: arrived,
         elapsed,
     };
@@ -417,6 +422,24 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
         }
     };
     record.status = response.status().as_u16();
+    record.retry_after = response
+        .headers()
+        .get("Retry-After")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    // Error answers are small and never streamed: keep their body for tests to compare.
+    let response = if record.status >= 300 {
+        let (parts, body) = response.into_parts();
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        record.response = String::from_utf8_lossy(&bytes).into_owned();
+        Response::from_parts(parts, full(bytes))
+    } else {
+        response
+    };
     tracing::debug!(method = %record.method, uri = %uri, status = record.status, "answered request");
     app.recorder.push(record);
     Ok(response)
@@ -1109,9 +1132,20 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
 }
 
 fn self_subject_access_review(call: &Call) -> Response<Body> {
-    let body = match parse_body(call) {
-        Ok(v) => v,
-        Err(r) => return *r,
+    let protobuf = call.content_type.to_ascii_lowercase().contains("protobuf");
+    let body = match protobuf.then(|| crate::proto::self_subject_access_review(&call.body)) {
+        Some(Some(v)) => v,
+        Some(None) => {
+            return failure(
+                400,
+                "the protobuf SelfSubjectAccessReview body could not be read",
+                None,
+            );
+        }
+        None => match parse_body(call) {
+            Ok(v) => v,
+            Err(r) => return *r,
+        },
     };
     let spec = body.get("spec").cloned().unwrap_or(json!({}));
     let (allowed, reason) = match spec.get("resourceAttributes") {
