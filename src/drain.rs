@@ -544,8 +544,10 @@ async fn post_eviction(
                 message: cause.unwrap_or(message),
             }
         }
-        c if c > 500 => {
-            // 502-504: the server or a proxy is in trouble; worth a quick retry.
+        // More than one budget covers the pod: the eviction API cannot help, retry slowly.
+        500 if message.contains("PodDisruptionBudget") => Answer::Refused { code, message },
+        c if c >= 500 => {
+            // The server or a proxy is in trouble; worth a quick retry.
             return Err(ApiError::Kube(kube::Error::Api(Box::new(
                 status.unwrap_or_else(|| kube::core::Status {
                     code,
