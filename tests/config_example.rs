@@ -1,0 +1,73 @@
+//! `config.example.toml` is the documentation of every key: it must parse, give exactly the
+//! defaults, and its commented-out examples must be valid too. Bad files name the file.
+
+use std::path::Path;
+
+use kube_shutdown_drain::config::{ConfigError, RuleAction, Settings};
+
+fn example_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml")
+}
+
+#[test]
+fn the_example_parses_and_states_the_defaults() {
+    let example = Settings::load(&example_path()).unwrap_or_else(|e| panic!("{e}"));
+    let mut defaults = Settings::from_str_at(&example_path(), "").unwrap();
+    defaults.source = example.source.clone();
+    assert_eq!(
+        example, defaults,
+        "config.example.toml must show the defaults"
+    );
+}
+
+/// Uncomment every `# key = value` and `# [[rules]]` line: the examples in comments must be valid.
+#[test]
+fn the_commented_examples_are_valid() {
+    let text = std::fs::read_to_string(example_path()).unwrap();
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            let body = l.strip_prefix("# ").unwrap_or(l);
+            let looks_like_toml = body.starts_with("[[rules]]")
+                || body.split_once(" = ").is_some_and(|(k, _)| {
+                    !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                });
+            if looks_like_toml { body } else { l }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The rules examples sit at the end of [filters]; TOML puts them in the top-level array.
+    let s = Settings::from_str_at(Path::new("/uncommented.toml"), &uncommented)
+        .unwrap_or_else(|e| panic!("{e}\n{uncommented}"));
+    assert_eq!(s.node_name, "worker-1");
+    assert_eq!(s.rules.len(), 2);
+    assert_eq!(s.rules[0].action, RuleAction::Drain { order: 1000 });
+    assert_eq!(s.rules[1].action, RuleAction::WaitCompleted);
+    assert!(s.filters.skip_selector.is_some());
+    assert_eq!(
+        s.drain.grace_period,
+        Some(std::time::Duration::from_secs(30))
+    );
+}
+
+#[test]
+fn a_missing_or_bad_file_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let err = Settings::load(&missing).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }));
+    assert!(err.to_string().contains("nope.toml"), "{err}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "node_name = \"n\"\n\n[drain]\ntimeout = \"forever\"\n",
+    )
+    .unwrap();
+    let err = Settings::load(&bad).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}:4:11: key `drain.timeout`", bad.display())),
+        "{err}"
+    );
+    assert!(err.contains("allowed:"), "{err}");
+}
