@@ -1,0 +1,263 @@
+//! The binary against the fake API server: plan/drain/restore/status/check output and the
+//! documented exit codes (0 done, 1 drain incomplete, 2 usage or config error, 3 cluster
+//! unreachable or node missing).
+
+mod engine_support;
+
+use std::path::{Path, PathBuf};
+
+use engine_support::*;
+use serde_json::{Value, json};
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn cli(config: &Path, args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        .output()
+        .await
+        .expect("the binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn write_config(c: &Cluster, token: &str, extra: &str) -> PathBuf {
+    let path = c
+        .dir
+        .path()
+        .join(format!("config-{}.toml", token.replace(':', "-")));
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
+        c.kubeconfig(token).display(),
+        c.dir.path().join("state").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_json_is_exactly_the_documented_shape() {
+    let c = Cluster::start(vec![
+        pod_with(NS, "web", NODE, json!({"spec": {"priority": 10}})),
+        daemonset_pod(NS, "ds", NODE),
+        pod_with(
+            NS,
+            "batch",
+            NODE,
+            json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "wait-completed"}}}),
+        ),
+    ])
+    .await;
+    let config = write_config(&c, "admin", "");
+    let r = cli(&config, &["plan", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        v,
+        json!({"node": NODE, "pods": [
+            {"namespace": NS, "name": "web", "action": "evict", "reason": "priority", "order": 10},
+            {"namespace": NS, "name": "batch", "action": "wait", "reason": "capi-drain-label", "order": null},
+            {"namespace": NS, "name": "ds", "action": "skip", "reason": "daemon-set", "order": null},
+        ]})
+    );
+    // Changes nothing.
+    assert!(
+        c.server
+            .recorder()
+            .requests()
+            .iter()
+            .all(|r| r.method == "GET")
+    );
+    let text = cli(&config, &["plan"]).await;
+    assert_eq!(text.code, 0);
+    assert!(
+        text.stdout.contains("1 to evict, 1 to wait for, 1 skipped"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_restore_status_by_hand() {
+    let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
+    let config = write_config(&c, "admin", "");
+
+    let dry = cli(&config, &["drain", "--dry-run", "--output", "json"]).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        c.pod(NS, "web").is_some() && !unschedulable(&c.node(NODE)),
+        "dry run changed nothing"
+    );
+
+    let r = cli(&config, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(report["complete"], true);
+    let web = report["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "web")
+        .unwrap();
+    assert_eq!(
+        (
+            web["action"].as_str(),
+            web["reason"].as_str(),
+            web["order"].as_i64(),
+            web["outcome"].as_str()
+        ),
+        (Some("evict"), Some("priority"), Some(0), Some("evicted"))
+    );
+    assert!(unschedulable(&c.node(NODE)));
+
+    let s = cli(&config, &["status", "--output", "json"]).await;
+    assert_eq!(s.code, 0, "{}", s.stderr);
+    let status: Value = serde_json::from_str(&s.stdout).unwrap();
+    assert_eq!(status["cordoned"], true);
+    assert_eq!(status["taint_present"], true);
+    assert_eq!(status["marker"]["why"], "drain by hand");
+    assert_eq!(status["last_report"]["complete"], true);
+    let text = cli(&config, &["status"]).await;
+    assert!(
+        text.stdout.contains("cordoned:      yes"),
+        "{}",
+        text.stdout
+    );
+
+    let r = cli(&config, &["restore"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("uncordoned, taint removed"),
+        "{}",
+        r.stdout
+    );
+    assert!(!unschedulable(&c.node(NODE)));
+    let r = cli(&config, &["restore"]).await;
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("nothing to restore"), "{}", r.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+
+    // 1: a drain that cannot finish.
+    let config = write_config(&c, "admin", "[drain]\ntimeout = \"2s\"\n");
+    let r = cli(&config, &["drain"]).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("blocked by budget work/guarded-pdb"),
+        "{}",
+        r.stdout
+    );
+
+    // 2: configuration errors, naming file, line, column and key.
+    let bad = c.dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "node_name = \"node-a\"\n[drain]\non_deadline = \"shrug\"\n",
+    )
+    .unwrap();
+    let r = cli(&bad, &["plan"]).await;
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains(&format!("{}:3:15", bad.display())) && r.stderr.contains("report"),
+        "{}",
+        r.stderr
+    );
+    let r = cli(&c.dir.path().join("missing.toml"), &["plan"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = cli(&config, &["plan", "--output", "yaml"]).await;
+    assert_eq!(r.code, 2, "usage error");
+    let r = cli(&config, &["--node", "Bad_Name", "plan"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let kc = c.dir.path().join("broken-kubeconfig");
+    std::fs::write(&kc, "clusters: {{{").unwrap();
+    let broken = c.dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        format!(
+            "node_name = \"node-a\"\nkubeconfig = \"{}\"\n",
+            kc.display()
+        ),
+    )
+    .unwrap();
+    let r = cli(&broken, &["plan"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("broken-kubeconfig"), "{}", r.stderr);
+
+    // 3: node missing, server unreachable.
+    let r = cli(&config, &["--node", "no-such-node", "plan"]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("node no-such-node does not exist"),
+        "{}",
+        r.stderr
+    );
+    c.server.stop_listener();
+    let r = cli(&config, &["status"]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    c.server.start_listener().await.unwrap();
+
+    // 0 and the documentation of all of it.
+    let r = cli(&config, &["--help"]).await;
+    assert_eq!(r.code, 0);
+    for line in [
+        "0  done",
+        "1  drain incomplete",
+        "2  usage or configuration error",
+        "3  cluster unreachable or node missing",
+    ] {
+        assert!(r.stdout.contains(line), "--help lacks {line:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reviews_every_permission() {
+    let c = Cluster::start(vec![]).await;
+    let config = write_config(&c, "admin", "");
+    let r = cli(&config, &["check"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    for needle in [
+        "config",
+        "valid",
+        "node node-a: exists",
+        "create pods/eviction",
+        "patch  nodes",
+    ] {
+        assert!(
+            r.stdout.contains(needle),
+            "{needle:?} missing:\n{}",
+            r.stdout
+        );
+    }
+    assert!(!r.stdout.contains("DENIED"), "{}", r.stdout);
+    let reviews = c
+        .server
+        .recorder()
+        .matching("POST", "selfsubjectaccessreviews");
+    assert!(reviews.len() >= 6);
+
+    // Kubelet credentials: the budget watch is optional, so check still passes or names what is
+    // missing; it never claims the taint works.
+    let config = write_config(&c, "system:node:node-a", "");
+    let r = cli(&config, &["check"]).await;
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(r.stdout.contains("not checkable"), "{}", r.stdout);
+    assert!(r.stdout.contains("poddisruptionbudgets"), "{}", r.stdout);
+}
