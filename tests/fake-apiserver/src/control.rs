@@ -171,7 +171,7 @@ pub(crate) fn handle(
             app.store.expire_resource_versions();
             answer(
                 StatusCode::OK,
-                &json!({"expiredBelow": (app.store.resource_version() + 1).to_string()}),
+                &json!({"expiredBelow": app.store.resource_version().to_string()}),
             )
         }
         (&Method::POST, ["listener", "restart"]) => {

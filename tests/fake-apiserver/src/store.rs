@@ -639,10 +639,11 @@ impl Store {
         self.lock().rv
     }
 
-    /// The 410 knob: every resourceVersion up to now becomes too old to watch or list from.
+    /// The 410 knob, as an etcd compaction at the current version: every older resourceVersion
+    /// becomes too old to watch or list from; watching from the current one still works.
     pub fn expire_resource_versions(&self) {
         let mut st = self.lock();
-        st.expired_below = st.rv + 1;
+        st.expired_below = st.rv;
     }
 
     // ---------------------------------------------------------------- the verbs the server uses
