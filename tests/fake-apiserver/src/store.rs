@@ -405,8 +405,10 @@ impl Store {
         drop(state);
         for timer in timers {
             let store = self.clone();
+            // The clock starts now, not when the task first runs.
+            let deadline = tokio::time::Instant::now() + timer.delay;
             self.shared.runtime.spawn(async move {
-                tokio::time::sleep(timer.delay).await;
+                tokio::time::sleep_until(deadline).await;
                 store.finish_termination(timer.resource, &timer.key, &timer.uid);
             });
         }
@@ -1221,4 +1223,179 @@ fn decode_continue(token: &str) -> Option<Key> {
     let text = String::from_utf8(bytes?).ok()?;
     let (ns, name) = text.split_once('/')?;
     Some((ns.to_string(), name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, termination: Option<&str>, grace: Option<i64>) -> Value {
+        let mut p = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "work", "labels": {"app": "web"}},
+            "spec": {"nodeName": "node-a"},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        if let Some(t) = termination {
+            p["metadata"]["annotations"] = json!({TERMINATION_ANNOTATION: t});
+        }
+        if let Some(g) = grace {
+            p["spec"]["terminationGracePeriodSeconds"] = json!(g);
+        }
+        p
+    }
+
+    fn pods() -> &'static ResourceType {
+        resources::by_kind("Pod").expect("pods served")
+    }
+
+    fn exists(store: &Store, name: &str) -> bool {
+        store.get("Pod", Some("work"), name).is_some()
+    }
+
+    async fn advance(d: Duration) {
+        tokio::time::advance(d).await;
+        // Let the timer task run and take the store lock.
+        tokio::task::yield_now().await;
+        tokio::task::yield_now().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_delete_ends_after_the_simulated_termination() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(pod("slow", Some("3"), Some(30)))
+            .expect("stored");
+        let (obj, gone) = store
+            .delete_rt(
+                pods(),
+                Some("work"),
+                "slow",
+                &DeleteOptions::default(),
+                &|_| Ok(()),
+            )
+            .expect("deleted");
+        assert!(!gone);
+        assert_eq!(
+            obj.pointer("/metadata/deletionGracePeriodSeconds"),
+            Some(&json!(30))
+        );
+        assert!(obj.pointer("/metadata/deletionTimestamp").is_some());
+        advance(Duration::from_millis(2900)).await;
+        assert!(exists(&store, "slow"), "still terminating at 2.9 s");
+        advance(Duration::from_millis(200)).await;
+        assert!(!exists(&store, "slow"), "gone after 3 s");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_grace_period_caps_the_simulated_termination() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(pod("stubborn", Some("100"), Some(30)))
+            .expect("stored");
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(5),
+            ..DeleteOptions::default()
+        };
+        store
+            .delete_rt(pods(), Some("work"), "stubborn", &opts, &|_| Ok(()))
+            .expect("deleted");
+        advance(Duration::from_millis(4900)).await;
+        assert!(exists(&store, "stubborn"));
+        advance(Duration::from_millis(200)).await;
+        assert!(!exists(&store, "stubborn"), "gone at the 5 s grace period");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_grace_and_unbound_pods_go_at_once_and_watches_see_the_order() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store.upsert(pod("now", Some("10"), None)).expect("stored");
+        let mut unbound = pod("unbound", Some("10"), None);
+        unbound["spec"] = json!({});
+        store.upsert(unbound).expect("stored");
+        let WatchStart::Replay { mut live, .. } =
+            store.watch_from(pods(), Some(store.resource_version()))
+        else {
+            panic!("expected a replay start");
+        };
+        let opts = DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..DeleteOptions::default()
+        };
+        let (_, gone) = store
+            .delete_rt(pods(), Some("work"), "now", &opts, &|_| Ok(()))
+            .expect("deleted");
+        assert!(gone);
+        let (_, gone) = store
+            .delete_rt(
+                pods(),
+                Some("work"),
+                "unbound",
+                &DeleteOptions::default(),
+                &|_| Ok(()),
+            )
+            .expect("deleted");
+        assert!(gone);
+        let a = live.recv().await.expect("event");
+        let b = live.recv().await.expect("event");
+        assert_eq!((a.kind, b.kind), (ChangeKind::Deleted, ChangeKind::Deleted));
+        assert!(b.rv > a.rv, "one global counter");
+        assert_eq!(
+            a.new.pointer("/metadata/resourceVersion"),
+            Some(&json!(a.rv.to_string()))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn evictions_keep_the_pdb_status_current() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "b", "namespace": "work"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            )
+            .expect("pdb");
+        for name in ["a", "b", "c"] {
+            store.upsert(pod(name, Some("2"), None)).expect("pod");
+        }
+        let allowed = |s: &Store| {
+            s.get("PodDisruptionBudget", Some("work"), "b")
+                .and_then(|p| {
+                    p.pointer("/status/disruptionsAllowed")
+                        .and_then(Value::as_i64)
+                })
+        };
+        assert_eq!(allowed(&store), Some(1));
+        let ok = |_: &Value| Ok(());
+        assert!(matches!(
+            store.evict("work", "a", None, &ok),
+            Ok(EvictOutcome::Evicted)
+        ));
+        assert_eq!(allowed(&store), Some(0));
+        assert!(matches!(
+            store.evict("work", "b", None, &ok),
+            Ok(EvictOutcome::Blocked {
+                desired_healthy: 2,
+                current_healthy: 2,
+                ..
+            })
+        ));
+        // The evicted pod is gone after its simulated 2 s; the set now has 2 pods, needs 1.
+        advance(Duration::from_millis(2100)).await;
+        assert!(!exists(&store, "a"));
+        assert_eq!(allowed(&store), Some(1));
+        assert!(matches!(
+            store.evict("work", "nope", None, &ok),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let key = ("work".to_string(), "pod-1".to_string());
+        assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
+        assert_eq!(decode_continue("zz"), None);
+        assert_eq!(decode_continue("abc"), None);
+    }
 }
