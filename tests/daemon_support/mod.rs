@@ -23,7 +23,11 @@ pub const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 pub fn demo_seed() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/seed.json");
     let text = std::fs::read_to_string(&path).expect("read demo/seed.json");
-    serde_json::from_str(&text).expect("demo/seed.json is a JSON array")
+    let list: Value = serde_json::from_str(&text).expect("demo/seed.json is JSON");
+    list["items"]
+        .as_array()
+        .cloned()
+        .expect("demo/seed.json is a List with items")
 }
 
 /// A third replica of the demo's `web` app, Ready on the other node: with it the `web`

@@ -101,8 +101,8 @@ fn bus_config(socket: &Path) -> String {
   <policy context="default">
     <allow user="*"/>
     <allow own="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
   </policy>
 </busconfig>
 "#,
