@@ -788,8 +788,16 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             && labels.matches_object(obj)
             && fields.matches(obj)
     };
-    let start = app.store.watch_from(t.rt, rv);
+    let initial_events_end = call.flag("sendInitialEvents");
+    let start = if initial_events_end {
+        // A streaming list starts from the current state whatever version it names.
+        app.store.watch_from(t.rt, None)
+    } else {
+        app.store.watch_from(t.rt, rv)
+    };
     let resource = t.rt.key;
+    let kind = t.rt.kind;
+    let api_version = t.rt.api_version();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
@@ -805,9 +813,23 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
                 let _ = tx.send(watch_line("ERROR", &status)).await;
                 return;
             }
-            WatchStart::Snapshot { objects, live } => {
+            WatchStart::Snapshot { objects, rv, live } => {
                 for obj in objects.iter().filter(|o| matches(o)) {
                     if tx.send(watch_line("ADDED", obj)).await.is_err() {
+                        return;
+                    }
+                }
+                if initial_events_end {
+                    // The end of a streaming list (sendInitialEvents=true), as KEP-3157 defines it.
+                    let bookmark = json!({
+                        "kind": kind,
+                        "apiVersion": api_version,
+                        "metadata": {
+                            "resourceVersion": rv.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"}
+                        }
+                    });
+                    if tx.send(watch_line("BOOKMARK", &bookmark)).await.is_err() {
                         return;
                     }
                 }

@@ -93,6 +93,8 @@ pub enum WatchStart {
     /// The current objects as ADDED events, then follow `live`.
     Snapshot {
         objects: Vec<Arc<Value>>,
+        /// The resourceVersion the snapshot is at.
+        rv: u64,
         live: broadcast::Receiver<Arc<Change>>,
     },
     /// The requested version is older than the history holds (410).
@@ -970,6 +972,7 @@ impl Store {
         let live = self.shared.live.subscribe();
         match rv {
             None | Some(0) => WatchStart::Snapshot {
+                rv: st.rv,
                 objects: st
                     .tables
                     .get(rt.key)

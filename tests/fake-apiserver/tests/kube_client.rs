@@ -815,3 +815,47 @@ async fn old_versions_answer_410_when_expired() {
         .expect("pod");
     assert_eq!(stored["status"]["conditions"][0]["status"], json!("False"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_runtime_watchers_sync_with_list_watch_and_streaming_lists() {
+    use kube::runtime::watcher;
+    let server = scenario().await;
+    let pods: Api<Pod> = Api::namespaced(client(&server, "admin").await, "work");
+    for config in [
+        watcher::Config::default().fields("spec.nodeName=node-a"),
+        watcher::Config::default()
+            .fields("spec.nodeName=node-a")
+            .streaming_lists(),
+    ] {
+        let mut stream = watcher(pods.clone(), config).boxed();
+        let mut initial = Vec::new();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+                .await
+                .expect("in time")
+                .expect("ok")
+                .expect("open");
+            match event {
+                watcher::Event::Init => {}
+                watcher::Event::InitApply(p) => initial.push(p),
+                watcher::Event::InitDone => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(initial.len(), 6);
+        server
+            .store()
+            .set_pod_ready("work", "skipped", false)
+            .expect("modify");
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+            .await
+            .expect("in time")
+            .expect("ok")
+            .expect("open");
+        assert!(
+            matches!(&event, watcher::Event::Apply(p) if p.metadata.name.as_deref() == Some("skipped")),
+            "{event:?}"
+        );
+    }
+    assert_eq!(server.recorder().count("GET", "sendInitialEvents=true"), 1);
+}
