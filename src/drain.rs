@@ -15,6 +15,7 @@
 //!   blocked them, and with `on_deadline = "delete"` deleted, ignoring their budgets.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{Eviction, PodDisruptionBudget};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use kube::api::{Api, DeleteParams, ListParams, WatchEvent, WatchParams};
-use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -341,31 +342,47 @@ async fn watch_pods(
 // ---------------------------------------------------------------------------------------------
 // Budgets: one watch per PodDisruptionBudget that refused an eviction.
 
-#[derive(Debug, Clone, Copy, Default)]
-struct BudgetSeen {
-    /// Bumped on every observation.
-    seq: u64,
-    /// `status.disruptionsAllowed` as last seen; `None` when unknown or the budget is gone.
-    allowed: Option<i32>,
-    /// The budget cannot be watched (e.g. 403 with kubelet credentials): use the timer.
-    unavailable: bool,
+/// Where evictions blocked by one budget wait. The budget's watch hands out as many wake-ups as
+/// the budget allows disruptions, first come first served (`Notify::notify_one` is FIFO), so an
+/// opening wakes a few pods instead of every blocked pod at once.
+#[derive(Default)]
+struct BudgetGate {
+    notify: Notify,
+    /// The budget cannot be watched (e.g. 403 with kubelet credentials): waiters use the timer.
+    unavailable: AtomicBool,
+}
+
+impl BudgetGate {
+    /// Publishes one observation of the budget.
+    fn observed(&self, allowed: Option<i32>) {
+        match allowed {
+            // Unknown (no status yet) or gone: anyone may try.
+            None => self.notify.notify_waiters(),
+            Some(a) => {
+                for _ in 0..a.max(0) {
+                    self.notify.notify_one();
+                }
+            }
+        }
+    }
 }
 
 struct Budgets {
     clients: Clients,
-    watches: Mutex<HashMap<String, watch::Receiver<BudgetSeen>>>,
+    gates: Mutex<HashMap<String, Arc<BudgetGate>>>,
     tasks: Mutex<JoinSet<()>>,
 }
 
 impl Budgets {
-    fn subscribe(&self, namespace: &str, name: &str) -> watch::Receiver<BudgetSeen> {
+    /// The gate of a budget; the first call starts its watch.
+    fn gate(&self, namespace: &str, name: &str) -> Arc<BudgetGate> {
         let key = format!("{namespace}/{name}");
-        let mut watches = self.watches.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(rx) = watches.get(&key) {
-            return rx.clone();
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = gates.get(&key) {
+            return g.clone();
         }
-        let (tx, rx) = watch::channel(BudgetSeen::default());
-        watches.insert(key, rx.clone());
+        let gate = Arc::new(BudgetGate::default());
+        gates.insert(key, gate.clone());
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -373,9 +390,9 @@ impl Budgets {
                 self.clients.clone(),
                 namespace.to_string(),
                 name.to_string(),
-                tx,
+                gate.clone(),
             ));
-        rx
+        gate
     }
 }
 
@@ -383,22 +400,11 @@ fn allowed_of(pdb: &PodDisruptionBudget) -> Option<i32> {
     pdb.status.as_ref().map(|s| s.disruptions_allowed)
 }
 
-async fn watch_budget(
-    clients: Clients,
-    namespace: String,
-    name: String,
-    tx: watch::Sender<BudgetSeen>,
-) {
+async fn watch_budget(clients: Clients, namespace: String, name: String, gate: Arc<BudgetGate>) {
     let api: Api<PodDisruptionBudget> = Api::namespaced(clients.api.clone(), &namespace);
     let wapi: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &namespace);
     let fields = format!("metadata.name={name}");
     let mut backoff = Backoff::new();
-    let publish = |allowed: Option<i32>| {
-        tx.send_modify(|s| {
-            s.seq += 1;
-            s.allowed = allowed;
-        })
-    };
     loop {
         let list = match clients
             .timed(api.list(&ListParams::default().fields(&fields)))
@@ -409,7 +415,8 @@ async fn watch_budget(
                 tracing::info!(
                     "cannot watch poddisruptionbudget {namespace}/{name} ({e}); retrying blocked evictions on a timer"
                 );
-                tx.send_modify(|s| s.unavailable = true);
+                gate.unavailable.store(true, Ordering::Relaxed);
+                gate.notify.notify_waiters();
                 return;
             }
             Err(e) => {
@@ -418,7 +425,7 @@ async fn watch_budget(
                 continue;
             }
         };
-        publish(list.items.first().and_then(allowed_of));
+        gate.observed(list.items.first().and_then(allowed_of));
         let rv = list.metadata.resource_version.unwrap_or_default();
         let wp = WatchParams::default()
             .fields(&fields)
@@ -432,8 +439,8 @@ async fn watch_budget(
         let limit = Duration::from_secs(u64::from(WATCH_SECONDS)) + WATCH_GRACE;
         while let Ok(Some(Ok(ev))) = tokio::time::timeout(limit, stream.next()).await {
             match ev {
-                WatchEvent::Added(p) | WatchEvent::Modified(p) => publish(allowed_of(&p)),
-                WatchEvent::Deleted(_) => publish(None),
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => gate.observed(allowed_of(&p)),
+                WatchEvent::Deleted(_) => gate.observed(None),
                 WatchEvent::Bookmark(_) => {}
                 WatchEvent::Error(_) => break,
             }
@@ -723,27 +730,14 @@ impl Run {
                 Pause::For(d) => tokio::time::sleep(d).await,
                 Pause::Budget(b) => {
                     let (ns, name) = b.split_once('/').unwrap_or(("", b.as_str()));
-                    let mut rx = self.budgets.subscribe(ns, name);
-                    let seen = rx.borrow().seq;
-                    let opened = async {
-                        loop {
-                            {
-                                let s = *rx.borrow_and_update();
-                                if s.unavailable {
-                                    std::future::pending::<()>().await;
-                                }
-                                if s.seq > seen && s.allowed.is_none_or(|a| a > 0) {
-                                    return;
-                                }
-                            }
-                            if rx.changed().await.is_err() {
-                                std::future::pending::<()>().await;
-                            }
+                    let gate = self.budgets.gate(ns, name);
+                    if gate.unavailable.load(Ordering::Relaxed) {
+                        tokio::time::sleep(fallback).await;
+                    } else {
+                        tokio::select! {
+                            _ = gate.notify.notified() => {}
+                            _ = tokio::time::sleep(fallback) => {}
                         }
-                    };
-                    tokio::select! {
-                        _ = opened => {}
-                        _ = tokio::time::sleep(fallback) => {}
                     }
                 }
             }
@@ -945,7 +939,7 @@ pub async fn drain(
         tracker,
         budgets: Budgets {
             clients: clients.clone(),
-            watches: Mutex::new(HashMap::new()),
+            gates: Mutex::new(HashMap::new()),
             tasks: Mutex::new(JoinSet::new()),
         },
         requests: Semaphore::new(settings.drain.concurrency),
