@@ -91,6 +91,11 @@ our_locks() {
   logind_call org.freedesktop.login1.Manager ListInhibitors | grep -o '"kube-shutdown-drain"' | wc -l
 }
 
+# Succeeds when logind lists exactly $1 locks of ours (a command for wait_for).
+locks_are() {
+  [ "$(our_locks)" = "$1" ]
+}
+
 start_api() {
   target/debug/fake-apiserver --seed demo/seed.json --kubeconfig "$kubeconfig" \
     --token demo-admin >"$work/api.url" 2>"$work/api.log" &
