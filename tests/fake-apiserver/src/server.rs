@@ -795,7 +795,8 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
     } else {
         app.store.watch_from(t.rt, rv)
     };
-    let resource = t.rt.key;
+    let view = t.rt;
+    let resource = store::storage_of(view).key;
     let kind = t.rt.kind;
     let api_version = t.rt.api_version();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
@@ -814,8 +815,12 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
                 return;
             }
             WatchStart::Snapshot { objects, rv, live } => {
-                for obj in objects.iter().filter(|o| matches(o)) {
-                    if tx.send(watch_line("ADDED", obj)).await.is_err() {
+                for obj in objects
+                    .iter()
+                    .map(|o| store::present(view, o))
+                    .filter(|o| matches(o))
+                {
+                    if tx.send(watch_line("ADDED", &obj)).await.is_err() {
                         return;
                     }
                 }
@@ -837,7 +842,7 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             }
             WatchStart::Replay { backlog, live } => {
                 for change in &backlog {
-                    if let Some(line) = change_line(change, &matches)
+                    if let Some(line) = change_line(view, change, &matches)
                         && tx.send(line).await.is_err()
                     {
                         return;
@@ -854,7 +859,7 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             };
             match next {
                 Ok(change) if change.resource == resource => {
-                    if let Some(line) = change_line(&change, &matches)
+                    if let Some(line) = change_line(view, &change, &matches)
                         && tx.send(line).await.is_err()
                     {
                         return;
@@ -890,9 +895,17 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
 
 /// The watch event a change is for a watch with these filters: an object entering the
 /// filter is ADDED, one leaving it is DELETED, as the apiserver's watch cache does.
-fn change_line(change: &store::Change, matches: &impl Fn(&Value) -> bool) -> Option<Bytes> {
-    let now = matches(&change.new);
-    let before = change.old.as_deref().is_some_and(matches);
+fn change_line(
+    view: &ResourceType,
+    change: &store::Change,
+    matches: &impl Fn(&Value) -> bool,
+) -> Option<Bytes> {
+    let new = store::present(view, &change.new);
+    let now = matches(&new);
+    let before = change
+        .old
+        .as_ref()
+        .is_some_and(|o| matches(&store::present(view, o)));
     let kind = match change.kind {
         ChangeKind::Added if now => "ADDED",
         ChangeKind::Deleted if before || now => "DELETED",
@@ -901,7 +914,7 @@ fn change_line(change: &store::Change, matches: &impl Fn(&Value) -> bool) -> Opt
         ChangeKind::Modified if before => "DELETED",
         _ => return None,
     };
-    Some(watch_line(kind, &change.new))
+    Some(watch_line(kind, &new))
 }
 
 fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {

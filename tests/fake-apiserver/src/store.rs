@@ -244,6 +244,64 @@ fn termination_delay(pod: &Value, grace: i64) -> Duration {
     Duration::from_secs_f64(simulated.min(grace as f64))
 }
 
+/// Core and events.k8s.io Events share one table, as in the real apiserver (one storage,
+/// two representations). Field names that differ, core first (from the conversion functions of
+/// kubernetes pkg/apis/events/v1).
+const EVENT_FIELD_NAMES: [(&str, &str); 7] = [
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+fn is_new_event(rt: &ResourceType) -> bool {
+    rt.key == "events.events.k8s.io"
+}
+
+/// The resource whose table holds `rt`'s objects.
+pub(crate) fn storage_of(rt: &'static ResourceType) -> &'static ResourceType {
+    if is_new_event(rt) {
+        resources::by_kind("Event").unwrap_or(rt)
+    } else {
+        rt
+    }
+}
+
+fn rename_fields(obj: &mut Value, from_new: bool, api_version: &str) {
+    if let Value::Object(m) = obj {
+        for (core, new) in EVENT_FIELD_NAMES {
+            let (from, to) = if from_new { (new, core) } else { (core, new) };
+            if let Some(v) = m.remove(from) {
+                m.insert(to.to_string(), v);
+            }
+        }
+        m.insert("apiVersion".into(), Value::String(api_version.into()));
+        m.insert("kind".into(), Value::String("Event".into()));
+    }
+}
+
+/// An object as `view` stores it.
+fn to_storage(view: &ResourceType, mut obj: Value) -> Value {
+    if is_new_event(view) {
+        rename_fields(&mut obj, true, "v1");
+    }
+    obj
+}
+
+/// A stored object as `view` shows it.
+pub(crate) fn present(view: &ResourceType, obj: &Arc<Value>) -> Arc<Value> {
+    if is_new_event(view) {
+        let mut out = (**obj).clone();
+        rename_fields(&mut out, false, &view.api_version());
+        Arc::new(out)
+    } else {
+        obj.clone()
+    }
+}
+
 impl State {
     fn table(&mut self, rt: &ResourceType) -> &mut BTreeMap<Key, Arc<Value>> {
         self.tables.entry(rt.key).or_default()
@@ -508,17 +566,21 @@ impl Store {
         }
         let namespace = str_at(&object, "/metadata/namespace").map(str::to_string);
         let key = key_of(rt, namespace.as_deref(), &name);
-        let mut object = object;
+        let view = rt;
+        let rt = storage_of(rt);
+        let mut object = to_storage(view, object);
         self.write(|st, live| {
             let old = st.get(rt, &key);
             match old {
                 None => {
                     self.prepare_new(rt, namespace.as_deref(), &mut object);
-                    Ok((*st.commit(live, rt, key, object, ChangeKind::Added)).clone())
+                    let stored = st.commit(live, rt, key, object, ChangeKind::Added);
+                    Ok((*present(view, &stored)).clone())
                 }
                 Some(old) => {
                     keep_identity(&old, &mut object);
-                    Ok((*st.commit(live, rt, key, object, ChangeKind::Modified)).clone())
+                    let stored = st.commit(live, rt, key, object, ChangeKind::Modified);
+                    Ok((*present(view, &stored)).clone())
                 }
             }
         })
@@ -526,17 +588,19 @@ impl Store {
 
     /// One object by kind (`Pod`, `Node`, `Event.events.k8s.io`, ...), namespace and name.
     pub fn get(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let rt = resources::by_kind(kind)?;
+        let view = resources::by_kind(kind)?;
+        let rt = storage_of(view);
         self.lock()
             .get(rt, &key_of(rt, namespace, name))
-            .map(|v| (*v).clone())
+            .map(|v| (*present(view, &v)).clone())
     }
 
     /// All objects of a kind, in one namespace or (None) in all.
     pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<Value> {
-        let Some(rt) = resources::by_kind(kind) else {
+        let Some(view) = resources::by_kind(kind) else {
             return Vec::new();
         };
+        let rt = storage_of(view);
         let state = self.lock();
         state
             .tables
@@ -544,7 +608,7 @@ impl Store {
             .map(|t| {
                 t.iter()
                     .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-                    .map(|(_, v)| (**v).clone())
+                    .map(|(_, v)| (*present(view, v)).clone())
                     .collect()
             })
             .unwrap_or_default()
@@ -558,14 +622,17 @@ impl Store {
         name: &str,
         f: impl FnOnce(&mut Value),
     ) -> Result<Value, StoreError> {
-        let rt = resolve(kind)?;
+        let view = resolve(kind)?;
+        let rt = storage_of(view);
         let key = key_of(rt, namespace, name);
         self.write(|st, live| {
-            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
-            let mut new = (*old).clone();
+            let old = st.get(rt, &key).ok_or_else(|| not_found(view, name))?;
+            let mut new = (*present(view, &old)).clone();
             f(&mut new);
+            let mut new = to_storage(view, new);
             keep_identity(&old, &mut new);
-            Ok((*st.commit(live, rt, key, new, ChangeKind::Modified)).clone())
+            let stored = st.commit(live, rt, key, new, ChangeKind::Modified);
+            Ok((*present(view, &stored)).clone())
         })
     }
 
@@ -576,11 +643,13 @@ impl Store {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Value, StoreError> {
-        let rt = resolve(kind)?;
+        let view = resolve(kind)?;
+        let rt = storage_of(view);
         let key = key_of(rt, namespace, name);
         self.write(|st, live| {
-            let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
-            Ok((*st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted)).clone())
+            let old = st.get(rt, &key).ok_or_else(|| not_found(view, name))?;
+            let gone = st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted);
+            Ok((*present(view, &gone)).clone())
         })
     }
 
@@ -654,20 +723,23 @@ impl Store {
 
     pub(crate) fn get_rt(
         &self,
-        rt: &ResourceType,
+        view: &'static ResourceType,
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Arc<Value>, StoreError> {
+        let rt = storage_of(view);
         self.lock()
             .get(rt, &key_of(rt, namespace, name))
-            .ok_or_else(|| not_found(rt, name))
+            .map(|v| present(view, &v))
+            .ok_or_else(|| not_found(view, name))
     }
 
     pub(crate) fn list_rt(
         &self,
-        rt: &ResourceType,
+        view: &'static ResourceType,
         q: &ListQuery<'_>,
     ) -> Result<ListPage, StoreError> {
+        let rt = storage_of(view);
         let state = self.lock();
         let rv = state.rv;
         let start: Key = match q.continue_token {
@@ -695,6 +767,7 @@ impl Store {
             if q.namespace.is_some_and(|ns| ns != key.0) {
                 continue;
             }
+            let obj = &present(view, obj);
             if q.fields.is_some_and(|f| !f.matches(obj))
                 || q.labels.is_some_and(|l| !l.matches_object(obj))
             {
@@ -722,10 +795,12 @@ impl Store {
 
     pub(crate) fn create_rt(
         &self,
-        rt: &'static ResourceType,
+        view: &'static ResourceType,
         namespace: Option<&str>,
-        mut obj: Value,
+        obj: Value,
     ) -> Result<Arc<Value>, StoreError> {
+        let rt = storage_of(view);
+        let mut obj = to_storage(view, obj);
         self.prepare_new(rt, namespace, &mut obj);
         let name = str_at(&obj, "/metadata/name").unwrap_or("").to_string();
         if name.is_empty() {
@@ -748,24 +823,29 @@ impl Store {
         self.write(|st, live| {
             if st.get(rt, &key).is_some() {
                 return Err(StoreError::AlreadyExists {
-                    resource: rt.qualified(),
+                    resource: view.qualified(),
                     name: name.clone(),
                 });
             }
-            Ok(st.commit(live, rt, key, obj, ChangeKind::Added))
+            Ok(present(
+                view,
+                &st.commit(live, rt, key, obj, ChangeKind::Added),
+            ))
         })
     }
 
     /// PUT: the body's resourceVersion must be the current one (409 otherwise).
     pub(crate) fn replace_rt(
         &self,
-        rt: &'static ResourceType,
+        view: &'static ResourceType,
         namespace: Option<&str>,
         name: &str,
         status_only: bool,
-        mut obj: Value,
+        obj: Value,
         check: &dyn Fn(&Value, &Value) -> Result<(), StoreError>,
     ) -> Result<Arc<Value>, StoreError> {
+        let rt = storage_of(view);
+        let mut obj = to_storage(view, obj);
         let key = key_of(rt, namespace, name);
         if str_at(&obj, "/metadata/name").is_some_and(|n| n != name) {
             return Err(StoreError::BadRequest {
@@ -795,7 +875,7 @@ impl Store {
             split_status(rt, &old, &mut obj, status_only);
             bump_generation(&old, &mut obj);
             check(&old, &obj)?;
-            Ok(st.commit(live, rt, key, obj, ChangeKind::Modified))
+            Ok(present(view, &st.commit(live, rt, key, obj, ChangeKind::Modified)))
         })
     }
 
@@ -804,7 +884,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn patch_rt(
         &self,
-        rt: &'static ResourceType,
+        view: &'static ResourceType,
         namespace: Option<&str>,
         name: &str,
         status_only: bool,
@@ -812,6 +892,7 @@ impl Store {
         body: &[u8],
         check: &dyn Fn(&Value, &Value) -> Result<(), StoreError>,
     ) -> Result<Arc<Value>, StoreError> {
+        let rt = storage_of(view);
         let key = key_of(rt, namespace, name);
         let patch_err = |source| StoreError::Patch {
             resource: rt.qualified(),
@@ -822,16 +903,22 @@ impl Store {
             let old = match st.get(rt, &key) {
                 Some(old) => old,
                 None if patch_type == PatchType::Apply && !status_only => {
-                    let mut obj =
+                    let obj =
                         patch::apply_patch(&json!({}), patch_type, body).map_err(patch_err)?;
+                    let mut obj = to_storage(view, obj);
                     meta_mut(&mut obj).insert("name".into(), Value::String(name.into()));
                     self.prepare_new(rt, namespace, &mut obj);
                     check(&Value::Null, &obj)?;
-                    return Ok(st.commit(live, rt, key, obj, ChangeKind::Added));
+                    return Ok(present(
+                        view,
+                        &st.commit(live, rt, key, obj, ChangeKind::Added),
+                    ));
                 }
                 None => return Err(not_found(rt, name)),
             };
-            let mut new = patch::apply_patch(&old, patch_type, body).map_err(patch_err)?;
+            let new =
+                patch::apply_patch(&present(view, &old), patch_type, body).map_err(patch_err)?;
+            let mut new = to_storage(view, new);
             let old_rv = str_at(&old, "/metadata/resourceVersion");
             if let Some(rv) = new.pointer("/metadata/resourceVersion")
                 && !rv.is_null()
@@ -849,9 +936,12 @@ impl Store {
             check(&old, &new)?;
             if strip_rv(&old) == strip_rv(&new) {
                 // A no-op patch writes nothing, as the real apiserver.
-                return Ok(old);
+                return Ok(present(view, &old));
             }
-            Ok(st.commit(live, rt, key, new, ChangeKind::Modified))
+            Ok(present(
+                view,
+                &st.commit(live, rt, key, new, ChangeKind::Modified),
+            ))
         })
     }
 
@@ -860,12 +950,13 @@ impl Store {
     /// shows it, and whether it is gone already.
     pub(crate) fn delete_rt(
         &self,
-        rt: &'static ResourceType,
+        view: &'static ResourceType,
         namespace: Option<&str>,
         name: &str,
         opts: &DeleteOptions,
         check: &dyn Fn(&Value) -> Result<(), StoreError>,
     ) -> Result<(Arc<Value>, bool), StoreError> {
+        let rt = storage_of(view);
         let key = key_of(rt, namespace, name);
         self.write(|st, live| {
             let old = st.get(rt, &key).ok_or_else(|| not_found(rt, name))?;
@@ -893,7 +984,8 @@ impl Store {
             if rt.key == "pods" {
                 Ok(delete_pod(st, live, rt, key, &old, opts.grace_period_seconds))
             } else {
-                Ok((st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted), true))
+                let gone = st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted);
+                Ok((present(view, &gone), true))
             }
         })
     }
@@ -967,7 +1059,8 @@ impl Store {
     }
 
     /// Where a watch of `rt` from `rv` starts (None or 0: the current state).
-    pub(crate) fn watch_from(&self, rt: &ResourceType, rv: Option<u64>) -> WatchStart {
+    pub(crate) fn watch_from(&self, view: &'static ResourceType, rv: Option<u64>) -> WatchStart {
+        let rt = storage_of(view);
         let st = self.lock();
         let live = self.shared.live.subscribe();
         match rv {

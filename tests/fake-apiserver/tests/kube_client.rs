@@ -555,6 +555,30 @@ async fn events_leases_and_access_reviews() {
         .await
         .expect("events.k8s.io event");
     assert!(created.metadata.uid.is_some());
+    // One storage, two representations, as on the real apiserver.
+    let both = events
+        .list(&ListParams::default().fields("involvedObject.name=node-a"))
+        .await
+        .expect("list");
+    assert_eq!(names(&both.items), ["node-a.drain.1", "node-a.drain.2"]);
+    let as_core = events.get("node-a.drain.2").await.expect("core view");
+    assert_eq!(as_core.reason.as_deref(), Some("NodeDrainFinished"));
+    assert_eq!(as_core.involved_object.name.as_deref(), Some("node-a"));
+    assert_eq!(
+        as_core.reporting_component.as_deref(),
+        Some("example.com/shutdown-drain")
+    );
+    let as_new = new_events.get("node-a.drain.1").await.expect("new view");
+    assert_eq!(as_new.note.as_deref(), Some("shutdown drain started"));
+    assert_eq!(
+        as_new.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Node")
+    );
+    let regarding = new_events
+        .list(&ListParams::default().fields("regarding.name=node-a"))
+        .await
+        .expect("list");
+    assert_eq!(regarding.items.len(), 2);
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let lease: Lease = serde_json::from_value(json!({
