@@ -165,3 +165,22 @@ async fn a_restarted_bus_ends_the_signals_and_a_new_connection_locks_again() {
     let _lock2 = again.take_lock(NODE).await.expect("lock again");
     assert_eq!(rig.our_locks().await, 1);
 }
+
+#[tokio::test]
+async fn a_panic_in_the_task_that_holds_the_lock_releases_it() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let lock = logind.take_lock(NODE).await.expect("lock");
+    assert_eq!(rig.our_locks().await, 1);
+    let task = tokio::spawn(async move {
+        let _held = lock;
+        panic!("a drain step panicked");
+    });
+    assert!(task.await.is_err_and(|e| e.is_panic()));
+    assert!(
+        rig.wait_locks(0, Duration::from_secs(5)).await,
+        "the unwinding dropped the lock"
+    );
+}

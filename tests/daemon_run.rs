@@ -130,6 +130,50 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
         "the kind of shutdown is logged:\n{}",
         world.log()
     );
+    let mut world = world;
+    let statuses = world.notify.statuses();
+    for want in [
+        "draining node demo-node-1 before the reboot (budget 15 s)",
+        "draining 3 pods from node demo-node-1",
+        "node demo-node-1 drained for the reboot; inhibitor released",
+    ] {
+        assert!(
+            statuses.iter().any(|s| s.contains(want)),
+            "STATUS= carried {want:?}: {statuses:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigterm_during_the_drain_stops_it_and_releases_the_lock() {
+    let Some(mut world) = started(Setup {
+        config: config("30s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    world.signal(Signal::SIGTERM);
+    let status = world
+        .wait_exit(Duration::from_secs(3))
+        .expect("exited within 3 s of SIGTERM");
+    assert!(status.success(), "exit status {status:?}");
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(3)).await;
+    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+    assert!(
+        world
+            .log()
+            .contains("sigterm during the drain of node demo-node-1")
+    );
 }
 
 #[tokio::test]

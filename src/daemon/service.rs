@@ -20,6 +20,7 @@ use crate::daemon::logind::{
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::status::Status;
 use crate::engine::Engine;
+use crate::filters::Action;
 use crate::report::Report;
 
 /// First wait before trying logind again after a failure that was not a lost connection
@@ -284,6 +285,7 @@ impl Daemon {
 
         let drain = drain_node(
             self.settings.clone(),
+            self.status.clone(),
             format!("{what} of the host"),
             deadline,
         );
@@ -411,7 +413,12 @@ enum DrainOutcome {
 /// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
 /// engine's own bound (`Engine::drain` returns by its deadline).
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
-async fn drain_node(settings: Arc<Settings>, why: String, deadline: Instant) -> DrainOutcome {
+async fn drain_node(
+    settings: Arc<Settings>,
+    status: Status,
+    why: String,
+    deadline: Instant,
+) -> DrainOutcome {
     let node = settings.node_name.clone();
     let engine = match Engine::new(settings) {
         Ok(engine) => engine,
@@ -440,5 +447,27 @@ async fn drain_node(settings: Arc<Settings>, why: String, deadline: Instant) -> 
             ));
         }
     }
-    DrainOutcome::Drained(engine.drain(deadline).await)
+    // The status line gets the pod count from a plan read beside the drain; the drain never
+    // waits for it.
+    let count = async {
+        if let Ok(plan) = engine.plan().await
+            && Instant::now() < deadline
+        {
+            status.set(format!(
+                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
+                plan.count(Action::Evict),
+                plan.count(Action::Wait),
+                plan.count(Action::Skip)
+            ));
+        }
+    };
+    let drain = engine.drain(deadline);
+    tokio::pin!(count, drain);
+    let mut counted = false;
+    loop {
+        tokio::select! {
+            report = &mut drain => return DrainOutcome::Drained(report),
+            () = &mut count, if !counted => counted = true,
+        }
+    }
 }
