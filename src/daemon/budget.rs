@@ -9,6 +9,9 @@
 
 use std::time::Duration;
 
+use crate::config::Settings;
+use crate::daemon::logind::{Logind, LogindError};
+
 /// The logind drop-in that raises `InhibitDelayMaxSec` for us. It sorts after the kubelet's
 /// `99-kubelet.conf` (drop-ins are read in file-name order and the last one wins).
 pub const LOGIND_DROP_IN: &str = "/usr/lib/systemd/logind.conf.d/99-zz-kube-shutdown-drain.conf";
@@ -68,6 +71,18 @@ pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) 
         logind_max,
         warning,
     }
+}
+
+/// Reads logind's `InhibitDelayMaxUSec` and computes the budget for `settings`: what the daemon
+/// does at start and at each shutdown, and what `check` and `status` can show
+/// (`Logind::connect()` reaches the system bus).
+pub async fn read(logind: &Logind, settings: &Settings) -> Result<Budget, LogindError> {
+    let max = logind.inhibit_delay_max().await?;
+    Ok(compute(
+        settings.drain.timeout,
+        max,
+        settings.daemon.release_margin,
+    ))
 }
 
 /// A duration as seconds for humans: "5 s", "2.5 s".

@@ -205,12 +205,7 @@ impl Daemon {
 
     /// Reads logind's maximum delay and computes the budget; says so loudly when clamped.
     async fn budget(&self, logind: &Logind) -> Result<Budget, LogindError> {
-        let max = logind.inhibit_delay_max().await?;
-        let budget = budget::compute(
-            self.settings.drain.timeout,
-            max,
-            self.settings.daemon.release_margin,
-        );
+        let budget = budget::read(logind, &self.settings).await?;
         if let Some(warning) = &budget.warning {
             tracing::error!("{warning}");
         }
