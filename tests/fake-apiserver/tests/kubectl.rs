@@ -568,3 +568,36 @@ async fn kubectl_deletes_a_pod_and_waits_through_a_watch_and_reads_events() {
         .await;
     assert_eq!(none.trim(), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drain_with_disable_eviction_deletes_with_protobuf_bodies() {
+    let Some(bin) = kubectl("1.32") else { return };
+    let server = scenario().await;
+    let k = Kubectl::new(bin, &server, "admin");
+    let mut args = DRAIN.to_vec();
+    args.extend(["--disable-eviction", "--timeout=30s"]);
+    let out = k.ok(&args).await;
+    assert_eq!(out.trim_end().lines().last(), Some("node/node-a drained"));
+    let deletes = server
+        .recorder()
+        .matching("DELETE", "/api/v1/namespaces/work/pods/");
+    let mut deleted: Vec<String> = deletes
+        .iter()
+        .map(|r| r.path.rsplit('/').next().unwrap_or("").to_string())
+        .collect();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        ["bare-pod", "guarded", "rs1-emptydir", "rs1-plain"]
+    );
+    for r in &deletes {
+        assert_eq!(
+            r.content_type.as_deref(),
+            Some("application/vnd.kubernetes.protobuf")
+        );
+        assert!(r.body.starts_with("k8s\0"), "a protobuf DeleteOptions body");
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(server.recorder().count("POST", "/eviction"), 0);
+    assert!(server.store().get("Pod", Some("work"), "guarded").is_none());
+}
