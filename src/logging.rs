@@ -13,17 +13,17 @@ pub const LOG_ENV: &str = "KUBE_SHUTDOWN_DRAIN_LOG";
 
 /// Whether `JOURNAL_STREAM` (`DEV:INODE`) names the file our stderr is.
 pub fn stderr_is_journal() -> bool {
-    let Ok(value) = std::env::var("JOURNAL_STREAM") else {
-        return false;
-    };
+    std::env::var("JOURNAL_STREAM").is_ok_and(|v| stream_names(&v, std::io::stderr().as_fd()))
+}
+
+/// Whether a `JOURNAL_STREAM` value (`DEV:INODE`) names the file behind `fd`.
+pub fn stream_names(value: &str, fd: impl AsFd) -> bool {
     let Some((dev, ino)) = value.split_once(':') else {
         return false;
     };
-    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
-        return false;
-    };
-    match nix::sys::stat::fstat(std::io::stderr().as_fd()) {
-        Ok(st) => st.st_dev as u64 == dev && st.st_ino as u64 == ino,
+    // Compared as decimal text: the width of st_dev and st_ino differs between platforms.
+    match nix::sys::stat::fstat(fd) {
+        Ok(st) => st.st_dev.to_string() == dev && st.st_ino.to_string() == ino,
         Err(_) => false,
     }
 }
@@ -49,4 +49,25 @@ pub fn init() {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_stream_must_name_the_very_file() {
+        let file = tempfile::tempfile().unwrap();
+        let st = nix::sys::stat::fstat(file.as_fd()).unwrap();
+        assert!(stream_names(
+            &format!("{}:{}", st.st_dev, st.st_ino),
+            file.as_fd()
+        ));
+        assert!(!stream_names(
+            &format!("{}:{}", st.st_dev, st.st_ino.wrapping_add(1)),
+            file.as_fd()
+        ));
+        assert!(!stream_names("garbage", file.as_fd()));
+        assert!(!stream_names("", file.as_fd()));
+    }
 }
