@@ -8,7 +8,9 @@
 
 E2E_SUITE=bookworm
 E2E_MIRROR=${E2E_MIRROR:-http://deb.debian.org/debian}
-E2E_INCLUDE=systemd,systemd-sysv,dbus
+# ca-certificates: what every node has, and what the package depends on (the kube client
+# loads the system roots even for a kubeconfig with its own CA).
+E2E_INCLUDE=systemd,systemd-sysv,dbus,ca-certificates
 # A fixed machine ID: every boot of the copy is the same machine; only the boot ID changes
 # (nspawn hands each boot a new random one).
 E2E_MACHINE_ID=4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e
@@ -55,6 +57,29 @@ make_machine() {
   echo "$E2E_MACHINE_ID" > "$dir/etc/machine-id"
   # The host name is then the --machine= name, not the build host's (debootstrap copies it).
   rm -f "$dir/etc/hostname"
+  # A container "reboot" does not change the kernel's boot ID: nspawn mounts a fresh one over
+  # /proc/sys/kernel/random/boot_id each boot. The unit's ProtectProc=, ProtectKernelTunables=
+  # and ProtectControlGroups= give the daemon its own /proc and /sys mounts, without that
+  # overmount, so inside the sandbox it would read the host kernel's ID, the same every boot.
+  # On a real node a reboot changes the kernel's ID. Here a oneshot outside the sandbox hands
+  # the container's ID to the daemon through its test-only KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE.
+  cat > "$dir/etc/systemd/system/e2e-boot-id.service" <<'UNIT'
+[Unit]
+Description=e2e: the container's boot ID for kube-shutdown-drain
+DefaultDependencies=no
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'cat /proc/sys/kernel/random/boot_id > /run/e2e-boot-id'
+UNIT
+  mkdir -p "$dir/etc/systemd/system/kube-shutdown-drain.service.d"
+  cat > "$dir/etc/systemd/system/kube-shutdown-drain.service.d/e2e-boot-id.conf" <<'UNIT'
+[Unit]
+Wants=e2e-boot-id.service
+After=e2e-boot-id.service
+[Service]
+Environment=KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE=/run/e2e-boot-id
+UNIT
 }
 
 # in_root DIR CMD...: runs CMD in DIR without booting it (package installation).
@@ -63,17 +88,22 @@ in_root() {
   systemd-nspawn --quiet -D "$dir" --register=no --keep-unit --as-pid2 --pipe "$@"
 }
 
-# boot DIR NAME LOG: boots DIR in the background with a throw-away overlay over it
-# (--volatile=overlay: every boot starts from the same disk). Sets CT_PID (nspawn) and
-# CT_INIT (PID 1 inside), and CT_RC_FILE, where the exit code and the exit time land.
+# boot DIR NAME LOG JOURNAL: boots DIR in the background with a throw-away overlay over it
+# (--volatile=overlay: every boot starts from the same disk). The host directory JOURNAL is
+# bound to /var/log/journal, so the boot's journal outlives the overlay (read it with
+# `journalctl -D JOURNAL`). Sets CT_PID (nspawn), CT_INIT (PID 1 inside), and CT_RC_FILE,
+# where the exit code and the exit time land.
 boot() {
-  local dir=$1 name=$2 logfile=$3
+  local dir=$1 name=$2 logfile=$3 journal=$4
+  mkdir -p "$journal"
   CT_RC_FILE=$(mktemp)
   rm -f "$CT_RC_FILE"
   (
+    # `|| rc=$?`: under set -e a non-zero exit (133 is a reboot) would end the subshell here.
+    rc=0
     systemd-nspawn -D "$dir" --machine="$name" --boot --volatile=overlay --register=no \
-      --keep-unit --console=pipe > "$logfile" 2>&1 < /dev/null
-    echo "$? $(date +%s.%N)" > "$CT_RC_FILE"
+      --keep-unit --console=pipe --bind="$journal:/var/log/journal" > "$logfile" 2>&1 < /dev/null || rc=$?
+    echo "$rc $(date +%s.%N)" > "$CT_RC_FILE"
   ) &
   CT_SUBSHELL=$!
   CT_PID=""
