@@ -17,7 +17,7 @@ fn pod(i: usize) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("p-{i:05}"), "namespace": format!("ns-{}", i % 5),
                      "labels": {"app": format!("a{}", i % 7)}},
-        "spec": {"nodeName": if i % 5 == 0 { "big".to_string() } else { format!("n{}", i % 13) }},
+        "spec": {"nodeName": if i.is_multiple_of(5) { "big".to_string() } else { format!("n{}", i % 13) }},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     })
 }
