@@ -498,3 +498,23 @@ async fn sigterm_while_waiting_exits_at_once_and_releases() {
     assert!(status.success(), "exit status {status:?}");
     assert_eq!(world.rig.our_locks().await, 0);
 }
+
+#[tokio::test]
+async fn an_unusable_kubeconfig_stops_the_start_with_the_file_named() {
+    let Some(mut world) = World::start(Setup::default()).await else {
+        return;
+    };
+    let kubeconfig = world.dir().join("kubeconfig");
+    std::fs::write(&kubeconfig, "clusters: [this is not a kubeconfig\n").expect("write");
+    world.spawn_daemon();
+    let status = world
+        .wait_exit(Duration::from_secs(10))
+        .expect("exited at once");
+    assert_eq!(status.code(), Some(2), "exit code 2 (configuration)");
+    let log = world.log();
+    assert!(
+        log.contains(&kubeconfig.display().to_string()),
+        "the error names the kubeconfig file:\n{log}"
+    );
+    assert_eq!(world.rig.our_locks().await, 0);
+}

@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::cli::EXIT_USAGE;
 use crate::config::Settings;
 use crate::daemon::{logind, service};
+use crate::engine::Engine;
 
 /// Names a file to read the boot ID from instead of `/proc/sys/kernel/random/boot_id`. Only the
 /// tests and the demo set it, to simulate a reboot without one.
@@ -34,6 +36,12 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         ),
         logind::system_bus_address()
     );
+    // A kubeconfig that cannot be used is a configuration error now, not at the first shutdown.
+    // The engine is dropped again: the client is built only when a restore or drain needs it.
+    if let Err(e) = Engine::new(settings.clone()) {
+        tracing::error!("cannot run for node {}: {e}", settings.node_name);
+        return Ok(i32::from(EXIT_USAGE));
+    }
     service::run(settings, logind::system_bus_address()).await?;
     Ok(0)
 }
