@@ -157,7 +157,8 @@ pub fn compute(pdb: &Value, pods: &[&Value]) -> Result<Budget, PdbError> {
     })
 }
 
-/// The status object the fake keeps on a PDB.
+/// The status object the fake keeps on a PDB (the store sets the condition's
+/// lastTransitionTime).
 pub fn status(pdb: &Value, budget: &Budget) -> Value {
     let generation = pdb
         .pointer("/metadata/generation")

@@ -248,6 +248,7 @@ fn store_failure(rt: Option<&ResourceType>, err: &StoreError) -> Response<Body> 
         StoreError::Invalid { name, .. } => failure(422, err.to_string(), details(name)),
         StoreError::Forbidden { name, .. } => failure(403, err.to_string(), details(name)),
         StoreError::BadRequest { .. } => failure(400, err.to_string(), None),
+        StoreError::Expired { .. } => failure(410, err.to_string(), None),
         StoreError::Patch { source, .. } => match source {
             PatchError::JsonPatch(e) => failure(422, e.to_string(), None),
             PatchError::ContentType(_) => failure(415, source.to_string(), None),
@@ -708,9 +709,6 @@ fn list(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
     };
     let page = match app.store.list_rt(t.rt, &query) {
         Ok(p) => p,
-        Err(StoreError::BadRequest { message }) if message.contains("too old") => {
-            return failure(410, message, None);
-        }
         Err(e) => return store_failure(Some(t.rt), &e),
     };
     let mut meta = serde_json::Map::new();

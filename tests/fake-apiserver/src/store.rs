@@ -54,6 +54,9 @@ pub enum StoreError {
     },
     #[error("{message}")]
     BadRequest { message: String },
+    /// 410: the version a list continues from is older than the history holds.
+    #[error("{message}")]
+    Expired { message: String },
     #[error("{resource} \"{name}\": {source}")]
     Patch {
         resource: String,
@@ -181,23 +184,24 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
-    if !obj.is_object() {
-        *obj = json!({});
-    }
-    let Value::Object(map) = obj else {
-        unreachable!("just made an object")
-    };
-    let meta = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    match meta {
+/// `v` as an object, after replacing anything else with an empty one.
+fn object_mut(v: &mut Value) -> &mut Map<String, Value> {
+    match v {
         Value::Object(m) => m,
-        _ => unreachable!("just made an object"),
+        other => {
+            *other = Value::Object(Map::new());
+            object_mut(other)
+        }
     }
+}
+
+/// The object at `map[key]`, created (or replacing a non-object) when needed.
+fn child_object_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    object_mut(map.entry(key).or_insert_with(|| Value::Object(Map::new())))
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    child_object_mut(object_mut(obj), "metadata")
 }
 
 fn resolve(kind: &str) -> Result<&'static ResourceType, StoreError> {
@@ -412,7 +416,19 @@ impl State {
             let Ok(budget) = pdb::compute(&pdb_obj, &refs) else {
                 continue;
             };
-            let status = pdb::status(&pdb_obj, &budget);
+            let mut status = pdb::status(&pdb_obj, &budget);
+            // The condition's lastTransitionTime moves only when its status flips.
+            let old_condition = pdb_obj.pointer("/status/conditions/0");
+            let same = old_condition.and_then(|c| c.get("status"))
+                == status.pointer("/conditions/0/status");
+            let since = old_condition
+                .filter(|_| same)
+                .and_then(|c| c.get("lastTransitionTime"))
+                .cloned()
+                .unwrap_or_else(|| Value::String(timestamp(Duration::ZERO)));
+            if let Some(t) = status.pointer_mut("/conditions/0/lastTransitionTime") {
+                *t = since;
+            }
             if pdb_obj.get("status") == Some(&status) {
                 continue;
             }
@@ -743,9 +759,19 @@ impl Store {
         let state = self.lock();
         let rv = state.rv;
         let start: Key = match q.continue_token {
-            Some(token) => decode_continue(token).ok_or_else(|| StoreError::BadRequest {
-                message: format!("continue key is not valid: {token}"),
-            })?,
+            Some(token) => {
+                let (token_rv, key) =
+                    decode_continue(token).ok_or_else(|| StoreError::BadRequest {
+                        message: format!("continue key is not valid: {token}"),
+                    })?;
+                if token_rv < state.expired_below {
+                    // The apiserver's words for a continue token past the compaction.
+                    return Err(StoreError::Expired {
+                        message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.".into(),
+                    });
+                }
+                key
+            }
             None => (String::new(), String::new()),
         };
         let Some(table) = state.tables.get(rt.key) else {
@@ -781,7 +807,7 @@ impl Store {
             items.push(obj.clone());
         }
         let continue_token = if more > 0 {
-            last.map(encode_continue)
+            last.map(|key| encode_continue(rv, key))
         } else {
             None
         };
@@ -1248,28 +1274,20 @@ fn strip_rv(v: &Value) -> Value {
     v
 }
 
-fn taints_mut(node: &mut Value) -> &mut Vec<Value> {
-    if !node.is_object() {
-        *node = json!({});
-    }
-    let Value::Object(m) = node else {
-        unreachable!("just made an object")
-    };
-    let spec = m.entry("spec").or_insert_with(|| json!({}));
-    if !spec.is_object() {
-        *spec = json!({});
-    }
-    let Value::Object(spec) = spec else {
-        unreachable!("just made an object")
-    };
-    let taints = spec.entry("taints").or_insert_with(|| json!([]));
-    if !taints.is_array() {
-        *taints = json!([]);
-    }
-    match taints {
+/// `v` as an array, after replacing anything else with an empty one.
+fn array_mut(v: &mut Value) -> &mut Vec<Value> {
+    match v {
         Value::Array(a) => a,
-        _ => unreachable!("just made an array"),
+        other => {
+            *other = Value::Array(Vec::new());
+            array_mut(other)
+        }
     }
+}
+
+fn taints_mut(node: &mut Value) -> &mut Vec<Value> {
+    let spec = child_object_mut(object_mut(node), "spec");
+    array_mut(spec.entry("taints").or_insert_with(|| json!([])))
 }
 
 /// Sets phase Running and the Ready and ContainersReady conditions of a pod object.
@@ -1300,15 +1318,15 @@ pub fn set_pod_ready_in(pod: &mut Value, ready: bool) {
     }
 }
 
-/// Continue tokens: hex of `namespace/name` of the last item returned.
-fn encode_continue(key: &Key) -> String {
-    format!("{}/{}", key.0, key.1)
+/// Continue tokens: hex of `rv/namespace/name` (list version and last item returned).
+fn encode_continue(rv: u64, key: &Key) -> String {
+    format!("{rv}/{}/{}", key.0, key.1)
         .bytes()
         .map(|b| format!("{b:02x}"))
         .collect()
 }
 
-fn decode_continue(token: &str) -> Option<Key> {
+fn decode_continue(token: &str) -> Option<(u64, Key)> {
     if !token.len().is_multiple_of(2) {
         return None;
     }
@@ -1317,8 +1335,10 @@ fn decode_continue(token: &str) -> Option<Key> {
         .map(|i| u8::from_str_radix(token.get(i..i + 2)?, 16).ok())
         .collect();
     let text = String::from_utf8(bytes?).ok()?;
-    let (ns, name) = text.split_once('/')?;
-    Some((ns.to_string(), name.to_string()))
+    let mut parts = text.splitn(3, '/');
+    let rv = parts.next()?.parse().ok()?;
+    let (ns, name) = (parts.next()?, parts.next()?);
+    Some((rv, (ns.to_string(), name.to_string())))
 }
 
 #[cfg(test)]
@@ -1490,7 +1510,7 @@ mod tests {
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {
         let key = ("work".to_string(), "pod-1".to_string());
-        assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
+        assert_eq!(decode_continue(&encode_continue(7, &key)), Some((7, key)));
         assert_eq!(decode_continue("zz"), None);
         assert_eq!(decode_continue("abc"), None);
     }

@@ -883,3 +883,25 @@ async fn kube_runtime_watchers_sync_with_list_watch_and_streaming_lists() {
     }
     assert_eq!(server.recorder().count("GET", "sendInitialEvents=true"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continue_token_from_before_the_expiry_answers_410() {
+    let server = scenario().await;
+    let pods: Api<Pod> = Api::all(client(&server, "admin").await);
+    let first = pods
+        .list(&ListParams::default().limit(2))
+        .await
+        .expect("page");
+    let token = first.metadata.continue_.expect("more pages");
+    server
+        .store()
+        .set_pod_ready("work", "guarded", true)
+        .expect("write");
+    server.store().expire_resource_versions();
+    let err = pods
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .expect_err("expired");
+    let status = api_status(err);
+    assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+}
