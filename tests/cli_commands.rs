@@ -22,6 +22,11 @@ async fn cli(config: &Path, args: &[&str]) -> Run {
         .args(args)
         .env_remove("JOURNAL_STREAM")
         .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        // Never the machine's logind: `check` and `status` read its InhibitDelayMaxUSec.
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
+        )
         .output()
         .await
         .expect("the binary runs");
@@ -247,6 +252,7 @@ async fn check_reviews_every_permission() {
         );
     }
     assert!(!r.stdout.contains("DENIED"), "{}", r.stdout);
+    assert!(r.stdout.contains("logind: not reachable"), "{}", r.stdout);
     let reviews = c
         .server
         .recorder()
