@@ -575,6 +575,13 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
     }
     let ns = t.namespace.as_deref();
     let sub = t.sub.as_deref();
+    // `?dryRun=All`: every check and the answer as usual, nothing stored.
+    let store = if call.param("dryRun") == Some("All") {
+        app.store.dry_run()
+    } else {
+        app.store.clone()
+    };
+    let store = &store;
     match (&call.method, t.name.as_deref(), sub) {
         (&Method::GET, None, None) if call.flag("watch") => watch(app, &call, &t).await,
         (&Method::GET, None, None) => list(app, &call, &t),
@@ -583,13 +590,13 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
             Ok(obj) => value_response(StatusCode::OK, &obj),
             Err(e) => store_failure(Some(t.rt), &e),
         },
-        (&Method::POST, None, None) => create(app, &call, &t),
+        (&Method::POST, None, None) => create(store, &call, &t),
         (&Method::POST, Some(name), Some("eviction")) if t.rt.key == "pods" => {
-            evict(app, &call, ns.unwrap_or("default"), name)
+            evict(app, store, &call, ns.unwrap_or("default"), name)
         }
-        (&Method::PUT, Some(name), None | Some("status")) => replace(app, &call, &t, name),
-        (&Method::PATCH, Some(name), None | Some("status")) => patch(app, &call, &t, name),
-        (&Method::DELETE, Some(name), None) => delete(app, &call, &t, name),
+        (&Method::PUT, Some(name), None | Some("status")) => replace(store, &call, &t, name),
+        (&Method::PATCH, Some(name), None | Some("status")) => patch(store, &call, &t, name),
+        (&Method::DELETE, Some(name), None) => delete(store, &call, &t, name),
         _ => failure(
             405,
             format!(
@@ -915,7 +922,7 @@ fn change_line(
     Some(watch_line(kind, &new))
 }
 
-fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
+fn create(store: &Store, call: &Call, t: &Target) -> Response<Body> {
     let obj = match parse_body(call) {
         Ok(v) => v,
         Err(r) => return *r,
@@ -946,29 +953,26 @@ fn create(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             None,
         );
     }
-    match app.store.create_rt(t.rt, t.namespace.as_deref(), obj) {
+    match store.create_rt(t.rt, t.namespace.as_deref(), obj) {
         Ok(created) => value_response(StatusCode::CREATED, &created),
         Err(e) => store_failure(Some(t.rt), &e),
     }
 }
 
-fn replace(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> {
+fn replace(store: &Store, call: &Call, t: &Target, name: &str) -> Response<Body> {
     let obj = match parse_body(call) {
         Ok(v) => v,
         Err(r) => return *r,
     };
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
-    match app
-        .store
-        .replace_rt(t.rt, t.namespace.as_deref(), name, status_only, obj, &check)
-    {
+    match store.replace_rt(t.rt, t.namespace.as_deref(), name, status_only, obj, &check) {
         Ok(o) => value_response(StatusCode::OK, &o),
         Err(e) => store_failure(Some(t.rt), &e),
     }
 }
 
-fn patch(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> {
+fn patch(store: &Store, call: &Call, t: &Target, name: &str) -> Response<Body> {
     let patch_type = match PatchType::from_content_type(&call.content_type) {
         Ok(p) => p,
         Err(e) => return failure(415, e.to_string(), None),
@@ -982,7 +986,7 @@ fn patch(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> 
     }
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
-    match app.store.patch_rt(
+    match store.patch_rt(
         t.rt,
         t.namespace.as_deref(),
         name,
@@ -1009,6 +1013,10 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, Box<Response<Body>>> {
             ))
         })?;
         opts.grace_period_seconds = body.get("gracePeriodSeconds").and_then(Value::as_i64);
+        opts.dry_run = body
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
         opts.uid = body
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
@@ -1030,11 +1038,13 @@ fn delete_options(call: &Call) -> Result<DeleteOptions, Box<Response<Body>>> {
     Ok(opts)
 }
 
-fn delete(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body> {
+fn delete(store: &Store, call: &Call, t: &Target, name: &str) -> Response<Body> {
     let opts = match delete_options(call) {
         Ok(o) => o,
         Err(r) => return *r,
     };
+    let dry = store.dry_run();
+    let store = if opts.dry_run { &dry } else { store };
     let check = pod_removal_check(&call.identity, "delete");
     let no_check = |_: &Value| Ok(());
     let check: &dyn Fn(&Value) -> Result<(), StoreError> = if t.rt.key == "pods" {
@@ -1042,10 +1052,7 @@ fn delete(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body>
     } else {
         &no_check
     };
-    match app
-        .store
-        .delete_rt(t.rt, t.namespace.as_deref(), name, &opts, check)
-    {
+    match store.delete_rt(t.rt, t.namespace.as_deref(), name, &opts, check) {
         Ok((obj, _gone)) if t.rt.key == "pods" => value_response(StatusCode::OK, &obj),
         Ok((obj, _)) => {
             let details = Details {
@@ -1061,7 +1068,13 @@ fn delete(app: &Arc<App>, call: &Call, t: &Target, name: &str) -> Response<Body>
     }
 }
 
-fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<Body> {
+fn evict(
+    app: &Arc<App>,
+    store: &Store,
+    call: &Call,
+    namespace: &str,
+    name: &str,
+) -> Response<Body> {
     let Some(pods) = resources::by_kind("Pod") else {
         return failure(500, "pods are not served", None);
     };
@@ -1078,6 +1091,12 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
             None,
         );
     }
+    let dry = store.dry_run();
+    let in_body = body
+        .pointer("/deleteOptions/dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let store = if in_body { &dry } else { store };
     let grace = body
         .pointer("/deleteOptions/gracePeriodSeconds")
         .and_then(Value::as_i64);
@@ -1105,7 +1124,7 @@ fn evict(app: &Arc<App>, call: &Call, namespace: &str, name: &str) -> Response<B
         }
         Ok(())
     };
-    match app.store.evict(namespace, name, grace, &check) {
+    match store.evict(namespace, name, grace, &check) {
         Ok(EvictOutcome::Evicted) => {
             tracing::debug!(pod = %format!("{namespace}/{name}"), "evicted pod");
             json_response(StatusCode::CREATED, status_body(201, None, None, None))

@@ -107,6 +107,8 @@ pub enum WatchStart {
 /// Options of a delete (from DeleteOptions and the query).
 #[derive(Debug, Clone, Default)]
 pub struct DeleteOptions {
+    /// `dryRun: ["All"]` in the body (the query form is handled by the server).
+    pub dry_run: bool,
     pub grace_period_seconds: Option<i64>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
@@ -158,6 +160,8 @@ struct State {
     /// Versions below this answer 410 (the 410 knob and history trimming raise it).
     expired_below: u64,
     timers: Vec<Timer>,
+    /// Set while a dry-run request runs: commit changes nothing.
+    dry_run: bool,
 }
 
 struct Shared {
@@ -172,6 +176,8 @@ struct Shared {
 #[derive(Clone)]
 pub struct Store {
     shared: Arc<Shared>,
+    /// `?dryRun=All`: every check runs, nothing is written.
+    dry_run: bool,
 }
 
 /// RFC 3339 UTC time with seconds precision, as metav1.Time serialises.
@@ -325,6 +331,10 @@ impl State {
         mut new: Value,
         kind: ChangeKind,
     ) -> Arc<Value> {
+        if self.dry_run {
+            // What the write would store, under the version the object has now.
+            return Arc::new(new);
+        }
         self.rv += 1;
         let rv = self.rv;
         meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -458,12 +468,22 @@ impl Store {
                     history: VecDeque::new(),
                     expired_below: 0,
                     timers: Vec::new(),
+                    dry_run: false,
                 }),
                 live,
                 runtime,
                 uid_seq: AtomicU64::new(1),
                 uid_base,
             }),
+            dry_run: false,
+        }
+    }
+
+    /// This store for one `?dryRun=All` request: same state, writes only checked.
+    pub(crate) fn dry_run(&self) -> Store {
+        Store {
+            shared: self.shared.clone(),
+            dry_run: true,
         }
     }
 
@@ -476,7 +496,9 @@ impl Store {
     /// Runs `f` on the state, then starts the kubelet timers it queued.
     fn write<R>(&self, f: impl FnOnce(&mut State, &broadcast::Sender<Arc<Change>>) -> R) -> R {
         let mut state = self.lock();
+        state.dry_run = self.dry_run;
         let out = f(&mut state, &self.shared.live);
+        state.dry_run = false;
         let timers = std::mem::take(&mut state.timers);
         drop(state);
         for timer in timers {
@@ -1181,6 +1203,9 @@ fn delete_pod(
     let uid = str_at(pod, "/metadata/uid").unwrap_or("").to_string();
     let delay = termination_delay(pod, grace);
     let out = st.commit(live, rt, key.clone(), new, ChangeKind::Modified);
+    if st.dry_run {
+        return (out, false);
+    }
     st.timers.push(Timer {
         resource: rt.key,
         key,

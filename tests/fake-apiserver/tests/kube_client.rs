@@ -905,3 +905,60 @@ async fn a_continue_token_from_before_the_expiry_answers_410() {
     let status = api_status(err);
     assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_requests_check_everything_and_store_nothing() {
+    let server = scenario().await;
+    let client = client(&server, "admin").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
+    let nodes: Api<Node> = Api::all(client);
+    let rv = server.store().resource_version();
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let eviction = |name: &str| Eviction {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("work".into()),
+            ..ObjectMeta::default()
+        },
+        ..Eviction::default()
+    };
+    let status: Status = pods
+        .create_subresource("eviction", "rs1-plain", &dry, &eviction("rs1-plain"))
+        .await
+        .expect("dry eviction");
+    assert_eq!(status.code, 201);
+    let err = pods
+        .create_subresource::<_, Status>("eviction", "guarded", &dry, &eviction("guarded"))
+        .await
+        .expect_err("the budget still answers");
+    assert_eq!(api_status(err).code, 429);
+    let node = nodes
+        .patch(
+            "node-a",
+            &PatchParams::default().dry_run(),
+            &Patch::Strategic(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("dry patch");
+    assert_eq!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    pods.delete("bare-pod", &DeleteParams::default().dry_run())
+        .await
+        .expect("dry delete");
+    assert_eq!(server.store().resource_version(), rv, "nothing written");
+    let stored = server
+        .store()
+        .get("Pod", Some("work"), "rs1-plain")
+        .expect("pod");
+    assert!(stored.pointer("/metadata/deletionTimestamp").is_none());
+    assert!(
+        server
+            .store()
+            .get("Pod", Some("work"), "bare-pod")
+            .is_some()
+    );
+    let node = server.store().get("Node", None, "node-a").expect("node");
+    assert_eq!(node.pointer("/spec/unschedulable"), None);
+}
