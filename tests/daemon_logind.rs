@@ -184,3 +184,40 @@ async fn a_panic_in_the_task_that_holds_the_lock_releases_it() {
         "the unwinding dropped the lock"
     );
 }
+
+#[tokio::test]
+async fn the_metadata_always_comes_with_its_shutdown() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let mut signals = logind.subscribe().await.expect("subscribe");
+    // The two signals arrive back to back; their order must survive every time.
+    for round in 0..20 {
+        if round % 2 == 0 {
+            rig.reboot().await;
+        } else {
+            rig.power_off().await;
+        }
+        let started = tokio::time::timeout(Duration::from_secs(5), signals.next())
+            .await
+            .expect("in time")
+            .expect("a signal");
+        let want = if round % 2 == 0 {
+            ShutdownKind::Reboot
+        } else {
+            ShutdownKind::PowerOff
+        };
+        assert_eq!(
+            started,
+            ShutdownSignal::Started { kind: Some(want) },
+            "round {round}"
+        );
+        rig.cancel().await;
+        let cancelled = tokio::time::timeout(Duration::from_secs(5), signals.next())
+            .await
+            .expect("in time")
+            .expect("a signal");
+        assert_eq!(cancelled, ShutdownSignal::Cancelled, "round {round}");
+    }
+}

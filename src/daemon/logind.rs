@@ -187,14 +187,15 @@ pub enum ShutdownSignal {
     Cancelled,
 }
 
-/// The two signal subscriptions, merged into one ordered source of [`ShutdownSignal`]s.
+/// logind's Manager signals as one stream, read as [`ShutdownSignal`]s.
 ///
-/// Both streams were created from a proxy whose destination is logind's well-known name, so zbus
-/// passes only signals whose sender is the unique name that currently owns it: a `busctl emit`
-/// from any other connection is dropped.
+/// One subscription for both signals keeps their order: logind sends the metadata signal just
+/// before the plain one, and two separate streams could hand them over in either order. The
+/// stream was created from a proxy whose destination is logind's well-known name, so zbus passes
+/// only signals whose sender is the unique name that currently owns it: a `busctl emit` from any
+/// other connection is dropped. Other Manager signals (SessionNew, ...) are skipped.
 pub struct ShutdownSignals {
-    plain: PrepareForShutdownStream,
-    metadata: PrepareForShutdownWithMetadataStream,
+    signals: zbus::proxy::SignalStream<'static>,
     kind: Option<ShutdownKind>,
     address: String,
 }
@@ -203,44 +204,37 @@ impl ShutdownSignals {
     /// The next announcement. Malformed signals are logged and skipped (the kubelet crashed on
     /// one, kubernetes#97951). Fails with `Disconnected` once the bus connection is gone.
     pub async fn next(&mut self) -> Result<ShutdownSignal, LogindError> {
-        loop {
-            // Biased towards the metadata signal: logind sends it first, and both are already
-            // queued by the time the plain one can be polled.
-            tokio::select! {
-                biased;
-                signal = self.metadata.next() => {
-                    let Some(signal) = signal else {
-                        return Err(LogindError::Disconnected { address: self.address.clone() });
-                    };
-                    match signal.args() {
-                        Ok(args) if *args.start() => {
-                            self.kind = Some(metadata_kind(args.metadata()));
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(
-                            "ignoring a malformed PrepareForShutdownWithMetadata signal from logind: {e}"
-                        ),
+        while let Some(message) = self.signals.next().await {
+            if let Some(signal) = PrepareForShutdownWithMetadata::from_message(message.clone()) {
+                match signal.args() {
+                    Ok(args) if *args.start() => {
+                        self.kind = Some(metadata_kind(args.metadata()));
                     }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(
+                        "ignoring a malformed PrepareForShutdownWithMetadata signal from logind: {e}"
+                    ),
                 }
-                signal = self.plain.next() => {
-                    let Some(signal) = signal else {
-                        return Err(LogindError::Disconnected { address: self.address.clone() });
-                    };
-                    match signal.args() {
-                        Ok(args) if *args.start() => {
-                            return Ok(ShutdownSignal::Started { kind: self.kind.take() });
-                        }
-                        Ok(_) => {
-                            self.kind = None;
-                            return Ok(ShutdownSignal::Cancelled);
-                        }
-                        Err(e) => tracing::warn!(
-                            "ignoring a malformed PrepareForShutdown signal from logind: {e}"
-                        ),
+            } else if let Some(signal) = PrepareForShutdown::from_message(message) {
+                match signal.args() {
+                    Ok(args) if *args.start() => {
+                        return Ok(ShutdownSignal::Started {
+                            kind: self.kind.take(),
+                        });
                     }
+                    Ok(_) => {
+                        self.kind = None;
+                        return Ok(ShutdownSignal::Cancelled);
+                    }
+                    Err(e) => tracing::warn!(
+                        "ignoring a malformed PrepareForShutdown signal from logind: {e}"
+                    ),
                 }
             }
         }
+        Err(LogindError::Disconnected {
+            address: self.address.clone(),
+        })
     }
 }
 
@@ -341,25 +335,17 @@ impl Logind {
     /// Subscribes to both shutdown signals. Call it before [`Logind::take_lock`], so that a
     /// shutdown starting in between is not missed.
     pub async fn subscribe(&self) -> Result<ShutdownSignals, LogindError> {
-        let metadata = self
+        let signals = self
             .manager
-            .receive_prepare_for_shutdown_with_metadata()
-            .await
-            .map_err(|source| LogindError::Subscribe {
-                signal: "PrepareForShutdownWithMetadata",
-                source,
-            })?;
-        let plain = self
-            .manager
-            .receive_prepare_for_shutdown()
+            .inner()
+            .receive_all_signals()
             .await
             .map_err(|source| LogindError::Subscribe {
                 signal: "PrepareForShutdown",
                 source,
             })?;
         Ok(ShutdownSignals {
-            plain,
-            metadata,
+            signals,
             kind: None,
             address: self.address.clone(),
         })

@@ -419,7 +419,12 @@ async fn drain_node(
         Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    match tokio::time::timeout_at(deadline, engine.prepare(&why)).await {
+    // The plan for the status line is read beside the prepare: it costs the drain no time.
+    let (prepared, plan) = tokio::join!(
+        tokio::time::timeout_at(deadline, engine.prepare(&why)),
+        tokio::time::timeout_at(deadline, engine.plan()),
+    );
+    match prepared {
         Ok(Ok(outcome)) => tracing::info!(
             "prepared node {node}: marker written{}{}",
             if outcome.tainted {
@@ -442,27 +447,13 @@ async fn drain_node(
             ));
         }
     }
-    // The status line gets the pod count from a plan read beside the drain; the drain never
-    // waits for it.
-    let count = async {
-        if let Ok(plan) = engine.plan().await
-            && Instant::now() < deadline
-        {
-            status.set(format!(
-                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
-                plan.count(Action::Evict),
-                plan.count(Action::Wait),
-                plan.count(Action::Skip)
-            ));
-        }
-    };
-    let drain = engine.drain(deadline);
-    tokio::pin!(count, drain);
-    let mut counted = false;
-    loop {
-        tokio::select! {
-            report = &mut drain => return DrainOutcome::Drained(report),
-            () = &mut count, if !counted => counted = true,
-        }
+    if let Ok(Ok(plan)) = plan {
+        status.set(format!(
+            "draining {} pods from node {node} (waiting for {} more, {} left alone)",
+            plan.count(Action::Evict),
+            plan.count(Action::Wait),
+            plan.count(Action::Skip)
+        ));
     }
+    DrainOutcome::Drained(engine.drain(deadline).await)
 }
