@@ -2,7 +2,8 @@
 //! `kubectl.1.32 drain`, and PRINT wall time, API requests and peak memory. Numbers, never
 //! assertions: the machine is shared and noisy.
 //!
-//! Run: `cargo bench --bench bench-drain -- [--pods N] [--no-kubectl]` (default 1000 pods).
+//! Run: `cargo bench --bench bench-drain -- [--pods N] [--no-kubectl] [--no-pdb]` (default 1000
+//! pods, with a PodDisruptionBudget over 40 of them).
 //! Under `cargo test --all-targets` (no `--bench` argument) it only says how to run it.
 
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ const NODE: &str = "node-a";
 /// The scenario: `n` ReplicaSet pods in 4 namespaces, each taking 0-2 s to terminate
 /// (deterministic), 1 in 50 with an emptyDir, and in namespace `ns-0` a PDB with
 /// `maxUnavailable: 2` over the first 40 pods, so evictions queue behind the budget.
-fn seed(n: usize) -> Vec<Value> {
+fn seed(n: usize, with_pdb: bool) -> Vec<Value> {
     let mut objects = vec![
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}, "spec": {},
                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
@@ -39,7 +40,7 @@ fn seed(n: usize) -> Vec<Value> {
         let termination = (x % 2001) as f64 / 1000.0;
         let ns = format!("ns-{}", i % 4);
         let mut labels = json!({"app": format!("app-{}", i % 25)});
-        if ns == "ns-0" && i < 160 {
+        if with_pdb && ns == "ns-0" && i < 160 {
             labels["budget"] = json!("yes");
         }
         let mut pod = json!({
@@ -175,17 +176,19 @@ fn main() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000usize);
     let with_kubectl = !args.iter().any(|a| a == "--no-kubectl");
+    let with_pdb = !args.iter().any(|a| a == "--no-pdb");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     runtime.block_on(async move {
         let scratch = tempfile::tempdir().expect("a temp dir");
-        println!("drain of {pods} pods (terminations 0-2 s, a PDB maxUnavailable=2 over {} pods) on the fake API server", pods.min(160) / 4);
+        let budget = if with_pdb { format!("a PDB maxUnavailable=2 over {} pods", pods.min(160) / 4) } else { "no PDB".to_string() };
+        println!("drain of {pods} pods (terminations 0-2 s, {budget}) on the fake API server");
         println!("| {:<22} | {:>8} | {:>8} | {:>9} | {:>9} | {:>8} | {:>9} | {:>10} | {:>3} |", "program", "wall s", "requests", "discovery", "evictions", "429s", "pod GETs", "max RSS MiB", "rc");
         println!("|{}|", "-".repeat(110));
 
-        let ours = FakeApiServer::start(Options { port: 0, seed: seed(pods) }).await.expect("fake server");
+        let ours = FakeApiServer::start(Options { port: 0, seed: seed(pods, with_pdb) }).await.expect("fake server");
         let kc = scratch.path().join("kubeconfig");
         ours.write_kubeconfig(&kc, "admin").expect("kubeconfig");
         let config = scratch.path().join("config.toml");
@@ -211,7 +214,7 @@ fn main() {
             println!("kubectl.1.32 not found; no comparison");
             return;
         };
-        let theirs = FakeApiServer::start(Options { port: 0, seed: seed(pods) }).await.expect("fake server");
+        let theirs = FakeApiServer::start(Options { port: 0, seed: seed(pods, with_pdb) }).await.expect("fake server");
         let kc = scratch.path().join("kubeconfig-kubectl");
         theirs.write_kubeconfig(&kc, "admin").expect("kubeconfig");
         let args: Vec<String> = [
