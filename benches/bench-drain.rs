@@ -165,7 +165,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if !args.iter().any(|a| a == "--bench") {
         println!(
-            "bench-drain: run with `cargo bench --bench bench-drain -- [--pods N] [--no-kubectl]`"
+            "bench-drain: run with `cargo bench --bench bench-drain -- [--pods N] [--no-kubectl] [--no-pdb]`"
         );
         return;
     }
