@@ -1155,6 +1155,38 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn transient_errors_back_off_doubling_and_stop_before_the_deadline() {
+        let start = Instant::now();
+        let mut calls = Vec::new();
+        let result: Result<(), ApiError> =
+            with_retries(start + Duration::from_secs(3), "test", || {
+                calls.push(start.elapsed().as_millis());
+                async { Err(ApiError::Timeout(Duration::from_secs(1))) }
+            })
+            .await;
+        assert!(result.is_err());
+        // Pauses of 100, 200, 400, 800 ms; the next (1.6 s) would cross the deadline.
+        assert_eq!(calls, vec![0, 100, 300, 700, 1500]);
+        assert!(start.elapsed() < Duration::from_secs(3));
+
+        // A final answer (404) is not retried.
+        let mut n = 0;
+        let status = kube::core::Status {
+            code: 404,
+            ..kube::core::Status::default()
+        };
+        let result: Result<(), ApiError> =
+            with_retries(start + Duration::from_secs(3), "test", || {
+                n += 1;
+                let e = ApiError::Kube(kube::Error::Api(Box::new(status.clone())));
+                async move { Err(e) }
+            })
+            .await;
+        assert!(result.unwrap_err().is_not_found());
+        assert_eq!(n, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn tracker_wakes_waiters_on_delete_replacement_and_completion() {
         let pod = |name: &str, uid: &str, node: &str, phase: &str| -> Pod {
             serde_json::from_value(serde_json::json!({
