@@ -46,6 +46,9 @@ pub(crate) struct App {
 
 pub(crate) struct ListenerState {
     accept: Option<JoinHandle<()>>,
+    /// A duplicate of the listening socket, to shut it down at once on stop (aborting the
+    /// accept task closes its copy only when the runtime next polls it).
+    control: Option<std::net::TcpListener>,
     /// Bumped to drop every open connection (the listener going down).
     epoch: watch::Sender<u64>,
 }
@@ -54,6 +57,7 @@ impl ListenerState {
     pub(crate) fn new() -> Self {
         ListenerState {
             accept: None,
+            control: None,
             epoch: watch::channel(0).0,
         }
     }
@@ -71,12 +75,14 @@ impl App {
 pub(crate) fn start_listener(app: &Arc<App>, port: u16) -> std::io::Result<u16> {
     let std_listener = std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
     std_listener.set_nonblocking(true)?;
+    let control = std_listener.try_clone()?;
     let listener = TcpListener::from_std(std_listener)?;
     let port = listener.local_addr()?.port();
     let mut state = app.listener.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = state.accept.take() {
         old.abort();
     }
+    state.control = Some(control);
     let epoch = state.epoch.subscribe();
     let app2 = app.clone();
     state.accept = Some(tokio::spawn(accept_loop(app2, listener, epoch)));
@@ -86,6 +92,13 @@ pub(crate) fn start_listener(app: &Arc<App>, port: u16) -> std::io::Result<u16> 
 /// Closes the listening socket and every open connection (watches included).
 pub(crate) fn stop_listener(app: &App) {
     let mut state = app.listener.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(control) = state.control.take() {
+        // shutdown(2) on a listening socket stops it listening right away (Linux moves it to
+        // CLOSE), so the port refuses connections before this returns.
+        if let Err(e) = socket2::SockRef::from(&control).shutdown(std::net::Shutdown::Read) {
+            tracing::warn!(port = app.port, error = %e, "could not shut the listening socket down");
+        }
+    }
     if let Some(accept) = state.accept.take() {
         accept.abort();
     }

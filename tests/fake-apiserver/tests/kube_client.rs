@@ -789,6 +789,18 @@ async fn fault_knobs_fail_close_delay_hang_and_take_the_listener_down() {
         .get("node-a")
         .await
         .expect("works again on the same port");
+    for _ in 0..20 {
+        server.stop_listener();
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", server.port())).is_err(),
+            "port closed right after stop_listener"
+        );
+        server
+            .start_listener()
+            .await
+            .expect("listener back at once");
+    }
+    nodes.get("node-a").await.expect("still serving");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
