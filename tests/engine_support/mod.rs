@@ -26,9 +26,24 @@ impl Cluster {
     pub async fn start(objects: Vec<Value>) -> Cluster {
         let mut seed = vec![node(NODE), node(OTHER_NODE), namespace(NS)];
         seed.extend(objects);
-        let server = FakeApiServer::start(Options { port: 0, seed })
+        // FakeApiServer::start probes a free port, drops it and binds again; another process can
+        // take the port in between, so a failed start is tried again on a new port.
+        let mut attempt = 0;
+        let server = loop {
+            attempt += 1;
+            match FakeApiServer::start(Options {
+                port: 0,
+                seed: seed.clone(),
+            })
             .await
-            .expect("the fake API server starts");
+            {
+                Ok(s) => break s,
+                Err(e) if attempt < 5 => {
+                    eprintln!("fake API server did not start ({e:#}); retrying")
+                }
+                Err(e) => panic!("the fake API server starts: {e:#}"),
+            }
+        };
         let dir = tempfile::tempdir().expect("a temp dir");
         std::fs::write(
             dir.path().join("boot_id"),
