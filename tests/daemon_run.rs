@@ -518,3 +518,56 @@ async fn an_unusable_kubeconfig_stops_the_start_with_the_file_named() {
     );
     assert_eq!(world.rig.our_locks().await, 0);
 }
+
+#[tokio::test]
+async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain() {
+    let Some(mut world) = started(Setup {
+        config: config("30s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    // Another program's delay lock (the kubelet's, say) keeps logind waiting after ours is gone.
+    let kubelet = world.rig.foreign_lock("kubelet").await;
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    world.kill_daemon();
+    // systemd restarts the daemon (Restart=on-failure); logind is still preparing the shutdown.
+    world.spawn_daemon();
+    assert!(
+        world
+            .wait_log("already preparing a shutdown", Duration::from_secs(10))
+            .await,
+        "the new daemon sees the shutdown under way; log:\n{}",
+        world.log()
+    );
+    world
+        .api
+        .store()
+        .upsert(third_web_replica())
+        .expect("open the budget");
+    assert!(
+        world
+            .wait_until(Duration::from_secs(20), |w| sorted(w.pods_on_node())
+                == STAYING)
+            .await,
+        "the restarted daemon finished the drain; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world.rig.wait_locks(0, Duration::from_secs(5)).await,
+        "and released its lock"
+    );
+    assert!(world.is_cordoned() && world.is_tainted());
+    drop(kubelet);
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
+    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+}

@@ -249,6 +249,19 @@ impl Rig {
         self.call(MOCK, "SimulateBoot", &()).await;
     }
 
+    /// Takes a delay lock as another program (`who`), like the kubelet's; held until dropped.
+    pub async fn foreign_lock(&self, who: &str) -> std::os::fd::OwnedFd {
+        let reply = self
+            .call(
+                MANAGER,
+                "Inhibit",
+                &("shutdown", who, "a test holds a second lock", "delay"),
+            )
+            .await;
+        let fd: zbus::OwnedFd = reply.body().deserialize().expect("Inhibit answers h");
+        std::os::fd::OwnedFd::from(fd)
+    }
+
     /// `ListInhibitors`: (what, who, why, mode, uid, pid).
     pub async fn inhibitors(&self) -> Vec<(String, String, String, String, u32, u32)> {
         self.call(MANAGER, "ListInhibitors", &())
