@@ -192,7 +192,7 @@ pub(crate) fn handle(
                 server::stop_listener(&app);
                 tokio::time::sleep(Duration::from_secs_f64(down)).await;
                 if let Err(e) = server::start_listener(&app, app.port) {
-                    tracing::error!(port = app.port, error = %e, "could not bring the fake apiserver listener back");
+                    tracing::error!(error = %e, "could not bring the listener on 127.0.0.1:{} back", app.port);
                 }
             });
             answer(StatusCode::ACCEPTED, &json!({"downSeconds": down}))

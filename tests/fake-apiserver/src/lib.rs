@@ -72,7 +72,7 @@ impl FakeApiServer {
         });
         server::start_listener(&app, port)
             .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
-        tracing::info!(url = %app.url(), "fake apiserver listening");
+        tracing::info!("fake apiserver listening on {}", app.url());
         Ok(FakeApiServer { app })
     }
 

@@ -58,6 +58,6 @@ async fn main() -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    tracing::info!(url = %server.url(), "fake apiserver stopping");
+    tracing::info!("fake apiserver on {} stopping", server.url());
     Ok(())
 }

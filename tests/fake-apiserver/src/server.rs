@@ -96,7 +96,7 @@ pub(crate) fn stop_listener(app: &App) {
         // shutdown(2) on a listening socket stops it listening right away (Linux moves it to
         // CLOSE), so the port refuses connections before this returns.
         if let Err(e) = socket2::SockRef::from(&control).shutdown(std::net::Shutdown::Read) {
-            tracing::warn!(port = app.port, error = %e, "could not shut the listening socket down");
+            tracing::warn!(port = app.port, error = %e, "could not shut down the listening socket 127.0.0.1:{}", app.port);
         }
     }
     if let Some(accept) = state.accept.take() {
@@ -106,11 +106,16 @@ pub(crate) fn stop_listener(app: &App) {
 }
 
 async fn accept_loop(app: Arc<App>, listener: TcpListener, epoch: watch::Receiver<u64>) {
+    let mut stopped = epoch.clone();
     loop {
-        let (stream, _) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.changed() => return,
+        };
+        let (stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed on the fake apiserver listener");
+                tracing::warn!(port = app.port, error = %e, "accept failed on 127.0.0.1:{}", app.port);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -118,7 +123,7 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, epoch: watch::Receive
         // Headers and body may go out in separate writes; without TCP_NODELAY each answer
         // would wait ~40 ms for the client's delayed ACK (see the reference's trap).
         if let Err(e) = stream.set_nodelay(true) {
-            tracing::warn!(error = %e, "could not set TCP_NODELAY on a connection");
+            tracing::warn!(error = %e, "could not set TCP_NODELAY on the connection from {peer}");
         }
         let app = app.clone();
         let mut epoch = epoch.clone();
@@ -454,7 +459,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     } else {
         response
     };
-    tracing::debug!(method = %record.method, uri = %uri, status = record.status, "answered request");
+    tracing::debug!("answered {} {uri} with {}", record.method, record.status);
     app.recorder.push(record);
     Ok(response)
 }
@@ -1139,7 +1144,7 @@ fn evict(
     };
     match store.evict(namespace, name, grace, &check) {
         Ok(EvictOutcome::Evicted) => {
-            tracing::debug!(pod = %format!("{namespace}/{name}"), "evicted pod");
+            tracing::debug!("evicted pod {namespace}/{name}");
             json_response(StatusCode::CREATED, status_body(201, None, None, None))
         }
         Ok(EvictOutcome::Blocked {

@@ -1157,7 +1157,7 @@ impl Store {
             if str_at(&obj, "/metadata/uid") != Some(uid) || !pdb::is_terminating(&obj) {
                 return;
             }
-            tracing::debug!(pod = %format!("{}/{}", key.0, key.1), "simulated kubelet removed pod");
+            tracing::debug!("simulated kubelet removed pod {}/{}", key.0, key.1);
             st.commit(live, rt, key.clone(), (*obj).clone(), ChangeKind::Deleted);
         });
     }
