@@ -423,8 +423,8 @@ pub(crate) fn is_label_value(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
 }
 
-/// Parses and validates a configuration text. Pure: the host name is passed in (`None` when it
-/// could not be read), so this can be table-tested without touching the machine.
+/// Parses and validates a configuration text. Pure: the host name is passed in (`Err(reason)`
+/// when it could not be read), so this can be table-tested without touching the machine.
 pub fn from_toml(
     source: &Source<'_>,
     hostname: Result<&str, &str>,
@@ -662,25 +662,6 @@ impl Settings {
             &Source { path, text },
             host.as_deref().map_err(String::as_str),
         )
-    }
-
-    /// The default settings for a node (what an empty config file gives), for tests and tools.
-    pub fn defaults_for(node_name: &str, kubeconfig: &Path) -> Settings {
-        let text = format!(
-            "node_name = {:?}\nkubeconfig = {:?}\n",
-            node_name,
-            kubeconfig.display().to_string()
-        );
-        let mut s = from_toml(
-            &Source {
-                path: Path::new("<defaults>"),
-                text: &text,
-            },
-            Ok(node_name),
-        )
-        .unwrap_or_else(|e| panic!("defaults for node {node_name} are invalid: {e}"));
-        s.source = None;
-        s
     }
 }
 

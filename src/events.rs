@@ -82,7 +82,14 @@ impl NodeEvents {
             first_timestamp: Some(Time(now)),
             last_timestamp: Some(Time(now)),
             event_time: Some(MicroTime(now)),
-            action: Some("Drain".into()),
+            action: Some(
+                if reason == Reason::Restored {
+                    "Restore"
+                } else {
+                    "Drain"
+                }
+                .into(),
+            ),
             reporting_component: Some(COMPONENT.into()),
             reporting_instance: Some(format!("{}-{}", COMPONENT, self.node)),
             source: Some(EventSource {

@@ -63,6 +63,12 @@ pub enum NodeError {
         node: String,
         source: serde_json::Error,
     },
+    #[error("cannot build the {what} patch for node {node}: {source}")]
+    BuildPatch {
+        node: String,
+        what: &'static str,
+        source: serde_json::Error,
+    },
     #[error("cannot {what} node {node}: {source}")]
     Patch {
         node: String,
@@ -247,8 +253,9 @@ impl NodeOps<'_> {
                     taint_effect: t.enabled.then(|| t.effect.as_str().to_string()),
                 },
             };
-            let text = serde_json::to_string(&marker).map_err(|source| NodeError::BadMarker {
+            let text = serde_json::to_string(&marker).map_err(|source| NodeError::BuildPatch {
                 node: node_name.clone(),
+                what: "marker",
                 source,
             })?;
             let patch = json!({"metadata": {
@@ -357,9 +364,10 @@ impl NodeOps<'_> {
                 ])
             };
             let patch: json_patch::Patch =
-                serde_json::from_value(patch).map_err(|e| NodeError::BadMarker {
+                serde_json::from_value(patch).map_err(|source| NodeError::BuildPatch {
                     node: node_name.clone(),
-                    source: e,
+                    what: "taint",
+                    source,
                 })?;
             match self.patch_json(patch).await {
                 Ok(n) => {
@@ -417,8 +425,9 @@ impl NodeOps<'_> {
                 {"op": "test", "path": "/spec/taints", "value": current},
                 {"op": "remove", "path": format!("/spec/taints/{index}")},
             ]))
-            .map_err(|source| NodeError::BadMarker {
+            .map_err(|source| NodeError::BuildPatch {
                 node: node_name.clone(),
+                what: "untaint",
                 source,
             })?;
             match self.patch_json(patch).await {

@@ -129,11 +129,10 @@ fn value_set(rest: &str) -> Result<Vec<String>, String> {
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
         .ok_or_else(|| format!("expected a value set like (a,b), found {rest:?}"))?;
-    let values: Vec<String> = inner.split(',').map(value).collect::<Result<_, _>>()?;
-    if values.iter().any(String::is_empty) && values.len() > 1 || inner.trim().is_empty() {
-        return Err("empty value in set".into());
+    if inner.trim().is_empty() {
+        return Err("empty value set".into());
     }
-    Ok(values)
+    inner.split(',').map(value).collect()
 }
 
 fn parse_requirement(part: &str) -> Result<Requirement, String> {
