@@ -34,7 +34,10 @@ pub fn init() {
     if stderr_is_journal() {
         match tracing_journald::layer() {
             Ok(layer) => {
-                let layer = layer.with_syslog_identifier("kube-shutdown-drain".to_string());
+                // Fields as plain journal fields (NODE=, POD=, BUDGET=), not F_NODE=.
+                let layer = layer
+                    .with_syslog_identifier("kube-shutdown-drain".to_string())
+                    .with_field_prefix(None);
                 tracing_subscriber::registry()
                     .with(filter)
                     .with(layer)
