@@ -80,8 +80,9 @@ pub struct FaultState {
     /// Requests matching these routes are never answered while the route is listed.
     #[serde(default)]
     pub hang: Vec<Route>,
-    /// Retry-After seconds on PDB 429s from the eviction subresource (none by default, as the
-    /// real apiserver once the PDB is observed).
+    /// Retry-After seconds on PDB 429s from the eviction subresource, which then read as for a
+    /// budget the disruption controller has not observed yet ("... is still being processed by
+    /// the server."); none by default, as the real apiserver once the PDB is observed.
     #[serde(default)]
     pub eviction_retry_after: Option<u32>,
 }

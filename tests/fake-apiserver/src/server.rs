@@ -177,6 +177,8 @@ struct Details {
     uid: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     causes: Vec<Cause>,
+    #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u32>,
 }
 
 /// metav1.Status, fields in the order the real apiserver writes them.
@@ -1152,13 +1154,24 @@ fn evict(
             desired_healthy,
             current_healthy,
         }) => {
+            // With the knob, the answer is the one for a budget the disruption controller has
+            // not observed yet (eviction.go createTooManyRequestsError): Retry-After, and
+            // details.retryAfterSeconds as errors.NewTooManyRequests sets it.
+            let retry_after = app.faults.eviction_retry_after();
+            let message = match retry_after {
+                None => format!(
+                    "The disruption budget {pdb} needs {desired_healthy} healthy pods and has {current_healthy} currently"
+                ),
+                Some(_) => {
+                    format!("The disruption budget {pdb} is still being processed by the server.")
+                }
+            };
             let details = Details {
                 causes: vec![Cause {
                     reason: "DisruptionBudget".into(),
-                    message: format!(
-                        "The disruption budget {pdb} needs {desired_healthy} healthy pods and has {current_healthy} currently"
-                    ),
+                    message,
                 }],
+                retry_after_seconds: retry_after,
                 ..Details::default()
             };
             let mut resp = json_response(
@@ -1172,7 +1185,7 @@ fn evict(
                     Some(details),
                 ),
             );
-            if let Some(secs) = app.faults.eviction_retry_after() {
+            if let Some(secs) = retry_after {
                 resp.headers_mut()
                     .insert("Retry-After", HeaderValue::from(secs));
             }

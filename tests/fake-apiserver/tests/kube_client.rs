@@ -398,12 +398,11 @@ async fn evictions_follow_the_budget() {
         )
         .await;
     let recorded = server.recorder().matching("POST", "/guarded/eviction");
+    let last = recorded.last().expect("recorded");
+    assert_eq!(last.retry_after.as_deref(), Some("10"));
     assert_eq!(
-        recorded
-            .last()
-            .and_then(|r| r.retry_after.clone())
-            .as_deref(),
-        Some("10")
+        last.response,
+        r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Cannot evict pod as it would violate the pod's disruption budget.","reason":"TooManyRequests","details":{"causes":[{"reason":"DisruptionBudget","message":"The disruption budget guarded-pdb is still being processed by the server."}],"retryAfterSeconds":10},"code":429}"#
     );
     server.faults().set_eviction_retry_after(None);
 
