@@ -639,7 +639,7 @@ impl Run {
 
     /// Evicts one pod and waits for it to go. Keeps its report entry current, so a task stopped
     /// at the deadline leaves an accurate entry behind.
-    #[tracing::instrument(skip(self, pod), fields(pod = %pod.key()))]
+    #[tracing::instrument(skip(self, idx, pod), fields(pod = %pod.key()))]
     async fn evict(self: Arc<Self>, idx: usize, pod: PlannedPod) {
         let key = pod.key();
         self.update(idx, |p| p.started_ms = Some(self.ms()));

@@ -242,11 +242,25 @@ impl Report {
             .map_err(|source| ReportError::Parse { path, source })
     }
 
-    /// One line for logs and events.
+    /// One line for logs and events: the evicted count, then every other count that is not zero.
     pub fn summary(&self) -> String {
         let c = &self.counts;
+        let mut parts = vec![format!("{} evicted", c.evicted)];
+        for (n, what) in [
+            (c.deleted, "deleted"),
+            (c.gone, "gone"),
+            (c.completed, "completed"),
+            (c.skipped, "skipped"),
+            (c.blocked, "blocked"),
+            (c.failed, "failed"),
+            (c.pending, "pending"),
+        ] {
+            if n > 0 {
+                parts.push(format!("{n} {what}"));
+            }
+        }
         format!(
-            "node {} {}: {} evicted, {} deleted, {} gone, {} completed, {} skipped, {} blocked, {} failed, {} pending in {:.1} s",
+            "node {} {}: {} in {:.1} s",
             self.node,
             if self.dry_run {
                 "dry run"
@@ -255,14 +269,7 @@ impl Report {
             } else {
                 "not drained"
             },
-            c.evicted,
-            c.deleted,
-            c.gone,
-            c.completed,
-            c.skipped,
-            c.blocked,
-            c.failed,
-            c.pending,
+            parts.join(", "),
             self.duration_ms as f64 / 1000.0
         )
     }

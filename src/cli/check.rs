@@ -158,7 +158,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             settings.taint.effect.as_str()
         );
     }
-    if !logind_budget(&settings).await {
+    if !logind_budget(&settings, "").await {
         ok = false;
     }
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
@@ -167,26 +167,26 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
 /// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
 /// system bus). Returns false when logind cuts the configured drain timeout short; an unreachable
 /// logind (a container, a test) is reported and not counted as a failure here.
-pub(crate) async fn logind_budget(settings: &Settings) -> bool {
+pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
     match Logind::connect().await {
         Err(e) => {
-            println!("logind: not reachable ({e}); the daemon needs it");
+            println!("{indent}logind: not reachable ({e}); the daemon needs it");
             true
         }
         Ok(logind) => match budget::read(&logind, settings).await {
             Err(e) => {
-                println!("logind: cannot read InhibitDelayMaxUSec ({e})");
+                println!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
                 true
             }
             Ok(b) => {
                 println!(
-                    "logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
+                    "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
                     budget::seconds(b.logind_max),
                     budget::seconds(b.drain)
                 );
                 match b.warning {
                     Some(w) => {
-                        println!("logind: WARNING {w}");
+                        println!("{indent}logind: WARNING {w}");
                         false
                     }
                     None => true,

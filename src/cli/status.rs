@@ -52,7 +52,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     yes_no(m.taint_was_present)
                 ),
             }
-            super::check::logind_budget(&settings).await;
+            super::check::logind_budget(&settings, "  ").await;
             match &status.last_report {
                 None => println!("  last report:   none"),
                 Some(r) => println!(
