@@ -359,3 +359,67 @@ async fn dry_run_changes_nothing() {
         "only reads"
     );
 }
+
+/// Evictions in flight are bounded by `drain.concurrency`: with each eviction taking 200 ms on
+/// the server, no 150 ms window sees more than 3 of them arrive.
+#[tokio::test]
+async fn evictions_in_flight_are_bounded() {
+    let pods: Vec<_> = (0..9).map(|i| pod(NS, &format!("p{i}"), NODE)).collect();
+    let c = Cluster::start(pods).await;
+    c.server.faults().add_latency(
+        fake_apiserver::Route::new("POST", "/eviction"),
+        Duration::from_millis(200),
+    );
+    let engine = Engine::new(c.settings("[drain]\nconcurrency = 3\n")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
+    assert!(report.complete, "{}", report.to_text());
+    let mut arrivals: Vec<f64> = c
+        .server
+        .recorder()
+        .matching("POST", "/eviction")
+        .iter()
+        .map(|r| r.elapsed)
+        .collect();
+    arrivals.sort_by(f64::total_cmp);
+    assert_eq!(arrivals.len(), 9);
+    let most = arrivals
+        .iter()
+        .map(|t| {
+            arrivals
+                .iter()
+                .filter(|u| **u >= *t && **u < t + 0.150)
+                .count()
+        })
+        .max()
+        .unwrap();
+    assert!(
+        most <= 3,
+        "{most} evictions arrived within 150 ms: {arrivals:?}"
+    );
+    assert!(
+        arrivals[8] - arrivals[0] >= 0.35,
+        "three waves: {arrivals:?}"
+    );
+}
+
+/// The pod list follows `continue` tokens (pages of 500): 1,200 pods, three pages, one plan.
+#[tokio::test]
+async fn the_pod_list_is_paged() {
+    let pods: Vec<_> = (0..1200)
+        .map(|i| pod(NS, &format!("p{i:04}"), NODE))
+        .collect();
+    let c = Cluster::start(pods).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    let plan = engine.plan().await.unwrap();
+    assert_eq!(plan.pods.len(), 1200);
+    let lists = c.server.recorder().matching("GET", "/api/v1/pods?");
+    assert_eq!(lists.len(), 3, "three pages");
+    assert!(
+        lists
+            .iter()
+            .all(|r| r.query_param("limit").as_deref() == Some("500"))
+    );
+    assert!(
+        lists[1].query_param("continue").is_some() && lists[2].query_param("continue").is_some()
+    );
+}
