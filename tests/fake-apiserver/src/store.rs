@@ -617,7 +617,7 @@ impl Store {
                 }
                 Some(old) => {
                     keep_identity(&old, &mut object);
-                    let stored = st.commit(live, rt, key, object, ChangeKind::Modified);
+                    let stored = commit_update(st, live, rt, key, object);
                     Ok((*present(view, &stored)).clone())
                 }
             }
@@ -669,7 +669,7 @@ impl Store {
             f(&mut new);
             let mut new = to_storage(view, new);
             keep_identity(&old, &mut new);
-            let stored = st.commit(live, rt, key, new, ChangeKind::Modified);
+            let stored = commit_update(st, live, rt, key, new);
             Ok((*present(view, &stored)).clone())
         })
     }
@@ -923,7 +923,7 @@ impl Store {
             split_status(rt, &old, &mut obj, status_only);
             bump_generation(&old, &mut obj);
             check(&old, &obj)?;
-            Ok(present(view, &st.commit(live, rt, key, obj, ChangeKind::Modified)))
+            Ok(present(view, &commit_update(st, live, rt, key, obj)))
         })
     }
 
@@ -986,10 +986,7 @@ impl Store {
                 // A no-op patch writes nothing, as the real apiserver.
                 return Ok(present(view, &old));
             }
-            Ok(present(
-                view,
-                &st.commit(live, rt, key, new, ChangeKind::Modified),
-            ))
+            Ok(present(view, &commit_update(st, live, rt, key, new)))
         })
     }
 
@@ -1032,8 +1029,8 @@ impl Store {
             if rt.key == "pods" {
                 Ok(delete_pod(st, live, rt, key, &old, opts.grace_period_seconds))
             } else {
-                let gone = st.commit(live, rt, key, (*old).clone(), ChangeKind::Deleted);
-                Ok((present(view, &gone), true))
+                let (out, gone) = remove_or_finalize(st, live, rt, key, &old);
+                Ok((present(view, &out), gone))
             }
         })
     }
@@ -1157,10 +1154,66 @@ impl Store {
             if str_at(&obj, "/metadata/uid") != Some(uid) || !pdb::is_terminating(&obj) {
                 return;
             }
-            tracing::debug!("simulated kubelet removed pod {}/{}", key.0, key.1);
-            st.commit(live, rt, key.clone(), (*obj).clone(), ChangeKind::Deleted);
+            tracing::debug!("simulated kubelet stopped pod {}/{}", key.0, key.1);
+            remove_or_finalize(st, live, rt, key.clone(), &obj);
         });
     }
+}
+
+fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// Deletes the object now or, while finalizers remain, marks it deleted (deletionTimestamp,
+/// deletionGracePeriodSeconds 0) and leaves it to the finalizers' owners, as the generic
+/// registry does. Returns the object and whether it is gone.
+fn remove_or_finalize(
+    st: &mut State,
+    live: &broadcast::Sender<Arc<Change>>,
+    rt: &'static ResourceType,
+    key: Key,
+    obj: &Arc<Value>,
+) -> (Arc<Value>, bool) {
+    if !has_finalizers(obj) {
+        return (
+            st.commit(live, rt, key, (**obj).clone(), ChangeKind::Deleted),
+            true,
+        );
+    }
+    let mut new = (**obj).clone();
+    let meta = meta_mut(&mut new);
+    meta.entry("deletionTimestamp")
+        .or_insert_with(|| Value::String(timestamp(Duration::ZERO)));
+    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    if new == **obj {
+        return (obj.clone(), false);
+    }
+    (st.commit(live, rt, key, new, ChangeKind::Modified), false)
+}
+
+/// Writes an update; an object marked deleted (grace period over) whose last finalizer this
+/// update removes is deleted instead (the registry's "should delete during update").
+fn commit_update(
+    st: &mut State,
+    live: &broadcast::Sender<Arc<Change>>,
+    rt: &'static ResourceType,
+    key: Key,
+    new: Value,
+) -> Arc<Value> {
+    let grace_over = new
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        == 0;
+    let done = pdb::is_terminating(&new) && grace_over && !has_finalizers(&new);
+    let kind = if done {
+        ChangeKind::Deleted
+    } else {
+        ChangeKind::Modified
+    };
+    st.commit(live, rt, key, new, kind)
 }
 
 /// Graceful delete of a pod: the grace period comes from the request, else the pod's
@@ -1184,10 +1237,7 @@ fn delete_pod(
         grace = 0;
     }
     if grace == 0 {
-        return (
-            st.commit(live, rt, key, (**pod).clone(), ChangeKind::Deleted),
-            true,
-        );
+        return remove_or_finalize(st, live, rt, key, pod);
     }
     if pdb::is_terminating(pod) {
         // Already terminating: the running timer finishes it.
@@ -1530,6 +1580,70 @@ mod tests {
             store.evict("work", "nope", None, &ok),
             Err(StoreError::NotFound { .. })
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finalizers_hold_a_deleted_object_until_an_update_removes_them() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        let mut held = pod("held", Some("1"), None);
+        held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        store.upsert(held).expect("stored");
+        let ok = |_: &Value| Ok(());
+        assert!(matches!(
+            store.evict("work", "held", None, &ok),
+            Ok(EvictOutcome::Evicted)
+        ));
+        advance(Duration::from_millis(1100)).await;
+        let after = store.get("Pod", Some("work"), "held").expect("still there");
+        assert_eq!(
+            after.pointer("/metadata/deletionGracePeriodSeconds"),
+            Some(&json!(0))
+        );
+        let WatchStart::Replay { mut live, .. } =
+            store.watch_from(pods(), Some(store.resource_version()))
+        else {
+            panic!("expected a replay start");
+        };
+        store
+            .patch_rt(
+                pods(),
+                Some("work"),
+                "held",
+                false,
+                PatchType::Merge,
+                br#"{"metadata":{"finalizers":null}}"#,
+                &|_, _| Ok(()),
+            )
+            .expect("patched");
+        assert!(!exists(&store, "held"), "gone once the finalizer is");
+        let change = live.recv().await.expect("event");
+        assert_eq!(change.kind, ChangeKind::Deleted);
+
+        // Other kinds: a delete with finalizers only marks the object.
+        store
+            .upsert(
+                json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "l", "namespace": "work", "finalizers": ["x"]}}),
+            )
+            .expect("lease");
+        let leases = resources::by_kind("Lease").expect("leases");
+        let (obj, gone) = store
+            .delete_rt(
+                leases,
+                Some("work"),
+                "l",
+                &DeleteOptions::default(),
+                &|_| Ok(()),
+            )
+            .expect("deleted");
+        assert!(!gone);
+        assert!(obj.pointer("/metadata/deletionTimestamp").is_some());
+        store
+            .modify("Lease", Some("work"), "l", |l| {
+                l["metadata"]["finalizers"] = json!([]);
+            })
+            .expect("modified");
+        assert!(store.get("Lease", Some("work"), "l").is_none());
     }
 
     #[test]
