@@ -455,8 +455,11 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
 #[derive(Debug)]
 enum Answer {
     Accepted,
-    /// 404: the pod is gone; 409: the UID precondition failed, the name holds another pod.
+    /// 404: the pod is gone; 409 naming the UID precondition: the name holds another pod.
     Gone,
+    /// Another 409 (the pod changed while the server evicted it): try again soon; the pod watch
+    /// decides whether it is still the planned pod.
+    Conflict(String),
     /// 429.
     TooMany {
         retry_after: Option<Duration>,
@@ -530,7 +533,9 @@ async fn post_eviction(
         .unwrap_or_default();
     Ok(match code {
         200..=299 => Answer::Accepted,
-        404 | 409 => Answer::Gone,
+        404 => Answer::Gone,
+        409 if message.contains("UID in precondition") => Answer::Gone,
+        409 => Answer::Conflict(message),
         429 => {
             let details = status.as_ref().and_then(|s| s.details.as_ref());
             let body_retry = details
@@ -662,6 +667,10 @@ impl Run {
                 Ok(Answer::Gone) => {
                     tracing::info!("pod {key} is already gone (or replaced by another uid)");
                     return self.finish(idx, Outcome::Gone);
+                }
+                Ok(Answer::Conflict(message)) => {
+                    tracing::info!("eviction of pod {key} conflicted (409), retrying: {message}");
+                    Pause::For(backoff.next())
                 }
                 Ok(Answer::TooMany {
                     retry_after,

@@ -104,3 +104,21 @@ async fn a_hanging_server_cannot_stretch_the_deadline() {
     assert!(report.deadline_reached && !report.complete);
     assert_eq!(report.counts.pending, 2, "{}", report.to_text());
 }
+
+/// A 409 that is not about the UID (the pod changed while the server evicted it) is retried,
+/// not taken for "gone".
+#[tokio::test]
+async fn a_conflict_is_retried() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE)]).await;
+    c.server
+        .faults()
+        .fail_next(Route::new("POST", "/pods/a/eviction"), 2, 409);
+    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"30s\"\n")).unwrap();
+    let started = Instant::now();
+    let report = engine.drain(started + Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(report.counts.evicted, 1, "{}", report.to_text());
+    assert_eq!(c.evictions_of(NS, "a"), 3);
+    assert!(c.pod(NS, "a").is_none());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
