@@ -122,8 +122,8 @@ impl Daemon {
                 }
             };
             match self.serve(&logind).await {
-                Ok(Flow::Stop) => return Ok(()),
-                Ok(Flow::Continue) => {}
+                // `serve` returns only to stop, or with the error that ended the connection.
+                Ok(()) => return Ok(()),
                 Err(e) => {
                     let node = &self.settings.node_name;
                     let held = if self.lock.is_some() {
@@ -134,7 +134,9 @@ impl Daemon {
                     tracing::warn!("{e}; reconnecting to logind for node {node} ({held})");
                     self.status
                         .set_degraded(Some(format!("logind unreachable: {e}")));
-                    if !matches!(e, LogindError::Disconnected { .. }) {
+                    if matches!(e, LogindError::Disconnected { .. }) {
+                        retry = RETRY_FIRST;
+                    } else {
                         // Not a lost connection: logind answered badly; do not spin.
                         tokio::select! {
                             _ = tokio::time::sleep(retry) => {}
@@ -145,15 +147,14 @@ impl Daemon {
                         }
                         retry = (retry * 2).min(RETRY_MAX);
                     }
-                    continue;
                 }
             }
-            retry = RETRY_FIRST;
         }
     }
 
-    /// One bus connection's life: budget, subscribe, lock, then wait for logind.
-    async fn serve(&mut self, logind: &Logind) -> Result<Flow, LogindError> {
+    /// One bus connection's life: budget, subscribe, lock, then wait for logind. Returns `Ok`
+    /// when the daemon is to stop, or the error that ended the connection.
+    async fn serve(&mut self, logind: &Logind) -> Result<(), LogindError> {
         let node = self.settings.node_name.clone();
         let budget = self.budget(logind).await?;
         // Subscribe first: a shutdown that starts between the lock and the subscription would
@@ -178,7 +179,7 @@ impl Daemon {
         if logind.preparing_for_shutdown().await? {
             tracing::warn!("logind is already preparing a shutdown; draining node {node} at once");
             if let Flow::Stop = self.shutdown(logind, &mut signals, None, &budget).await? {
-                return Ok(Flow::Stop);
+                return Ok(());
             }
         }
         loop {
@@ -187,12 +188,12 @@ impl Daemon {
                     tracing::info!(
                         "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
                     );
-                    return Ok(Flow::Stop);
+                    return Ok(());
                 }
                 signal = signals.next() => match signal? {
                     ShutdownSignal::Started { kind } => {
                         if let Flow::Stop = self.shutdown(logind, &mut signals, kind, &budget).await? {
-                            return Ok(Flow::Stop);
+                            return Ok(());
                         }
                     }
                     ShutdownSignal::Cancelled => tracing::info!(
