@@ -84,6 +84,20 @@ async fn plan_json_is_exactly_the_documented_shape() {
             .iter()
             .all(|r| r.method == "GET")
     );
+    // The config path can also come from KUBE_SHUTDOWN_DRAIN_CONFIG.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .args(["plan", "--output", "json"])
+        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", &config)
+        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap(), v);
     let text = cli(&config, &["plan"]).await;
     assert_eq!(text.code, 0);
     assert!(

@@ -423,3 +423,40 @@ async fn the_pod_list_is_paged() {
         lists[1].query_param("continue").is_some() && lists[2].query_param("continue").is_some()
     );
 }
+
+/// The three policies turned around, end to end: emptyDir and unreplicated pods stay, a completed
+/// pod is evicted.
+#[tokio::test]
+async fn policies_end_to_end() {
+    let c = Cluster::start(vec![
+        pod_with(
+            NS,
+            "scratch",
+            NODE,
+            json!({"spec": {"volumes": [{"name": "s", "emptyDir": {}}]}}),
+        ),
+        bare_pod(NS, "bare", NODE),
+        pod_with(
+            NS,
+            "done",
+            NODE,
+            json!({"status": {"phase": "Failed", "conditions": []}}),
+        ),
+    ])
+    .await;
+    let engine = Engine::new(c.settings(
+        "[filters]\nemptydir = \"skip\"\nunreplicated = \"skip\"\ncompleted = \"evict\"\n",
+    ))
+    .unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    let got = outcomes(&report);
+    assert_eq!(got["scratch"], ("empty-dir".to_string(), Outcome::Skipped));
+    assert_eq!(got["bare"], ("unreplicated".to_string(), Outcome::Skipped));
+    assert_eq!(got["done"], ("completed".to_string(), Outcome::Evicted));
+    assert!(
+        c.pod(NS, "scratch").is_some()
+            && c.pod(NS, "bare").is_some()
+            && c.pod(NS, "done").is_none()
+    );
+}
