@@ -74,6 +74,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
         perm("create", "", "pods", "eviction", false, true, "evict pods"),
         perm("create", "", "events", "", false, false, "Node Events"),
         perm(
+            "list",
+            "policy",
+            "poddisruptionbudgets",
+            "",
+            false,
+            false,
+            "read a budget that refused an eviction",
+        ),
+        perm(
             "watch",
             "policy",
             "poddisruptionbudgets",
