@@ -874,6 +874,7 @@ pub async fn plan(clients: &Clients, settings: &Settings) -> Result<Plan, ApiErr
 }
 
 /// Drains the node. Returns by `deadline`, always.
+#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 pub async fn drain(
     clients: &Clients,
     settings: Arc<Settings>,
