@@ -99,3 +99,44 @@ pub fn self_subject_access_review(body: &[u8]) -> Option<Value> {
         json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": out}),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(number: u8, data: &[u8]) -> Vec<u8> {
+        let mut out = vec![(number << 3) | 2, data.len() as u8];
+        out.extend_from_slice(data);
+        out
+    }
+
+    #[test]
+    fn reads_kubectl_can_i_bodies() {
+        let attrs = [
+            field(1, b"work"),
+            field(2, b"get"),
+            field(3, b"apps"),
+            field(5, b"daemonsets"),
+            field(7, b"ds1"),
+        ]
+        .concat();
+        let review = [field(1, b""), field(2, &field(1, &attrs))].concat();
+        let type_meta = [
+            field(1, b"authorization.k8s.io/v1"),
+            field(2, b"SelfSubjectAccessReview"),
+        ]
+        .concat();
+        let body = [b"k8s\0".to_vec(), field(1, &type_meta), field(2, &review)].concat();
+        let parsed = self_subject_access_review(&body).expect("parses");
+        assert_eq!(
+            parsed["spec"]["resourceAttributes"],
+            json!({"namespace": "work", "verb": "get", "group": "apps", "resource": "daemonsets", "name": "ds1"})
+        );
+        assert_eq!(self_subject_access_review(b"{}"), None);
+        assert_eq!(
+            self_subject_access_review(b"k8s\0\x12\x05ab"),
+            None,
+            "truncated"
+        );
+    }
+}
