@@ -341,6 +341,33 @@ async fn the_four_patch_types_and_put_conflicts() {
     );
     let err = nodes.get("node-zzz").await.expect_err("missing");
     assert!(api_status(err).is_not_found());
+
+    // The bodies of the reference (A.4), byte for byte.
+    let stale_put = server.recorder().matching("PUT", "/nodes/node-a");
+    assert_eq!(
+        stale_put.last().map(|r| r.response.as_str()),
+        Some(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on nodes \"node-a\": the object has been modified; please apply your changes to the latest version and try again","reason":"Conflict","details":{"name":"node-a","kind":"nodes"},"code":409}"#
+        )
+    );
+    server
+        .store()
+        .remove("Pod", Some("work"), "guarded")
+        .expect("removed");
+    let pods: Api<Pod> = Api::namespaced(nodes.into_client(), "work");
+    assert!(
+        pods.get_opt("guarded")
+            .await
+            .expect("404 is None")
+            .is_none()
+    );
+    let gone = server.recorder().matching("GET", "/pods/guarded");
+    assert_eq!(
+        gone.last().map(|r| r.response.as_str()),
+        Some(
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"guarded\" not found","reason":"NotFound","details":{"name":"guarded","kind":"pods"},"code":404}"#
+        )
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
