@@ -131,16 +131,14 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
         world.log()
     );
     let mut world = world;
-    let statuses = world.notify.statuses();
     for want in [
         "draining node demo-node-1 before the reboot (budget 15 s)",
         "draining 3 pods from node demo-node-1",
         "node demo-node-1 drained for the reboot; inhibitor released",
     ] {
-        assert!(
-            statuses.iter().any(|s| s.contains(want)),
-            "STATUS= carried {want:?}: {statuses:?}"
-        );
+        if let Err(statuses) = world.notify.wait_status(want, Duration::from_secs(5)).await {
+            panic!("STATUS= never carried {want:?}: {statuses:?}");
+        }
     }
 }
 
@@ -437,7 +435,11 @@ async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
         "restored in the new boot (uncordoned, untainted, marker removed); log:\n{}",
         world.log()
     );
-    assert!(world.log().contains("restored node demo-node-1"));
+    assert!(
+        world
+            .wait_log("restored node demo-node-1", Duration::from_secs(5))
+            .await
+    );
     assert_eq!(world.rig.our_locks().await, 1);
 }
 

@@ -171,12 +171,15 @@ impl Daemon {
                 seconds(w.clamped_to)
             )
         }));
+        // Read before READY=1: once systemd (or a test) sees READY, every later shutdown reaches
+        // us as a signal.
+        let preparing = logind.preparing_for_shutdown().await?;
+        self.set_waiting(&budget);
         if !self.ready_sent {
             self.status.ready();
             self.ready_sent = true;
         }
-        self.set_waiting(&budget);
-        if logind.preparing_for_shutdown().await? {
+        if preparing {
             tracing::warn!("logind is already preparing a shutdown; draining node {node} at once");
             if let Flow::Stop = self.shutdown(logind, &mut signals, None, &budget).await? {
                 return Ok(());

@@ -414,6 +414,25 @@ impl NotifySocket {
         }
     }
 
+    /// Receives until a `STATUS=` line contains `part`, up to `within`; every status so far.
+    pub async fn wait_status(&mut self, part: &str, within: Duration) -> Result<(), Vec<String>> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let statuses = self.statuses();
+            if statuses.iter().any(|s| s.contains(part)) {
+                return Ok(());
+            }
+            match tokio::time::timeout_at(deadline, self.socket.recv(&mut buf)).await {
+                Ok(Ok(n)) => self
+                    .messages
+                    .push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+                Ok(Err(e)) => panic!("recv on the notify socket: {e}"),
+                Err(_) => return Err(statuses),
+            }
+        }
+    }
+
     /// Status lines (`STATUS=...`) received so far, and any waiting now.
     pub fn statuses(&mut self) -> Vec<String> {
         let mut buf = vec![0u8; 4096];
