@@ -58,11 +58,10 @@ impl FakeApiServer {
                 .upsert(object)
                 .with_context(|| format!("seed object {i} could not be stored"))?;
         }
-        // Bind first to learn the port, then hand the listener the app that knows it.
-        let probe = std::net::TcpListener::bind(("127.0.0.1", options.port))
+        // Bind once, learn the port, then hand the bound socket to the app that knows it.
+        let listener = std::net::TcpListener::bind(("127.0.0.1", options.port))
             .with_context(|| format!("cannot bind 127.0.0.1:{}", options.port))?;
-        let port = probe.local_addr()?.port();
-        drop(probe);
+        let port = listener.local_addr()?.port();
         let app = Arc::new(server::App {
             store,
             recorder: Recorder::new(),
@@ -70,7 +69,7 @@ impl FakeApiServer {
             port,
             listener: Mutex::new(server::ListenerState::new()),
         });
-        server::start_listener(&app, port)
+        server::serve_listener(&app, listener)
             .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         tracing::info!("fake apiserver listening on {}", app.url());
         Ok(FakeApiServer { app })

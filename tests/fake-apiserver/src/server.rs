@@ -73,12 +73,30 @@ impl App {
 /// Synchronous on purpose: the control endpoint calls it from a task the server spawned.
 /// Must run inside the tokio runtime.
 pub(crate) fn start_listener(app: &Arc<App>, port: u16) -> std::io::Result<u16> {
+    if app
+        .listener
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .control
+        .is_some()
+    {
+        // Already listening: nothing to do.
+        return Ok(app.port);
+    }
     let std_listener = std::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    serve_listener(app, std_listener)
+}
+
+/// Serves connections from an already bound listener until `stop_listener`.
+pub(crate) fn serve_listener(
+    app: &Arc<App>,
+    std_listener: std::net::TcpListener,
+) -> std::io::Result<u16> {
+    let mut state = app.listener.lock().unwrap_or_else(|e| e.into_inner());
     std_listener.set_nonblocking(true)?;
     let control = std_listener.try_clone()?;
     let listener = TcpListener::from_std(std_listener)?;
     let port = listener.local_addr()?.port();
-    let mut state = app.listener.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = state.accept.take() {
         old.abort();
     }
