@@ -44,6 +44,17 @@ pub enum Action {
     Wait,
 }
 
+impl Action {
+    /// The JSON and text spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Evict => "evict",
+            Action::Skip => "skip",
+            Action::Wait => "wait",
+        }
+    }
+}
+
 /// Which filter decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -75,7 +75,7 @@ pub enum NodeError {
         what: &'static str,
         source: ApiError,
     },
-    #[error("node {node} kept changing; gave up {what} after {attempts} attempts")]
+    #[error("node {node} kept changing; gave up the {what} edit after {attempts} attempts")]
     Contended {
         node: String,
         what: &'static str,
@@ -328,50 +328,54 @@ impl NodeOps<'_> {
         })
     }
 
-    /// Adds our taint unless present, guarded against concurrent writers. Returns the Node after
-    /// the write and whether we added it.
-    async fn add_taint(
+    /// Adds our taint unless present. Returns the Node after the write and whether we added it.
+    async fn add_taint(&self, node: Node, t: &TaintSettings) -> Result<(Node, bool), NodeError> {
+        let ours = Taint {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.as_str().to_string(),
+            time_added: None,
+        };
+        self.edit_taints(node, TaintEdit::Add(ours)).await
+    }
+
+    /// Removes our taint (exactly key + effect) if present.
+    async fn remove_taint(
+        &self,
+        node: Node,
+        key: &str,
+        effect: &str,
+    ) -> Result<(Node, bool), NodeError> {
+        let ours = Taint {
+            key: key.to_string(),
+            effect: effect.to_string(),
+            ..Taint::default()
+        };
+        self.edit_taints(node, TaintEdit::Remove(ours)).await
+    }
+
+    /// One guarded taint edit: build the patch from the Node as read, send it, and on a failed
+    /// guard (another writer changed the taints) read the Node again and retry.
+    async fn edit_taints(
         &self,
         mut node: Node,
-        t: &TaintSettings,
+        edit: TaintEdit,
     ) -> Result<(Node, bool), NodeError> {
         let node_name = self.name().to_string();
+        let what = edit.verb();
         for _ in 0..GUARDED_ATTEMPTS {
-            let current = taints(&node);
-            if current
-                .iter()
-                .any(|x| is_ours(x, &t.key, t.effect.as_str()))
-            {
+            let Some(patch) = edit.patch(&node) else {
                 return Ok((node, false));
-            }
-            let ours = Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: t.effect.as_str().to_string(),
-                time_added: None,
-            };
-            let patch = if node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some() {
-                json!([
-                    {"op": "test", "path": "/spec/taints", "value": current},
-                    {"op": "add", "path": "/spec/taints/-", "value": ours},
-                ])
-            } else {
-                // No list to `test`: "add" would overwrite a list that a concurrent writer has just
-                // created, so guard this case with the resourceVersion instead.
-                json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
-                    {"op": "add", "path": "/spec/taints", "value": [ours]},
-                ])
             };
             let patch: json_patch::Patch =
                 serde_json::from_value(patch).map_err(|source| NodeError::BuildPatch {
                     node: node_name.clone(),
-                    what: "taint",
+                    what,
                     source,
                 })?;
             match self.patch_json(patch).await {
                 Ok(n) => {
-                    tracing::info!(node = %node_name, "tainted node {node_name} with {}:{}", t.key, t.effect.as_str());
+                    tracing::info!(node = %node_name, "{}", edit.done(&node_name));
                     return Ok((n, true));
                 }
                 Err(e) if is_guard_failure(&e) => {
@@ -382,7 +386,7 @@ impl NodeOps<'_> {
                 Err(source) => {
                     return Err(NodeError::Patch {
                         node: node_name,
-                        what: "taint",
+                        what,
                         source,
                     });
                 }
@@ -390,7 +394,7 @@ impl NodeOps<'_> {
         }
         Err(NodeError::Contended {
             node: node_name,
-            what: "adding the taint",
+            what,
             attempts: GUARDED_ATTEMPTS,
         })
     }
@@ -406,53 +410,6 @@ impl NodeOps<'_> {
                     .patch(self.name(), &pp, &Patch::<()>::Json(patch)),
             )
             .await
-    }
-
-    /// Removes our taint (exactly key + effect) if present, guarded like [`Self::add_taint`].
-    async fn remove_taint(
-        &self,
-        mut node: Node,
-        key: &str,
-        effect: &str,
-    ) -> Result<(Node, bool), NodeError> {
-        let node_name = self.name().to_string();
-        for _ in 0..GUARDED_ATTEMPTS {
-            let current = taints(&node);
-            let Some(index) = current.iter().position(|x| is_ours(x, key, effect)) else {
-                return Ok((node, false));
-            };
-            let patch: json_patch::Patch = serde_json::from_value(json!([
-                {"op": "test", "path": "/spec/taints", "value": current},
-                {"op": "remove", "path": format!("/spec/taints/{index}")},
-            ]))
-            .map_err(|source| NodeError::BuildPatch {
-                node: node_name.clone(),
-                what: "untaint",
-                source,
-            })?;
-            match self.patch_json(patch).await {
-                Ok(n) => {
-                    tracing::info!(node = %node_name, "removed taint {key}:{effect} from node {node_name}");
-                    return Ok((n, true));
-                }
-                Err(e) if is_guard_failure(&e) => {
-                    tokio::time::sleep(GUARDED_PAUSE).await;
-                    node = self.get().await?;
-                }
-                Err(source) => {
-                    return Err(NodeError::Patch {
-                        node: node_name,
-                        what: "untaint",
-                        source,
-                    });
-                }
-            }
-        }
-        Err(NodeError::Contended {
-            node: node_name,
-            what: "removing the taint",
-            attempts: GUARDED_ATTEMPTS,
-        })
     }
 
     /// Undoes what the marker says we did, then clears the marker. Idempotent.
@@ -578,6 +535,68 @@ impl NodeOps<'_> {
     }
 }
 
+/// A change to our one taint (matched by key and effect), as a guarded JSON patch.
+#[derive(Debug, Clone)]
+enum TaintEdit {
+    Add(Taint),
+    Remove(Taint),
+}
+
+impl TaintEdit {
+    fn verb(&self) -> &'static str {
+        match self {
+            TaintEdit::Add(_) => "taint",
+            TaintEdit::Remove(_) => "untaint",
+        }
+    }
+
+    /// The log line for a successful edit.
+    fn done(&self, node: &str) -> String {
+        match self {
+            TaintEdit::Add(t) => format!("tainted node {node} with {}:{}", t.key, t.effect),
+            TaintEdit::Remove(t) => {
+                format!("removed taint {}:{} from node {node}", t.key, t.effect)
+            }
+        }
+    }
+
+    fn taint(&self) -> &Taint {
+        match self {
+            TaintEdit::Add(t) | TaintEdit::Remove(t) => t,
+        }
+    }
+
+    /// The JSON patch for `node` as read, or `None` when there is nothing to do. Its first
+    /// operation `test`s the whole taint list (kured's guard), so the patch fails (422) if any
+    /// other writer changed a taint meanwhile; with no list yet, the resourceVersion is tested
+    /// instead, since "add" of the whole list would overwrite one created meanwhile.
+    fn patch(&self, node: &Node) -> Option<serde_json::Value> {
+        let current = taints(node);
+        let t = self.taint();
+        let index = current.iter().position(|x| is_ours(x, &t.key, &t.effect));
+        match (self, index) {
+            (TaintEdit::Add(_), Some(_)) | (TaintEdit::Remove(_), None) => None,
+            (TaintEdit::Add(t), None) => {
+                if node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some() {
+                    Some(json!([
+                        {"op": "test", "path": "/spec/taints", "value": current},
+                        {"op": "add", "path": "/spec/taints/-", "value": t},
+                    ]))
+                } else {
+                    Some(json!([
+                        {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
+                        {"op": "add", "path": "/spec/taints", "value": [t]},
+                    ]))
+                }
+            }
+            (TaintEdit::Remove(_), Some(i)) => Some(json!([
+                {"op": "test", "path": "/spec/taints", "value": current},
+                {"op": "remove", "path": format!("/spec/taints/{i}")},
+            ])),
+        }
+    }
+}
+
 /// A failed JSON-patch `test` (422) or a resourceVersion conflict (409).
 fn is_guard_failure(e: &ApiError) -> bool {
     matches!(e.code(), Some(409 | 422))
@@ -589,4 +608,76 @@ pub fn is_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(taints: serde_json::Value) -> Node {
+        let mut n = json!({"metadata": {"name": "n", "resourceVersion": "7"}, "spec": {}});
+        if !taints.is_null() {
+            n["spec"]["taints"] = taints;
+        }
+        serde_json::from_value(n).unwrap()
+    }
+
+    fn ours() -> Taint {
+        Taint {
+            key: "k/shutdown".into(),
+            value: Some("true".into()),
+            effect: "PreferNoSchedule".into(),
+            time_added: None,
+        }
+    }
+
+    #[test]
+    fn taint_patches_are_guarded_and_touch_only_our_taint() {
+        let other = json!({"key": "other", "effect": "NoSchedule"});
+        let mine = json!({"key": "k/shutdown", "value": "true", "effect": "PreferNoSchedule"});
+        let same_key_other_effect = json!({"key": "k/shutdown", "effect": "NoExecute"});
+
+        // No list yet: guarded by the resourceVersion.
+        let p = TaintEdit::Add(ours())
+            .patch(&node(serde_json::Value::Null))
+            .unwrap();
+        assert_eq!(
+            p[0],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
+        );
+        assert_eq!(p[1]["path"], "/spec/taints");
+        // A list: guarded by the whole list, appended to.
+        let p = TaintEdit::Add(ours())
+            .patch(&node(json!([other, same_key_other_effect])))
+            .unwrap();
+        assert_eq!(
+            p[0],
+            json!({"op": "test", "path": "/spec/taints", "value": [other, same_key_other_effect]})
+        );
+        assert_eq!(
+            p[1],
+            json!({"op": "add", "path": "/spec/taints/-", "value": mine})
+        );
+        // Already there: nothing to do.
+        assert!(TaintEdit::Add(ours()).patch(&node(json!([mine]))).is_none());
+        // Remove: exactly our key and effect, at its index, guarded.
+        let p = TaintEdit::Remove(ours())
+            .patch(&node(json!([same_key_other_effect, mine, other])))
+            .unwrap();
+        assert_eq!(p[0]["op"], "test");
+        assert_eq!(p[1], json!({"op": "remove", "path": "/spec/taints/1"}));
+        assert!(
+            TaintEdit::Remove(ours())
+                .patch(&node(json!([same_key_other_effect, other])))
+                .is_none()
+        );
+        // Every patch parses as a JSON patch.
+        for t in [json!([other]), json!([mine])] {
+            for e in [TaintEdit::Add(ours()), TaintEdit::Remove(ours())] {
+                if let Some(p) = e.patch(&node(t.clone())) {
+                    serde_json::from_value::<json_patch::Patch>(p).unwrap();
+                }
+            }
+        }
+    }
 }

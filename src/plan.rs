@@ -44,6 +44,11 @@ impl PlannedPod {
     }
 }
 
+/// The width of the POD column: the longest `namespace/name`, at least the header's.
+pub(crate) fn key_width(keys: impl Iterator<Item = String>) -> usize {
+    keys.map(|k| k.len()).max().unwrap_or(0).max("POD".len())
+}
+
 /// What a drain of `node` would do now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Plan {
@@ -103,23 +108,14 @@ impl Plan {
             self.count(Action::Wait),
             self.count(Action::Skip)
         );
-        let width = self
-            .pods
-            .iter()
-            .map(|p| p.key().len())
-            .max()
-            .unwrap_or(3)
-            .max(3);
+        let width = key_width(self.pods.iter().map(PlannedPod::key));
         let _ = writeln!(
             out,
             "{:<width$}  {:<6}  {:>11}  REASON",
             "POD", "ACTION", "ORDER"
         );
         for p in &self.pods {
-            let action = serde_json::to_value(p.action)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let action = p.action.as_str();
             let order = p.order.map_or("-".to_string(), |o| o.to_string());
             let _ = writeln!(
                 out,

@@ -38,6 +38,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The JSON and text spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Evicted => "evicted",
+            Outcome::Deleted => "deleted",
+            Outcome::Gone => "gone",
+            Outcome::Completed => "completed",
+            Outcome::Skipped => "skipped",
+            Outcome::Blocked => "blocked",
+            Outcome::Failed => "failed",
+            Outcome::Pending => "pending",
+            Outcome::DryRun => "dry-run",
+        }
+    }
+
     /// Whether the pod no longer holds up the drain.
     pub fn is_done(self) -> bool {
         matches!(
@@ -278,27 +293,14 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = self.summary();
         out.push('\n');
-        let width = self
-            .pods
-            .iter()
-            .map(|p| p.key().len())
-            .max()
-            .unwrap_or(3)
-            .max(3);
+        let width = crate::plan::key_width(self.pods.iter().map(PodReport::key));
         let _ = writeln!(
             out,
             "{:<width$}  {:<6}  {:<9}  {:>9}  REASON / DETAIL",
             "POD", "ACTION", "OUTCOME", "SECONDS"
         );
         for p in &self.pods {
-            let action = serde_json::to_value(p.action)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
-            let outcome = serde_json::to_value(p.outcome)
-                .ok()
-                .and_then(|v| v.as_str().map(String::from))
-                .unwrap_or_default();
+            let (action, outcome) = (p.action.as_str(), p.outcome.as_str());
             let secs = p
                 .finished_ms
                 .map_or("-".to_string(), |ms| format!("{:.2}", ms as f64 / 1000.0));
@@ -370,6 +372,46 @@ mod tests {
         };
         r.finish();
         r
+    }
+
+    #[test]
+    fn text_spellings_match_the_json() {
+        use Outcome as O;
+        use Reason as R;
+        let outcomes = [
+            O::Evicted,
+            O::Deleted,
+            O::Gone,
+            O::Completed,
+            O::Skipped,
+            O::Blocked,
+            O::Failed,
+            O::Pending,
+            O::DryRun,
+        ];
+        for o in outcomes {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        for a in [Action::Evict, Action::Skip, Action::Wait] {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        let reasons = [
+            R::Terminating,
+            R::DaemonSet,
+            R::Mirror,
+            R::ToleratesCordon,
+            R::SkipNamespace,
+            R::SkipSelector,
+            R::CapiDrainLabel,
+            R::Rule,
+            R::Completed,
+            R::EmptyDir,
+            R::Unreplicated,
+            R::Priority,
+        ];
+        for r in reasons {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
     }
 
     #[test]
