@@ -117,7 +117,10 @@ impl Daemon {
             let logind = tokio::select! {
                 logind = Logind::connect_with_backoff(&address) => logind,
                 name = self.stop.recv() => {
-                    tracing::info!("{name} before logind was reached; stopping");
+                    tracing::info!(
+                        "{name} before logind was reached; stopping (node {})",
+                        self.settings.node_name
+                    );
                     return Ok(());
                 }
             };
@@ -141,7 +144,9 @@ impl Daemon {
                         tokio::select! {
                             _ = tokio::time::sleep(retry) => {}
                             name = self.stop.recv() => {
-                                tracing::info!("{name} while logind was unreachable; stopping");
+                                tracing::info!(
+                                    "{name} while logind was unreachable; stopping (node {node})"
+                                );
                                 return Ok(());
                             }
                         }
