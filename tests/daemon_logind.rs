@@ -6,7 +6,7 @@ mod logind;
 
 use std::time::Duration;
 
-use kube_shutdown_drain::daemon::logind::{Logind, ShutdownKind, ShutdownSignal};
+use kube_shutdown_drain::daemon::logind::{Logind, ShutdownKind, ShutdownSignal, UnderWay};
 use logind::{LogindOptions, Rig};
 
 const NODE: &str = "node-a";
@@ -219,5 +219,35 @@ async fn the_metadata_always_comes_with_its_shutdown() {
             .expect("in time")
             .expect("a signal");
         assert_eq!(cancelled, ShutdownSignal::Cancelled, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn a_shutdown_under_way_is_seen_with_its_kind_where_logind_tells() {
+    for (metadata, want) in [(true, Some(ShutdownKind::PowerOff)), (false, None)] {
+        let Some(rig) = Rig::start(LogindOptions {
+            preparing_for_shutdown: true,
+            kind: "power-off".to_owned(),
+            metadata,
+            ..LogindOptions::default()
+        })
+        .await
+        else {
+            return;
+        };
+        let logind = Logind::connect_at(rig.address()).await.expect("connect");
+        assert_eq!(
+            logind.shutdown_under_way().await.expect("read"),
+            Some(UnderWay { kind: want.clone() }),
+            "metadata property: {metadata}"
+        );
+        rig.cancel().await;
+        assert_eq!(logind.shutdown_under_way().await.expect("read"), None);
+        rig.reboot().await;
+        let kind = metadata.then_some(ShutdownKind::Reboot);
+        assert_eq!(
+            logind.shutdown_under_way().await.expect("read"),
+            Some(UnderWay { kind })
+        );
     }
 }

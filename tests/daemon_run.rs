@@ -311,7 +311,11 @@ async fn started_while_logind_prepares_a_shutdown_drains_at_once() {
         world.rig.wait_locks(0, Duration::from_secs(5)).await,
         "the lock is released after the drain"
     );
-    assert!(world.log().contains("already preparing a shutdown"));
+    assert!(
+        world.log().contains("logind is already preparing a reboot"),
+        "the kind comes from PreparingForShutdownWithMetadata:\n{}",
+        world.log()
+    );
 }
 
 #[tokio::test]
@@ -546,7 +550,7 @@ async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain(
     world.spawn_daemon();
     assert!(
         world
-            .wait_log("already preparing a shutdown", Duration::from_secs(10))
+            .wait_log("already preparing a reboot", Duration::from_secs(10))
             .await,
         "the new daemon sees the shutdown under way; log:\n{}",
         world.log()

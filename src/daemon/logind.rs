@@ -55,6 +55,12 @@ pub trait Manager {
     #[zbus(property(emits_changed_signal = "false"))]
     fn preparing_for_shutdown(&self) -> zbus::Result<bool>;
 
+    /// systemd >= 257: the same, with the metadata of the shutdown (its kind under `type`).
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn preparing_for_shutdown_with_metadata(
+        &self,
+    ) -> zbus::Result<(bool, HashMap<String, OwnedVariant>)>;
+
     /// `true`: a shutdown starts now and waits for delay locks; `false`: it was cancelled.
     #[zbus(signal)]
     fn prepare_for_shutdown(&self, start: bool) -> zbus::Result<()>;
@@ -176,6 +182,13 @@ impl std::fmt::Display for ShutdownKind {
         };
         f.write_str(text)
     }
+}
+
+/// A shutdown logind was already preparing when asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnderWay {
+    /// Known on systemd >= 257.
+    pub kind: Option<ShutdownKind>,
 }
 
 /// One shutdown announcement from logind.
@@ -319,6 +332,19 @@ impl Logind {
                 property: "InhibitDelayMaxUSec",
                 source,
             })
+    }
+
+    /// Whether logind is preparing a shutdown now, and its kind where logind tells
+    /// (`PreparingForShutdownWithMetadata`, systemd >= 257; older ones have only the bool).
+    pub async fn shutdown_under_way(&self) -> Result<Option<UnderWay>, LogindError> {
+        if let Ok((preparing, metadata)) = self.manager.preparing_for_shutdown_with_metadata().await
+        {
+            return Ok(preparing.then(|| UnderWay {
+                kind: Some(metadata_kind(&metadata)),
+            }));
+        }
+        let preparing = self.preparing_for_shutdown().await?;
+        Ok(preparing.then_some(UnderWay { kind: None }))
     }
 
     /// logind's `PreparingForShutdown`: true while a shutdown waits for delay locks.

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::config::Settings;
 use crate::daemon::budget::{self, Budget, seconds};
 use crate::daemon::logind::{
-    InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals,
+    InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::status::Status;
@@ -178,15 +178,18 @@ impl Daemon {
         }));
         // Read before READY=1: once systemd (or a test) sees READY, every later shutdown reaches
         // us as a signal.
-        let preparing = logind.preparing_for_shutdown().await?;
+        let under_way = logind.shutdown_under_way().await?;
         self.set_waiting(&budget);
         if !self.ready_sent {
             self.status.ready();
             self.ready_sent = true;
         }
-        if preparing {
-            tracing::warn!("logind is already preparing a shutdown; draining node {node} at once");
-            if let Flow::Stop = self.shutdown(logind, &mut signals, None, &budget).await? {
+        if let Some(UnderWay { kind }) = under_way {
+            let what = kind
+                .as_ref()
+                .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
+            tracing::warn!("logind is already preparing a {what}; draining node {node} at once");
+            if let Flow::Stop = self.shutdown(logind, &mut signals, kind, &budget).await? {
                 return Ok(());
             }
         }

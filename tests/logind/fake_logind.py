@@ -18,7 +18,9 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   Outcomes() returns the lines written so far.
 
 Parameters: InhibitDelayMaxUSec (int, default 5000000), PreparingForShutdown (bool, default
-false), result_file (path, default none), metadata (bool, default true).
+false), kind (the type of that shutdown, default "reboot"), result_file (path, default none),
+metadata (bool, default true: also the signal and the property PreparingForShutdownWithMetadata
+of systemd >= 257; false: a systemd without either).
 '''
 
 import os
@@ -86,12 +88,34 @@ def load(mock, parameters):
         bool(parameters.get('metadata', True)),
     )
     # Started "mid-shutdown": announced before this fake came up, no timer of its own.
-    mock.fake_logind_shutdown.preparing = bool(parameters.get('PreparingForShutdown', False))
-    mock.AddProperties(MAIN_IFACE, dbus.Dictionary({
+    preparing = bool(parameters.get('PreparingForShutdown', False))
+    shutdown = mock.fake_logind_shutdown
+    shutdown.preparing = preparing
+    shutdown.kind = str(parameters.get('kind', 'reboot')) if preparing else None
+    props = {
         'InhibitDelayMaxUSec': dbus.UInt64(int(parameters.get('InhibitDelayMaxUSec', DEFAULT_DELAY_MAX_USEC))),
-        'PreparingForShutdown': dbus.Boolean(bool(parameters.get('PreparingForShutdown', False))),
+        'PreparingForShutdown': dbus.Boolean(preparing),
         'PreparingForSleep': dbus.Boolean(False),
-    }, signature='sv'))
+    }
+    if shutdown.metadata:
+        props['PreparingForShutdownWithMetadata'] = with_metadata(preparing, shutdown.kind)
+    mock.AddProperties(MAIN_IFACE, dbus.Dictionary(props, signature='sv'))
+
+
+def with_metadata(preparing, kind):
+    '''The (b, a{sv}) value of PreparingForShutdownWithMetadata.'''
+    metadata = {'type': dbus.String(kind)} if preparing and kind else {}
+    return dbus.Struct((dbus.Boolean(preparing), dbus.Dictionary(metadata, signature='sv')),
+                       signature='ba{sv}')
+
+
+def set_preparing(mock, preparing):
+    '''Updates PreparingForShutdown (and the metadata property) with PropertiesChanged.'''
+    shutdown = state(mock)
+    mock.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(preparing)})
+    if shutdown.metadata:
+        # UpdateProperties cannot wrap a struct in a variant; Set can.
+        mock.Set(MAIN_IFACE, 'PreparingForShutdownWithMetadata', with_metadata(preparing, shutdown.kind))
 
 
 def caller_ids(mock, sender):
@@ -147,7 +171,7 @@ def start_shutdown(mock, kind):
     shutdown.preparing = True
     shutdown.kind = kind
     shutdown.locks_at_start = len(shutdown.delay_locks())
-    mock.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(True)})
+    set_preparing(mock, True)
     if shutdown.metadata:
         mock.EmitSignal(MAIN_IFACE, 'PrepareForShutdownWithMetadata', 'ba{sv}',
                         [True, dbus.Dictionary({'type': dbus.String(kind)}, signature='sv')])
@@ -188,7 +212,7 @@ def CancelShutdown(self):
     shutdown.waiting = False
     shutdown.preparing = False
     shutdown.record('cancelled')
-    self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
+    set_preparing(self, False)
     if shutdown.metadata:
         self.EmitSignal(MAIN_IFACE, 'PrepareForShutdownWithMetadata', 'ba{sv}',
                         [False, dbus.Dictionary({}, signature='sv')])
@@ -206,7 +230,7 @@ def SimulateBoot(self):
     shutdown.waiting = False
     shutdown.preparing = False
     shutdown.kind = None
-    self.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(False)})
+    set_preparing(self, False)
 
 
 @dbus.service.method(MOCK_IFACE, in_signature='', out_signature='as')

@@ -58,6 +58,9 @@ pub fn template_path() -> PathBuf {
 pub struct LogindOptions {
     pub delay_max: Duration,
     pub preparing_for_shutdown: bool,
+    /// The kind of the shutdown already under way (with `preparing_for_shutdown`).
+    pub kind: String,
+    /// Whether the fake has systemd >= 257's metadata signal and property.
     pub metadata: bool,
 }
 
@@ -66,6 +69,7 @@ impl Default for LogindOptions {
         LogindOptions {
             delay_max: Duration::from_secs(20),
             preparing_for_shutdown: false,
+            kind: "reboot".to_owned(),
             metadata: true,
         }
     }
@@ -157,6 +161,7 @@ impl Rig {
         let params = serde_json::json!({
             "InhibitDelayMaxUSec": self.options.delay_max.as_micros() as u64,
             "PreparingForShutdown": self.options.preparing_for_shutdown,
+            "kind": self.options.kind,
             "metadata": self.options.metadata,
             "result_file": self.result_file(),
         });
