@@ -13,6 +13,10 @@ use fake_apiserver::store::set_pod_ready_in;
 use fake_apiserver::{FakeApiServer, Options, RecordedRequest, TERMINATION_ANNOTATION};
 use serde_json::{Value, json};
 
+#[path = "../tests/engine_support/mod.rs"]
+mod engine_support;
+use engine_support::{is_discovery, kubectl_132};
+
 const NODE: &str = "node-a";
 
 /// The scenario: `n` ReplicaSet pods in 4 namespaces, each taking 0-2 s to terminate
@@ -110,14 +114,6 @@ async fn measure(
     }
 }
 
-fn is_discovery(r: &RecordedRequest) -> bool {
-    r.path == "/api"
-        || r.path == "/apis"
-        || r.path.starts_with("/openapi")
-        || (r.path.starts_with("/apis/") && r.path.matches('/').count() == 3)
-        || (r.path == "/api/v1" && r.query_param("timeout").is_some())
-}
-
 fn row(name: &str, m: &Measured) {
     let evictions = m
         .requests
@@ -147,18 +143,6 @@ fn row(name: &str, m: &Measured) {
             .map_or("-".to_string(), |k| format!("{:.1}", k as f64 / 1024.0)),
         if m.ok { "ok" } else { "ERR" }
     );
-}
-
-fn kubectl_132() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let dispatcher = std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())?;
-    let fixed = std::fs::canonicalize(dispatcher)
-        .ok()?
-        .parent()?
-        .join("kubectl.1.32");
-    fixed.exists().then_some(fixed)
 }
 
 fn main() {

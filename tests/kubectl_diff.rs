@@ -7,7 +7,6 @@
 mod engine_support;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use engine_support::*;
@@ -18,24 +17,6 @@ use tokio::time::Instant;
 
 /// How long each evicted pod takes to terminate: long enough that kubectl's 1 s polling shows.
 const TERMINATION: f64 = 2.5;
-
-fn kubectl_132() -> Option<PathBuf> {
-    let dispatcher = which("kubectl")?;
-    let dir = std::fs::canonicalize(dispatcher)
-        .ok()?
-        .parent()?
-        .to_path_buf();
-    let fixed = dir.join("kubectl.1.32");
-    fixed.exists().then_some(fixed)
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| PathBuf::from(d).join(name))
-        .find(|p| p.is_file())
-}
 
 /// The reference scenario (a DaemonSet pod, ReplicaSet pods with and without emptyDir, a bare
 /// pod, a PDB-covered pod whose budget allows one disruption, a mirror pod), plus pods only our
@@ -99,15 +80,6 @@ fn evicted(reqs: &[RecordedRequest]) -> BTreeSet<String> {
         .filter(|r| r.method == "POST" && r.path.ends_with("/eviction") && r.status == 201)
         .map(|r| r.path.split('/').nth(6).unwrap_or_default().to_string())
         .collect()
-}
-
-/// Discovery requests kubectl makes once per cache directory (and caches).
-fn is_discovery(r: &RecordedRequest) -> bool {
-    r.path == "/api"
-        || r.path == "/apis"
-        || r.path.starts_with("/openapi")
-        || (r.path.starts_with("/apis/") && r.path.matches('/').count() == 3)
-        || (r.path == "/api/v1" && r.query_param("timeout").is_some())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

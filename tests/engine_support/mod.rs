@@ -234,3 +234,25 @@ pub fn skip_or_fail(why: &str) -> bool {
     eprintln!("SKIPPED: {why}");
     true
 }
+
+/// Requests kubectl makes once per cache directory for API discovery (and then caches).
+pub fn is_discovery(r: &fake_apiserver::RecordedRequest) -> bool {
+    r.path == "/api"
+        || r.path == "/apis"
+        || r.path.starts_with("/openapi")
+        || (r.path.starts_with("/apis/") && r.path.matches('/').count() == 3)
+        || (r.path == "/api/v1" && r.query_param("timeout").is_some())
+}
+
+/// The fixed `kubectl.1.32` next to the machine's kubectl dispatcher (never the dispatcher).
+pub fn kubectl_132() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let dispatcher = std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())?;
+    let fixed = std::fs::canonicalize(dispatcher)
+        .ok()?
+        .parent()?
+        .join("kubectl.1.32");
+    fixed.exists().then_some(fixed)
+}
