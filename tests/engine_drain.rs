@@ -93,6 +93,19 @@ async fn each_filter_end_to_end() {
         })
         .count();
     assert_eq!(lists, 1, "one paged list");
+    let watches = reqs
+        .iter()
+        .filter(|r| {
+            r.method == "GET"
+                && r.path == "/api/v1/pods"
+                && r.query_param("watch").as_deref() == Some("true")
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(watches.len(), 1, "one watch on the node's pods");
+    assert_eq!(
+        watches[0].query_param("fieldSelector").as_deref(),
+        Some("spec.nodeName=node-a")
+    );
     assert!(
         reqs.iter().all(|r| !r.path.contains("daemonsets")),
         "no DaemonSet reads"
