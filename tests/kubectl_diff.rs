@@ -163,6 +163,68 @@ async fn same_evictions_as_kubectl_drain_with_fewer_requests() {
         our_reqs.len(),
         kubectl_work
     );
+    // kubectl reads what we wrote: the Node Events and our taint.
+    let kubectl_get = |args: Vec<String>| {
+        let kubeconfig = ours.kubeconfig("admin");
+        let cache = ours.dir.path().join("kubectl-cache");
+        let kubectl = kubectl.clone();
+        async move {
+            let out = tokio::process::Command::new(&kubectl)
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--cache-dir")
+                .arg(&cache)
+                .args(&args)
+                .output()
+                .await
+                .expect("kubectl runs");
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let events = kubectl_get(
+        [
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=node-a",
+            "-o",
+            "json",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let reasons: BTreeSet<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["reason"].as_str())
+        .collect();
+    assert!(
+        reasons.contains("DrainStarted") && reasons.contains("DrainFinished"),
+        "{reasons:?}"
+    );
+    let taints = kubectl_get(
+        ["get", "node", NODE, "-o", "jsonpath={.spec.taints[*].key}"]
+            .map(String::from)
+            .to_vec(),
+    )
+    .await;
+    assert!(
+        taints
+            .split_whitespace()
+            .any(|k| k == "kube-shutdown-drain/shutdown"),
+        "{taints}"
+    );
+
     // Both left the node cordoned, and the other pods alone.
     assert!(unschedulable(&theirs.node(NODE)) && unschedulable(&ours.node(NODE)));
     for c in [&theirs, &ours] {
