@@ -98,7 +98,7 @@ async fn a_hanging_server_cannot_stretch_the_deadline() {
     let report = engine.drain(started + Duration::from_secs(3)).await;
     let took = started.elapsed();
     assert!(
-        took <= Duration::from_millis(3200),
+        took <= Duration::from_millis(4000),
         "returned after {took:?}"
     );
     assert!(report.deadline_reached && !report.complete);

@@ -307,7 +307,7 @@ async fn wait_ready_follows_the_node_by_a_watch() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not Ready"), "{err}");
-    assert!(started.elapsed() < Duration::from_millis(900));
+    assert!(started.elapsed() < Duration::from_millis(1500));
     // Becomes Ready 300 ms in.
     let store = c.server.store().clone();
     tokio::spawn(async move {
@@ -323,7 +323,7 @@ async fn wait_ready_follows_the_node_by_a_watch() {
         .wait_ready(started + Duration::from_secs(10))
         .await
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]
