@@ -847,7 +847,8 @@ pub struct DrainOptions {
     pub dry_run: bool,
 }
 
-fn empty_report(
+/// A report with no pods yet.
+pub(crate) fn empty_report(
     settings: &Settings,
     options: &DrainOptions,
     started_at: jiff::Timestamp,

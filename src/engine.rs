@@ -160,19 +160,8 @@ impl Engine {
     }
 
     fn failed_report(&self, options: &DrainOptions, error: String) -> Report {
-        let mut r = Report {
-            node: self.settings.node_name.clone(),
-            why: options.why.clone(),
-            started_at: jiff::Timestamp::now().to_string(),
-            duration_ms: 0,
-            complete: false,
-            deadline_reached: false,
-            dry_run: options.dry_run,
-            counts: Default::default(),
-            pods: Vec::new(),
-            blocked_by: Vec::new(),
-            errors: vec![error],
-        };
+        let mut r = drain::empty_report(&self.settings, options, jiff::Timestamp::now());
+        r.errors.push(error);
         r.finish();
         r
     }
