@@ -355,3 +355,29 @@ async fn clear_errors_for_missing_node_unreachable_server_and_bad_kubeconfig() {
         "{err}"
     );
 }
+
+/// A kubeconfig that parses but cannot make a client (no server URL): prepare says so as a
+/// configuration error, and drain returns a report carrying the error instead of hanging.
+#[tokio::test]
+async fn a_kubeconfig_without_a_server_is_a_config_error() {
+    let c = Cluster::start(vec![]).await;
+    let kc = c.dir.path().join("no-server");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: x\n  cluster: {}\nusers:\n- name: x\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: x, user: x}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let mut s = (*c.settings("")).clone();
+    s.kubeconfig = kc.clone();
+    let engine = Engine::new(Arc::new(s)).unwrap();
+    let err = engine.prepare("x").await.unwrap_err();
+    assert!(err.is_config(), "{err}");
+    assert!(err.to_string().contains("no-server"), "{err}");
+    let report = engine.drain(Instant::now() + Duration::from_secs(2)).await;
+    assert!(!report.complete);
+    assert!(
+        report.errors.iter().any(|e| e.contains("no-server")),
+        "{:?}",
+        report.errors
+    );
+}
