@@ -9,6 +9,12 @@
 //!   in the answer changes (one shared watch per budget), with `retry_interval` as a fallback
 //!   when the budget cannot be watched. Other answers are reported per pod and retried slowly.
 //!   No answer / 5xx: retried with a short backoff.
+//! - Every transient failure (no answer, a broken connection, 5xx, 429 on a list) is retried,
+//!   100 ms doubling to 2 s, until the deadline and never past it: a control plane that restarts
+//!   during the node's shutdown delays the drain instead of cancelling it. When the API server
+//!   still does not answer at the deadline, the report says so and names the server and the node.
+//! - The final Node Events get at most [`FINAL_EVENTS_MAX`] (never past the deadline); a hung
+//!   Event API cannot hold the caller longer.
 //! - "Gone" comes from one watch on the node's pods (no per-pod polling): deleted, replaced by
 //!   another UID, or bound elsewhere. Pods that appear during the drain are planned and handled.
 //! - At the deadline every task stops; the remaining pods are reported with the budgets that
@@ -42,6 +48,10 @@ const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Time kept back from the deadline for the deadline action and the final Events.
 const RESERVE_MAX: Duration = Duration::from_secs(1);
+/// How long the drain waits for its Node Events once the work is over (never past the
+/// deadline). A hung server must not hold the caller (and the daemon's inhibitor lock) longer:
+/// Events are for people, the drain is over.
+const FINAL_EVENTS_MAX: Duration = Duration::from_secs(1);
 
 fn field_selector(node: &str) -> String {
     format!("spec.nodeName={node}")
@@ -106,26 +116,131 @@ pub async fn list_node_pods(clients: &Clients, node: &str) -> Result<(Vec<Pod>, 
     Ok((pods, rv.unwrap_or_default()))
 }
 
-/// Runs `op` until it succeeds, fails for good, or the deadline is near.
-async fn with_retries<T, F, Fut>(deadline: Instant, what: &str, mut op: F) -> Result<T, ApiError>
+/// Why [`with_retries`] stopped without a result.
+#[derive(Debug)]
+enum GaveUp {
+    /// A final answer (403, 404, a bad request, ...): repeating it would not help.
+    Final(ApiError),
+    /// Only transient failures until the deadline. `last` is `None` when the first attempt was
+    /// still waiting for an answer at the deadline.
+    Deadline {
+        attempts: u32,
+        last: Option<ApiError>,
+    },
+}
+
+/// Runs `op` until it succeeds, fails for good, or the deadline. Transient failures (no answer,
+/// a broken connection, 429, 5xx) are retried after a pause of [`BACKOFF_START`] doubling to
+/// [`BACKOFF_MAX`]; no attempt and no pause runs past `deadline`.
+async fn with_retries<T, F, Fut>(deadline: Instant, what: &str, mut op: F) -> Result<T, GaveUp>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, ApiError>>,
 {
     let mut backoff = Backoff::new();
-    loop {
-        match op().await {
-            Err(e) if e.is_transient() => {
+    let mut attempts = 0;
+    let mut last = None;
+    while Instant::now() < deadline {
+        attempts += 1;
+        match tokio::time::timeout_at(deadline, op()).await {
+            Ok(Err(e)) if e.is_transient() => {
                 let pause = backoff.next();
-                if Instant::now() + pause >= deadline {
-                    return Err(e);
+                let left = deadline.saturating_duration_since(Instant::now());
+                if pause < left {
+                    tracing::warn!(
+                        "{what} failed (attempt {attempts}), retrying in {pause:?}: {e}"
+                    );
+                } else {
+                    tracing::warn!(
+                        "{what} failed (attempt {attempts}), no time left to retry: {e}"
+                    );
                 }
-                tracing::warn!("{what} failed, retrying in {pause:?}: {e}");
-                tokio::time::sleep(pause).await;
+                last = Some(e);
+                tokio::time::sleep(pause.min(left)).await;
             }
-            r => return r,
+            Ok(Err(e)) => return Err(GaveUp::Final(e)),
+            Ok(Ok(v)) => {
+                if attempts > 1 {
+                    tracing::info!("{what} succeeded after {attempts} attempts");
+                }
+                return Ok(v);
+            }
+            // The attempt was still waiting at the deadline.
+            Err(_) => break,
         }
     }
+    Err(GaveUp::Deadline { attempts, last })
+}
+
+/// A failure that says the API server itself is in trouble (no answer, or a 5xx), as opposed to
+/// an answer about the request.
+fn is_server_trouble(e: &ApiError) -> bool {
+    e.is_unreachable() || e.code().is_some_and(|c| c >= 500)
+}
+
+/// What the drain's requests have seen of the API server since its last answer: when the
+/// trouble began and the latest error. Read at the deadline, so the report can say the server
+/// was unreachable rather than only that pods remained.
+#[derive(Default)]
+struct ServerHealth {
+    outage: Mutex<Option<Outage>>,
+}
+
+#[derive(Clone)]
+struct Outage {
+    since: Instant,
+    last: String,
+    unreachable: bool,
+}
+
+impl ServerHealth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Outage>> {
+        // One Option, replaced whole: a poisoned lock still holds a consistent value.
+        self.outage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The server answered (any answer, even a refusal).
+    fn answered(&self) {
+        *self.lock() = None;
+    }
+
+    /// A request failed; only server trouble counts.
+    fn failed(&self, e: &ApiError) {
+        if !is_server_trouble(e) {
+            return;
+        }
+        let mut outage = self.lock();
+        let since = outage.as_ref().map_or_else(Instant::now, |o| o.since);
+        *outage = Some(Outage {
+            since,
+            last: e.to_string(),
+            unreachable: e.is_unreachable(),
+        });
+    }
+
+    fn outage(&self) -> Option<Outage> {
+        self.lock().clone()
+    }
+}
+
+/// The report line for an API server that did not answer: names the server and the node.
+fn outage_message(
+    server: &str,
+    node: &str,
+    what: &str,
+    for_: Duration,
+    last: &str,
+    unreachable: bool,
+) -> String {
+    format!(
+        "API server {server} {} for node {node} for {:.1} s, until the drain deadline; {what}: {last}",
+        if unreachable {
+            "was unreachable"
+        } else {
+            "answered only server errors"
+        },
+        for_.as_secs_f64()
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,6 +380,7 @@ async fn watch_pods(
     tracker: Arc<Tracker>,
     mut rv: String,
     new_pods: mpsc::UnboundedSender<Pod>,
+    health: Arc<ServerHealth>,
 ) {
     let api: Api<Pod> = Api::all(clients.watch.clone());
     let node = tracker.node.clone();
@@ -274,6 +390,7 @@ async fn watch_pods(
         if relist {
             match list_node_pods(&clients, &node).await {
                 Ok((pods, new_rv)) => {
+                    health.answered();
                     for p in tracker.resync(&pods) {
                         let _ = new_pods.send(p);
                     }
@@ -281,6 +398,7 @@ async fn watch_pods(
                     relist = false;
                 }
                 Err(e) => {
+                    health.failed(&e);
                     let pause = backoff.next();
                     tracing::warn!(node = %node, "listing pods of node {node} failed, retrying in {pause:?}: {e}");
                     tokio::time::sleep(pause).await;
@@ -292,8 +410,12 @@ async fn watch_pods(
             .fields(&field_selector(&node))
             .timeout(WATCH_SECONDS);
         let stream = match clients.timed(api.watch(&wp, &rv)).await {
-            Ok(s) => s,
+            Ok(s) => {
+                health.answered();
+                s
+            }
             Err(e) => {
+                health.failed(&e);
                 let pause = backoff.next();
                 tracing::warn!(node = %node, "watching pods of node {node} failed, retrying in {pause:?}: {e}");
                 tokio::time::sleep(pause).await;
@@ -327,6 +449,8 @@ async fn watch_pods(
                     break;
                 }
                 Ok(Some(Err(e))) => {
+                    let e = ApiError::Kube(e);
+                    health.failed(&e);
                     tracing::warn!(node = %node, "pod watch of node {node} broke: {e}");
                     tokio::time::sleep(backoff.next()).await;
                     relist = true;
@@ -592,6 +716,9 @@ struct Run {
     started: Instant,
     pods: Mutex<Vec<PodReport>>,
     blocked_announced: Mutex<HashSet<String>>,
+    health: Arc<ServerHealth>,
+    /// Event posts under way; what is left at the end gets [`FINAL_EVENTS_MAX`], then is dropped.
+    event_posts: Mutex<JoinSet<()>>,
 }
 
 impl Run {
@@ -636,10 +763,18 @@ impl Run {
             .unwrap_or_else(|p| p.into_inner())
             .insert(budget.to_string());
         if first {
-            let events = self.events.clone();
             let msg = format!("pod {pod} blocked by disruption budget {budget}: {message}");
-            tokio::spawn(async move { events.emit(EventReason::DrainBlocked, &msg).await });
+            self.post_event(EventReason::DrainBlocked, msg);
         }
+    }
+
+    /// Posts a Node Event in the background.
+    fn post_event(&self, reason: EventReason, message: String) {
+        let events = self.events.clone();
+        self.event_posts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(async move { events.emit(reason, &message).await });
     }
 
     /// Evicts one pod and waits for it to go. Keeps its report entry current, so a task stopped
@@ -661,6 +796,10 @@ impl Run {
                 };
                 post_eviction(&self.clients, &pod, self.settings.drain.grace_period).await
             };
+            match &answer {
+                Ok(_) => self.health.answered(),
+                Err(e) => self.health.failed(e),
+            }
             self.update(idx, |p| p.attempts += 1);
             let pause = match answer {
                 Ok(Answer::Accepted) => break,
@@ -770,8 +909,9 @@ impl Run {
         self.finish(idx, outcome);
     }
 
-    /// Deletes one remaining pod at the deadline, ignoring its budget.
-    async fn delete(self: Arc<Self>, idx: usize, pod: PlannedPod) {
+    /// Deletes one remaining pod at the deadline, ignoring its budget. Transient failures are
+    /// retried until `deadline`.
+    async fn delete(self: Arc<Self>, idx: usize, pod: PlannedPod, deadline: Instant) {
         let api: Api<Pod> = Api::namespaced(self.clients.api.clone(), &pod.namespace);
         let dp = DeleteParams {
             grace_period_seconds: self.settings.drain.grace_period.map(|g| g.as_secs() as u32),
@@ -781,12 +921,19 @@ impl Run {
             }),
             ..DeleteParams::default()
         };
-        let result = {
-            let Ok(_permit) = self.requests.acquire().await else {
-                return;
-            };
-            self.clients.timed(api.delete(&pod.name, &dp)).await
+        let what = format!("deleting pod {} at the deadline", pod.key());
+        let Ok(_permit) = self.requests.acquire().await else {
+            return;
         };
+        let result = with_retries(deadline, &what, || async {
+            let result = self.clients.timed(api.delete(&pod.name, &dp)).await;
+            match &result {
+                Ok(_) => self.health.answered(),
+                Err(e) => self.health.failed(e),
+            }
+            result
+        })
+        .await;
         match result {
             Ok(_) => {
                 tracing::warn!(
@@ -795,11 +942,22 @@ impl Run {
                 );
                 self.finish(idx, Outcome::Deleted);
             }
-            Err(e) if e.is_not_found() || e.is_conflict() => self.finish(idx, Outcome::Gone),
-            Err(e) => {
+            Err(GaveUp::Final(e)) if e.is_not_found() || e.is_conflict() => {
+                self.finish(idx, Outcome::Gone)
+            }
+            Err(GaveUp::Final(e) | GaveUp::Deadline { last: Some(e), .. }) => {
                 tracing::warn!("cannot delete pod {} at the deadline: {e}", pod.key());
                 self.update(idx, |p| {
                     p.detail = Some(format!("delete at deadline failed: {e}"))
+                });
+            }
+            Err(GaveUp::Deadline { last: None, .. }) => {
+                tracing::warn!(
+                    "no answer to the delete of pod {} before the deadline",
+                    pod.key()
+                );
+                self.update(idx, |p| {
+                    p.detail = Some("delete at deadline got no answer".into())
                 });
             }
         }
@@ -874,10 +1032,12 @@ pub async fn plan(clients: &Clients, settings: &Settings) -> Result<Plan, ApiErr
     Ok(Plan::build(settings, &pods))
 }
 
-/// Drains the node. Returns by `deadline`, always.
+/// Drains the node. Returns by `deadline`, always. `server` (the API server's URL) names the
+/// server in the report when it does not answer.
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 pub async fn drain(
     clients: &Clients,
+    server: &str,
     settings: Arc<Settings>,
     events: NodeEvents,
     options: DrainOptions,
@@ -890,18 +1050,16 @@ pub async fn drain(
     let total = deadline.saturating_duration_since(started);
     let work_deadline = deadline - (total / 10).min(RESERVE_MAX);
 
-    let listed = tokio::time::timeout_at(
+    // A control plane that restarts while the node shuts down is retried until the deadline.
+    let listed = with_retries(
         work_deadline,
-        with_retries(
-            work_deadline,
-            &format!("listing pods of node {node}"),
-            || list_node_pods(clients, &node),
-        ),
+        &format!("listing pods of node {node} from {server}"),
+        || list_node_pods(clients, &node),
     )
     .await;
     let (pods, rv) = match listed {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => {
+        Ok(x) => x,
+        Err(GaveUp::Final(e)) => {
             report
                 .errors
                 .push(format!("cannot list the pods of node {node}: {e}"));
@@ -909,10 +1067,21 @@ pub async fn drain(
             report.finish();
             return report;
         }
-        Err(_) => {
-            report.errors.push(format!(
-                "cannot list the pods of node {node} before the deadline"
-            ));
+        Err(GaveUp::Deadline { attempts, last }) => {
+            let what = format!("cannot list the pods of node {node} ({attempts} attempts)");
+            let message = match &last {
+                Some(e) => outage_message(
+                    server,
+                    &node,
+                    &what,
+                    started.elapsed(),
+                    &e.to_string(),
+                    e.is_unreachable(),
+                ),
+                None => outage_message(server, &node, &what, started.elapsed(), "no answer", true),
+            };
+            tracing::error!(node = %node, "{message}");
+            report.errors.push(message);
             report.deadline_reached = true;
             report.duration_ms = started.elapsed().as_millis() as u64;
             report.finish();
@@ -941,12 +1110,19 @@ pub async fn drain(
     }
 
     let tracker = Tracker::new(&node, &pods);
+    let health = Arc::new(ServerHealth::default());
     let (new_tx, mut new_rx) = mpsc::unbounded_channel();
-    let watcher = tokio::spawn(watch_pods(clients.clone(), tracker.clone(), rv, new_tx));
+    let watcher = tokio::spawn(watch_pods(
+        clients.clone(),
+        tracker.clone(),
+        rv,
+        new_tx,
+        health.clone(),
+    ));
     let run = Arc::new(Run {
         clients: clients.clone(),
         settings: settings.clone(),
-        events: events.clone(),
+        events,
         tracker,
         budgets: Budgets {
             clients: clients.clone(),
@@ -957,6 +1133,8 @@ pub async fn drain(
         started,
         pods: Mutex::new(Vec::new()),
         blocked_announced: Mutex::new(HashSet::new()),
+        health: health.clone(),
+        event_posts: Mutex::new(JoinSet::new()),
     });
     let started_msg = format!(
         "drain of node {node} started ({}): {} pods to evict, {} to wait for, {} skipped",
@@ -966,10 +1144,7 @@ pub async fn drain(
         plan.count(Action::Skip)
     );
     tracing::info!(node = %node, "{started_msg}");
-    let start_event = {
-        let events = events.clone();
-        tokio::spawn(async move { events.emit(EventReason::DrainStarted, &started_msg).await })
-    };
+    run.post_event(EventReason::DrainStarted, started_msg);
 
     // Index every planned pod in the report; group the evictions.
     let mut pending: BTreeMap<i32, Vec<(usize, PlannedPod)>> = BTreeMap::new();
@@ -1033,7 +1208,6 @@ pub async fn drain(
         .unwrap_or_else(|p| p.into_inner())
         .abort_all();
 
-    let mut final_events = JoinSet::new();
     if deadline_reached {
         let remaining: Vec<(usize, PodReport)> = run
             .pods
@@ -1069,7 +1243,7 @@ pub async fn drain(
                         reason: p.reason,
                         order: p.order,
                     };
-                    deletes.spawn(run.clone().delete(*idx, planned));
+                    deletes.spawn(run.clone().delete(*idx, planned, deadline));
                 }
             }
             let _ = tokio::time::timeout_at(deadline, async {
@@ -1101,8 +1275,20 @@ pub async fn drain(
                 format!("; blocked by budgets: {}", budgets.join("; "))
             }
         );
-        let events = events.clone();
-        final_events.spawn(async move { events.emit(EventReason::DrainDeadline, &msg).await });
+        run.post_event(EventReason::DrainDeadline, msg);
+        // Pods remain; when the server stopped answering, that is the reason to name.
+        if let Some(o) = health.outage() {
+            let message = outage_message(
+                server,
+                &node,
+                &format!("{} pods remain", names.len()),
+                o.since.elapsed(),
+                &o.last,
+                o.unreachable,
+            );
+            tracing::error!(node = %node, "{message}");
+            report.errors.push(message);
+        }
     }
     watcher.abort();
 
@@ -1111,16 +1297,15 @@ pub async fn drain(
     report.duration_ms = started.elapsed().as_millis() as u64;
     report.finish();
     tracing::info!(node = %node, "{}", report.summary());
-    let summary = report.summary();
-    {
-        let events = events.clone();
-        final_events.spawn(async move { events.emit(EventReason::DrainFinished, &summary).await });
+    run.post_event(EventReason::DrainFinished, report.summary());
+    let mut posts = std::mem::take(&mut *run.event_posts.lock().unwrap_or_else(|p| p.into_inner()));
+    let until = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
+    let posted =
+        tokio::time::timeout_at(until, async { while posts.join_next().await.is_some() {} }).await;
+    if posted.is_err() {
+        tracing::warn!(node = %node, "gave up on {} node events of node {node}: no answer from {server} in time", posts.len());
     }
-    let _ = tokio::time::timeout_at(deadline, async {
-        let _ = start_event.await;
-        while final_events.join_next().await.is_some() {}
-    })
-    .await;
+    // Dropping the set aborts the posts still waiting.
     report
 }
 
@@ -1166,19 +1351,44 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn transient_errors_back_off_doubling_and_stop_before_the_deadline() {
+    async fn transient_errors_back_off_doubling_to_the_cap_until_the_deadline() {
         let start = Instant::now();
         let mut calls = Vec::new();
-        let result: Result<(), ApiError> =
-            with_retries(start + Duration::from_secs(3), "test", || {
+        let result: Result<(), GaveUp> =
+            with_retries(start + Duration::from_secs(10), "test", || {
                 calls.push(start.elapsed().as_millis());
                 async { Err(ApiError::Timeout(Duration::from_secs(1))) }
             })
             .await;
-        assert!(result.is_err());
-        // Pauses of 100, 200, 400, 800 ms; the next (1.6 s) would cross the deadline.
-        assert_eq!(calls, vec![0, 100, 300, 700, 1500]);
-        assert!(start.elapsed() < Duration::from_secs(3));
+        // Pauses of 100, 200, 400, 800, 1600 ms, then 2 s each; the last pause ends at the
+        // deadline, where the retries stop.
+        assert_eq!(calls, vec![0, 100, 300, 700, 1500, 3100, 5100, 7100, 9100]);
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        match result {
+            Err(GaveUp::Deadline {
+                attempts: 9,
+                last: Some(ApiError::Timeout(_)),
+            }) => {}
+            other => panic!("gave up at the deadline after 9 attempts: {other:?}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_that_comes_back_is_used_and_a_final_answer_is_not_retried() {
+        let start = Instant::now();
+        let back = start + Duration::from_secs(6);
+        let result = with_retries(start + Duration::from_secs(60), "test", || async move {
+            if Instant::now() < back {
+                Err(ApiError::Timeout(Duration::from_secs(1)))
+            } else {
+                Ok(7)
+            }
+        })
+        .await;
+        assert!(matches!(result, Ok(7)), "{result:?}");
+        // The first attempt after the server came back (6 s) is at 7.1 s: the pause never grew
+        // past 2 s.
+        assert_eq!(start.elapsed(), Duration::from_millis(7100));
 
         // A final answer (404) is not retried.
         let mut n = 0;
@@ -1186,15 +1396,54 @@ mod tests {
             code: 404,
             ..kube::core::Status::default()
         };
-        let result: Result<(), ApiError> =
-            with_retries(start + Duration::from_secs(3), "test", || {
+        let result: Result<(), GaveUp> =
+            with_retries(Instant::now() + Duration::from_secs(3), "test", || {
                 n += 1;
                 let e = ApiError::Kube(kube::Error::Api(Box::new(status.clone())));
                 async move { Err(e) }
             })
             .await;
-        assert!(result.unwrap_err().is_not_found());
+        assert!(matches!(result, Err(GaveUp::Final(e)) if e.is_not_found()));
         assert_eq!(n, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_still_waiting_at_the_deadline_is_cut_there() {
+        let start = Instant::now();
+        let result: Result<(), GaveUp> =
+            with_retries(start + Duration::from_secs(3), "test", || {
+                std::future::pending::<Result<(), ApiError>>()
+            })
+            .await;
+        assert!(matches!(
+            result,
+            Err(GaveUp::Deadline {
+                attempts: 1,
+                last: None
+            })
+        ));
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn server_health_remembers_the_start_of_an_outage_until_an_answer() {
+        let h = ServerHealth::default();
+        let refused = |code| {
+            ApiError::Kube(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            })))
+        };
+        h.failed(&refused(403));
+        assert!(h.outage().is_none(), "a refusal is an answer");
+        h.failed(&ApiError::Timeout(Duration::from_secs(1)));
+        let first = h.outage().expect("an outage").since;
+        h.failed(&refused(503));
+        let o = h.outage().expect("still an outage");
+        assert_eq!(o.since, first);
+        assert!(!o.unreachable, "a 503 is an answer from something");
+        h.answered();
+        assert!(h.outage().is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -53,6 +53,22 @@ impl Error {
     }
 }
 
+/// The API server URL of the kubeconfig's current context, the one `client::connect` uses; for
+/// messages that must name the server.
+fn server_url(kubeconfig: &Kubeconfig) -> String {
+    let cluster = kubeconfig
+        .current_context
+        .as_ref()
+        .and_then(|name| kubeconfig.contexts.iter().find(|c| &c.name == name))
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.as_str());
+    cluster
+        .and_then(|name| kubeconfig.clusters.iter().find(|c| c.name == name))
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
+}
+
 /// The facade. Cheap to share behind an `Arc`.
 pub struct Engine {
     settings: Arc<Settings>,
@@ -147,7 +163,16 @@ impl Engine {
             Err(_) => return self.failed_report(&options, "no client before the deadline".into()),
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
-        let report = drain::drain(clients, self.settings.clone(), events, options, deadline).await;
+        let server = server_url(&self.kubeconfig);
+        let report = drain::drain(
+            clients,
+            &server,
+            self.settings.clone(),
+            events,
+            options,
+            deadline,
+        )
+        .await;
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {

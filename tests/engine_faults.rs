@@ -1,5 +1,7 @@
 //! The drain under API trouble: 5xx bursts, dropped connections, a server restart mid-drain
-//! (the pod watch breaks), and a server that stops answering (the deadline still holds).
+//! (the pod watch breaks), a server that is down when the drain starts (retried until the
+//! deadline), a server that stops answering (the deadline still holds and the report names the
+//! server), and a hung Event API (the final Events cannot hold the drain).
 
 mod engine_support;
 
@@ -121,4 +123,170 @@ async fn a_conflict_is_retried() {
     assert_eq!(c.evictions_of(NS, "a"), 3);
     assert!(c.pod(NS, "a").is_none());
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The API server is down when the drain starts (a control plane restarting during the node's
+/// shutdown) and back 3 s later: the drain keeps trying and completes.
+#[tokio::test]
+async fn the_drain_waits_for_a_server_that_is_down_at_the_start() {
+    let c = Cluster::start(vec![
+        pod(NS, "a", NODE),
+        pod(NS, "b", NODE),
+        daemonset_pod(NS, "ds", NODE),
+    ])
+    .await;
+    c.server.stop_listener();
+    let engine = Engine::new(c.settings("")).unwrap();
+    let server = &c.server;
+    let started = Instant::now();
+    let drain = engine.drain(started + Duration::from_secs(30));
+    let back = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        server.start_listener().await.unwrap();
+    };
+    let (report, ()) = tokio::join!(drain, back);
+    assert!(report.complete, "{}", report.to_text());
+    assert!(!report.deadline_reached, "{}", report.to_text());
+    assert_eq!(report.counts.evicted, 2, "{}", report.to_text());
+    assert_eq!(report.counts.skipped, 1, "{}", report.to_text());
+    assert!(report.errors.is_empty(), "{}", report.to_text());
+    assert!(c.pod(NS, "a").is_none() && c.pod(NS, "b").is_none());
+    assert!(c.pod(NS, "ds").is_some(), "the DaemonSet pod stays");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "nothing answered before the listener came back"
+    );
+}
+
+/// The API server never comes back: the drain returns by its deadline and the report says the
+/// server was unreachable, naming it and the node.
+#[tokio::test]
+async fn a_server_that_stays_down_is_named_in_the_report() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE)]).await;
+    c.server.stop_listener();
+    let engine = Engine::new(c.settings("")).unwrap();
+    let started = Instant::now();
+    let deadline = Duration::from_secs(5);
+    let report = engine.drain(started + deadline).await;
+    let took = started.elapsed();
+    assert!(
+        took <= deadline + Duration::from_secs(3),
+        "returned after {took:?}"
+    );
+    // It kept trying until the deadline (minus the time kept back for the deadline action, at
+    // most 1 s) instead of giving up after a few attempts.
+    assert!(
+        took >= deadline - Duration::from_secs(1),
+        "gave up after {took:?}"
+    );
+    assert!(
+        report.deadline_reached && !report.complete,
+        "{}",
+        report.to_text()
+    );
+    let text = report.to_text();
+    let url = c.server.url();
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains(&url) && e.contains("unreachable") && e.contains(NODE)),
+        "the report names the unreachable server {url} and node {NODE}:\n{text}"
+    );
+    // The report file says the same.
+    let stored = engine.last_report().unwrap().expect("a stored report");
+    assert_eq!(stored.errors, report.errors);
+}
+
+/// The API server goes away after the evictions were accepted and does not come back: the pods
+/// cannot be seen to go, the drain returns by its deadline and the report names the server.
+#[tokio::test]
+async fn a_server_lost_mid_drain_is_named_in_the_report() {
+    let c = Cluster::start(vec![
+        slow_pod(NS, "a", NODE, 2.0),
+        slow_pod(NS, "b", NODE, 2.0),
+    ])
+    .await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    let server = &c.server;
+    let started = Instant::now();
+    let deadline = Duration::from_secs(8);
+    let drain = engine.drain(started + deadline);
+    let lose = async {
+        assert!(
+            eventually(Duration::from_secs(5), || server
+                .recorder()
+                .matching("POST", "/eviction")
+                .len()
+                >= 2)
+            .await
+        );
+        server.stop_listener();
+    };
+    let (report, ()) = tokio::join!(drain, lose);
+    let took = started.elapsed();
+    assert!(
+        took <= deadline + Duration::from_secs(3),
+        "returned after {took:?}"
+    );
+    assert!(
+        report.deadline_reached && !report.complete,
+        "{}",
+        report.to_text()
+    );
+    assert_eq!(report.counts.pending, 2, "{}", report.to_text());
+    let url = server.url();
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains(&url) && e.contains("unreachable") && e.contains(NODE)),
+        "the report names the unreachable server {url} and node {NODE}:\n{}",
+        report.to_text()
+    );
+}
+
+/// Event creation hangs (the request gets no answer) and the request timeout is long: the
+/// drain still returns about 1 s after its last pod has gone, not after the request timeout.
+#[tokio::test]
+async fn a_hung_event_api_cannot_hold_the_drain() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE), pod(NS, "b", NODE)]).await;
+    let events = Route::new("POST", "/events");
+    c.server.faults().hang(events.clone());
+    let mut settings = (*c.settings("")).clone();
+    settings.request_timeout = Duration::from_secs(30);
+    let engine = Engine::new(std::sync::Arc::new(settings)).unwrap();
+    let started = Instant::now();
+    let drain = engine.drain(started + Duration::from_secs(60));
+    let gone = async {
+        assert!(
+            eventually(Duration::from_secs(20), || c.pod(NS, "a").is_none()
+                && c.pod(NS, "b").is_none())
+            .await,
+            "the pods go"
+        );
+        Instant::now()
+    };
+    let (report, gone_at) = tokio::join!(drain, gone);
+    let after = gone_at.elapsed();
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(report.counts.evicted, 2, "{}", report.to_text());
+    // 1 s for the Events plus generous slack; the request timeout (30 s) would be far beyond.
+    assert!(
+        after <= Duration::from_secs(4),
+        "returned {after:?} after the last pod went"
+    );
+    // The hang held every Event post: none reached the store.
+    assert!(
+        c.server.store().list("Event", Some("default")).is_empty(),
+        "no Event was written while the Event API hung"
+    );
+    // With the API answering again, Events are written as before (the hang was the only cause).
+    c.server.faults().unhang(&events);
+    let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert!(
+        !c.server.store().list("Event", Some("default")).is_empty(),
+        "Events are written once the Event API answers"
+    );
 }
