@@ -467,5 +467,17 @@ async fn drain_node(
             plan.count(Action::Skip)
         ));
     }
-    DrainOutcome::Drained(engine.drain(deadline).await)
+    // `Engine::drain` returns by its deadline; this guard makes that a property of the daemon
+    // too, so a fault in the engine cannot hold the lock past the budget.
+    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, engine.drain(deadline)).await {
+        Ok(report) => DrainOutcome::Drained(report),
+        Err(_) => DrainOutcome::Failed(format!(
+            "the drain of node {node} overran its deadline by {} ms and was stopped",
+            DRAIN_OVERRUN_GUARD.as_millis()
+        )),
+    }
 }
+
+/// How long past its deadline the daemon lets `Engine::drain` run before dropping it. Within
+/// the release margin, so the lock still goes before logind's own timer fires.
+const DRAIN_OVERRUN_GUARD: Duration = Duration::from_millis(500);
