@@ -234,6 +234,8 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
         "prepared; log:\n{}",
         world.log()
     );
+    let record = world.dir().join("state").join("shutdown-started");
+    assert!(record.exists(), "the shutdown start is recorded");
     world.rig.cancel().await;
     assert!(
         world
@@ -244,6 +246,11 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
         world.log()
     );
     assert_eq!(world.rig.our_locks().await, 1, "the lock is held");
+    assert!(
+        !record.exists(),
+        "the cancelled shutdown's start is forgotten; log:\n{}",
+        world.log()
+    );
 }
 
 #[tokio::test]
@@ -266,10 +273,17 @@ async fn cancel_after_the_release_restores_the_node_and_locks_again() {
         world.log()
     );
     assert_eq!(world.rig.our_locks().await, 0);
+    let record = world.dir().join("state").join("shutdown-started");
+    assert!(record.exists(), "the shutdown start is recorded");
     world.rig.cancel().await;
     assert!(
         world.rig.wait_locks(1, Duration::from_secs(5)).await,
         "the lock is taken again; log:\n{}",
+        world.log()
+    );
+    assert!(
+        !record.exists(),
+        "the cancelled shutdown's start is forgotten; log:\n{}",
         world.log()
     );
     assert!(
@@ -576,4 +590,225 @@ async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain(
     drop(kubelet);
     let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
     assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+}
+
+/// Kills the daemon `kill_at` after `reboot`, once its drain is stuck on the web budget, and
+/// starts it again at once; another program's delay lock keeps logind waiting meanwhile.
+/// Returns that lock, to be dropped once the new daemon holds its own.
+async fn kill_mid_drain_and_restart(world: &mut World, kill_at: Duration) -> std::os::fd::OwnedFd {
+    let kubelet = world.rig.foreign_lock("kubelet").await;
+    let rebooted = Instant::now();
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    let record = world.dir().join("state").join("shutdown-started");
+    assert!(
+        record.exists(),
+        "the shutdown start is recorded in {}",
+        record.display()
+    );
+    tokio::time::sleep(kill_at.saturating_sub(rebooted.elapsed())).await;
+    world.kill_daemon();
+    world.spawn_daemon();
+    kubelet
+}
+
+#[tokio::test]
+async fn killed_mid_drain_and_restarted_releases_at_the_original_budget() {
+    // An 8 s budget; logind allows 20 s. Killed 5 s in: a fresh budget would release about
+    // 13 s after the reboot, the original one about 8 s after.
+    let budget = 8.0;
+    let Some(mut world) = started(Setup {
+        config: config("8s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let kubelet = kill_mid_drain_and_restart(&mut world, Duration::from_secs(5)).await;
+    assert!(
+        world
+            .wait_log("already preparing a reboot", Duration::from_secs(10))
+            .await,
+        "the new daemon sees the shutdown under way; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world.rig.wait_locks(1, Duration::from_secs(5)).await,
+        "the new daemon holds its lock; log:\n{}",
+        world.log()
+    );
+    // Now only our lock keeps logind waiting: its outcome is our release.
+    drop(kubelet);
+    let outcome = world
+        .rig
+        .wait_outcome(0, Duration::from_secs(25))
+        .await
+        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
+    assert_eq!(
+        outcome.what,
+        "released",
+        "{}; log:\n{}",
+        outcome.line,
+        world.log()
+    );
+    eprintln!("logind: {}", outcome.line);
+    // Generous slack for a noisy machine, still far below 2 x budget (and logind's 20 s).
+    assert!(
+        outcome.elapsed >= budget - 1.5 && outcome.elapsed < budget + 2.0,
+        "released {} s after the reboot, expected near the original {budget} s budget; log:\n{}",
+        outcome.elapsed,
+        world.log()
+    );
+    let log = world.log();
+    assert!(
+        log.contains("of the 8 s budget is left for node demo-node-1"),
+        "says what is left of the budget:\n{log}"
+    );
+    assert!(world.pods_on_node().contains(&WEB_POD.to_owned()));
+}
+
+#[tokio::test]
+async fn restarted_after_the_budget_is_spent_releases_at_once_without_draining() {
+    let Some(mut world) = started(Setup {
+        config: config("3s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let kubelet = world.rig.foreign_lock("kubelet").await;
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    world.kill_daemon();
+    // The daemon stays down past its 3 s budget (systemd's restart delay, a slow start).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    world.spawn_daemon();
+    world.wait_ready().await;
+    assert!(
+        world
+            .wait_log("already spent", Duration::from_secs(5))
+            .await,
+        "says why it releases at once; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world.rig.wait_locks(0, Duration::from_secs(2)).await,
+        "released at once; log:\n{}",
+        world.log()
+    );
+    let log = world.log();
+    assert!(
+        !log.contains("evicting")
+            && !log.contains("refused (429)")
+            && !log.contains("prepared node"),
+        "no second drain ran:\n{log}"
+    );
+    drop(kubelet);
+    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
+    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+}
+
+#[tokio::test]
+async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_from_now() {
+    let Some(mut world) = World::start(Setup {
+        logind: LogindOptions {
+            preparing_for_shutdown: true,
+            ..LogindOptions::default()
+        },
+        config: config("3s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    // A record left by the previous boot, whose shutdown started long ago in boot time.
+    let record = world.dir().join("state").join("shutdown-started");
+    std::fs::write(
+        &record,
+        r#"{"boot_id":"00000000-0000-4000-8000-000000000000","boottime_ns":1000000000}"#,
+    )
+    .expect("write an old record");
+    world.spawn_daemon();
+    world.wait_ready().await;
+    assert!(
+        world
+            .wait_log("not this boot", Duration::from_secs(5))
+            .await,
+        "says the record is from another boot; log:\n{}",
+        world.log()
+    );
+    // The drain runs (the web budget never opens) for the 3 s budget counted from now.
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "a drain ran; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world.rig.wait_locks(0, Duration::from_secs(10)).await,
+        "released at the budget; log:\n{}",
+        world.log()
+    );
+}
+
+#[tokio::test]
+async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
+    let Some(world) = started(Setup {
+        seed: open_seed(),
+        config: config("15s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    // A file where the state directory should be: nothing can be written under it.
+    let state = world.dir().join("state");
+    std::fs::remove_dir_all(&state).expect("remove the state dir");
+    std::fs::write(&state, "").expect("a file in its place");
+    world.rig.reboot().await;
+    let outcome = world
+        .rig
+        .wait_outcome(0, Duration::from_secs(20))
+        .await
+        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
+    assert_eq!(
+        outcome.what,
+        "released",
+        "{}; log:\n{}",
+        outcome.line,
+        world.log()
+    );
+    // Nothing waited on the record: the open drain ends well before its 15 s budget.
+    assert!(outcome.elapsed < 10.0, "{}", outcome.line);
+    assert!(
+        world
+            .wait_until(Duration::from_secs(5), |w| sorted(w.pods_on_node())
+                == STAYING)
+            .await,
+        "drained all the same; log:\n{}",
+        world.log()
+    );
+    let log = world.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("cannot write the shutdown start")),
+        "a warning names the record it could not write:\n{log}"
+    );
 }

@@ -73,6 +73,13 @@ pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) 
     }
 }
 
+/// What is left of `budget` at `now` for a shutdown whose logind timer started at `started_at`
+/// (both on one clock, e.g. CLOCK_BOOTTIME). Zero once the budget is spent. A start that lies
+/// after `now` (a clock that cannot be trusted) leaves the whole budget, never more.
+pub fn remaining(started_at: Duration, now: Duration, budget: Duration) -> Duration {
+    budget.saturating_sub(now.saturating_sub(started_at))
+}
+
 /// Reads logind's `InhibitDelayMaxUSec` and computes the budget for `settings`: what the daemon
 /// does at start and at each shutdown, and what `check` and `status` can show
 /// (`Logind::connect()` reaches the system bus).
@@ -134,6 +141,34 @@ mod tests {
                 "warning for timeout {timeout}, logind {max}, margin {margin}"
             );
             assert_eq!(budget.logind_max, s(max));
+        }
+    }
+
+    #[test]
+    fn remaining_table() {
+        // (started at, now, budget) -> remaining
+        let table = [
+            // the signal just came: the whole budget
+            ((100.0, 100.0, 10.0), 10.0),
+            // restarted 4 s into a 10 s budget
+            ((100.0, 104.0, 10.0), 6.0),
+            // restarted exactly at the end
+            ((100.0, 110.0, 10.0), 0.0),
+            // restarted after the budget: nothing left, not negative
+            ((100.0, 130.0, 10.0), 0.0),
+            // a start in the future (untrustworthy clock): the budget, never more
+            ((200.0, 100.0, 10.0), 10.0),
+            // a zero budget stays zero
+            ((100.0, 100.0, 0.0), 0.0),
+            // sub-second precision
+            ((1.25, 3.5, 4.0), 1.75),
+        ];
+        for ((started, now, budget), want) in table {
+            assert_eq!(
+                remaining(s(started), s(now), s(budget)),
+                s(want),
+                "remaining of {budget} s started at {started} s, now {now} s"
+            );
         }
     }
 

@@ -4,4 +4,5 @@ pub mod budget;
 pub mod logind;
 pub mod restore;
 pub mod service;
+pub mod shutdown_start;
 pub mod status;

@@ -18,6 +18,7 @@ use crate::daemon::logind::{
     InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
 use crate::daemon::restore::{self, Trigger};
+use crate::daemon::shutdown_start::{self, ShutdownStart};
 use crate::daemon::status::Status;
 use crate::engine::Engine;
 use crate::filters::Action;
@@ -40,6 +41,16 @@ pub enum DaemonError {
 enum Flow {
     Continue,
     Stop,
+}
+
+/// How the daemon learnt of a shutdown, which decides where its budget is counted from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// `PrepareForShutdown(true)` arrived: logind's one timer starts now; the moment is recorded.
+    Signal,
+    /// `PreparingForShutdown` was already true at (re)connect: the budget counts from the
+    /// recorded start of this boot's shutdown, else from now.
+    UnderWay,
 }
 
 /// SIGTERM or SIGINT: the service manager (or a terminal) wants the daemon gone.
@@ -189,9 +200,15 @@ impl Daemon {
                 .as_ref()
                 .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
             tracing::warn!("logind is already preparing a {what}; draining node {node} at once");
-            if let Flow::Stop = self.shutdown(logind, &mut signals, kind, &budget).await? {
+            if let Flow::Stop = self
+                .shutdown(logind, &mut signals, kind, &budget, Origin::UnderWay)
+                .await?
+            {
                 return Ok(());
             }
+        } else {
+            // A record left by a shutdown that was cancelled while the daemon was away.
+            self.clear_start("no shutdown is under way");
         }
         loop {
             tokio::select! {
@@ -203,13 +220,19 @@ impl Daemon {
                 }
                 signal = signals.next() => match signal? {
                     ShutdownSignal::Started { kind } => {
-                        if let Flow::Stop = self.shutdown(logind, &mut signals, kind, &budget).await? {
+                        if let Flow::Stop = self
+                            .shutdown(logind, &mut signals, kind, &budget, Origin::Signal)
+                            .await?
+                        {
                             return Ok(());
                         }
                     }
-                    ShutdownSignal::Cancelled => tracing::info!(
-                        "logind cancelled a shutdown that never started here; nothing to undo on node {node}"
-                    ),
+                    ShutdownSignal::Cancelled => {
+                        tracing::info!(
+                            "logind cancelled a shutdown that never started here; nothing to undo on node {node}"
+                        );
+                        self.clear_start("the shutdown was cancelled");
+                    }
                 },
             }
         }
@@ -231,6 +254,80 @@ impl Daemon {
             seconds(budget.drain),
             seconds(budget.logind_max)
         ));
+    }
+
+    /// Records when logind's timer started (now) for a daemon restarted mid-shutdown. Never
+    /// fails the drain: a clock, boot ID or state directory problem is logged and passed over.
+    fn record_start(&self) {
+        let node = &self.settings.node_name;
+        let state_dir = &self.settings.state_dir;
+        let start = crate::node::read_boot_id(&self.settings.boot_id_path)
+            .map_err(|e| e.to_string())
+            .and_then(|boot_id| {
+                let now = shutdown_start::boottime_now().map_err(|e| e.to_string())?;
+                Ok(ShutdownStart {
+                    boot_id,
+                    boottime_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
+                })
+            })
+            .and_then(|start| shutdown_start::write(state_dir, &start).map_err(|e| e.to_string()));
+        if let Err(e) = start {
+            tracing::warn!(
+                "{e}; the drain of node {node} goes on, but a daemon restarted during this \
+                 shutdown will count its budget from its own start"
+            );
+        }
+    }
+
+    /// The CLOCK_BOOTTIME moment this boot's shutdown started, from the record; `None` (and a
+    /// log line saying why) when the budget must count from now instead.
+    fn recorded_start(&self) -> Option<std::time::Duration> {
+        let node = &self.settings.node_name;
+        let from_now = "counting the drain budget from now";
+        let record = match shutdown_start::read(&self.settings.state_dir) {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                tracing::warn!(
+                    "no record of when this shutdown started in {}; {from_now} for node {node}",
+                    shutdown_start::path_in(&self.settings.state_dir).display()
+                );
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!("{e}; {from_now} for node {node}");
+                return None;
+            }
+        };
+        match crate::node::read_boot_id(&self.settings.boot_id_path) {
+            Ok(boot_id) if boot_id == record.boot_id => Some(record.at()),
+            Ok(boot_id) => {
+                tracing::warn!(
+                    "the recorded shutdown start in {} is from boot {}, not this boot {boot_id}; \
+                     {from_now} for node {node}",
+                    shutdown_start::path_in(&self.settings.state_dir).display(),
+                    record.boot_id
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!("{e}; {from_now} for node {node}");
+                None
+            }
+        }
+    }
+
+    /// Removes the record of a shutdown that is over without a reboot (cancelled, or gone while
+    /// the daemon was away). A failure is only logged: a record of another boot is ignored, and
+    /// a stale one of this boot can only make a restarted daemon release sooner, never later.
+    fn clear_start(&self, why: &str) {
+        match shutdown_start::clear(&self.settings.state_dir) {
+            Ok(true) => tracing::info!(
+                "removed the recorded shutdown start for node {}: {why}",
+                self.settings.node_name
+            ),
+            Ok(false) => {}
+            Err(e) => tracing::warn!("{e} ({why})"),
+        }
     }
 
     fn spawn_restore(&mut self, trigger: Trigger) {
@@ -263,9 +360,19 @@ impl Daemon {
         signals: &mut ShutdownSignals,
         kind: Option<ShutdownKind>,
         connect_budget: &Budget,
+        origin: Origin,
     ) -> Result<Flow, LogindError> {
-        // logind's one timer started when it sent the signal; count from here.
+        // logind's one timer started when it sent the signal: count from here, and record the
+        // moment for a daemon that restarts before the shutdown ends. Under way at start: count
+        // from the recorded moment.
         let started = Instant::now();
+        let counted_from = match origin {
+            Origin::Signal => {
+                self.record_start();
+                None
+            }
+            Origin::UnderWay => self.recorded_start(),
+        };
         let node = self.settings.node_name.clone();
         self.abort_restore("a shutdown starts");
         // Read again: an admin may have raised InhibitDelayMaxSec since the start.
@@ -276,10 +383,44 @@ impl Daemon {
                 connect_budget.clone()
             }
         };
-        let deadline = started + budget.drain;
         let what = kind
             .as_ref()
             .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
+        let left = match counted_from.map(|from| (from, shutdown_start::boottime_now())) {
+            None => budget.drain,
+            Some((from, Ok(now))) => {
+                let left = budget::remaining(from, now, budget.drain);
+                tracing::info!(
+                    "logind's timer for the {what} started {} ago; {} of the {} budget is left \
+                     for node {node}",
+                    seconds(now.saturating_sub(from)),
+                    seconds(left),
+                    seconds(budget.drain)
+                );
+                left
+            }
+            Some((_, Err(e))) => {
+                tracing::warn!("{e}; counting the drain budget from now for node {node}");
+                budget.drain
+            }
+        };
+        if left.is_zero() {
+            // The budget ran out while the daemon was away: hold logind no longer.
+            if let Some(lock) = self.lock.take() {
+                lock.release();
+            }
+            tracing::warn!(
+                "the {} budget for the {what} is already spent; released the inhibitor for node \
+                 {node} at once without draining (the node stays as the last drain left it)",
+                seconds(budget.drain)
+            );
+            self.status.set(format!(
+                "budget for the {what} already spent when the daemon started; inhibitor \
+                 released without draining node {node}"
+            ));
+            return self.after_release(logind, signals, &what, &budget).await;
+        }
+        let deadline = started + left;
         tracing::info!(
             "logind announced a {what}; draining node {node} within {} (logind allows {})",
             seconds(budget.drain),
@@ -308,6 +449,7 @@ impl Daemon {
                              stopping the drain and restoring the node"
                         );
                         // The lock is still held: only the node needs undoing.
+                        self.clear_start("the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
                         self.set_waiting(&budget);
                         return Ok(Flow::Continue);
@@ -339,7 +481,18 @@ impl Daemon {
                 address: logind.address().to_owned(),
             });
         }
+        self.after_release(logind, signals, &what, &budget).await
+    }
 
+    /// The lock is released: wait for the end (SIGTERM) or a cancel (restore, lock again).
+    async fn after_release(
+        &mut self,
+        logind: &Logind,
+        signals: &mut ShutdownSignals,
+        what: &str,
+        budget: &Budget,
+    ) -> Result<Flow, LogindError> {
+        let node = self.settings.node_name.clone();
         loop {
             tokio::select! {
                 name = self.stop.recv() => {
@@ -352,10 +505,11 @@ impl Daemon {
                             "logind cancelled the {what}; restoring node {node} and taking the \
                              inhibitor again"
                         );
+                        self.clear_start("the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
                         let lock = logind.take_lock(&node).await?;
                         self.lock = Some(lock);
-                        self.set_waiting(&budget);
+                        self.set_waiting(budget);
                         return Ok(Flow::Continue);
                     }
                     ShutdownSignal::Started { .. } => tracing::info!(

@@ -1,0 +1,166 @@
+//! The record of when logind's shutdown timer started (`<state_dir>/shutdown-started`), so a
+//! daemon restarted mid-shutdown counts its budget from logind's one timer, not from its own
+//! start.
+//!
+//! The moment is CLOCK_BOOTTIME, which keeps counting across process restarts (and suspend)
+//! within one boot and restarts at zero with the next boot; the boot ID says which boot the
+//! moment belongs to, so a record from another boot is never used.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::time::{ClockId, clock_gettime};
+use serde::{Deserialize, Serialize};
+
+/// The record's file name in the state directory.
+pub const FILE: &str = "shutdown-started";
+
+/// When logind announced the shutdown being prepared, and in which boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShutdownStart {
+    /// `/proc/sys/kernel/random/boot_id` of the boot the moment belongs to.
+    pub boot_id: String,
+    /// CLOCK_BOOTTIME at `PrepareForShutdown(true)`, in nanoseconds.
+    pub boottime_ns: u64,
+}
+
+impl ShutdownStart {
+    /// The recorded moment as a duration since boot.
+    pub fn at(&self) -> Duration {
+        Duration::from_nanos(self.boottime_ns)
+    }
+}
+
+/// Reading, writing or clearing the record failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot read CLOCK_BOOTTIME: {source}")]
+    Clock { source: nix::Error },
+    #[error("cannot write the shutdown start to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read the shutdown start from {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the shutdown start in {path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot remove the shutdown start {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// CLOCK_BOOTTIME now, as a duration since boot.
+pub fn boottime_now() -> Result<Duration, RecordError> {
+    let now =
+        clock_gettime(ClockId::CLOCK_BOOTTIME).map_err(|source| RecordError::Clock { source })?;
+    Ok(Duration::from(now))
+}
+
+/// The record's path in a state directory.
+pub fn path_in(state_dir: &Path) -> PathBuf {
+    state_dir.join(FILE)
+}
+
+/// Writes the record atomically (a temporary file, then a rename), creating the state directory
+/// when it is missing.
+pub fn write(state_dir: &Path, start: &ShutdownStart) -> Result<PathBuf, RecordError> {
+    let path = path_in(state_dir);
+    let tmp = state_dir.join(format!(".{FILE}.tmp"));
+    let write = || -> std::io::Result<()> {
+        std::fs::create_dir_all(state_dir)?;
+        let json = serde_json::to_vec(start).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|source| RecordError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// Reads the record, `None` when there is none.
+pub fn read(state_dir: &Path) -> Result<Option<ShutdownStart>, RecordError> {
+    let path = path_in(state_dir);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(RecordError::Read { path, source }),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| RecordError::Parse { path, source })
+}
+
+/// Removes the record; a missing one is not an error. Returns whether one was removed.
+pub fn clear(state_dir: &Path) -> Result<bool, RecordError> {
+    let path = path_in(state_dir);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(RecordError::Remove { path, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start() -> ShutdownStart {
+        ShutdownStart {
+            boot_id: "7c1f0d4e-0000-4000-8000-000000000001".to_owned(),
+            boottime_ns: 1_234_567_890_123,
+        }
+    }
+
+    #[test]
+    fn written_then_read_back_then_cleared() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("state");
+        assert_eq!(read(&state).expect("read"), None, "nothing recorded yet");
+        let path = write(&state, &start()).expect("write creates the state dir");
+        assert_eq!(path, state.join(FILE));
+        assert_eq!(read(&state).expect("read"), Some(start()));
+        assert!(
+            !state.join(format!(".{FILE}.tmp")).exists(),
+            "the temp file was renamed"
+        );
+        assert!(clear(&state).expect("clear"));
+        assert!(!clear(&state).expect("clear again"), "already gone");
+        assert_eq!(read(&state).expect("read"), None);
+    }
+
+    #[test]
+    fn a_garbled_record_names_its_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join(FILE), "not json").expect("write");
+        let err = read(dir.path()).expect_err("garbled");
+        assert!(err.to_string().contains(FILE), "{err}");
+    }
+
+    #[test]
+    fn an_unwritable_state_dir_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // A file where the state directory should be: create_dir_all fails.
+        let blocker = dir.path().join("state");
+        std::fs::write(&blocker, "").expect("write");
+        let err = write(&blocker, &start()).expect_err("cannot write");
+        assert!(err.to_string().contains(FILE), "{err}");
+    }
+
+    #[test]
+    fn boottime_moves_forward() {
+        let a = boottime_now().expect("clock");
+        let b = boottime_now().expect("clock");
+        assert!(b >= a && a > Duration::ZERO);
+    }
+}
