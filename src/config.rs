@@ -26,6 +26,19 @@ pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
 pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
 
+/// The smallest `daemon.release_margin`: the daemon lets a drain overrun its deadline by up to
+/// 500 ms (its overrun guard) before it drops it, so a margin must cover that with room to spare.
+pub const MIN_RELEASE_MARGIN: Duration = Duration::from_secs(1);
+/// The smallest `drain.retry_interval`: a refused eviction (403, 500) is retried at most ten
+/// times a second per pod, so a typo like "1ms" cannot flood the API server.
+pub const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+/// The bounds of `drain.grace_period`: whole seconds (the API's `gracePeriodSeconds`), at least
+/// 1 s because 0 s means an immediate force deletion, at most a day.
+pub const MIN_GRACE_PERIOD: Duration = Duration::from_secs(1);
+pub const MAX_GRACE_PERIOD: Duration = Duration::from_secs(24 * 3600);
+/// The largest value any duration key accepts; nothing in a shutdown path waits a week.
+const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// A duration written as `500ms`, `90s`, `2m` or `1h`.
 fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
@@ -104,7 +117,7 @@ struct RawFilters {
 #[serde(deny_unknown_fields)]
 struct RawRule {
     selector: Option<Spanned<String>>,
-    namespaces: Option<Vec<Spanned<String>>>,
+    namespaces: Option<Spanned<Vec<Spanned<String>>>>,
     action: Spanned<RuleActionName>,
     order: Option<Spanned<i32>>,
 }
@@ -347,7 +360,54 @@ impl Source<'_> {
         Ok(d)
     }
 
+    /// A duration of at least `min` and at most `max`.
+    fn bounded_duration(
+        &self,
+        value: &Spanned<String>,
+        key: &str,
+        min: Duration,
+        max: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let d = self.duration(value, key)?;
+        if d < min || d > max {
+            return Err(self.invalid(
+                value.span(),
+                key,
+                format!("{:?} is out of range", value.get_ref()),
+                &format!(
+                    "a duration from {} to {}",
+                    format_duration(min),
+                    format_duration(max)
+                ),
+            ));
+        }
+        Ok(d)
+    }
+
+    /// A label selector that selects something: an empty one would match every pod.
+    /// A grace period: whole seconds within [`MIN_GRACE_PERIOD`]..=[`MAX_GRACE_PERIOD`].
+    fn grace_period(&self, value: &Spanned<String>, key: &str) -> Result<Duration, ConfigError> {
+        let d = self.bounded_duration(value, key, MIN_GRACE_PERIOD, MAX_GRACE_PERIOD)?;
+        if d.subsec_nanos() != 0 {
+            return Err(self.invalid(
+                value.span(),
+                key,
+                format!("{:?} is not a whole number of seconds", value.get_ref()),
+                "whole seconds from 1s to 24h, e.g. \"30s\" or \"2m\"",
+            ));
+        }
+        Ok(d)
+    }
+
     fn selector(&self, value: &Spanned<String>, key: &str) -> Result<Selector, ConfigError> {
+        if value.get_ref().trim().is_empty() {
+            return Err(self.invalid(
+                value.span(),
+                key,
+                "an empty selector matches every pod",
+                "a non-empty label selector such as \"app=web\" (leave the key out for none)",
+            ));
+        }
         Selector::parse(value.get_ref()).map_err(|e: SelectorError| {
             self.invalid(
                 value.span(),
@@ -547,8 +607,18 @@ fn validate(
             Some(s) => src.selector(s, &key("selector"))?,
             None => Selector::everything(),
         };
+        if let Some(ns) = &r.namespaces
+            && ns.get_ref().is_empty()
+        {
+            return Err(src.invalid(
+                ns.span(),
+                &key("namespaces"),
+                "an empty list would mean every namespace",
+                "a non-empty list of namespaces (leave the key out for every namespace)",
+            ));
+        }
         let namespaces = src.namespaces(
-            r.namespaces.as_deref().unwrap_or_default(),
+            r.namespaces.as_ref().map_or(&[][..], |n| n.get_ref()),
             &key("namespaces"),
         )?;
         let action = match (r.action.get_ref(), &r.order) {
@@ -597,11 +667,13 @@ fn validate(
     let drain = DrainSettings {
         concurrency,
         grace_period: match &d.grace_period {
-            Some(g) => Some(src.duration(g, "drain.grace_period")?),
+            Some(g) => Some(src.grace_period(g, "drain.grace_period")?),
             None => None,
         },
         retry_interval: match &d.retry_interval {
-            Some(v) => src.positive_duration(v, "drain.retry_interval")?,
+            Some(v) => {
+                src.bounded_duration(v, "drain.retry_interval", MIN_RETRY_INTERVAL, MAX_DURATION)?
+            }
             None => Duration::from_secs(5),
         },
         timeout: match &d.timeout {
@@ -613,7 +685,12 @@ fn validate(
 
     let daemon = DaemonSettings {
         release_margin: match &raw.daemon.release_margin {
-            Some(v) => src.duration(v, "daemon.release_margin")?,
+            Some(v) => src.bounded_duration(
+                v,
+                "daemon.release_margin",
+                MIN_RELEASE_MARGIN,
+                MAX_DURATION,
+            )?,
             None => Duration::from_secs(5),
         },
         restore_ready_timeout: match &raw.daemon.restore_ready_timeout {
@@ -911,6 +988,90 @@ action = "skip"
                 &["rules[0].selector", "namespaces"],
             ),
             ("bad syntax", "[drain\n", 1, 7, &["/etc/x.toml"]),
+            (
+                "zero release margin",
+                "[daemon]\nrelease_margin = \"0s\"",
+                2,
+                18,
+                &["daemon.release_margin", "from 1s"],
+            ),
+            (
+                "release margin inside the overrun guard",
+                "[daemon]\nrelease_margin = \"500ms\"",
+                2,
+                18,
+                &["daemon.release_margin", "\"500ms\" is out of range", "from 1s"],
+            ),
+            (
+                "zero grace period",
+                "[drain]\ngrace_period = \"0s\"",
+                2,
+                16,
+                &["drain.grace_period", "from 1s to 24h"],
+            ),
+            (
+                "grace period under a second",
+                "[drain]\ngrace_period = \"900ms\"",
+                2,
+                16,
+                &["drain.grace_period", "from 1s to 24h"],
+            ),
+            (
+                "grace period not whole seconds",
+                "[drain]\ngrace_period = \"1500ms\"",
+                2,
+                16,
+                &["drain.grace_period", "whole number of seconds"],
+            ),
+            (
+                "grace period over a day",
+                "[drain]\ngrace_period = \"25h\"",
+                2,
+                16,
+                &["drain.grace_period", "from 1s to 24h"],
+            ),
+            (
+                "retry interval of a millisecond",
+                "[drain]\nretry_interval = \"1ms\"",
+                2,
+                18,
+                &["drain.retry_interval", "from 100ms"],
+            ),
+            (
+                "retry interval just under the floor",
+                "[drain]\nretry_interval = \"99ms\"",
+                2,
+                18,
+                &["drain.retry_interval", "from 100ms"],
+            ),
+            (
+                "empty rule selector",
+                "[[rules]]\nselector = \"\"\naction = \"skip\"",
+                2,
+                12,
+                &["rules[0].selector", "matches every pod", "non-empty"],
+            ),
+            (
+                "empty rule namespaces",
+                "[[rules]]\nnamespaces = []\naction = \"skip\"",
+                2,
+                14,
+                &["rules[0].namespaces", "every namespace", "non-empty"],
+            ),
+            (
+                "empty skip selector",
+                "[filters]\nskip_selector = \"\"",
+                2,
+                17,
+                &["filters.skip_selector", "matches every pod"],
+            ),
+            (
+                "blank skip selector",
+                "[filters]\nskip_selector = \"  \"",
+                2,
+                17,
+                &["filters.skip_selector", "matches every pod"],
+            ),
         ];
         for (what, text, line, column, needles) in cases {
             let err = parse(text).expect_err(what);
@@ -923,6 +1084,23 @@ action = "skip"
                 assert!(msg.contains(n), "{what}: {msg:?} lacks {n:?}");
             }
         }
+    }
+
+    #[test]
+    fn bounds_are_inclusive() {
+        let s = parse(
+            "[drain]\nretry_interval = \"100ms\"\ngrace_period = \"1s\"\n\
+             [daemon]\nrelease_margin = \"1s\"",
+        )
+        .unwrap();
+        assert_eq!(s.drain.retry_interval, Duration::from_millis(100));
+        assert_eq!(s.drain.grace_period, Some(Duration::from_secs(1)));
+        assert_eq!(s.daemon.release_margin, Duration::from_secs(1));
+        let s = parse("[drain]\ngrace_period = \"24h\"").unwrap();
+        assert_eq!(s.drain.grace_period, Some(Duration::from_secs(86_400)));
+        // Skipping nothing is fine: an empty skip list selects no pod.
+        let s = parse("[filters]\nskip_namespaces = []").unwrap();
+        assert!(s.filters.skip_namespaces.is_empty());
     }
 
     #[test]

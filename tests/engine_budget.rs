@@ -137,7 +137,7 @@ async fn on_deadline_delete_removes_the_blocked_pods() {
     ])
     .await;
     let engine =
-        Engine::new(c.settings("[drain]\non_deadline = \"delete\"\ngrace_period = \"0s\"\n"))
+        Engine::new(c.settings("[drain]\non_deadline = \"delete\"\ngrace_period = \"1s\"\n"))
             .unwrap();
     let started = Instant::now();
     let report = engine.drain(started + Duration::from_secs(2)).await;
