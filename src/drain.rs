@@ -612,7 +612,7 @@ fn eviction_body(pod: &PlannedPod, grace: Option<Duration>) -> Eviction {
             ..ObjectMeta::default()
         },
         delete_options: Some(DeleteOptions {
-            grace_period_seconds: grace.map(|g| g.as_secs() as i64),
+            grace_period_seconds: grace.map(|g| i64::try_from(g.as_secs()).unwrap_or(i64::MAX)),
             preconditions: Some(Preconditions {
                 uid: Some(pod.uid.clone()),
                 resource_version: None,
@@ -914,7 +914,12 @@ impl Run {
     async fn delete(self: Arc<Self>, idx: usize, pod: PlannedPod, deadline: Instant) {
         let api: Api<Pod> = Api::namespaced(self.clients.api.clone(), &pod.namespace);
         let dp = DeleteParams {
-            grace_period_seconds: self.settings.drain.grace_period.map(|g| g.as_secs() as u32),
+            // The config bounds the grace period to whole seconds up to a day, so this never saturates.
+            grace_period_seconds: self
+                .settings
+                .drain
+                .grace_period
+                .map(|g| u32::try_from(g.as_secs()).unwrap_or(u32::MAX)),
             preconditions: Some(kube::api::Preconditions {
                 uid: Some(pod.uid.clone()),
                 resource_version: None,
