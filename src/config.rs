@@ -73,19 +73,25 @@ pub fn format_duration(d: Duration) -> String {
 // Raw shape: exactly what the TOML may contain. Defaults live in `validate`, not here, so that
 // "absent" and "given" stay distinguishable and every default is in one place.
 
+// Every leaf is read as a [`Leaf`] with its span, so that a value of the wrong type or an unknown
+// enum name is reported by `validate` with its key and what is allowed, not by serde without one.
+
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "the file to be a table of the keys documented in config.example.toml"
+)]
 struct RawConfig {
-    kubeconfig: Option<Spanned<String>>,
-    node_name: Option<Spanned<String>>,
-    state_dir: Option<Spanned<String>>,
-    request_timeout: Option<Spanned<String>>,
+    kubeconfig: Option<Spanned<Leaf>>,
+    node_name: Option<Spanned<Leaf>>,
+    state_dir: Option<Spanned<Leaf>>,
+    request_timeout: Option<Spanned<Leaf>>,
     #[serde(default)]
     taint: RawTaint,
     #[serde(default)]
     filters: RawFilters,
     #[serde(default)]
-    rules: Vec<RawRule>,
+    rules: RawRules,
     #[serde(default)]
     drain: RawDrain,
     #[serde(default)]
@@ -93,50 +99,166 @@ struct RawConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`taint` to be a [taint] table (keys enabled, key, value, effect)"
+)]
 struct RawTaint {
-    enabled: Option<bool>,
-    key: Option<Spanned<String>>,
-    value: Option<Spanned<String>>,
-    effect: Option<TaintEffect>,
+    enabled: Option<Spanned<Leaf>>,
+    key: Option<Spanned<Leaf>>,
+    value: Option<Spanned<Leaf>>,
+    effect: Option<Spanned<Leaf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`filters` to be a [filters] table (keys skip_tolerating_cordon, skip_selector, \
+                 skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)"
+)]
 struct RawFilters {
-    skip_tolerating_cordon: Option<bool>,
-    skip_selector: Option<Spanned<String>>,
-    skip_namespaces: Option<Vec<Spanned<String>>>,
-    honour_capi_drain_label: Option<bool>,
-    emptydir: Option<Policy>,
-    unreplicated: Option<Policy>,
-    completed: Option<Policy>,
+    skip_tolerating_cordon: Option<Spanned<Leaf>>,
+    skip_selector: Option<Spanned<Leaf>>,
+    skip_namespaces: Option<Spanned<Leaf>>,
+    honour_capi_drain_label: Option<Spanned<Leaf>>,
+    emptydir: Option<Spanned<Leaf>>,
+    unreplicated: Option<Spanned<Leaf>>,
+    completed: Option<Spanned<Leaf>>,
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "each `rules` entry to be a [[rules]] table (keys selector, namespaces, action, order)"
+)]
 struct RawRule {
-    selector: Option<Spanned<String>>,
-    namespaces: Option<Spanned<Vec<Spanned<String>>>>,
-    action: Spanned<RuleActionName>,
-    order: Option<Spanned<i32>>,
+    selector: Option<Spanned<Leaf>>,
+    namespaces: Option<Spanned<Leaf>>,
+    action: Option<Spanned<Leaf>>,
+    order: Option<Spanned<Leaf>>,
+}
+
+/// The `[[rules]]` array; its own type only so a wrong shape names the key `rules`.
+#[derive(Debug, Default)]
+struct RawRules(Vec<Spanned<RawRule>>);
+
+impl<'de> Deserialize<'de> for RawRules {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Rules;
+        impl<'de> serde::de::Visitor<'de> for Rules {
+            type Value = RawRules;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`rules` to be an array of [[rules]] tables")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawRules, A::Error> {
+                let mut rules = Vec::new();
+                while let Some(rule) = seq.next_element()? {
+                    rules.push(rule);
+                }
+                Ok(RawRules(rules))
+            }
+        }
+        d.deserialize_seq(Rules)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
+                 timeout, on_deadline)"
+)]
 struct RawDrain {
-    concurrency: Option<Spanned<i64>>,
-    grace_period: Option<Spanned<String>>,
-    retry_interval: Option<Spanned<String>>,
-    timeout: Option<Spanned<String>>,
-    on_deadline: Option<OnDeadline>,
+    concurrency: Option<Spanned<Leaf>>,
+    grace_period: Option<Spanned<Leaf>>,
+    retry_interval: Option<Spanned<Leaf>>,
+    timeout: Option<Spanned<Leaf>>,
+    on_deadline: Option<Spanned<Leaf>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout)"
+)]
 struct RawDaemon {
-    release_margin: Option<Spanned<String>>,
-    restore_ready_timeout: Option<Spanned<String>>,
+    release_margin: Option<Spanned<Leaf>>,
+    restore_ready_timeout: Option<Spanned<Leaf>>,
+}
+
+/// Any TOML value where a single key's value belongs; `validate` checks its type.
+#[derive(Debug, Clone)]
+enum Leaf {
+    String(String),
+    Integer(i64),
+    Float,
+    Boolean(bool),
+    Array(Vec<Spanned<Leaf>>),
+    /// An inline table or a date-time: never allowed where a leaf is read.
+    Table,
+}
+
+impl Leaf {
+    /// The type, as error messages name it.
+    fn kind(&self) -> &'static str {
+        match self {
+            Leaf::String(_) => "a string",
+            Leaf::Integer(_) => "an integer",
+            Leaf::Float => "a float",
+            Leaf::Boolean(_) => "a boolean",
+            Leaf::Array(_) => "an array",
+            Leaf::Table => "a table or date-time",
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Leaf {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct AnyLeaf;
+        impl<'de> serde::de::Visitor<'de> for AnyLeaf {
+            type Value = Leaf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a TOML value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Leaf, E> {
+                Ok(Leaf::Boolean(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Leaf, E> {
+                Ok(Leaf::Integer(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Leaf, E> {
+                // TOML integers are i64; a larger one is out of every range anyway.
+                Ok(Leaf::Integer(i64::try_from(v).unwrap_or(i64::MAX)))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Leaf, E> {
+                Ok(Leaf::Float)
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Leaf, E> {
+                Ok(Leaf::String(v.to_string()))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Leaf, E> {
+                Ok(Leaf::String(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Leaf, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(Leaf::Array(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Leaf, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Leaf::Table)
+            }
+        }
+        d.deserialize_any(AnyLeaf)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,14 +304,6 @@ pub enum OnDeadline {
     Report,
     /// Delete the remaining pods, ignoring their disruption budgets.
     Delete,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-enum RuleActionName {
-    Drain,
-    Skip,
-    WaitCompleted,
 }
 
 /// What a matching rule does with a pod.
@@ -332,48 +446,137 @@ impl Source<'_> {
         }
     }
 
-    fn duration(&self, value: &Spanned<String>, key: &str) -> Result<Duration, ConfigError> {
-        parse_duration(value.get_ref()).ok_or_else(|| {
+    fn wrong_type(
+        &self,
+        value: &Spanned<Leaf>,
+        key: &str,
+        expected: &str,
+        allowed: &str,
+    ) -> ConfigError {
+        self.invalid(
+            value.span(),
+            key,
+            format!("expected {expected}, found {}", value.get_ref().kind()),
+            allowed,
+        )
+    }
+
+    /// A string value, keeping its span.
+    fn string(
+        &self,
+        value: &Spanned<Leaf>,
+        key: &str,
+        allowed: &str,
+    ) -> Result<Spanned<String>, ConfigError> {
+        match value.get_ref() {
+            Leaf::String(s) => Ok(Spanned::new(value.span(), s.clone())),
+            _ => Err(self.wrong_type(value, key, "a string", allowed)),
+        }
+    }
+
+    /// A boolean, or `default` when the key is absent.
+    fn boolean(
+        &self,
+        value: &Option<Spanned<Leaf>>,
+        key: &str,
+        default: bool,
+    ) -> Result<bool, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(v) => match v.get_ref() {
+                Leaf::Boolean(b) => Ok(*b),
+                _ => Err(self.wrong_type(v, key, "a boolean", "true or false")),
+            },
+        }
+    }
+
+    /// An integer within `range`.
+    fn integer(
+        &self,
+        value: &Spanned<Leaf>,
+        key: &str,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64, ConfigError> {
+        let allowed = format!("an integer from {} to {}", range.start(), range.end());
+        match value.get_ref() {
+            Leaf::Integer(n) if range.contains(n) => Ok(*n),
+            Leaf::Integer(n) => {
+                Err(self.invalid(value.span(), key, format!("{n} is out of range"), &allowed))
+            }
+            _ => Err(self.wrong_type(value, key, "an integer", &allowed)),
+        }
+    }
+
+    /// One of a fixed set of names, or `default` when the key is absent.
+    fn choice<T: Copy>(
+        &self,
+        value: &Option<Spanned<Leaf>>,
+        key: &str,
+        choices: &[(&str, T)],
+        default: T,
+    ) -> Result<T, ConfigError> {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        let names: Vec<String> = choices.iter().map(|(n, _)| format!("{n:?}")).collect();
+        let allowed = format!("one of {}", names.join(", "));
+        let name = self.string(value, key, &allowed)?;
+        choices
+            .iter()
+            .find(|(n, _)| n == name.get_ref())
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                self.invalid(
+                    value.span(),
+                    key,
+                    format!("unknown value {:?}", name.get_ref()),
+                    &allowed,
+                )
+            })
+    }
+
+    /// An array of strings, each keeping its span.
+    fn strings(
+        &self,
+        value: &Spanned<Leaf>,
+        key: &str,
+        allowed: &str,
+    ) -> Result<Vec<Spanned<String>>, ConfigError> {
+        match value.get_ref() {
+            Leaf::Array(items) => items.iter().map(|i| self.string(i, key, allowed)).collect(),
+            _ => Err(self.wrong_type(value, key, "an array of strings", allowed)),
+        }
+    }
+
+    fn duration(&self, value: &Spanned<Leaf>, key: &str) -> Result<Duration, ConfigError> {
+        let text = self.string(value, key, DURATION_ALLOWED)?;
+        parse_duration(text.get_ref()).ok_or_else(|| {
             self.invalid(
                 value.span(),
                 key,
-                format!("{:?} is not a duration", value.get_ref()),
-                "a whole number followed by ms, s, m or h, e.g. \"500ms\", \"90s\", \"2m\"",
+                format!("{:?} is not a duration", text.get_ref()),
+                DURATION_ALLOWED,
             )
         })
     }
 
-    fn positive_duration(
-        &self,
-        value: &Spanned<String>,
-        key: &str,
-    ) -> Result<Duration, ConfigError> {
-        let d = self.duration(value, key)?;
-        if d.is_zero() {
-            return Err(self.invalid(
-                value.span(),
-                key,
-                "must be longer than zero",
-                "a duration above zero, e.g. \"90s\"",
-            ));
-        }
-        Ok(d)
-    }
-
-    /// A duration of at least `min` and at most `max`.
+    /// A duration of at least `min` and at most `max`, or `default` when the key is absent.
     fn bounded_duration(
         &self,
-        value: &Spanned<String>,
+        value: &Option<Spanned<Leaf>>,
         key: &str,
-        min: Duration,
-        max: Duration,
+        (min, max): (Duration, Duration),
+        default: Duration,
     ) -> Result<Duration, ConfigError> {
+        let Some(value) = value else {
+            return Ok(default);
+        };
         let d = self.duration(value, key)?;
         if d < min || d > max {
             return Err(self.invalid(
                 value.span(),
                 key,
-                format!("{:?} is out of range", value.get_ref()),
+                format!("{:?} is out of range", format_duration(d)),
                 &format!(
                     "a duration from {} to {}",
                     format_duration(min),
@@ -384,23 +587,25 @@ impl Source<'_> {
         Ok(d)
     }
 
-    /// A label selector that selects something: an empty one would match every pod.
     /// A grace period: whole seconds within [`MIN_GRACE_PERIOD`]..=[`MAX_GRACE_PERIOD`].
-    fn grace_period(&self, value: &Spanned<String>, key: &str) -> Result<Duration, ConfigError> {
-        let d = self.bounded_duration(value, key, MIN_GRACE_PERIOD, MAX_GRACE_PERIOD)?;
+    fn grace_period(&self, value: &Spanned<Leaf>, key: &str) -> Result<Duration, ConfigError> {
+        let bounds = (MIN_GRACE_PERIOD, MAX_GRACE_PERIOD);
+        let d = self.bounded_duration(&Some(value.clone()), key, bounds, MIN_GRACE_PERIOD)?;
         if d.subsec_nanos() != 0 {
             return Err(self.invalid(
                 value.span(),
                 key,
-                format!("{:?} is not a whole number of seconds", value.get_ref()),
+                format!("{:?} is not a whole number of seconds", format_duration(d)),
                 "whole seconds from 1s to 24h, e.g. \"30s\" or \"2m\"",
             ));
         }
         Ok(d)
     }
 
-    fn selector(&self, value: &Spanned<String>, key: &str) -> Result<Selector, ConfigError> {
-        if value.get_ref().trim().is_empty() {
+    /// A label selector that selects something: an empty one would match every pod.
+    fn selector(&self, value: &Spanned<Leaf>, key: &str) -> Result<Selector, ConfigError> {
+        let text = self.string(value, key, SELECTOR_ALLOWED)?;
+        if text.get_ref().trim().is_empty() {
             return Err(self.invalid(
                 value.span(),
                 key,
@@ -408,38 +613,35 @@ impl Source<'_> {
                 "a non-empty label selector such as \"app=web\" (leave the key out for none)",
             ));
         }
-        Selector::parse(value.get_ref()).map_err(|e: SelectorError| {
-            self.invalid(
-                value.span(),
-                key,
-                e,
-                "a label selector such as \"app=web,tier in (a,b),!canary\"",
-            )
-        })
+        Selector::parse(text.get_ref())
+            .map_err(|e: SelectorError| self.invalid(value.span(), key, e, SELECTOR_ALLOWED))
     }
 
-    fn namespaces(
-        &self,
-        values: &[Spanned<String>],
-        key: &str,
-    ) -> Result<Vec<String>, ConfigError> {
-        values
-            .iter()
+    fn namespaces(&self, value: &Spanned<Leaf>, key: &str) -> Result<Vec<String>, ConfigError> {
+        const ALLOWED: &str = "lower-case DNS labels (a-z, 0-9, '-'), at most 63 characters";
+        self.strings(value, key, ALLOWED)?
+            .into_iter()
             .map(|ns| {
                 if is_dns_label(ns.get_ref()) {
-                    Ok(ns.get_ref().clone())
+                    Ok(ns.into_inner())
                 } else {
                     Err(self.invalid(
                         ns.span(),
                         key,
                         format!("{:?} is not a namespace name", ns.get_ref()),
-                        "lower-case DNS labels (a-z, 0-9, '-'), at most 63 characters",
+                        ALLOWED,
                     ))
                 }
             })
             .collect()
     }
 }
+
+const DURATION_ALLOWED: &str =
+    "a whole number followed by ms, s, m or h, e.g. \"500ms\", \"90s\", \"2m\"";
+const SELECTOR_ALLOWED: &str = "a label selector such as \"app=web,tier in (a,b),!canary\"";
+/// Any positive duration, up to [`MAX_DURATION`].
+const POSITIVE: (Duration, Duration) = (Duration::from_millis(1), MAX_DURATION);
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
@@ -506,30 +708,38 @@ fn validate(
     src: &Source<'_>,
     hostname: Result<&str, &str>,
 ) -> Result<Settings, ConfigError> {
-    let path_key = |v: &Option<Spanned<String>>, key: &str, default: &str| match v {
+    let path_key = |v: &Option<Spanned<Leaf>>, key: &str, default: &str| match v {
         None => Ok(PathBuf::from(default)),
-        Some(p) if p.get_ref().starts_with('/') => Ok(PathBuf::from(p.get_ref())),
-        Some(p) => Err(src.invalid(
-            p.span(),
-            key,
-            format!("{:?} is not an absolute path", p.get_ref()),
-            "an absolute path",
-        )),
+        Some(v) => {
+            let p = src.string(v, key, "an absolute path")?;
+            if p.get_ref().starts_with('/') {
+                Ok(PathBuf::from(p.into_inner()))
+            } else {
+                Err(src.invalid(
+                    p.span(),
+                    key,
+                    format!("{:?} is not an absolute path", p.get_ref()),
+                    "an absolute path",
+                ))
+            }
+        }
     };
     let kubeconfig = path_key(&raw.kubeconfig, "kubeconfig", DEFAULT_KUBECONFIG)?;
     let state_dir = path_key(&raw.state_dir, "state_dir", DEFAULT_STATE_DIR)?;
 
+    const NODE_NAME_ALLOWED: &str = "a lower-case DNS subdomain, e.g. \"worker-1\"";
     let node_name = match &raw.node_name {
-        Some(n) => {
+        Some(v) => {
+            let n = src.string(v, "node_name", NODE_NAME_ALLOWED)?;
             if !is_dns_subdomain(n.get_ref()) {
                 return Err(src.invalid(
                     n.span(),
                     "node_name",
                     format!("{:?} is not a node name", n.get_ref()),
-                    "a lower-case DNS subdomain, e.g. \"worker-1\"",
+                    NODE_NAME_ALLOWED,
                 ));
             }
-            n.get_ref().clone()
+            n.into_inner()
         }
         // The kubelet registers the node under the lower-cased host name by default.
         None => match hostname {
@@ -543,90 +753,160 @@ fn validate(
         },
     };
 
-    let request_timeout = match &raw.request_timeout {
-        Some(v) => src.positive_duration(v, "request_timeout")?,
-        None => Duration::from_secs(10),
-    };
+    let request_timeout = src.bounded_duration(
+        &raw.request_timeout,
+        "request_timeout",
+        POSITIVE,
+        Duration::from_secs(10),
+    )?;
 
+    const TAINT_KEY_ALLOWED: &str = "a qualified name such as \"example.com/shutdown\"";
     let taint_key = match &raw.taint.key {
-        Some(k) if !is_qualified_name(k.get_ref()) => {
-            return Err(src.invalid(
-                k.span(),
-                "taint.key",
-                format!("{:?} is not a taint key", k.get_ref()),
-                "a qualified name such as \"example.com/shutdown\"",
-            ));
-        }
-        Some(k) => k.get_ref().clone(),
         None => DEFAULT_TAINT_KEY.to_string(),
-    };
-    let taint_value = match &raw.taint.value {
-        Some(v) if !is_label_value(v.get_ref()) => {
-            return Err(src.invalid(
-                v.span(),
-                "taint.value",
-                format!("{:?} is not a taint value", v.get_ref()),
-                "at most 63 characters of a-z, A-Z, 0-9, '-', '_', '.'",
-            ));
+        Some(v) => {
+            let k = src.string(v, "taint.key", TAINT_KEY_ALLOWED)?;
+            if !is_qualified_name(k.get_ref()) {
+                return Err(src.invalid(
+                    k.span(),
+                    "taint.key",
+                    format!("{:?} is not a taint key", k.get_ref()),
+                    TAINT_KEY_ALLOWED,
+                ));
+            }
+            k.into_inner()
         }
-        Some(v) if v.get_ref().is_empty() => None,
-        Some(v) => Some(v.get_ref().clone()),
+    };
+    const TAINT_VALUE_ALLOWED: &str =
+        "at most 63 characters of a-z, A-Z, 0-9, '-', '_', '.' (\"\" for no value)";
+    let taint_value = match &raw.taint.value {
         None => Some("true".to_string()),
+        Some(v) => {
+            let t = src.string(v, "taint.value", TAINT_VALUE_ALLOWED)?;
+            if !is_label_value(t.get_ref()) {
+                return Err(src.invalid(
+                    t.span(),
+                    "taint.value",
+                    format!("{:?} is not a taint value", t.get_ref()),
+                    TAINT_VALUE_ALLOWED,
+                ));
+            }
+            Some(t.into_inner()).filter(|t| !t.is_empty())
+        }
     };
     let taint = TaintSettings {
-        enabled: raw.taint.enabled.unwrap_or(true),
+        enabled: src.boolean(&raw.taint.enabled, "taint.enabled", true)?,
         key: taint_key,
         value: taint_value,
-        effect: raw.taint.effect.unwrap_or(TaintEffect::PreferNoSchedule),
+        effect: src.choice(
+            &raw.taint.effect,
+            "taint.effect",
+            &[
+                ("PreferNoSchedule", TaintEffect::PreferNoSchedule),
+                ("NoSchedule", TaintEffect::NoSchedule),
+                ("NoExecute", TaintEffect::NoExecute),
+            ],
+            TaintEffect::PreferNoSchedule,
+        )?,
     };
 
+    let policies = [("evict", Policy::Evict), ("skip", Policy::Skip)];
     let f = &raw.filters;
     let filters = FilterSettings {
-        skip_tolerating_cordon: f.skip_tolerating_cordon.unwrap_or(true),
+        skip_tolerating_cordon: src.boolean(
+            &f.skip_tolerating_cordon,
+            "filters.skip_tolerating_cordon",
+            true,
+        )?,
         skip_selector: match &f.skip_selector {
             Some(s) => Some(src.selector(s, "filters.skip_selector")?),
             None => None,
         },
-        skip_namespaces: src
-            .namespaces(
-                f.skip_namespaces.as_deref().unwrap_or_default(),
-                "filters.skip_namespaces",
-            )?
-            .into_iter()
-            .collect(),
-        honour_capi_drain_label: f.honour_capi_drain_label.unwrap_or(true),
-        emptydir: f.emptydir.unwrap_or(Policy::Evict),
-        unreplicated: f.unreplicated.unwrap_or(Policy::Evict),
-        completed: f.completed.unwrap_or(Policy::Skip),
+        // An empty list skips nothing, so it is fine here (unlike in a rule).
+        skip_namespaces: match &f.skip_namespaces {
+            Some(v) => src
+                .namespaces(v, "filters.skip_namespaces")?
+                .into_iter()
+                .collect(),
+            None => BTreeSet::new(),
+        },
+        honour_capi_drain_label: src.boolean(
+            &f.honour_capi_drain_label,
+            "filters.honour_capi_drain_label",
+            true,
+        )?,
+        emptydir: src.choice(&f.emptydir, "filters.emptydir", &policies, Policy::Evict)?,
+        unreplicated: src.choice(
+            &f.unreplicated,
+            "filters.unreplicated",
+            &policies,
+            Policy::Evict,
+        )?,
+        completed: src.choice(&f.completed, "filters.completed", &policies, Policy::Skip)?,
     };
 
-    let mut rules = Vec::with_capacity(raw.rules.len());
-    for (i, r) in raw.rules.iter().enumerate() {
+    #[derive(Clone, Copy)]
+    enum ActionName {
+        Drain,
+        Skip,
+        WaitCompleted,
+    }
+    let mut rules = Vec::with_capacity(raw.rules.0.len());
+    for (i, spanned) in raw.rules.0.iter().enumerate() {
+        let r = spanned.get_ref();
         let key = |k: &str| format!("rules[{i}].{k}");
         let selector = match &r.selector {
             Some(s) => src.selector(s, &key("selector"))?,
             None => Selector::everything(),
         };
-        if let Some(ns) = &r.namespaces
-            && ns.get_ref().is_empty()
-        {
+        let namespaces = match &r.namespaces {
+            None => Vec::new(),
+            Some(v) => {
+                let ns = src.namespaces(v, &key("namespaces"))?;
+                if ns.is_empty() {
+                    return Err(src.invalid(
+                        v.span(),
+                        &key("namespaces"),
+                        "an empty list would mean every namespace",
+                        "a non-empty list of namespaces (leave the key out for every namespace)",
+                    ));
+                }
+                ns
+            }
+        };
+        let actions = [
+            ("drain", ActionName::Drain),
+            ("skip", ActionName::Skip),
+            ("wait-completed", ActionName::WaitCompleted),
+        ];
+        let Some(action_leaf) = &r.action else {
             return Err(src.invalid(
-                ns.span(),
-                &key("namespaces"),
-                "an empty list would mean every namespace",
-                "a non-empty list of namespaces (leave the key out for every namespace)",
+                spanned.span(),
+                &key("action"),
+                "a rule needs an action",
+                "action = one of \"drain\", \"skip\", \"wait-completed\"",
             ));
-        }
-        let namespaces = src.namespaces(
-            r.namespaces.as_ref().map_or(&[][..], |n| n.get_ref()),
-            &key("namespaces"),
+        };
+        let name = src.choice(
+            &Some(action_leaf.clone()),
+            &key("action"),
+            &actions,
+            ActionName::Drain,
         )?;
-        let action = match (r.action.get_ref(), &r.order) {
-            (RuleActionName::Drain, order) => RuleAction::Drain {
-                order: order.as_ref().map_or(0, |o| *o.get_ref()),
-            },
-            (RuleActionName::Skip, None) => RuleAction::Skip,
-            (RuleActionName::WaitCompleted, None) => RuleAction::WaitCompleted,
+        let action = match (name, &r.order) {
+            (ActionName::Drain, None) => RuleAction::Drain { order: 0 },
+            (ActionName::Drain, Some(order)) => {
+                let order = src.integer(
+                    order,
+                    &key("order"),
+                    i64::from(i32::MIN)..=i64::from(i32::MAX),
+                )?;
+                RuleAction::Drain {
+                    // In range: checked just above.
+                    order: i32::try_from(order).unwrap_or_default(),
+                }
+            }
+            (ActionName::Skip, None) => RuleAction::Skip,
+            (ActionName::WaitCompleted, None) => RuleAction::WaitCompleted,
             (_, Some(order)) => {
                 return Err(src.invalid(
                     order.span(),
@@ -638,7 +918,7 @@ fn validate(
         };
         if r.selector.is_none() && r.namespaces.is_none() {
             return Err(src.invalid(
-                r.action.span(),
+                action_leaf.span(),
                 &key("selector"),
                 "a rule needs a selector or namespaces, or it would match every pod",
                 "`selector = \"...\"` and/or `namespaces = [...]`",
@@ -654,15 +934,8 @@ fn validate(
     let d = &raw.drain;
     let concurrency = match &d.concurrency {
         None => 10,
-        Some(c) if (1..=1000).contains(c.get_ref()) => *c.get_ref() as usize,
-        Some(c) => {
-            return Err(src.invalid(
-                c.span(),
-                "drain.concurrency",
-                format!("{} is out of range", c.get_ref()),
-                "an integer from 1 to 1000",
-            ));
-        }
+        // In range: 1 to 1000.
+        Some(c) => usize::try_from(src.integer(c, "drain.concurrency", 1..=1000)?).unwrap_or(1),
     };
     let drain = DrainSettings {
         concurrency,
@@ -670,33 +943,42 @@ fn validate(
             Some(g) => Some(src.grace_period(g, "drain.grace_period")?),
             None => None,
         },
-        retry_interval: match &d.retry_interval {
-            Some(v) => {
-                src.bounded_duration(v, "drain.retry_interval", MIN_RETRY_INTERVAL, MAX_DURATION)?
-            }
-            None => Duration::from_secs(5),
-        },
-        timeout: match &d.timeout {
-            Some(v) => src.positive_duration(v, "drain.timeout")?,
-            None => Duration::from_secs(120),
-        },
-        on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
+        retry_interval: src.bounded_duration(
+            &d.retry_interval,
+            "drain.retry_interval",
+            (MIN_RETRY_INTERVAL, MAX_DURATION),
+            Duration::from_secs(5),
+        )?,
+        timeout: src.bounded_duration(
+            &d.timeout,
+            "drain.timeout",
+            POSITIVE,
+            Duration::from_secs(120),
+        )?,
+        on_deadline: src.choice(
+            &d.on_deadline,
+            "drain.on_deadline",
+            &[
+                ("report", OnDeadline::Report),
+                ("delete", OnDeadline::Delete),
+            ],
+            OnDeadline::Report,
+        )?,
     };
 
     let daemon = DaemonSettings {
-        release_margin: match &raw.daemon.release_margin {
-            Some(v) => src.bounded_duration(
-                v,
-                "daemon.release_margin",
-                MIN_RELEASE_MARGIN,
-                MAX_DURATION,
-            )?,
-            None => Duration::from_secs(5),
-        },
-        restore_ready_timeout: match &raw.daemon.restore_ready_timeout {
-            Some(v) => src.positive_duration(v, "daemon.restore_ready_timeout")?,
-            None => Duration::from_secs(600),
-        },
+        release_margin: src.bounded_duration(
+            &raw.daemon.release_margin,
+            "daemon.release_margin",
+            (MIN_RELEASE_MARGIN, MAX_DURATION),
+            Duration::from_secs(5),
+        )?,
+        restore_ready_timeout: src.bounded_duration(
+            &raw.daemon.restore_ready_timeout,
+            "daemon.restore_ready_timeout",
+            POSITIVE,
+            Duration::from_secs(600),
+        )?,
     };
 
     Ok(Settings {
@@ -893,15 +1175,29 @@ action = "skip"
                 "[drain]\ntimeout = \"0s\"",
                 2,
                 11,
-                &["drain.timeout", "above zero"],
+                &["drain.timeout", "\"0s\" is out of range", "from 1ms"],
             ),
-            ("wrong type", "[drain]\ntimeout = 90", 2, 11, &["string"]),
+            (
+                "wrong type",
+                "[drain]\ntimeout = 90",
+                2,
+                11,
+                &[
+                    "key `drain.timeout`",
+                    "expected a string, found an integer",
+                    "ms, s, m or h",
+                ],
+            ),
             (
                 "bad effect",
                 "[taint]\neffect = \"Sometimes\"",
                 2,
                 10,
-                &["unknown variant `Sometimes`", "PreferNoSchedule"],
+                &[
+                    "key `taint.effect`",
+                    "unknown value \"Sometimes\"",
+                    "\"PreferNoSchedule\", \"NoSchedule\", \"NoExecute\"",
+                ],
             ),
             (
                 "bad taint key",
@@ -922,7 +1218,11 @@ action = "skip"
                 "[filters]\nemptydir = \"keep\"",
                 2,
                 12,
-                &["unknown variant `keep`", "evict", "skip"],
+                &[
+                    "key `filters.emptydir`",
+                    "unknown value \"keep\"",
+                    "one of \"evict\", \"skip\"",
+                ],
             ),
             (
                 "bad selector",
@@ -950,7 +1250,11 @@ action = "skip"
                 "[drain]\non_deadline = \"panic\"",
                 2,
                 15,
-                &["unknown variant `panic`", "report", "delete"],
+                &[
+                    "key `drain.on_deadline`",
+                    "unknown value \"panic\"",
+                    "one of \"report\", \"delete\"",
+                ],
             ),
             (
                 "relative path",
@@ -971,7 +1275,11 @@ action = "skip"
                 "[[rules]]\nselector = \"a=b\"\naction = \"evict\"",
                 3,
                 10,
-                &["unknown variant `evict`", "wait-completed"],
+                &[
+                    "key `rules[0].action`",
+                    "unknown value \"evict\"",
+                    "\"drain\", \"skip\", \"wait-completed\"",
+                ],
             ),
             (
                 "order on skip",
@@ -989,6 +1297,13 @@ action = "skip"
             ),
             ("bad syntax", "[drain\n", 1, 7, &["/etc/x.toml"]),
             (
+                "a namespace of the wrong type",
+                "[filters]\nskip_namespaces = [\"a\", 1]",
+                2,
+                25,
+                &["filters.skip_namespaces", "found an integer", "DNS labels"],
+            ),
+            (
                 "zero release margin",
                 "[daemon]\nrelease_margin = \"0s\"",
                 2,
@@ -1000,7 +1315,11 @@ action = "skip"
                 "[daemon]\nrelease_margin = \"500ms\"",
                 2,
                 18,
-                &["daemon.release_margin", "\"500ms\" is out of range", "from 1s"],
+                &[
+                    "daemon.release_margin",
+                    "\"500ms\" is out of range",
+                    "from 1s",
+                ],
             ),
             (
                 "zero grace period",
@@ -1083,6 +1402,168 @@ action = "skip"
             for n in *needles {
                 assert!(msg.contains(n), "{what}: {msg:?} lacks {n:?}");
             }
+        }
+    }
+
+    /// A value of the wrong type, or a table of the wrong shape, names its key and what is
+    /// allowed, at the value's line and column, for every key.
+    #[test]
+    fn wrong_types_name_the_key() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("kubeconfig = 1", "kubeconfig", &["an absolute path"]),
+            ("node_name = true", "node_name", &["DNS subdomain"]),
+            ("state_dir = []", "state_dir", &["found an array"]),
+            (
+                "request_timeout = 1.5",
+                "request_timeout",
+                &["found a float"],
+            ),
+            (
+                "[taint]\nenabled = \"yes\"",
+                "taint.enabled",
+                &["true or false"],
+            ),
+            ("[taint]\nkey = 3", "taint.key", &["qualified name"]),
+            ("[taint]\nvalue = true", "taint.value", &["63 characters"]),
+            ("[taint]\neffect = 1", "taint.effect", &["\"NoExecute\""]),
+            (
+                "node_name = \"n\"\n\n[taint]\neffect = \"Bogus\"",
+                "taint.effect",
+                &["unknown value \"Bogus\""],
+            ),
+            (
+                "[filters]\nskip_tolerating_cordon = 1",
+                "filters.skip_tolerating_cordon",
+                &["true or false"],
+            ),
+            (
+                "[filters]\nhonour_capi_drain_label = \"no\"",
+                "filters.honour_capi_drain_label",
+                &["found a string", "true or false"],
+            ),
+            (
+                "[filters]\nskip_selector = 1",
+                "filters.skip_selector",
+                &["label selector"],
+            ),
+            (
+                "[filters]\nskip_namespaces = \"prod\"",
+                "filters.skip_namespaces",
+                &["expected an array of strings, found a string"],
+            ),
+            (
+                "[filters]\nemptydir = true",
+                "filters.emptydir",
+                &["\"evict\", \"skip\""],
+            ),
+            (
+                "[filters]\nunreplicated = \"keep\"",
+                "filters.unreplicated",
+                &["\"skip\""],
+            ),
+            (
+                "[filters]\ncompleted = {}",
+                "filters.completed",
+                &["found a table"],
+            ),
+            (
+                "[[rules]]\naction = \"skip\"\nselector = 1",
+                "rules[0].selector",
+                &["label selector"],
+            ),
+            (
+                "[[rules]]\naction = \"skip\"\nnamespaces = \"x\"",
+                "rules[0].namespaces",
+                &["DNS labels"],
+            ),
+            (
+                "[[rules]]\nselector = \"a\"\naction = 2",
+                "rules[0].action",
+                &["\"drain\""],
+            ),
+            (
+                "[[rules]]\nselector = \"a\"\naction = \"drain\"\norder = \"1\"",
+                "rules[0].order",
+                &["expected an integer, found a string"],
+            ),
+            (
+                "[[rules]]\nselector = \"a\"\naction = \"drain\"\norder = 9999999999",
+                "rules[0].order",
+                &["out of range", "2147483647"],
+            ),
+            (
+                "[drain]\nconcurrency = \"ten\"",
+                "drain.concurrency",
+                &["1 to 1000"],
+            ),
+            (
+                "[drain]\nconcurrency = 1.0",
+                "drain.concurrency",
+                &["found a float"],
+            ),
+            (
+                "[drain]\ngrace_period = 30",
+                "drain.grace_period",
+                &["ms, s, m or h"],
+            ),
+            (
+                "[drain]\nretry_interval = true",
+                "drain.retry_interval",
+                &["ms, s, m or h"],
+            ),
+            (
+                "[drain]\ntimeout = 1979-05-27",
+                "drain.timeout",
+                &["date-time"],
+            ),
+            (
+                "[drain]\non_deadline = 1",
+                "drain.on_deadline",
+                &["\"delete\""],
+            ),
+            (
+                "[daemon]\nrelease_margin = 5",
+                "daemon.release_margin",
+                &["ms, s, m or h"],
+            ),
+            (
+                "[daemon]\nrestore_ready_timeout = [\"1m\"]",
+                "daemon.restore_ready_timeout",
+                &["found an array"],
+            ),
+        ];
+        for (text, key, needles) in cases {
+            let msg = parse(text).expect_err(text).to_string();
+            let last = text.lines().last().unwrap_or_default();
+            let line = text.lines().count();
+            let column = last.find(" = ").unwrap() + 4;
+            let prefix = format!("/etc/x.toml:{line}:{column}: key `{key}`: ");
+            assert!(
+                msg.starts_with(&prefix),
+                "{text:?}: {msg:?} lacks {prefix:?}"
+            );
+            assert!(msg.contains("; allowed: "), "{text:?}: {msg}");
+            for n in *needles {
+                assert!(msg.contains(n), "{text:?}: {msg:?} lacks {n:?}");
+            }
+        }
+        // A table of the wrong shape names its key too.
+        let shapes: &[(&str, &str)] = &[
+            ("taint = 3", "`taint` to be a [taint] table"),
+            ("filters = \"x\"", "`filters` to be a [filters] table"),
+            ("drain = []", "`drain` to be a [drain] table"),
+            ("daemon = 1", "`daemon` to be a [daemon] table"),
+            ("rules = 3", "`rules` to be an array of [[rules]] tables"),
+            ("rules = [1]", "each `rules` entry to be a [[rules]] table"),
+            (
+                "[[rules]]\nselector = \"a\"",
+                "key `rules[0].action`: a rule needs an action",
+            ),
+        ];
+        for (text, needle) in shapes {
+            let msg = parse(text).expect_err(text).to_string();
+            assert!(msg.starts_with("/etc/x.toml:"), "{text:?}: {msg}");
+            assert!(msg.contains(needle), "{text:?}: {msg:?} lacks {needle:?}");
         }
     }
 
