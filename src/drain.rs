@@ -1117,7 +1117,10 @@ pub async fn drain(
     let tracker = Tracker::new(&node, &pods);
     let health = Arc::new(ServerHealth::default());
     let (new_tx, mut new_rx) = mpsc::unbounded_channel();
-    let watcher = tokio::spawn(watch_pods(
+    // Held in a set, not spawned bare: dropping the drain future (a cancel, the daemon's overrun
+    // guard) drops the set, which aborts the watch; a detached watch would re-watch forever.
+    let mut watcher = JoinSet::new();
+    watcher.spawn(watch_pods(
         clients.clone(),
         tracker.clone(),
         rv,
@@ -1295,7 +1298,7 @@ pub async fn drain(
             report.errors.push(message);
         }
     }
-    watcher.abort();
+    watcher.abort_all();
 
     report.pods = std::mem::take(&mut *run.pods.lock().unwrap_or_else(|p| p.into_inner()));
     report.deadline_reached = deadline_reached;

@@ -1,6 +1,7 @@
 //! Disruption budgets against the fake API server: a budget that opens mid-drain is followed by
 //! the eviction within about 100 ms (a PDB watch, not a fixed 5 s tick); a budget that never
-//! opens cannot stretch the deadline, and the report names it; `on_deadline = "delete"`.
+//! opens cannot stretch the deadline, and the report names it; `on_deadline = "delete"`; a drain
+//! dropped while blocked leaves no watch behind.
 
 mod engine_support;
 
@@ -170,4 +171,44 @@ async fn retry_after_is_honoured() {
         gap >= Duration::from_millis(950) && gap < Duration::from_secs(5),
         "{gap:?}"
     );
+}
+
+/// Dropping the drain future (the daemon does on a cancel or when its overrun guard fires) stops
+/// every task the drain started: once the connections that were open are gone, no watch, list or
+/// any other request arrives any more.
+#[tokio::test]
+async fn a_dropped_drain_leaves_no_task_behind() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap();
+    let far = Instant::now() + Duration::from_secs(600);
+    let dropped = tokio::time::timeout(Duration::from_secs(2), engine.drain(far)).await;
+    assert!(
+        dropped.is_err(),
+        "the drain cannot finish: the budget never opens"
+    );
+    assert!(
+        c.server.recorder().count("GET", "watch=") >= 1,
+        "the drain was watching when it was dropped: {:?}",
+        c.server.recorder().requests()
+    );
+    // Cut the connections still open (the server records a watch when it ends), then listen again
+    // so that anything left running could reconnect and would be seen.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.server.stop_listener();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.server.start_listener().await.unwrap();
+    c.server.recorder().clear();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after: Vec<String> = c
+        .server
+        .recorder()
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.uri()))
+        .collect();
+    assert!(after.is_empty(), "requests after the drop: {after:#?}");
 }
