@@ -715,6 +715,8 @@ struct Run {
     requests: Semaphore,
     started: Instant,
     pods: Mutex<Vec<PodReport>>,
+    /// The plan of each pod in `pods`, same index: the UID a deadline delete must be guarded by.
+    planned: Mutex<Vec<PlannedPod>>,
     blocked_announced: Mutex<HashSet<String>>,
     health: Arc<ServerHealth>,
     /// Event posts under way; what is left at the end gets [`FINAL_EVENTS_MAX`], then is dropped.
@@ -752,7 +754,9 @@ impl Run {
             Outcome::Pending
         };
         let mut pods = self.pods.lock().unwrap_or_else(|p| p.into_inner());
+        let mut plans = self.planned.lock().unwrap_or_else(|p| p.into_inner());
         pods.push(PodReport::from_plan(planned, outcome));
+        plans.push(planned.clone());
         pods.len() - 1
     }
 
@@ -1140,6 +1144,7 @@ pub async fn drain(
         requests: Semaphore::new(settings.drain.concurrency),
         started,
         pods: Mutex::new(Vec::new()),
+        planned: Mutex::new(Vec::new()),
         blocked_announced: Mutex::new(HashSet::new()),
         health: health.clone(),
         event_posts: Mutex::new(JoinSet::new()),
@@ -1229,29 +1234,20 @@ pub async fn drain(
         let names: Vec<String> = remaining.iter().map(|(_, p)| p.key()).collect();
         tracing::warn!(node = %node, "drain deadline reached on node {node}; {} pods remain: {}", names.len(), names.join(", "));
         if settings.drain.on_deadline == OnDeadline::Delete {
-            let uids: HashMap<usize, String> = {
-                // The report does not carry UIDs; the tracker knows the current holder of each name.
-                let s = run.tracker.lock();
-                remaining
-                    .iter()
-                    .filter_map(|(i, p)| s.by_key.get(&p.key()).map(|u| (*i, u.clone())))
-                    .collect()
-            };
+            // The planned pod, not the current holder of its name: the delete carries the UID
+            // that was planned, so a replacement of the same name is never touched.
+            let plans = run
+                .planned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             let mut deletes = JoinSet::new();
             for (idx, p) in &remaining {
                 if p.action != Action::Evict {
                     continue;
                 }
-                if let Some(uid) = uids.get(idx) {
-                    let planned = PlannedPod {
-                        namespace: p.namespace.clone(),
-                        name: p.name.clone(),
-                        uid: uid.clone(),
-                        action: p.action,
-                        reason: p.reason,
-                        order: p.order,
-                    };
-                    deletes.spawn(run.clone().delete(*idx, planned, deadline));
+                if let Some(planned) = plans.get(*idx) {
+                    deletes.spawn(run.clone().delete(*idx, planned.clone(), deadline));
                 }
             }
             let _ = tokio::time::timeout_at(deadline, async {

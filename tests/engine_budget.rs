@@ -1,7 +1,7 @@
 //! Disruption budgets against the fake API server: a budget that opens mid-drain is followed by
 //! the eviction within about 100 ms (a PDB watch, not a fixed 5 s tick); a budget that never
 //! opens cannot stretch the deadline, and the report names it; `on_deadline = "delete"`; a drain
-//! dropped while blocked leaves no watch behind.
+//! dropped while blocked leaves no watch behind; the deadline delete is guarded by the planned UID.
 
 mod engine_support;
 
@@ -211,4 +211,75 @@ async fn a_dropped_drain_leaves_no_task_behind() {
         .map(|r| format!("{} {}", r.method, r.uri()))
         .collect();
     assert!(after.is_empty(), "requests after the drop: {after:#?}");
+}
+
+/// `on_deadline = "delete"` deletes the pod that was planned, by its UID: a same-name
+/// replacement (here one the drain itself skips, on this node, while the planned pod still
+/// waited for its order group) is never deleted.
+#[tokio::test]
+async fn the_deadline_delete_never_touches_a_same_name_replacement() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+        pod_with(
+            NS,
+            "late",
+            NODE,
+            json!({"metadata": {"labels": {"group": "late"}}}),
+        ),
+    ])
+    .await;
+    let planned_uid = c.pod(NS, "late").unwrap()["metadata"]["uid"].clone();
+    let engine = Engine::new(c.settings(
+        "[[rules]]\nselector = \"group=late\"\naction = \"drain\"\norder = 100\n\
+         [drain]\non_deadline = \"delete\"\ngrace_period = \"1s\"\nretry_interval = \"1s\"\n",
+    ))
+    .unwrap();
+    let store = c.server.store().clone();
+    // `guarded` blocks the first group, so `late` is still waiting for its group when it is
+    // replaced by a pod of the same name that opts out of draining.
+    let replacer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        store.remove("Pod", Some(NS), "late").unwrap();
+        store
+            .upsert(pod_with(
+                NS,
+                "late",
+                NODE,
+                json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "skip"}}}),
+            ))
+            .unwrap();
+    });
+    let report = engine.drain(Instant::now() + Duration::from_secs(3)).await;
+    replacer.await.unwrap();
+    assert!(report.deadline_reached, "{}", report.to_text());
+    let guarded = report.pods.iter().find(|p| p.name == "guarded").unwrap();
+    assert_eq!(guarded.outcome, Outcome::Deleted, "{}", report.to_text());
+
+    let now = c.pod(NS, "late").expect("the replacement is not deleted");
+    assert_ne!(
+        now["metadata"]["uid"], planned_uid,
+        "this is the replacement"
+    );
+    assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+    let deletes = c.server.recorder().matching("DELETE", "/pods/late");
+    assert!(
+        !deletes.is_empty(),
+        "the planned `late` was left at the deadline"
+    );
+    for d in deletes {
+        let body = d.json().unwrap_or_default();
+        assert_eq!(
+            body["preconditions"]["uid"], planned_uid,
+            "a delete of `late` is guarded by the planned UID: {body}"
+        );
+    }
+    let lates: Vec<Outcome> = report
+        .pods
+        .iter()
+        .filter(|p| p.name == "late")
+        .map(|p| p.outcome)
+        .collect();
+    assert!(lates.contains(&Outcome::Skipped), "{}", report.to_text());
+    assert!(!lates.contains(&Outcome::Deleted), "{}", report.to_text());
 }
