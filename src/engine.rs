@@ -124,11 +124,18 @@ impl Engine {
         Ok(self.ops().await?.get().await?)
     }
 
-    /// Marker first, then the taint, then the cordon.
+    /// Marker first, then the taint, then the cordon; transient failures are retried for up to
+    /// the configured drain timeout ([`Engine::prepare_by`] takes a deadline).
     pub async fn prepare(&self, why: &str) -> Result<PrepareOutcome, Error> {
+        self.prepare_by(why, Instant::now() + self.settings.drain.timeout)
+            .await
+    }
+
+    /// [`Engine::prepare`], retrying transient failures (no answer, 5xx) until `deadline`.
+    pub async fn prepare_by(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
         let boot_id = self.boot_id()?;
         *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why.to_string();
-        Ok(self.ops().await?.prepare(why, &boot_id).await?)
+        Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
     }
 
     /// What a drain would do now. Changes nothing.
@@ -192,9 +199,18 @@ impl Engine {
     }
 
     /// Undoes only what the marker says we did; writes a Restored event when there was a marker.
+    /// Transient failures are retried for up to the configured drain timeout
+    /// ([`Engine::restore_by`] takes a deadline). A taint these credentials may not remove is an
+    /// error ([`NodeError::TaintLeft`]); the marker then keeps it.
     pub async fn restore(&self) -> Result<RestoreOutcome, Error> {
+        self.restore_by(Instant::now() + self.settings.drain.timeout)
+            .await
+    }
+
+    /// [`Engine::restore`], retrying transient failures (no answer, 5xx) until `deadline`.
+    pub async fn restore_by(&self, deadline: Instant) -> Result<RestoreOutcome, Error> {
         let clients = self.clients().await?;
-        let out = self.ops().await?.restore().await?;
+        let out = self.ops().await?.restore(deadline).await?;
         if let Some(m) = &out.marker {
             let msg = format!(
                 "node {} restored after {}: {}, {}",
@@ -202,8 +218,8 @@ impl Engine {
                 m.why,
                 if out.uncordoned {
                     "uncordoned"
-                } else if m.was_unschedulable {
-                    "left cordoned (it was cordoned before us)"
+                } else if !m.cordoned {
+                    "cordon left as it was (not ours)"
                 } else {
                     "already uncordoned"
                 },

@@ -3,10 +3,16 @@
 //!
 //! Rule: record on the Node what we are about to change before changing it, and undo only that.
 //! The marker is written with a resourceVersion precondition, so what it records is what was
-//! there when it was written. Taint edits are JSON patches whose first operation `test`s the whole
-//! taint list we read (kured's guard), so a concurrent writer's taint is never lost: on a failed
-//! test (422) or conflict (409) we read the Node again and retry.
+//! there when it was written. Each change we make is recorded in the marker by the same write
+//! that makes it: the cordon is a merge patch carrying the resourceVersion we read and the marker
+//! with `cordoned: true`; a taint edit is a JSON patch whose first operation `test`s the whole
+//! taint list we read (kured's guard) and which also `test`s and rewrites the marker. So a
+//! concurrent writer's taint is never lost, an admin's cordon is never taken for ours, and
+//! restore undoes exactly what the marker lists. On a failed guard (422 or 409) we read the Node
+//! again and retry; transient failures (no answer, 5xx, 429) are retried 100 ms doubling to 2 s
+//! until the caller's deadline.
 
+use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,35 +24,59 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::client::{ApiError, Clients, WATCH_GRACE, WATCH_SECONDS};
-use crate::config::{Settings, TaintSettings};
+use crate::config::Settings;
 
 /// The annotation holding the marker JSON.
 pub const MARKER_ANNOTATION: &str = "kube-shutdown-drain/marker";
+/// [`MARKER_ANNOTATION`] as a JSON pointer (RFC 6901: `/` is written `~1`).
+const MARKER_POINTER: &str = "/metadata/annotations/kube-shutdown-drain~1marker";
 /// Read-modify-write attempts before a guarded write gives up.
 const GUARDED_ATTEMPTS: usize = 10;
 /// Pause between attempts of a guarded write, so a busy writer can finish.
 const GUARDED_PAUSE: Duration = Duration::from_millis(50);
+/// First pause after a transient failure (no answer, 5xx, 429); doubled up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// Longest pause between retries of a transient failure (the drain path uses the same curve).
+const RETRY_MAX: Duration = Duration::from_secs(2);
 /// The field manager name on our patches.
 pub const FIELD_MANAGER: &str = "kube-shutdown-drain";
 
-/// What prepare is about to change, stored on the Node before the change.
+/// What prepare is about to change and what it changed, stored on the Node before the change.
+///
+/// Markers written by older versions lack `cordoned` and `taints`: they read as "we cordoned
+/// nothing and added no taint", so restore changes nothing for them but clearing the marker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Marker {
-    /// The node was already cordoned: restore leaves it cordoned.
+    /// The node was already cordoned when the first prepare read it (for `status`).
     pub was_unschedulable: bool,
-    /// Our taint was already there: restore leaves it.
+    /// The configured taint was already there when the first prepare read it (for `status`).
+    #[serde(default)]
     pub taint_was_present: bool,
     /// The boot that wrote the marker (`/proc/sys/kernel/random/boot_id`).
     pub boot_id: String,
     /// RFC 3339.
     pub time: String,
     pub why: String,
-    /// The taint this marker refers to (key and effect), so restore removes exactly it even if
-    /// the configuration changed in between.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taint_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taint_effect: Option<String>,
+    /// We cordoned the node: set by the same guarded write that cordoned it.
+    #[serde(default)]
+    pub cordoned: bool,
+    /// The taints we added, each recorded by the same guarded write that added it; restore
+    /// removes exactly these, even if the configuration changed in between.
+    #[serde(default)]
+    pub taints: Vec<MarkerTaint>,
+}
+
+/// A taint we added, by key and effect (a node holds at most one taint per key and effect).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerTaint {
+    pub key: String,
+    pub effect: String,
+}
+
+impl std::fmt::Display for MarkerTaint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.key, self.effect)
+    }
 }
 
 /// A Node operation failed. Every variant names the node.
@@ -56,13 +86,15 @@ pub enum NodeError {
     Missing { node: String },
     #[error("cannot read node {node}: {source}")]
     Get { node: String, source: ApiError },
-    #[error("cannot write the marker on node {node}: {source}")]
+    #[error("cannot write the marker on node {node}, so nothing else was changed: {source}")]
     WriteMarker { node: String, source: ApiError },
     #[error("the marker annotation on node {node} is not valid: {source}")]
     BadMarker {
         node: String,
         source: serde_json::Error,
     },
+    #[error("the marker on node {node} was removed by another writer while we {what} the node")]
+    MarkerGone { node: String, what: &'static str },
     #[error("cannot build the {what} patch for node {node}: {source}")]
     BuildPatch {
         node: String,
@@ -73,6 +105,16 @@ pub enum NodeError {
     Patch {
         node: String,
         what: &'static str,
+        source: ApiError,
+    },
+    #[error(
+        "left taint {taint} on node {node}: these credentials may not remove it ({source}); the \
+         marker still lists it, so a restore with credentials that may change taints removes it"
+    )]
+    TaintLeft {
+        node: String,
+        /// `key:effect`.
+        taint: String,
         source: ApiError,
     },
     #[error("node {node} kept changing; gave up the {what} edit after {attempts} attempts")]
@@ -91,12 +133,15 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    /// The API server could not be reached (as opposed to answering).
+    /// No usable answer from the API server until the deadline: no answer at all, a timeout or a
+    /// 5xx (each retried first).
     pub fn is_unreachable(&self) -> bool {
         match self {
             NodeError::Get { source, .. }
             | NodeError::WriteMarker { source, .. }
-            | NodeError::Patch { source, .. } => source.is_unreachable(),
+            | NodeError::Patch { source, .. } => {
+                source.is_unreachable() || source.code().is_some_and(|c| c >= 500)
+            }
             _ => false,
         }
     }
@@ -105,6 +150,7 @@ impl NodeError {
 /// The result of prepare.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrepareOutcome {
+    /// The marker as it is on the Node after prepare.
     pub marker: Marker,
     /// We added the taint now.
     pub tainted: bool,
@@ -158,14 +204,17 @@ fn is_ours(t: &Taint, key: &str, effect: &str) -> bool {
     t.key == key && t.effect == effect
 }
 
-/// Reads the marker from a Node object.
-pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
-    match node
-        .metadata
+/// The marker annotation's text, as stored.
+fn marker_text(node: &Node) -> Option<&String> {
+    node.metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(MARKER_ANNOTATION))
-    {
+}
+
+/// Reads the marker from a Node object.
+pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
+    match marker_text(node) {
         None => Ok(None),
         Some(text) => serde_json::from_str(text)
             .map(Some)
@@ -173,6 +222,39 @@ pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
                 node: name.to_string(),
                 source,
             }),
+    }
+}
+
+fn marker_json(marker: &Marker, node: &str) -> Result<String, NodeError> {
+    serde_json::to_string(marker).map_err(|source| NodeError::BuildPatch {
+        node: node.to_string(),
+        what: "marker",
+        source,
+    })
+}
+
+/// Pauses between attempts after transient failures, until a deadline.
+struct Backoff {
+    next: Duration,
+    deadline: Instant,
+}
+
+impl Backoff {
+    fn new(deadline: Instant) -> Backoff {
+        Backoff {
+            next: RETRY_FIRST,
+            deadline,
+        }
+    }
+
+    /// Sleeps before the next attempt; `false` (at once) when the deadline leaves no room.
+    async fn pause(&mut self) -> bool {
+        if Instant::now() + self.next >= self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(RETRY_MAX);
+        true
     }
 }
 
@@ -191,11 +273,39 @@ impl NodeOps<'_> {
         Api::all(self.clients.api.clone())
     }
 
+    /// Runs one request, again after each transient failure, until `deadline`. Every write we
+    /// retry this way is guarded, so one that was applied although its answer was lost fails
+    /// its guard on the next attempt instead of applying twice.
+    async fn call<T, F, Fut>(&self, deadline: Instant, what: &str, mut f: F) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let mut backoff = Backoff::new(deadline);
+        loop {
+            match f().await {
+                Err(e) if e.is_transient() => {
+                    let node = self.name();
+                    if !backoff.pause().await {
+                        return Err(e);
+                    }
+                    tracing::debug!(node = %node, "{what} node {node} failed ({e}); retrying");
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// GETs the Node; 404 is [`NodeError::Missing`].
     pub async fn get(&self) -> Result<Node, NodeError> {
+        self.get_by(Instant::now()).await
+    }
+
+    /// GETs the Node, retrying transient failures until `deadline`.
+    pub async fn get_by(&self, deadline: Instant) -> Result<Node, NodeError> {
         let name = self.name().to_string();
-        self.clients
-            .timed(self.api().get(&name))
+        let api = self.api();
+        self.call(deadline, "reading", || self.clients.timed(api.get(&name)))
             .await
             .map_err(|source| {
                 if source.is_not_found() {
@@ -209,22 +319,57 @@ impl NodeOps<'_> {
             })
     }
 
-    async fn patch(&self, patch: &Patch<serde_json::Value>) -> Result<Node, ApiError> {
+    /// A merge patch, retried after transient failures until `deadline`.
+    async fn merge(
+        &self,
+        deadline: Instant,
+        what: &str,
+        patch: serde_json::Value,
+    ) -> Result<Node, ApiError> {
         let pp = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()
         };
-        self.clients
-            .timed(self.api().patch(self.name(), &pp, patch))
-            .await
+        let patch = Patch::Merge(patch);
+        let api = self.api();
+        self.call(deadline, what, || {
+            self.clients.timed(api.patch(self.name(), &pp, &patch))
+        })
+        .await
     }
 
-    /// Writes the marker, then the taint, then the cordon.
+    /// A JSON patch, retried after transient failures until `deadline`.
+    async fn patch_json(
+        &self,
+        deadline: Instant,
+        what: &str,
+        patch: json_patch::Patch,
+    ) -> Result<Node, ApiError> {
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::<()>::Json(patch);
+        let api = self.api();
+        self.call(deadline, what, || {
+            self.clients.timed(api.patch(self.name(), &pp, &patch))
+        })
+        .await
+    }
+
+    /// Writes the marker, then the taint, then the cordon; transient failures are retried until
+    /// `deadline`. If the marker cannot be written nothing else is changed. The cordon is
+    /// attempted even when the taint failed; that failure is returned after it.
     #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
-    pub async fn prepare(&self, why: &str, boot_id: &str) -> Result<PrepareOutcome, NodeError> {
+    pub async fn prepare(
+        &self,
+        why: &str,
+        boot_id: &str,
+        deadline: Instant,
+    ) -> Result<PrepareOutcome, NodeError> {
         let node_name = self.name().to_string();
         let t = &self.settings.taint;
-        let mut node = self.get().await?;
+        let mut node = self.get_by(deadline).await?;
 
         // 1. The marker, guarded by the resourceVersion we read it with.
         let mut attempts = 0;
@@ -235,8 +380,8 @@ impl NodeOps<'_> {
                 .iter()
                 .any(|x| is_ours(x, &t.key, t.effect.as_str()));
             let marker = match existing {
-                // An earlier prepare that was not restored: what it recorded is still the truth
-                // about the node before we touched it.
+                // An earlier prepare that was not restored: what it recorded (what was there
+                // before, what it changed) is still the truth.
                 Some(m) => Marker {
                     boot_id: boot_id.to_string(),
                     time: now_rfc3339(),
@@ -245,37 +390,32 @@ impl NodeOps<'_> {
                 },
                 None => Marker {
                     was_unschedulable: is_unschedulable(&node),
-                    taint_was_present: !t.enabled || present,
+                    taint_was_present: t.enabled && present,
                     boot_id: boot_id.to_string(),
                     time: now_rfc3339(),
                     why: why.to_string(),
-                    taint_key: t.enabled.then(|| t.key.clone()),
-                    taint_effect: t.enabled.then(|| t.effect.as_str().to_string()),
+                    cordoned: false,
+                    taints: Vec::new(),
                 },
             };
-            let text = serde_json::to_string(&marker).map_err(|source| NodeError::BuildPatch {
-                node: node_name.clone(),
-                what: "marker",
-                source,
-            })?;
             let patch = json!({"metadata": {
                 "resourceVersion": node.metadata.resource_version,
-                "annotations": {MARKER_ANNOTATION: text},
+                "annotations": {MARKER_ANNOTATION: marker_json(&marker, &node_name)?},
             }});
-            match self.patch(&Patch::Merge(patch)).await {
+            match self.merge(deadline, "writing the marker on", patch).await {
                 Ok(n) => {
                     node = n;
                     break marker;
                 }
                 Err(e) if e.is_conflict() && attempts < GUARDED_ATTEMPTS => {
-                    tracing::debug!(node = %node_name, "marker write conflicted; reading node again");
+                    tracing::debug!(node = %node_name, "marker write on node {node_name} conflicted; reading it again");
                     tokio::time::sleep(GUARDED_PAUSE).await;
-                    node = self.get().await?;
+                    node = self.get_by(deadline).await?;
                 }
                 Err(e) if e.is_conflict() => {
                     return Err(NodeError::Contended {
                         node: node_name,
-                        what: "writing the marker",
+                        what: "marker",
                         attempts,
                     });
                 }
@@ -289,10 +429,19 @@ impl NodeOps<'_> {
         };
         tracing::info!(node = %node_name, was_unschedulable = marker.was_unschedulable, taint_was_present = marker.taint_was_present, "wrote marker on node {node_name}");
 
-        // 2. The taint.
-        let (mut tainted, mut taint_forbidden) = (false, false);
+        // 2. The taint, recorded in the marker by the same write.
+        let (mut tainted, mut taint_forbidden, mut taint_error) = (false, false, None);
         if t.enabled {
-            match self.add_taint(node.clone(), t).await {
+            let ours = Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.as_str().to_string(),
+                time_added: None,
+            };
+            match self
+                .edit_taints(node.clone(), TaintEdit::Add(ours), deadline)
+                .await
+            {
                 Ok((n, added)) => {
                     node = n;
                     tainted = added;
@@ -301,25 +450,31 @@ impl NodeOps<'_> {
                     tracing::warn!(node = %node_name, "may not taint node {node_name} (403; kubelet credentials?); cordoning without the taint");
                     taint_forbidden = true;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    tracing::error!(node = %node_name, "{e}; cordoning node {node_name} anyway");
+                    taint_error = Some(e);
+                }
             }
         }
 
-        // 3. The cordon.
-        let mut cordoned = false;
-        if !is_unschedulable(&node) {
-            self.patch(&Patch::Merge(json!({"spec": {"unschedulable": true}})))
-                .await
-                .map_err(|source| NodeError::Patch {
-                    node: node_name.clone(),
-                    what: "cordon",
-                    source,
-                })?;
-            cordoned = true;
-            tracing::info!(node = %node_name, "cordoned node {node_name}");
-        } else {
-            tracing::info!(node = %node_name, "node {node_name} is already cordoned");
+        // 3. The cordon, recorded in the marker by the same write.
+        let cordoned = match self.cordon(node, deadline).await {
+            Ok((n, cordoned)) => {
+                node = n;
+                cordoned
+            }
+            Err(e) => {
+                if let Some(first) = taint_error {
+                    tracing::error!(node = %node_name, "{e}");
+                    return Err(first);
+                }
+                return Err(e);
+            }
+        };
+        if let Some(e) = taint_error {
+            return Err(e);
         }
+        let marker = marker_of(&node, &node_name)?.unwrap_or(marker);
         Ok(PrepareOutcome {
             marker,
             tainted,
@@ -328,60 +483,92 @@ impl NodeOps<'_> {
         })
     }
 
-    /// Adds our taint unless present. Returns the Node after the write and whether we added it.
-    async fn add_taint(&self, node: Node, t: &TaintSettings) -> Result<(Node, bool), NodeError> {
-        let ours = Taint {
-            key: t.key.clone(),
-            value: t.value.clone(),
-            effect: t.effect.as_str().to_string(),
-            time_added: None,
-        };
-        self.edit_taints(node, TaintEdit::Add(ours)).await
+    /// Cordons the node unless it is already cordoned, with a merge patch that carries the
+    /// resourceVersion we read and the marker with `cordoned: true`. On a conflict the Node is
+    /// read again: cordoned meanwhile by someone else, it is left alone and not recorded as ours.
+    /// Returns the Node and whether we cordoned it.
+    async fn cordon(&self, mut node: Node, deadline: Instant) -> Result<(Node, bool), NodeError> {
+        let node_name = self.name().to_string();
+        let mut sent = false;
+        for _ in 0..GUARDED_ATTEMPTS {
+            let mut marker = marker_of(&node, &node_name)?.ok_or(NodeError::MarkerGone {
+                node: node_name.clone(),
+                what: "cordoned",
+            })?;
+            if is_unschedulable(&node) {
+                // `sent`: a cordon of ours that was applied although its answer was lost.
+                let ours_now = sent && marker.cordoned;
+                if !ours_now {
+                    tracing::info!(node = %node_name, recorded_as_ours = marker.cordoned, "node {node_name} is already cordoned");
+                }
+                return Ok((node, ours_now));
+            }
+            marker.cordoned = true;
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version,
+                    "annotations": {MARKER_ANNOTATION: marker_json(&marker, &node_name)?},
+                },
+                "spec": {"unschedulable": true},
+            });
+            sent = true;
+            match self.merge(deadline, "cordoning", patch).await {
+                Ok(n) => {
+                    tracing::info!(node = %node_name, "cordoned node {node_name}");
+                    return Ok((n, true));
+                }
+                Err(e) if e.is_conflict() => {
+                    tracing::debug!(node = %node_name, "node {node_name} changed before the cordon; reading it again");
+                    tokio::time::sleep(GUARDED_PAUSE).await;
+                    node = self.get_by(deadline).await?;
+                }
+                Err(source) => {
+                    return Err(NodeError::Patch {
+                        node: node_name,
+                        what: "cordon",
+                        source,
+                    });
+                }
+            }
+        }
+        Err(NodeError::Contended {
+            node: node_name,
+            what: "cordon",
+            attempts: GUARDED_ATTEMPTS,
+        })
     }
 
-    /// Removes our taint (exactly key + effect) if present.
-    async fn remove_taint(
-        &self,
-        node: Node,
-        key: &str,
-        effect: &str,
-    ) -> Result<(Node, bool), NodeError> {
-        let ours = Taint {
-            key: key.to_string(),
-            effect: effect.to_string(),
-            ..Taint::default()
-        };
-        self.edit_taints(node, TaintEdit::Remove(ours)).await
-    }
-
-    /// One guarded taint edit: build the patch from the Node as read, send it, and on a failed
-    /// guard (another writer changed the taints) read the Node again and retry.
+    /// One guarded taint edit, recorded in the marker by the same JSON patch: build the patch
+    /// from the Node as read, send it, and on a failed guard (another writer changed the taints
+    /// or the marker) read the Node again and retry. Returns the Node and whether we wrote.
     async fn edit_taints(
         &self,
         mut node: Node,
         edit: TaintEdit,
+        deadline: Instant,
     ) -> Result<(Node, bool), NodeError> {
         let node_name = self.name().to_string();
         let what = edit.verb();
         for _ in 0..GUARDED_ATTEMPTS {
-            let Some(patch) = edit.patch(&node) else {
+            let Some(mut ops) = edit.patch(&node) else {
                 return Ok((node, false));
             };
-            let patch: json_patch::Patch =
-                serde_json::from_value(patch).map_err(|source| NodeError::BuildPatch {
+            ops.extend(edit.record(&node, &node_name)?);
+            let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops))
+                .map_err(|source| NodeError::BuildPatch {
                     node: node_name.clone(),
                     what,
                     source,
                 })?;
-            match self.patch_json(patch).await {
+            match self.patch_json(deadline, what, patch).await {
                 Ok(n) => {
                     tracing::info!(node = %node_name, "{}", edit.done(&node_name));
                     return Ok((n, true));
                 }
                 Err(e) if is_guard_failure(&e) => {
-                    tracing::debug!(node = %node_name, "taints of node {node_name} changed under us; retrying");
+                    tracing::debug!(node = %node_name, "taints or marker of node {node_name} changed under us; retrying");
                     tokio::time::sleep(GUARDED_PAUSE).await;
-                    node = self.get().await?;
+                    node = self.get_by(deadline).await?;
                 }
                 Err(source) => {
                     return Err(NodeError::Patch {
@@ -399,24 +586,15 @@ impl NodeOps<'_> {
         })
     }
 
-    async fn patch_json(&self, patch: json_patch::Patch) -> Result<Node, ApiError> {
-        let pp = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_string()),
-            ..PatchParams::default()
-        };
-        self.clients
-            .timed(
-                self.api()
-                    .patch(self.name(), &pp, &Patch::<()>::Json(patch)),
-            )
-            .await
-    }
-
-    /// Undoes what the marker says we did, then clears the marker. Idempotent.
+    /// Undoes what the marker says we did, then clears the marker; transient failures are
+    /// retried until `deadline`. Removes exactly the taints the marker lists; uncordons only if
+    /// the marker says we cordoned and the node is still cordoned. A taint these credentials may
+    /// not remove (403) stays listed in the marker (the cordon part done) and is returned as
+    /// [`NodeError::TaintLeft`]. Idempotent.
     #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
-    pub async fn restore(&self) -> Result<RestoreOutcome, NodeError> {
+    pub async fn restore(&self, deadline: Instant) -> Result<RestoreOutcome, NodeError> {
         let node_name = self.name().to_string();
-        let mut node = self.get().await?;
+        let mut node = self.get_by(deadline).await?;
         let Some(marker) = marker_of(&node, &node_name)? else {
             tracing::info!(node = %node_name, "no marker on node {node_name}; nothing to restore");
             return Ok(RestoreOutcome {
@@ -432,46 +610,101 @@ impl NodeOps<'_> {
             untainted: false,
             left_cordon_alone: false,
         };
-        if !marker.taint_was_present
-            && let (Some(key), Some(effect)) = (&marker.taint_key, &marker.taint_effect)
-        {
-            match self.remove_taint(node.clone(), key, effect).await {
+        if !marker.cordoned && marker.taints.is_empty() {
+            tracing::info!(node = %node_name, "the marker on node {node_name} records no cordon and no taint of ours; only clearing it");
+        }
+
+        // 1. Each taint we added, its removal recorded in the marker by the same write.
+        let mut left: Vec<(MarkerTaint, ApiError)> = Vec::new();
+        for taint in &marker.taints {
+            let edit = TaintEdit::Remove(Taint {
+                key: taint.key.clone(),
+                effect: taint.effect.clone(),
+                ..Taint::default()
+            });
+            match self.edit_taints(node.clone(), edit, deadline).await {
                 Ok((n, removed)) => {
                     node = n;
-                    out.untainted = removed;
+                    out.untainted |= removed;
                 }
                 Err(NodeError::Patch { source, .. }) if source.is_forbidden() => {
-                    tracing::warn!(node = %node_name, "may not remove the taint from node {node_name} (403)");
+                    tracing::warn!(node = %node_name, "may not remove taint {taint} from node {node_name} (403); the marker keeps it");
+                    left.push((taint.clone(), source));
                 }
                 Err(e) => return Err(e),
             }
         }
-        if !marker.was_unschedulable {
-            if is_unschedulable(&node) {
-                self.patch(&Patch::Merge(json!({"spec": {"unschedulable": null}})))
-                    .await
-                    .map_err(|source| NodeError::Patch {
-                        node: node_name.clone(),
-                        what: "uncordon",
-                        source,
-                    })?;
-                out.uncordoned = true;
-                tracing::info!(node = %node_name, "uncordoned node {node_name}");
-            } else {
-                out.left_cordon_alone = true;
+
+        // 2. The cordon, if ours and still there, and the marker: cleared, or rewritten with
+        // only the taints left, in one write guarded by the resourceVersion.
+        let mut done = false;
+        for _ in 0..GUARDED_ATTEMPTS {
+            let Some(mut current) = marker_of(&node, &node_name)? else {
+                tracing::info!(node = %node_name, "the marker on node {node_name} was cleared by another writer");
+                done = true;
+                break;
+            };
+            let uncordon = current.cordoned && is_unschedulable(&node);
+            out.left_cordon_alone = current.cordoned && !is_unschedulable(&node);
+            if !current.cordoned && is_unschedulable(&node) {
+                tracing::info!(node = %node_name, "node {node_name} was not cordoned by us; leaving it cordoned");
             }
-        } else {
-            tracing::info!(node = %node_name, "node {node_name} was cordoned before us; leaving it cordoned");
+            current.taints.retain(|t| left.iter().any(|(l, _)| l == t));
+            current.cordoned = false;
+            let annotation = if current.taints.is_empty() {
+                serde_json::Value::Null
+            } else {
+                json!(marker_json(&current, &node_name)?)
+            };
+            let mut patch = json!({"metadata": {
+                "resourceVersion": node.metadata.resource_version,
+                "annotations": {MARKER_ANNOTATION: annotation},
+            }});
+            if uncordon {
+                patch["spec"] = json!({"unschedulable": null});
+            }
+            let what = if uncordon {
+                "uncordon"
+            } else {
+                "clear the marker on"
+            };
+            match self.merge(deadline, what, patch).await {
+                Ok(_) => {
+                    if uncordon {
+                        out.uncordoned = true;
+                        tracing::info!(node = %node_name, "uncordoned node {node_name}");
+                    }
+                    done = true;
+                    break;
+                }
+                Err(e) if e.is_conflict() => {
+                    tracing::debug!(node = %node_name, "node {node_name} changed before the uncordon; reading it again");
+                    tokio::time::sleep(GUARDED_PAUSE).await;
+                    node = self.get_by(deadline).await?;
+                }
+                Err(source) => {
+                    return Err(NodeError::Patch {
+                        node: node_name,
+                        what,
+                        source,
+                    });
+                }
+            }
         }
-        self.patch(&Patch::Merge(
-            json!({"metadata": {"annotations": {MARKER_ANNOTATION: null}}}),
-        ))
-        .await
-        .map_err(|source| NodeError::Patch {
-            node: node_name.clone(),
-            what: "clear the marker on",
-            source,
-        })?;
+        if !done {
+            return Err(NodeError::Contended {
+                node: node_name,
+                what: "uncordon",
+                attempts: GUARDED_ATTEMPTS,
+            });
+        }
+        if let Some((taint, source)) = left.into_iter().next() {
+            return Err(NodeError::TaintLeft {
+                node: node_name,
+                taint: taint.to_string(),
+                source,
+            });
+        }
         tracing::info!(node = %node_name, "cleared marker on node {node_name}");
         Ok(out)
     }
@@ -535,7 +768,7 @@ impl NodeOps<'_> {
     }
 }
 
-/// A change to our one taint (matched by key and effect), as a guarded JSON patch.
+/// A change to one taint (matched by key and effect), as a guarded JSON patch.
 #[derive(Debug, Clone)]
 enum TaintEdit {
     Add(Taint),
@@ -566,11 +799,11 @@ impl TaintEdit {
         }
     }
 
-    /// The JSON patch for `node` as read, or `None` when there is nothing to do. Its first
-    /// operation `test`s the whole taint list (kured's guard), so the patch fails (422) if any
-    /// other writer changed a taint meanwhile; with no list yet, the resourceVersion is tested
-    /// instead, since "add" of the whole list would overwrite one created meanwhile.
-    fn patch(&self, node: &Node) -> Option<serde_json::Value> {
+    /// The JSON patch operations for `node` as read, or `None` when there is nothing to do.
+    /// The first operation `test`s the whole taint list (kured's guard), so the patch fails
+    /// (422) if any other writer changed a taint meanwhile; with no list yet, the resourceVersion
+    /// is tested instead, since "add" of the whole list would overwrite one created meanwhile.
+    fn patch(&self, node: &Node) -> Option<Vec<serde_json::Value>> {
         let current = taints(node);
         let t = self.taint();
         let index = current.iter().position(|x| is_ours(x, &t.key, &t.effect));
@@ -578,22 +811,53 @@ impl TaintEdit {
             (TaintEdit::Add(_), Some(_)) | (TaintEdit::Remove(_), None) => None,
             (TaintEdit::Add(t), None) => {
                 if node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some() {
-                    Some(json!([
-                        {"op": "test", "path": "/spec/taints", "value": current},
-                        {"op": "add", "path": "/spec/taints/-", "value": t},
-                    ]))
+                    Some(vec![
+                        json!({"op": "test", "path": "/spec/taints", "value": current}),
+                        json!({"op": "add", "path": "/spec/taints/-", "value": t}),
+                    ])
                 } else {
-                    Some(json!([
-                        {"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version},
-                        {"op": "add", "path": "/spec/taints", "value": [t]},
-                    ]))
+                    Some(vec![
+                        json!({"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version}),
+                        json!({"op": "add", "path": "/spec/taints", "value": [t]}),
+                    ])
                 }
             }
-            (TaintEdit::Remove(_), Some(i)) => Some(json!([
-                {"op": "test", "path": "/spec/taints", "value": current},
-                {"op": "remove", "path": format!("/spec/taints/{i}")},
-            ])),
+            (TaintEdit::Remove(_), Some(i)) => Some(vec![
+                json!({"op": "test", "path": "/spec/taints", "value": current}),
+                json!({"op": "remove", "path": format!("/spec/taints/{i}")}),
+            ]),
         }
+    }
+
+    /// The operations that record the edit in the marker: `test` the marker as read, then
+    /// replace it with the taint added to (or removed from) its list.
+    fn record(&self, node: &Node, name: &str) -> Result<Vec<serde_json::Value>, NodeError> {
+        let gone = || NodeError::MarkerGone {
+            node: name.to_string(),
+            what: match self {
+                TaintEdit::Add(_) => "tainted",
+                TaintEdit::Remove(_) => "untainted",
+            },
+        };
+        let text = marker_text(node).ok_or_else(gone)?;
+        let mut marker = marker_of(node, name)?.ok_or_else(gone)?;
+        let t = self.taint();
+        let entry = MarkerTaint {
+            key: t.key.clone(),
+            effect: t.effect.clone(),
+        };
+        match self {
+            TaintEdit::Add(_) => {
+                if !marker.taints.contains(&entry) {
+                    marker.taints.push(entry);
+                }
+            }
+            TaintEdit::Remove(_) => marker.taints.retain(|x| x != &entry),
+        }
+        Ok(vec![
+            json!({"op": "test", "path": MARKER_POINTER, "value": text}),
+            json!({"op": "replace", "path": MARKER_POINTER, "value": marker_json(&marker, name)?}),
+        ])
     }
 }
 
@@ -675,9 +939,44 @@ mod tests {
         for t in [json!([other]), json!([mine])] {
             for e in [TaintEdit::Add(ours()), TaintEdit::Remove(ours())] {
                 if let Some(p) = e.patch(&node(t.clone())) {
-                    serde_json::from_value::<json_patch::Patch>(p).unwrap();
+                    serde_json::from_value::<json_patch::Patch>(serde_json::Value::Array(p))
+                        .unwrap();
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_marker_records_taint_edits_in_the_same_patch() {
+        let marker = json!({"was_unschedulable": false, "taint_was_present": false,
+            "boot_id": "b", "time": "t", "why": "w", "cordoned": false, "taints": []})
+        .to_string();
+        let mut n = node(serde_json::Value::Null);
+        n.metadata.annotations = Some([(MARKER_ANNOTATION.to_string(), marker.clone())].into());
+        let ops = TaintEdit::Add(ours()).record(&n, "n").unwrap();
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": MARKER_POINTER, "value": marker})
+        );
+        let new: Marker = serde_json::from_str(ops[1]["value"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            new.taints,
+            vec![MarkerTaint {
+                key: "k/shutdown".into(),
+                effect: "PreferNoSchedule".into()
+            }]
+        );
+        // Without a marker there is nothing to record into: an error naming the node.
+        let err = TaintEdit::Add(ours())
+            .record(&node(serde_json::Value::Null), "n")
+            .unwrap_err();
+        assert!(err.to_string().contains("node n"), "{err}");
+    }
+
+    #[test]
+    fn an_old_marker_reads_as_nothing_of_ours() {
+        let old = r#"{"was_unschedulable":false,"taint_was_present":false,"boot_id":"b","time":"t","why":"w","taint_key":"k","taint_effect":"NoSchedule"}"#;
+        let m: Marker = serde_json::from_str(old).unwrap();
+        assert!(!m.cordoned && m.taints.is_empty());
     }
 }

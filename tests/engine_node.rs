@@ -1,10 +1,13 @@
 //! prepare / restore / marker / wait_ready against the fake API server: marker before any
-//! change, only our taint touched, an admin's cordon survives, concurrent taint writers lose
-//! nothing, kubelet credentials (taint forbidden) still drain, clear errors for a missing node,
-//! an unreachable server and a bad kubeconfig.
+//! change, only our taint touched, an admin's cordon survives (also one that lands between our
+//! marker and our cordon), concurrent taint writers lose nothing, kubelet credentials (taint
+//! forbidden) still drain, a taint they may not remove stays listed in the marker, transient
+//! failures are retried, a changed taint configuration is recorded, clear errors for a missing
+//! node, an unreachable server and a bad kubeconfig.
 
 mod engine_support;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +19,48 @@ use serde_json::json;
 use tokio::time::Instant;
 
 const OUR_TAINT: (&str, &str) = ("kube-shutdown-drain/shutdown", "PreferNoSchedule");
+
+/// The marker annotation as stored on the node, parsed.
+fn stored_marker(node: &serde_json::Value) -> Option<serde_json::Value> {
+    node.pointer(&format!(
+        "/metadata/annotations/{}",
+        MARKER_ANNOTATION.replace('/', "~1")
+    ))
+    .and_then(|v| v.as_str())
+    .map(|t| serde_json::from_str(t).expect("the marker is JSON"))
+}
+
+/// A config file for the binary, for `token`'s credentials.
+fn config_file(c: &Cluster, token: &str, extra: &str) -> PathBuf {
+    let path = c
+        .dir
+        .path()
+        .join(format!("config-{}.toml", token.replace(':', "-")));
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
+        c.kubeconfig(token).display(),
+        c.dir.path().join("state").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the binary; its exit code and stderr.
+async fn cli(config: &Path, args: &[&str]) -> (i32, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        .output()
+        .await
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
 
 fn has_taint(node: &serde_json::Value, key: &str, effect: &str) -> bool {
     taints(node).contains(&(key.to_string(), effect.to_string()))
@@ -338,7 +383,10 @@ async fn clear_errors_for_missing_node_unreachable_server_and_bad_kubeconfig() {
 
     let engine = Engine::new(c.settings("")).unwrap();
     c.server.stop_listener();
-    let err = engine.prepare("x").await.unwrap_err();
+    let err = engine
+        .prepare_by("x", Instant::now() + Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert!(err.is_unreachable(), "{err}");
     assert!(err.to_string().contains(NODE), "{err}");
 
@@ -380,4 +428,309 @@ async fn a_kubeconfig_without_a_server_is_a_config_error() {
         "{:?}",
         report.errors
     );
+}
+
+/// Two 503s on the Node GET and one on the PATCH: prepare retries them and ends with the marker,
+/// the taint and the cordon, each recorded in the marker.
+#[tokio::test]
+async fn prepare_retries_transient_failures() {
+    let c = Cluster::start(vec![]).await;
+    let node_route = "/api/v1/nodes/node-a";
+    c.server
+        .faults()
+        .fail_next(Route::new("GET", node_route), 2, 503);
+    c.server
+        .faults()
+        .fail_next(Route::new("PATCH", node_route), 1, 503);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine
+        .prepare_by("shutdown", Instant::now() + Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(out.tainted && out.cordoned, "{out:?}");
+    let node = c.node(NODE);
+    assert!(unschedulable(&node));
+    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    let marker = stored_marker(&node).expect("marker");
+    assert_eq!(marker["cordoned"], true);
+    assert_eq!(
+        marker["taints"],
+        json!([{"key": OUR_TAINT.0, "effect": OUR_TAINT.1}])
+    );
+    let rec = c.server.recorder();
+    assert_eq!(
+        rec.matching("GET", node_route)
+            .iter()
+            .filter(|r| r.status == 503)
+            .count(),
+        2
+    );
+    assert_eq!(
+        rec.matching("PATCH", node_route)
+            .iter()
+            .filter(|r| r.status == 503)
+            .count(),
+        1
+    );
+}
+
+/// 5xx answers until the deadline count as an unreachable server (exit code 3), and the error
+/// names the node; the CLI's `drain` says so too.
+#[tokio::test]
+async fn a_server_answering_5xx_until_the_deadline_is_unreachable() {
+    let c = Cluster::start(vec![]).await;
+    c.server
+        .faults()
+        .fail_next(Route::new("GET", "/api/v1/nodes/node-a"), 1000, 503);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let started = Instant::now();
+    let err = engine
+        .prepare_by("x", started + Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(err.is_unreachable(), "{err}");
+    assert!(err.to_string().contains(NODE), "{err}");
+    let attempts = c
+        .server
+        .recorder()
+        .matching("GET", "/api/v1/nodes/node-a")
+        .len();
+    assert!(attempts >= 3, "retried with backoff: {attempts} attempts");
+    assert!(stored_marker(&c.node(NODE)).is_none());
+
+    let config = config_file(&c, "admin", "[drain]\ntimeout = \"1s\"\n");
+    let (code, stderr) = cli(&config, &["drain"]).await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains(NODE), "{stderr}");
+}
+
+/// The marker write itself fails: nothing else is changed and the error says so.
+#[tokio::test]
+async fn a_failed_marker_write_changes_nothing_else() {
+    let c = Cluster::start(vec![]).await;
+    c.server
+        .faults()
+        .fail_next(Route::new("PATCH", "/api/v1/nodes/node-a"), 1, 400);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let err = engine.prepare("shutdown").await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("marker") && text.contains(NODE), "{text}");
+    assert!(text.contains("nothing else was changed"), "{text}");
+    let node = c.node(NODE);
+    assert!(stored_marker(&node).is_none());
+    assert!(!unschedulable(&node));
+    assert!(taints(&node).is_empty());
+    assert_eq!(c.server.recorder().matching("PATCH", "/nodes/").len(), 1);
+}
+
+/// The taint write fails with a non-transient error: the cordon still happens (recorded as
+/// ours), and the taint error is returned.
+#[tokio::test]
+async fn a_failed_taint_still_cordons() {
+    let c = Cluster::start(vec![]).await;
+    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
+    // Each node PATCH waits 300 ms in the server before it is answered; once the marker is
+    // stored, the next PATCH (the taint, waiting) is made to fail.
+    c.server
+        .faults()
+        .add_latency(route.clone(), Duration::from_millis(300));
+    let server_store = c.server.store().clone();
+    let faults = c.server.faults().clone();
+    let arm = tokio::spawn(async move {
+        loop {
+            let node = server_store.get("Node", None, NODE).unwrap();
+            if stored_marker(&node).is_some() {
+                faults.fail_next(route, 1, 400);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let engine = Engine::new(c.settings("")).unwrap();
+    let err = engine.prepare("shutdown").await.unwrap_err();
+    arm.await.unwrap();
+    let text = err.to_string();
+    assert!(text.contains("taint") && text.contains(NODE), "{text}");
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "cordoned although the taint failed");
+    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    let marker = stored_marker(&node).expect("marker");
+    assert_eq!(marker["cordoned"], true);
+    assert_eq!(marker["taints"], json!([]));
+    // Restore undoes the cordon.
+    engine.restore().await.unwrap();
+    assert!(!unschedulable(&c.node(NODE)));
+}
+
+/// A marker whose prepare died before the cordon (here: written as prepare writes it, recording
+/// no cordon), then an admin cordons: restore leaves the admin's cordon.
+#[tokio::test]
+async fn an_admin_cordon_after_a_marker_only_prepare_survives_restore() {
+    let c = Cluster::start(vec![]).await;
+    let marker = json!({"was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "0b0e1d00-0000-4000-8000-000000000001", "time": "2026-11-29T23:00:00Z",
+        "why": "shutdown", "cordoned": false, "taints": []});
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"] = json!({MARKER_ANNOTATION: marker.to_string()});
+            // The admin's cordon, after our marker.
+            n["spec"]["unschedulable"] = json!(true);
+        })
+        .unwrap();
+    let engine = Engine::new(c.settings("")).unwrap();
+    let r = engine.restore().await.unwrap();
+    assert!(!r.uncordoned);
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(stored_marker(&node).is_none(), "the marker is cleared");
+
+    // A marker of an older version (no `cordoned`, no `taints`): nothing is guessed.
+    let old = json!({"was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "b", "time": "2026-11-29T23:00:00Z", "why": "shutdown",
+        "taint_key": OUR_TAINT.0, "taint_effect": OUR_TAINT.1});
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"] = json!({MARKER_ANNOTATION: old.to_string()});
+        })
+        .unwrap();
+    c.server
+        .store()
+        .set_node_taint(NODE, json!({"key": OUR_TAINT.0, "effect": OUR_TAINT.1}))
+        .unwrap();
+    let r = engine.restore().await.unwrap();
+    assert!(!r.uncordoned && !r.untainted);
+    let node = c.node(NODE);
+    assert!(unschedulable(&node) && has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+}
+
+/// An admin cordons while our prepare is between its marker and its cordon: the cordon is not
+/// recorded as ours, and restore leaves the node cordoned.
+#[tokio::test]
+async fn an_admin_cordon_during_prepare_is_not_taken_for_ours() {
+    let c = Cluster::start(vec![]).await;
+    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
+    c.server
+        .faults()
+        .add_latency(route, Duration::from_millis(200));
+    let server_store = c.server.store().clone();
+    let admin = tokio::spawn(async move {
+        // Once the marker is stored, cordon as the admin while our next writes wait.
+        loop {
+            let node = server_store.get("Node", None, NODE).unwrap();
+            if stored_marker(&node).is_some() {
+                server_store
+                    .modify("Node", None, NODE, |n| {
+                        n["spec"]["unschedulable"] = json!(true)
+                    })
+                    .unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine.prepare("shutdown").await.unwrap();
+    admin.await.unwrap();
+    assert!(!out.cordoned && !out.marker.cordoned, "{out:?}");
+    assert!(out.tainted);
+    let r = engine.restore().await.unwrap();
+    assert!(!r.uncordoned && r.untainted);
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+}
+
+/// A drain with admin credentials, a restore with the kubelet's: the cordon is undone, the taint
+/// (which these credentials may not remove) stays listed in the marker, the error names node
+/// and taint, and the CLI exits 1. A later restore with admin credentials finishes the job.
+#[tokio::test]
+async fn a_taint_the_restore_may_not_remove_stays_in_the_marker() {
+    let c = Cluster::start(vec![]).await;
+    let admin = Engine::new(c.settings("")).unwrap();
+    admin.prepare("shutdown").await.unwrap();
+
+    let kubelet = Engine::new(c.settings_as("system:node:node-a", "")).unwrap();
+    let err = kubelet.restore().await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains(NODE), "{text}");
+    assert!(
+        text.contains(&format!("{}:{}", OUR_TAINT.0, OUR_TAINT.1)),
+        "{text}"
+    );
+    assert!(!err.is_unreachable());
+    let node = c.node(NODE);
+    assert!(!unschedulable(&node), "the cordon part is done");
+    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    let marker = stored_marker(&node).expect("the marker stays");
+    assert_eq!(marker["cordoned"], false);
+    assert_eq!(
+        marker["taints"],
+        json!([{"key": OUR_TAINT.0, "effect": OUR_TAINT.1}])
+    );
+
+    // The CLI with the kubelet's credentials: exit 1, the reason on stderr.
+    let config = config_file(&c, "system:node:node-a", "");
+    let (code, stderr) = cli(&config, &["restore"]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(OUR_TAINT.0) && stderr.contains(NODE),
+        "{stderr}"
+    );
+
+    let r = admin.restore().await.unwrap();
+    assert!(r.untainted && !r.uncordoned);
+    let node = c.node(NODE);
+    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(stored_marker(&node).is_none());
+}
+
+/// The taint configuration changes between two prepares: the marker lists both taints we added
+/// and restore removes exactly those, leaving another writer's taint.
+#[tokio::test]
+async fn a_changed_taint_configuration_is_recorded_and_restored() {
+    let c = Cluster::start(vec![]).await;
+    c.server
+        .store()
+        .set_node_taint(
+            NODE,
+            json!({"key": "example.com/other", "effect": "NoSchedule"}),
+        )
+        .unwrap();
+    let first = Engine::new(c.settings("")).unwrap();
+    first.prepare("drain by hand").await.unwrap();
+    let second = Engine::new(
+        c.settings("[taint]\nkey = \"example.com/maintenance\"\neffect = \"NoSchedule\"\n"),
+    )
+    .unwrap();
+    let out = second.prepare("shutdown").await.unwrap();
+    assert!(out.tainted);
+    let listed: Vec<(String, String)> = out
+        .marker
+        .taints
+        .iter()
+        .map(|t| (t.key.clone(), t.effect.clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (OUR_TAINT.0.to_string(), OUR_TAINT.1.to_string()),
+            (
+                "example.com/maintenance".to_string(),
+                "NoSchedule".to_string()
+            ),
+        ]
+    );
+    let node = c.node(NODE);
+    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_taint(&node, "example.com/maintenance", "NoSchedule"));
+
+    let r = second.restore().await.unwrap();
+    assert!(r.untainted && r.uncordoned);
+    let node = c.node(NODE);
+    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_taint(&node, "example.com/maintenance", "NoSchedule"));
+    assert!(has_taint(&node, "example.com/other", "NoSchedule"));
+    assert!(!unschedulable(&node));
 }

@@ -18,10 +18,11 @@ pub async fn run(settings: Arc<Settings>, dry_run: bool, output: Output) -> Resu
     if dry_run {
         engine.node().await?;
     } else {
-        let prepared = engine.prepare(WHY).await?;
+        let prepared = engine.prepare_by(WHY, deadline).await?;
         if prepared.taint_forbidden {
             eprintln!(
-                "warning: these credentials may not taint the node; it is cordoned without the taint"
+                "warning: these credentials may not taint node {}; it is cordoned without the taint",
+                engine.settings().node_name
             );
         }
     }

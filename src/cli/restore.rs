@@ -15,8 +15,8 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         Some(m) => {
             let cordon = if out.uncordoned {
                 "uncordoned"
-            } else if m.was_unschedulable {
-                "left cordoned (it was cordoned before the drain)"
+            } else if !m.cordoned {
+                "cordon left as it was (we did not cordon it)"
             } else {
                 "already uncordoned"
             };
