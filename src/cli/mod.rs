@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::client::ApiError;
 use crate::config::{ConfigError, DEFAULT_CONFIG_PATH, Settings};
 use crate::engine;
 
@@ -79,17 +80,56 @@ pub enum Command {
     Run,
 }
 
-/// A subcommand failed.
+/// A subcommand failed. Displayed as one line for a person: an API answer inside it reads as
+/// its message, reason and code, not as a dump of the Status object.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("--node {0:?} is not a node name")]
     NodeName(String),
-    #[error(transparent)]
+    #[error("{}", human(.0.to_string(), .0))]
     Engine(#[from] engine::Error),
-    #[error(transparent)]
+    #[error("{}", human(format!("{:#}", .0), .0.as_ref()))]
     Other(#[from] anyhow::Error),
+}
+
+/// An API server's refusal as a person reads it: `nodes "x" not found (NotFound, HTTP 404)`.
+fn status_line(status: &kube::core::Status) -> String {
+    let message = if status.message.is_empty() {
+        "the API server refused the request"
+    } else {
+        status.message.as_str()
+    };
+    if status.reason.is_empty() {
+        format!("{message} (HTTP {})", status.code)
+    } else {
+        format!("{message} ({}, HTTP {})", status.reason, status.code)
+    }
+}
+
+/// `text`, the message of `error`, as one line. kube renders an API error as `ApiError: ...
+/// (Status { ... })`; wherever a cause's text is embedded, it is replaced by [`status_line`].
+fn human(mut text: String, error: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        let status = match (
+            e.downcast_ref::<ApiError>(),
+            e.downcast_ref::<kube::Error>(),
+        ) {
+            (Some(ApiError::Kube(kube::Error::Api(s))), _) | (_, Some(kube::Error::Api(s))) => {
+                Some(s)
+            }
+            _ => None,
+        };
+        if let Some(status) = status {
+            text = text.replace(&e.to_string(), &status_line(status));
+            // The Status is the next cause; `{:#}` would repeat it after the line just written.
+            text = text.replace(&format!(": {status}"), "");
+        }
+        cause = e.source();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 impl CliError {
@@ -148,4 +188,91 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
     let text = serde_json::to_string_pretty(value).map_err(anyhow::Error::from)?;
     println!("{text}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(code: u16, reason: &str, message: &str) -> ApiError {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": message,
+            "details": {"name": "node-a", "kind": "nodes"},
+        }))
+        .unwrap();
+        ApiError::Kube(kube::Error::Api(Box::new(status)))
+    }
+
+    /// An API refusal inside a CLI error is one readable line that still names its object, and
+    /// the exit code stays what `--help` documents.
+    #[test]
+    fn api_errors_read_as_one_line_naming_the_object() {
+        let cases = [
+            (
+                refusal(
+                    403,
+                    "Forbidden",
+                    "pods is forbidden: User \"x\" cannot list",
+                ),
+                "cannot list the pods of node node-a: pods is forbidden: User \"x\" cannot list \
+                 (Forbidden, HTTP 403)",
+                EXIT_INCOMPLETE,
+            ),
+            (
+                refusal(500, "", "etcd\nis down"),
+                "cannot list the pods of node node-a: etcd is down (HTTP 500)",
+                EXIT_INCOMPLETE,
+            ),
+            (
+                refusal(429, "TooManyRequests", ""),
+                "cannot list the pods of node node-a: the API server refused the request \
+                 (TooManyRequests, HTTP 429)",
+                EXIT_INCOMPLETE,
+            ),
+        ];
+        for (source, want, code) in cases {
+            let raw = source.to_string();
+            assert!(
+                raw.contains("Status {"),
+                "kube still dumps the Status: {raw}"
+            );
+            let e = CliError::from(engine::Error::ListPods {
+                node: "node-a".into(),
+                source,
+            });
+            let text = e.to_string();
+            assert_eq!(text, want);
+            assert!(!text.contains("Status {") && !text.contains('\n'), "{text}");
+            assert_eq!(e.exit_code(), code, "{text}");
+        }
+        let timeout = CliError::from(engine::Error::ListPods {
+            node: "node-a".into(),
+            source: ApiError::Timeout(std::time::Duration::from_secs(10)),
+        });
+        assert_eq!(
+            timeout.to_string(),
+            "cannot list the pods of node node-a: no answer within 10s"
+        );
+    }
+
+    #[test]
+    fn anyhow_errors_with_an_api_cause_read_the_same() {
+        let e = CliError::from(
+            anyhow::Error::new(refusal(404, "NotFound", "nodes \"node-a\" not found"))
+                .context("cannot check node node-a"),
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot check node node-a: nodes \"node-a\" not found (NotFound, HTTP 404)"
+        );
+        let e = CliError::from(anyhow::Error::new(refusal(
+            404,
+            "NotFound",
+            "nodes \"node-a\" not found",
+        )));
+        assert_eq!(
+            e.to_string(),
+            "nodes \"node-a\" not found (NotFound, HTTP 404)"
+        );
+    }
 }
