@@ -213,13 +213,37 @@ impl ServerHealth {
         let since = outage.as_ref().map_or_else(Instant::now, |o| o.since);
         *outage = Some(Outage {
             since,
-            last: e.to_string(),
+            last: said(e),
             unreachable: e.is_unreachable(),
         });
     }
 
     fn outage(&self) -> Option<Outage> {
         self.lock().clone()
+    }
+}
+
+/// An API server's refusal as one line: `nodes "x" not found (NotFound, HTTP 404)`. kube's own
+/// rendering of an API error appends a dump of the whole Status object.
+pub(crate) fn status_line(status: &kube::core::Status) -> String {
+    let message = if status.message.is_empty() {
+        "the API server refused the request"
+    } else {
+        status.message.as_str()
+    };
+    let line = if status.reason.is_empty() {
+        format!("{message} (HTTP {})", status.code)
+    } else {
+        format!("{message} ({}, HTTP {})", status.reason, status.code)
+    };
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// An API error as one line for the report and the log.
+pub(crate) fn said(e: &ApiError) -> String {
+    match e {
+        ApiError::Kube(kube::Error::Api(s)) => status_line(s),
+        e => e.to_string(),
     }
 }
 
@@ -849,15 +873,15 @@ impl Run {
                     Pause::For(retry_interval)
                 }
                 Err(e) if e.is_transient() => {
-                    tracing::warn!("eviction of pod {key} got no answer: {e}");
-                    self.update(idx, |p| p.detail = Some(e.to_string()));
+                    tracing::warn!("eviction of pod {key} got no answer: {}", said(&e));
+                    self.update(idx, |p| p.detail = Some(said(&e)));
                     Pause::For(backoff.next())
                 }
                 Err(e) => {
-                    tracing::warn!("eviction of pod {key} failed: {e}");
+                    tracing::warn!("eviction of pod {key} failed: {}", said(&e));
                     self.update(idx, |p| {
                         p.outcome = Outcome::Failed;
-                        p.detail = Some(e.to_string());
+                        p.detail = Some(said(&e));
                     });
                     Pause::For(retry_interval)
                 }
@@ -955,9 +979,13 @@ impl Run {
                 self.finish(idx, Outcome::Gone)
             }
             Err(GaveUp::Final(e) | GaveUp::Deadline { last: Some(e), .. }) => {
-                tracing::warn!("cannot delete pod {} at the deadline: {e}", pod.key());
+                tracing::warn!(
+                    "cannot delete pod {} at the deadline: {}",
+                    pod.key(),
+                    said(&e)
+                );
                 self.update(idx, |p| {
-                    p.detail = Some(format!("delete at deadline failed: {e}"))
+                    p.detail = Some(format!("delete at deadline failed: {}", said(&e)))
                 });
             }
             Err(GaveUp::Deadline { last: None, .. }) => {
@@ -1071,7 +1099,7 @@ pub async fn drain(
         Err(GaveUp::Final(e)) => {
             report
                 .errors
-                .push(format!("cannot list the pods of node {node}: {e}"));
+                .push(format!("cannot list the pods of node {node}: {}", said(&e)));
             report.duration_ms = started.elapsed().as_millis() as u64;
             report.finish();
             return report;
@@ -1316,6 +1344,31 @@ pub async fn drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_errors_in_the_report_are_one_line_without_the_status_dump() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 503, "reason": "ServiceUnavailable",
+            "message": "etcd\nleader changed",
+        }))
+        .unwrap();
+        let e = ApiError::Kube(kube::Error::Api(Box::new(status)));
+        assert!(e.to_string().contains("Status {"), "{e}");
+        assert_eq!(
+            said(&e),
+            "etcd leader changed (ServiceUnavailable, HTTP 503)"
+        );
+        let bare = kube::core::Status {
+            code: 500,
+            ..kube::core::Status::default()
+        };
+        assert_eq!(
+            status_line(&bare),
+            "the API server refused the request (HTTP 500)"
+        );
+        let timeout = ApiError::Timeout(Duration::from_secs(10));
+        assert_eq!(said(&timeout), "no answer within 10s");
+    }
 
     #[test]
     fn budget_name_from_the_api_message() {

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::client::ApiError;
 use crate::config::{ConfigError, DEFAULT_CONFIG_PATH, Settings};
+use crate::drain::status_line;
 use crate::engine;
 
 pub mod check;
@@ -92,20 +93,6 @@ pub enum CliError {
     Engine(#[from] engine::Error),
     #[error("{}", human(format!("{:#}", .0), .0.as_ref()))]
     Other(#[from] anyhow::Error),
-}
-
-/// An API server's refusal as a person reads it: `nodes "x" not found (NotFound, HTTP 404)`.
-fn status_line(status: &kube::core::Status) -> String {
-    let message = if status.message.is_empty() {
-        "the API server refused the request"
-    } else {
-        status.message.as_str()
-    };
-    if status.reason.is_empty() {
-        format!("{message} (HTTP {})", status.code)
-    } else {
-        format!("{message} ({}, HTTP {})", status.reason, status.code)
-    }
 }
 
 /// `text`, the message of `error`, as one line. kube renders an API error as `ApiError: ...
