@@ -734,3 +734,49 @@ async fn a_changed_taint_configuration_is_recorded_and_restored() {
     assert!(has_taint(&node, "example.com/other", "NoSchedule"));
     assert!(!unschedulable(&node));
 }
+
+/// An admin cordons while our cordon write is on its way: the write's resourceVersion guard
+/// fails (409), we read the Node again, find it cordoned by someone else and leave it so,
+/// unrecorded; restore keeps it cordoned.
+#[tokio::test]
+async fn an_admin_cordon_racing_our_cordon_write_wins() {
+    let c = Cluster::start(vec![]).await;
+    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
+    // Each node PATCH waits 200 ms in the server before it is applied; the admin cordons as soon
+    // as our marker is stored, while our cordon PATCH waits.
+    c.server
+        .faults()
+        .add_latency(route, Duration::from_millis(200));
+    let server_store = c.server.store().clone();
+    let admin = tokio::spawn(async move {
+        loop {
+            let node = server_store.get("Node", None, NODE).unwrap();
+            if stored_marker(&node).is_some() {
+                server_store
+                    .modify("Node", None, NODE, |n| {
+                        n["spec"]["unschedulable"] = json!(true)
+                    })
+                    .unwrap();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+    let engine = Engine::new(c.settings("[taint]\nenabled = false\n")).unwrap();
+    let out = engine.prepare("shutdown").await.unwrap();
+    admin.await.unwrap();
+    assert!(!out.cordoned && !out.marker.cordoned, "{out:?}");
+    let conflicts = c
+        .server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a")
+        .iter()
+        .filter(|r| r.status == 409)
+        .count();
+    assert_eq!(conflicts, 1, "our cordon write lost the race once");
+    let r = engine.restore().await.unwrap();
+    assert!(!r.uncordoned);
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(stored_marker(&node).is_none());
+}
