@@ -43,14 +43,27 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             println!("  our taint:     {}", yes_no(status.taint_present));
             match &status.marker {
                 None => println!("  marker:        none"),
-                Some(m) => println!(
-                    "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
-                    m.time,
-                    m.boot_id,
-                    m.why,
-                    yes_no(m.was_unschedulable),
-                    yes_no(m.taint_was_present)
-                ),
+                Some(m) => {
+                    println!(
+                        "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
+                        m.time,
+                        m.boot_id,
+                        m.why,
+                        yes_no(m.was_unschedulable),
+                        yes_no(m.taint_was_present)
+                    );
+                    // What a restore will undo: only what the marker says we did.
+                    let taints: Vec<String> = m.taints.iter().map(ToString::to_string).collect();
+                    println!(
+                        "  we cordoned:   {}; taints we added: {}",
+                        yes_no(m.cordoned),
+                        if taints.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            taints.join(", ")
+                        }
+                    );
+                }
             }
             super::check::logind_budget(&settings, "  ").await;
             match &status.last_report {

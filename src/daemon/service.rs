@@ -587,7 +587,7 @@ async fn drain_node(
     };
     // The plan for the status line is read beside the prepare: it costs the drain no time.
     let (prepared, plan) = tokio::join!(
-        tokio::time::timeout_at(deadline, engine.prepare(&why)),
+        tokio::time::timeout_at(deadline, engine.prepare_by(&why, deadline)),
         tokio::time::timeout_at(deadline, engine.plan()),
     );
     match prepared {
