@@ -812,3 +812,172 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
         "a warning names the record it could not write:\n{log}"
     );
 }
+
+/// A `cart` replica on the node whose simulated kubelet takes `seconds` to stop it after the
+/// eviction: a drain that evicts it holds its lock about that long.
+fn slow_cart_pod(seconds: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "cart-7f9b8c6d5-late1",
+            "namespace": "shop",
+            "labels": {"app": "cart", "pod-template-hash": "7f9b8c6d5"},
+            "annotations": {"fake-apiserver.test/termination-seconds": seconds.to_string()},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "cart-7f9b8c6d5",
+                "uid": "5e000000-0000-4000-8000-00000000a002", "controller": true
+            }]
+        },
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "cart", "image": "registry.example.com/shop/cart:2.4.1"}]
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+#[tokio::test]
+async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_after() {
+    // A 12 s budget; logind allows 20 s.
+    let Some(mut world) = started(Setup {
+        config: config("12s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let rebooted = Instant::now();
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    let record = world.dir().join("state").join("shutdown-started");
+    assert!(record.exists(), "the shutdown start is recorded");
+
+    // The bus (and the fake logind with it) goes away mid-drain.
+    world.rig.stop_bus();
+    assert!(
+        world
+            .wait_log(
+                "during the drain of node demo-node-1; the drain goes on",
+                Duration::from_secs(5)
+            )
+            .await,
+        "the daemon notices the bus is gone and keeps draining; log:\n{}",
+        world.log()
+    );
+    // The budget opens while the bus is down: the drain finishes without it.
+    world
+        .api
+        .store()
+        .upsert(third_web_replica())
+        .expect("open the budget");
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| sorted(w.pods_on_node())
+                == STAYING)
+            .await,
+        "the drain finished with the bus down; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world
+            .wait_log(
+                "drained node demo-node-1 for the reboot",
+                Duration::from_secs(5)
+            )
+            .await,
+        "the drain's end is logged; log:\n{}",
+        world.log()
+    );
+    assert!(world.is_cordoned() && world.is_tainted());
+
+    // A pod that takes longer to stop than the whole budget lands on the node: a drain by the
+    // reconnected daemon holds its lock until its deadline, which shows where it counts from.
+    world
+        .api
+        .store()
+        .upsert(slow_cart_pod(30))
+        .expect("add the slow pod");
+    // The bus stays down for 6 s of the 12 s budget, then comes back; logind is still preparing
+    // the same reboot (its timer has run since the reboot).
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(rebooted.elapsed())).await;
+    world
+        .rig
+        .start_bus_again(LogindOptions {
+            preparing_for_shutdown: true,
+            ..LogindOptions::default()
+        })
+        .await;
+    let back = Instant::now();
+    assert!(
+        world.rig.wait_locks(1, Duration::from_secs(5)).await,
+        "no lock in the new logind 5 s after the bus came back; log:\n{}",
+        world.log()
+    );
+    println!(
+        "lock back {} ms after the bus and the fake logind returned",
+        back.elapsed().as_millis()
+    );
+    assert!(
+        world
+            .wait_log("already preparing a reboot", Duration::from_secs(5))
+            .await,
+        "the reconnected daemon sees the reboot under way; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world
+            .wait_until(Duration::from_secs(5), |w| w
+                .api
+                .recorder()
+                .count("POST", "cart-7f9b8c6d5-late1/eviction")
+                > 0)
+            .await,
+        "the reconnected daemon drains again (the new pod is evicted); log:\n{}",
+        world.log()
+    );
+    // The record bounds the second drain to what is left of the first budget: it releases
+    // near 12 s after the reboot; a fresh 12 s budget would hold the lock until about 18 s.
+    assert!(
+        world.rig.wait_locks(0, Duration::from_secs(20)).await,
+        "the reconnected daemon never released its lock; log:\n{}",
+        world.log()
+    );
+    let released = rebooted.elapsed();
+    let log = world.log();
+    let left_line = log
+        .lines()
+        .find(|l| l.contains("of the 12 s budget is left for node demo-node-1"))
+        .unwrap_or_else(|| panic!("no line on the budget left; log:\n{log}"));
+    println!(
+        "second lock released {} ms after the reboot ({left_line})",
+        released.as_millis()
+    );
+    let announced: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("draining node demo-node-1 within"))
+        .collect();
+    assert!(
+        announced.len() == 2 && !announced[1].contains("within 12 s"),
+        "the second drain announces what is left, not the whole budget: {announced:?}"
+    );
+    assert!(
+        !log.contains("counting the drain budget from now"),
+        "the reconnected daemon ignored the record; log:\n{log}"
+    );
+    assert!(
+        released < Duration::from_millis(15_500),
+        "the second drain ran a fresh budget: released {released:?} after the reboot, the \
+         original 12 s budget ends about 12 s after it; log:\n{log}"
+    );
+    assert!(world.is_cordoned() && world.is_tainted());
+    assert!(!world.pods_on_node().contains(&WEB_POD.to_owned()));
+}

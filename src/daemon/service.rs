@@ -421,14 +421,15 @@ impl Daemon {
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let deadline = started + left;
+        // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
         tracing::info!(
             "logind announced a {what}; draining node {node} within {} (logind allows {})",
-            seconds(budget.drain),
+            seconds(left),
             seconds(budget.logind_max)
         );
         self.status.set(format!(
             "draining node {node} before the {what} (budget {})",
-            seconds(budget.drain)
+            seconds(left)
         ));
 
         let drain = drain_node(

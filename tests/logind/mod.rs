@@ -217,6 +217,26 @@ impl Rig {
         self.start_logind().await;
     }
 
+    /// Kills the bus daemon and the fake logind and leaves them down (clients see the bus gone
+    /// and cannot reconnect) until [`Rig::start_bus_again`].
+    pub fn stop_bus(&mut self) {
+        if let Some(mut logind) = self.logind.take() {
+            kill(&mut logind);
+        }
+        kill(&mut self.bus);
+        let _ = std::fs::remove_file(self.dir.path().join("system_bus_socket"));
+    }
+
+    /// After [`Rig::stop_bus`]: starts the bus on the same socket and a fake logind started with
+    /// `options` (e.g. still preparing the shutdown that was under way).
+    pub async fn start_bus_again(&mut self, options: LogindOptions) {
+        assert!(self.logind.is_none(), "stop_bus first");
+        self.options = options;
+        let socket = self.dir.path().join("system_bus_socket");
+        self.bus = start_bus(self.dir.path(), &socket);
+        self.start_logind().await;
+    }
+
     /// A fresh client connection to the private bus.
     pub async fn connection(&self) -> zbus::Result<zbus::Connection> {
         zbus::connection::Builder::address(self.address.as_str())
