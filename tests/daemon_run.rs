@@ -981,3 +981,70 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_
     assert!(world.is_cordoned() && world.is_tainted());
     assert!(!world.pods_on_node().contains(&WEB_POD.to_owned()));
 }
+
+#[tokio::test]
+async fn a_shutdown_cancelled_while_the_bus_was_down_is_restored_after_the_reconnect() {
+    let Some(mut world) = started(Setup {
+        config: config("12s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.rig.reboot().await;
+    assert!(
+        world
+            .wait_log("refused (429)", Duration::from_secs(10))
+            .await,
+        "the drain waits on the web budget; log:\n{}",
+        world.log()
+    );
+    world.rig.stop_bus();
+    world
+        .api
+        .store()
+        .upsert(third_web_replica())
+        .expect("open the budget");
+    assert!(
+        world
+            .wait_log(
+                "drained node demo-node-1 for the reboot",
+                Duration::from_secs(10)
+            )
+            .await,
+        "the drain finished with the bus down; log:\n{}",
+        world.log()
+    );
+    assert!(world.is_cordoned() && world.is_tainted());
+    // The reboot was cancelled while the bus was down: the new logind prepares nothing, and
+    // the PrepareForShutdown(false) signal never reached the daemon.
+    world.rig.start_bus_again(LogindOptions::default()).await;
+    assert!(
+        world.rig.wait_locks(1, Duration::from_secs(5)).await,
+        "no lock 5 s after the bus came back; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world
+            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
+                && !w.is_tainted())
+            .await,
+        "the node stayed cordoned after a cancel the daemon missed; log:\n{}",
+        world.log()
+    );
+    let record = world.dir().join("state").join("shutdown-started");
+    assert!(
+        !record.exists(),
+        "the record of the cancelled shutdown is gone"
+    );
+    assert!(
+        world
+            .log()
+            .contains("ended without a reboot while the daemon was away"),
+        "says why it restores; log:\n{}",
+        world.log()
+    );
+    // The lock stays held for the next shutdown.
+    assert_eq!(world.rig.our_locks().await, 1);
+}

@@ -207,8 +207,17 @@ impl Daemon {
                 return Ok(());
             }
         } else {
-            // A record left by a shutdown that was cancelled while the daemon was away.
+            // A record of this boot means a shutdown was cancelled while the daemon was away (bus
+            // down, daemon restarting): its signal was lost, so undo the prepare as on a cancel.
+            let cancelled_while_away = self.record_of_this_boot();
             self.clear_start("no shutdown is under way");
+            if cancelled_while_away {
+                tracing::info!(
+                    "the recorded shutdown of node {node} ended without a reboot while the daemon \
+                     was away; restoring the node"
+                );
+                self.spawn_restore(Trigger::Cancel);
+            }
         }
         loop {
             tokio::select! {
@@ -312,6 +321,26 @@ impl Daemon {
             Err(e) => {
                 tracing::warn!("{e}; {from_now} for node {node}");
                 None
+            }
+        }
+    }
+
+    /// Whether the state directory holds a shutdown record of this boot. A record or boot ID
+    /// that cannot be read counts as none (logged): a cancel cannot then be told from a reboot.
+    fn record_of_this_boot(&self) -> bool {
+        let record = match shutdown_start::read(&self.settings.state_dir) {
+            Ok(Some(record)) => record,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!("{e}; not restoring node {}", self.settings.node_name);
+                return false;
+            }
+        };
+        match crate::node::read_boot_id(&self.settings.boot_id_path) {
+            Ok(boot_id) => boot_id == record.boot_id,
+            Err(e) => {
+                tracing::warn!("{e}; not restoring node {}", self.settings.node_name);
+                false
             }
         }
     }
