@@ -6,19 +6,10 @@ mod logind;
 
 use std::time::{Duration, Instant};
 
-use daemon_support::{NODE, Setup, World, open_seed, third_web_replica};
+use daemon_support::{NODE, STAYING, Setup, World, open_seed};
 use logind::LogindOptions;
 use nix::sys::signal::Signal;
 
-/// Pods the demo node keeps through a drain: DaemonSet pods, the kube-proxy mirror pod, the
-/// storage agent that tolerates the cordon, and the completed Job pod.
-const STAYING: [&str; 5] = [
-    "batch/nightly-report-29112000-xk2vd",
-    "kube-system/kube-flannel-ds-7xk2p",
-    "kube-system/kube-proxy-demo-node-1",
-    "monitoring/node-exporter-q8w3d",
-    "portworx/px-cluster-0c2b9d1e-4kq7w",
-];
 /// The pod the `web` budget protects.
 const WEB_POD: &str = "shop/web-6d4cf56db6-2xk9p";
 
@@ -32,6 +23,14 @@ fn config(drain_timeout: &str, margin: &str) -> String {
         "[drain]\ntimeout = \"{drain_timeout}\"\nretry_interval = \"1s\"\n\
          [daemon]\nrelease_margin = \"{margin}\"\nrestore_ready_timeout = \"5s\"\n"
     )
+}
+
+/// A fake logind that is already preparing a reboot when the daemon connects.
+fn preparing() -> LogindOptions {
+    LogindOptions {
+        preparing_for_shutdown: true,
+        ..LogindOptions::default()
+    }
 }
 
 async fn started(setup: Setup) -> Option<World> {
@@ -92,7 +91,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
     let mut drained_at = None;
     let mut outcome = None;
     while begin.elapsed() < Duration::from_secs(25) && outcome.is_none() {
-        if drained_at.is_none() && sorted(world.pods_on_node()) == STAYING {
+        if drained_at.is_none() && world.is_drained() {
             drained_at = Some(Instant::now());
         }
         outcome = world.rig.outcomes().into_iter().next();
@@ -152,21 +151,13 @@ async fn sigterm_during_the_drain_stops_it_and_releases_the_lock() {
     else {
         return;
     };
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
+    world.reboot_until_stuck_on_the_budget().await;
     world.signal(Signal::SIGTERM);
     let status = world
         .wait_exit(Duration::from_secs(3))
         .expect("exited within 3 s of SIGTERM");
     assert!(status.success(), "exit status {status:?}");
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(3)).await;
-    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+    world.expect_released(Duration::from_secs(3)).await;
     assert!(
         world
             .log()
@@ -185,23 +176,20 @@ async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budg
         return;
     };
     world.rig.reboot().await;
-    let outcome = world
-        .rig
-        .wait_outcome(0, Duration::from_secs(25))
-        .await
-        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
-    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    let outcome = world.expect_released(Duration::from_secs(25)).await;
     // The budget is 3 s (logind allows 20 s): released near 3 s, far from logind's timeout.
     assert!(
         outcome.elapsed >= 2.5 && outcome.elapsed < 10.0,
         "released at {} s, expected near the 3 s budget",
         outcome.elapsed
     );
-    assert!(
-        world
-            .wait_log("ended incomplete", Duration::from_secs(5))
-            .await
-    );
+    world
+        .expect_log(
+            "ended incomplete",
+            Duration::from_secs(5),
+            "the daemon logs it",
+        )
+        .await;
     let log = world.log();
     assert!(
         log.contains("web-6d4cf56db6-2xk9p"),
@@ -226,25 +214,23 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
         return;
     };
     world.rig.reboot().await;
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| w.is_cordoned()
-                && w.is_tainted())
-            .await,
-        "prepared; log:\n{}",
-        world.log()
-    );
-    let record = world.dir().join("state").join("shutdown-started");
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.is_cordoned() && w.is_tainted(),
+            "prepared",
+        )
+        .await;
+    let record = world.shutdown_record();
     assert!(record.exists(), "the shutdown start is recorded");
     world.rig.cancel().await;
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
-                && !w.is_tainted())
-            .await,
-        "restored after the cancel; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.is_restored(),
+            "restored after the cancel",
+        )
+        .await;
     assert_eq!(world.rig.our_locks().await, 1, "the lock is held");
     assert!(
         !record.exists(),
@@ -265,44 +251,32 @@ async fn cancel_after_the_release_restores_the_node_and_locks_again() {
         return;
     };
     world.rig.reboot().await;
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(20)).await;
-    assert_eq!(
-        outcome.map(|o| o.what).as_deref(),
-        Some("released"),
-        "{}",
-        world.log()
-    );
+    world.expect_released(Duration::from_secs(20)).await;
     assert_eq!(world.rig.our_locks().await, 0);
-    let record = world.dir().join("state").join("shutdown-started");
+    let record = world.shutdown_record();
     assert!(record.exists(), "the shutdown start is recorded");
     world.rig.cancel().await;
-    assert!(
-        world.rig.wait_locks(1, Duration::from_secs(5)).await,
-        "the lock is taken again; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_locks(1, Duration::from_secs(5), "the lock is taken again")
+        .await;
     assert!(
         !record.exists(),
         "the cancelled shutdown's start is forgotten; log:\n{}",
         world.log()
     );
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
-                && !w.is_tainted())
-            .await,
-        "restored after the cancel; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.is_restored(),
+            "restored after the cancel",
+        )
+        .await;
 }
 
 #[tokio::test]
 async fn started_while_logind_prepares_a_shutdown_drains_at_once() {
-    let Some(mut world) = World::start(Setup {
-        logind: LogindOptions {
-            preparing_for_shutdown: true,
-            ..LogindOptions::default()
-        },
+    let Some(world) = started(Setup {
+        logind: preparing(),
         seed: open_seed(),
         config: config("15s", "1s"),
     })
@@ -310,21 +284,21 @@ async fn started_while_logind_prepares_a_shutdown_drains_at_once() {
     else {
         return;
     };
-    world.spawn_daemon();
-    world.wait_ready().await;
-    assert!(
-        world
-            .wait_until(Duration::from_secs(15), |w| sorted(w.pods_on_node())
-                == STAYING)
-            .await,
-        "drained without a signal; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_until(
+            Duration::from_secs(15),
+            |w| w.is_drained(),
+            "drained without a signal",
+        )
+        .await;
     assert!(world.is_cordoned() && world.is_tainted());
-    assert!(
-        world.rig.wait_locks(0, Duration::from_secs(5)).await,
-        "the lock is released after the drain"
-    );
+    world
+        .expect_locks(
+            0,
+            Duration::from_secs(5),
+            "the lock is released after the drain",
+        )
+        .await;
     assert!(
         world.log().contains("logind is already preparing a reboot"),
         "the kind comes from PreparingForShutdownWithMetadata:\n{}",
@@ -339,29 +313,21 @@ async fn a_restarted_bus_gets_the_lock_back_within_seconds() {
     };
     world.rig.restart_bus().await;
     let again = Instant::now();
-    assert!(
-        world.rig.wait_locks(1, Duration::from_secs(5)).await,
-        "no lock 5 s after the bus restart; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_locks(
+            1,
+            Duration::from_secs(5),
+            "no lock 5 s after the bus restart",
+        )
+        .await;
     println!(
         "lock back {} ms after the fake logind returned",
         again.elapsed().as_millis()
     );
     // And it still drains on the new connection.
-    world
-        .api
-        .store()
-        .upsert(third_web_replica())
-        .expect("open the budget");
+    world.open_web_budget();
     world.rig.reboot().await;
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(20)).await;
-    assert_eq!(
-        outcome.map(|o| o.what).as_deref(),
-        Some("released"),
-        "{}",
-        world.log()
-    );
+    world.expect_released(Duration::from_secs(20)).await;
     assert!(world.is_cordoned());
 }
 
@@ -376,31 +342,28 @@ async fn an_unreachable_api_server_releases_within_the_budget_and_says_so() {
         return;
     };
     // Let the boot restore finish its (empty) check before the API goes away.
-    assert!(
-        world
-            .wait_log("nothing to restore", Duration::from_secs(10))
-            .await,
-        "{}",
-        world.log()
-    );
+    world
+        .expect_log(
+            "nothing to restore",
+            Duration::from_secs(10),
+            "the daemon logs it",
+        )
+        .await;
     world.api.stop_listener();
     world.rig.reboot().await;
-    let outcome = world
-        .rig
-        .wait_outcome(0, Duration::from_secs(25))
-        .await
-        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
-    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    let outcome = world.expect_released(Duration::from_secs(25)).await;
     assert!(
         outcome.elapsed < 3.0 + 1.0,
         "released at {} s, after the 3 s budget + 1 s margin",
         outcome.elapsed
     );
-    assert!(
-        world
-            .wait_log("inhibitor released", Duration::from_secs(5))
-            .await
-    );
+    world
+        .expect_log(
+            "inhibitor released",
+            Duration::from_secs(5),
+            "the daemon logs it",
+        )
+        .await;
     let log = world.log();
     assert!(
         log.lines().any(|l| l.contains("ERROR") && l.contains(NODE)),
@@ -419,20 +382,21 @@ async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
         return;
     };
     world.rig.reboot().await;
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| w.is_cordoned()
-                && !w
-                    .pods_on_node()
-                    .contains(&"shop/cart-7f9b8c6d5-x2k4f".to_owned()))
-            .await,
-        "draining; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| {
+                w.is_cordoned()
+                    && !w
+                        .pods_on_node()
+                        .contains(&"shop/cart-7f9b8c6d5-x2k4f".to_owned())
+            },
+            "draining",
+        )
+        .await;
     world.kill_daemon();
     // The kernel closed the lock's fd: logind goes on with the shutdown at once.
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
-    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+    world.expect_released(Duration::from_secs(5)).await;
 
     // The next boot.
     world.rig.simulate_boot().await;
@@ -444,20 +408,20 @@ async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
             .to_string()
             .contains("kube-shutdown-drain/marker")
     };
-    assert!(
-        world
-            .wait_until(Duration::from_secs(15), |w| !w.is_cordoned()
-                && !w.is_tainted()
-                && marker_gone(w))
-            .await,
-        "restored in the new boot (uncordoned, untainted, marker removed); log:\n{}",
-        world.log()
-    );
-    assert!(
-        world
-            .wait_log("restored node demo-node-1", Duration::from_secs(5))
-            .await
-    );
+    world
+        .expect_until(
+            Duration::from_secs(15),
+            |w| w.is_restored() && marker_gone(w),
+            "restored in the new boot (uncordoned, untainted, marker removed)",
+        )
+        .await;
+    world
+        .expect_log(
+            "restored node demo-node-1",
+            Duration::from_secs(5),
+            "the daemon logs it",
+        )
+        .await;
     assert_eq!(world.rig.our_locks().await, 1);
 }
 
@@ -491,18 +455,7 @@ async fn a_short_logind_maximum_clamps_the_budget_and_warns() {
     );
     // The web budget never opens: the clamped 2 s budget ends the drain before logind's 3 s.
     world.rig.reboot().await;
-    let outcome = world
-        .rig
-        .wait_outcome(0, Duration::from_secs(10))
-        .await
-        .expect("an outcome");
-    assert_eq!(
-        outcome.what,
-        "released",
-        "{}\n{}",
-        outcome.line,
-        world.log()
-    );
+    let outcome = world.expect_released(Duration::from_secs(10)).await;
     assert!(outcome.elapsed < 3.0, "{}", outcome.line);
 }
 
@@ -551,45 +504,30 @@ async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain(
     };
     // Another program's delay lock (the kubelet's, say) keeps logind waiting after ours is gone.
     let kubelet = world.rig.foreign_lock("kubelet").await;
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
-    world.kill_daemon();
+    world.reboot_until_stuck_on_the_budget().await;
     // systemd restarts the daemon (Restart=on-failure); logind is still preparing the shutdown.
-    world.spawn_daemon();
-    assert!(
-        world
-            .wait_log("already preparing a reboot", Duration::from_secs(10))
-            .await,
-        "the new daemon sees the shutdown under way; log:\n{}",
-        world.log()
-    );
+    world.restart_daemon();
     world
-        .api
-        .store()
-        .upsert(third_web_replica())
-        .expect("open the budget");
-    assert!(
-        world
-            .wait_until(Duration::from_secs(20), |w| sorted(w.pods_on_node())
-                == STAYING)
-            .await,
-        "the restarted daemon finished the drain; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world.rig.wait_locks(0, Duration::from_secs(5)).await,
-        "and released its lock"
-    );
+        .expect_log(
+            "already preparing a reboot",
+            Duration::from_secs(10),
+            "the new daemon sees the shutdown under way",
+        )
+        .await;
+    world.open_web_budget();
+    world
+        .expect_until(
+            Duration::from_secs(20),
+            |w| w.is_drained(),
+            "the restarted daemon finished the drain",
+        )
+        .await;
+    world
+        .expect_locks(0, Duration::from_secs(5), "and released its lock")
+        .await;
     assert!(world.is_cordoned() && world.is_tainted());
     drop(kubelet);
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
-    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+    world.expect_released(Duration::from_secs(5)).await;
 }
 
 /// Kills the daemon `kill_at` after `reboot`, once its drain is stuck on the web budget, and
@@ -598,23 +536,15 @@ async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain(
 async fn kill_mid_drain_and_restart(world: &mut World, kill_at: Duration) -> std::os::fd::OwnedFd {
     let kubelet = world.rig.foreign_lock("kubelet").await;
     let rebooted = Instant::now();
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
-    let record = world.dir().join("state").join("shutdown-started");
+    world.reboot_until_stuck_on_the_budget().await;
+    let record = world.shutdown_record();
     assert!(
         record.exists(),
         "the shutdown start is recorded in {}",
         record.display()
     );
     tokio::time::sleep(kill_at.saturating_sub(rebooted.elapsed())).await;
-    world.kill_daemon();
-    world.spawn_daemon();
+    world.restart_daemon();
     kubelet
 }
 
@@ -632,32 +562,19 @@ async fn killed_mid_drain_and_restarted_releases_at_the_original_budget() {
         return;
     };
     let kubelet = kill_mid_drain_and_restart(&mut world, Duration::from_secs(5)).await;
-    assert!(
-        world
-            .wait_log("already preparing a reboot", Duration::from_secs(10))
-            .await,
-        "the new daemon sees the shutdown under way; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world.rig.wait_locks(1, Duration::from_secs(5)).await,
-        "the new daemon holds its lock; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_log(
+            "already preparing a reboot",
+            Duration::from_secs(10),
+            "the new daemon sees the shutdown under way",
+        )
+        .await;
+    world
+        .expect_locks(1, Duration::from_secs(5), "the new daemon holds its lock")
+        .await;
     // Now only our lock keeps logind waiting: its outcome is our release.
     drop(kubelet);
-    let outcome = world
-        .rig
-        .wait_outcome(0, Duration::from_secs(25))
-        .await
-        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
-    assert_eq!(
-        outcome.what,
-        "released",
-        "{}; log:\n{}",
-        outcome.line,
-        world.log()
-    );
+    let outcome = world.expect_released(Duration::from_secs(25)).await;
     eprintln!("logind: {}", outcome.line);
     // Generous slack for a noisy machine, still far below 2 x budget (and logind's 20 s).
     assert!(
@@ -685,31 +602,22 @@ async fn restarted_after_the_budget_is_spent_releases_at_once_without_draining()
         return;
     };
     let kubelet = world.rig.foreign_lock("kubelet").await;
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
+    world.reboot_until_stuck_on_the_budget().await;
     world.kill_daemon();
     // The daemon stays down past its 3 s budget (systemd's restart delay, a slow start).
     tokio::time::sleep(Duration::from_secs(4)).await;
     world.spawn_daemon();
     world.wait_ready().await;
-    assert!(
-        world
-            .wait_log("already spent", Duration::from_secs(5))
-            .await,
-        "says why it releases at once; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world.rig.wait_locks(0, Duration::from_secs(2)).await,
-        "released at once; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_log(
+            "already spent",
+            Duration::from_secs(5),
+            "says why it releases at once",
+        )
+        .await;
+    world
+        .expect_locks(0, Duration::from_secs(2), "released at once")
+        .await;
     let log = world.log();
     assert!(
         !log.contains("evicting")
@@ -718,17 +626,13 @@ async fn restarted_after_the_budget_is_spent_releases_at_once_without_draining()
         "no second drain ran:\n{log}"
     );
     drop(kubelet);
-    let outcome = world.rig.wait_outcome(0, Duration::from_secs(5)).await;
-    assert_eq!(outcome.map(|o| o.what).as_deref(), Some("released"));
+    world.expect_released(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
 async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_from_now() {
     let Some(mut world) = World::start(Setup {
-        logind: LogindOptions {
-            preparing_for_shutdown: true,
-            ..LogindOptions::default()
-        },
+        logind: preparing(),
         config: config("3s", "1s"),
         ..Setup::default()
     })
@@ -737,7 +641,7 @@ async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_fro
         return;
     };
     // A record left by the previous boot, whose shutdown started long ago in boot time.
-    let record = world.dir().join("state").join("shutdown-started");
+    let record = world.shutdown_record();
     std::fs::write(
         &record,
         r#"{"boot_id":"00000000-0000-4000-8000-000000000000","boottime_ns":1000000000}"#,
@@ -745,26 +649,20 @@ async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_fro
     .expect("write an old record");
     world.spawn_daemon();
     world.wait_ready().await;
-    assert!(
-        world
-            .wait_log("not this boot", Duration::from_secs(5))
-            .await,
-        "says the record is from another boot; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_log(
+            "not this boot",
+            Duration::from_secs(5),
+            "says the record is from another boot",
+        )
+        .await;
     // The drain runs (the web budget never opens) for the 3 s budget counted from now.
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "a drain ran; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world.rig.wait_locks(0, Duration::from_secs(10)).await,
-        "released at the budget; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_log("refused (429)", Duration::from_secs(10), "a drain ran")
+        .await;
+    world
+        .expect_locks(0, Duration::from_secs(10), "released at the budget")
+        .await;
 }
 
 #[tokio::test]
@@ -783,28 +681,16 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
     std::fs::remove_dir_all(&state).expect("remove the state dir");
     std::fs::write(&state, "").expect("a file in its place");
     world.rig.reboot().await;
-    let outcome = world
-        .rig
-        .wait_outcome(0, Duration::from_secs(20))
-        .await
-        .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", world.log()));
-    assert_eq!(
-        outcome.what,
-        "released",
-        "{}; log:\n{}",
-        outcome.line,
-        world.log()
-    );
+    let outcome = world.expect_released(Duration::from_secs(20)).await;
     // Nothing waited on the record: the open drain ends well before its 15 s budget.
     assert!(outcome.elapsed < 10.0, "{}", outcome.line);
-    assert!(
-        world
-            .wait_until(Duration::from_secs(5), |w| sorted(w.pods_on_node())
-                == STAYING)
-            .await,
-        "drained all the same; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_until(
+            Duration::from_secs(5),
+            |w| w.is_drained(),
+            "drained all the same",
+        )
+        .await;
     let log = world.log();
     assert!(
         log.lines()
@@ -850,53 +736,35 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_
         return;
     };
     let rebooted = Instant::now();
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
-    let record = world.dir().join("state").join("shutdown-started");
+    world.reboot_until_stuck_on_the_budget().await;
+    let record = world.shutdown_record();
     assert!(record.exists(), "the shutdown start is recorded");
 
     // The bus (and the fake logind with it) goes away mid-drain.
     world.rig.stop_bus();
-    assert!(
-        world
-            .wait_log(
-                "during the drain of node demo-node-1; the drain goes on",
-                Duration::from_secs(5)
-            )
-            .await,
-        "the daemon notices the bus is gone and keeps draining; log:\n{}",
-        world.log()
-    );
-    // The budget opens while the bus is down: the drain finishes without it.
     world
-        .api
-        .store()
-        .upsert(third_web_replica())
-        .expect("open the budget");
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| sorted(w.pods_on_node())
-                == STAYING)
-            .await,
-        "the drain finished with the bus down; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world
-            .wait_log(
-                "drained node demo-node-1 for the reboot",
-                Duration::from_secs(5)
-            )
-            .await,
-        "the drain's end is logged; log:\n{}",
-        world.log()
-    );
+        .expect_log(
+            "during the drain of node demo-node-1; the drain goes on",
+            Duration::from_secs(5),
+            "the daemon notices the bus is gone and keeps draining",
+        )
+        .await;
+    // The budget opens while the bus is down: the drain finishes without it.
+    world.open_web_budget();
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.is_drained(),
+            "the drain finished with the bus down",
+        )
+        .await;
+    world
+        .expect_log(
+            "drained node demo-node-1 for the reboot",
+            Duration::from_secs(5),
+            "the drain's end is logged",
+        )
+        .await;
     assert!(world.is_cordoned() && world.is_tainted());
 
     // A pod that takes longer to stop than the whole budget lands on the node: a drain by the
@@ -909,48 +777,47 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_
     // The bus stays down for 6 s of the 12 s budget, then comes back; logind is still preparing
     // the same reboot (its timer has run since the reboot).
     tokio::time::sleep(Duration::from_secs(6).saturating_sub(rebooted.elapsed())).await;
-    world
-        .rig
-        .start_bus_again(LogindOptions {
-            preparing_for_shutdown: true,
-            ..LogindOptions::default()
-        })
-        .await;
+    world.rig.start_bus_again(preparing()).await;
     let back = Instant::now();
-    assert!(
-        world.rig.wait_locks(1, Duration::from_secs(5)).await,
-        "no lock in the new logind 5 s after the bus came back; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_locks(
+            1,
+            Duration::from_secs(5),
+            "no lock in the new logind 5 s after the bus came back",
+        )
+        .await;
     println!(
         "lock back {} ms after the bus and the fake logind returned",
         back.elapsed().as_millis()
     );
-    assert!(
-        world
-            .wait_log("already preparing a reboot", Duration::from_secs(5))
-            .await,
-        "the reconnected daemon sees the reboot under way; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world
-            .wait_until(Duration::from_secs(5), |w| w
-                .api
-                .recorder()
-                .count("POST", "cart-7f9b8c6d5-late1/eviction")
-                > 0)
-            .await,
-        "the reconnected daemon drains again (the new pod is evicted); log:\n{}",
-        world.log()
-    );
+    world
+        .expect_log(
+            "already preparing a reboot",
+            Duration::from_secs(5),
+            "the reconnected daemon sees the reboot under way",
+        )
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(5),
+            |w| {
+                w.api
+                    .recorder()
+                    .count("POST", "cart-7f9b8c6d5-late1/eviction")
+                    > 0
+            },
+            "the reconnected daemon drains again (the new pod is evicted)",
+        )
+        .await;
     // The record bounds the second drain to what is left of the first budget: it releases
     // near 12 s after the reboot; a fresh 12 s budget would hold the lock until about 18 s.
-    assert!(
-        world.rig.wait_locks(0, Duration::from_secs(20)).await,
-        "the reconnected daemon never released its lock; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_locks(
+            0,
+            Duration::from_secs(20),
+            "the reconnected daemon never released its lock",
+        )
+        .await;
     let released = rebooted.elapsed();
     let log = world.log();
     let left_line = log
@@ -992,48 +859,35 @@ async fn a_shutdown_cancelled_while_the_bus_was_down_is_restored_after_the_recon
     else {
         return;
     };
-    world.rig.reboot().await;
-    assert!(
-        world
-            .wait_log("refused (429)", Duration::from_secs(10))
-            .await,
-        "the drain waits on the web budget; log:\n{}",
-        world.log()
-    );
+    world.reboot_until_stuck_on_the_budget().await;
     world.rig.stop_bus();
+    world.open_web_budget();
     world
-        .api
-        .store()
-        .upsert(third_web_replica())
-        .expect("open the budget");
-    assert!(
-        world
-            .wait_log(
-                "drained node demo-node-1 for the reboot",
-                Duration::from_secs(10)
-            )
-            .await,
-        "the drain finished with the bus down; log:\n{}",
-        world.log()
-    );
+        .expect_log(
+            "drained node demo-node-1 for the reboot",
+            Duration::from_secs(10),
+            "the drain finished with the bus down",
+        )
+        .await;
     assert!(world.is_cordoned() && world.is_tainted());
     // The reboot was cancelled while the bus was down: the new logind prepares nothing, and
     // the PrepareForShutdown(false) signal never reached the daemon.
     world.rig.start_bus_again(LogindOptions::default()).await;
-    assert!(
-        world.rig.wait_locks(1, Duration::from_secs(5)).await,
-        "no lock 5 s after the bus came back; log:\n{}",
-        world.log()
-    );
-    assert!(
-        world
-            .wait_until(Duration::from_secs(10), |w| !w.is_cordoned()
-                && !w.is_tainted())
-            .await,
-        "the node stayed cordoned after a cancel the daemon missed; log:\n{}",
-        world.log()
-    );
-    let record = world.dir().join("state").join("shutdown-started");
+    world
+        .expect_locks(
+            1,
+            Duration::from_secs(5),
+            "no lock 5 s after the bus came back",
+        )
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.is_restored(),
+            "the node stayed cordoned after a cancel the daemon missed",
+        )
+        .await;
+    let record = world.shutdown_record();
     assert!(
         !record.exists(),
         "the record of the cancelled shutdown is gone"

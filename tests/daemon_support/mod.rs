@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fake_apiserver::{FakeApiServer, Options};
 use serde_json::Value;
 
-use crate::logind::{LogindOptions, NotifySocket, Rig};
+use crate::logind::{LogindOptions, NotifySocket, Outcome, Rig};
 
 /// The node the demo seed describes.
 pub const NODE: &str = "demo-node-1";
@@ -49,6 +49,16 @@ pub fn third_web_replica() -> Value {
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     })
 }
+
+/// Pods the demo node keeps through a drain: DaemonSet pods, the kube-proxy mirror pod, the
+/// storage agent that tolerates the cordon, and the completed Job pod (sorted).
+pub const STAYING: [&str; 5] = [
+    "batch/nightly-report-29112000-xk2vd",
+    "kube-system/kube-flannel-ds-7xk2p",
+    "kube-system/kube-proxy-demo-node-1",
+    "monitoring/node-exporter-q8w3d",
+    "portworx/px-cluster-0c2b9d1e-4kq7w",
+];
 
 /// The demo seed with the `web` budget open (see [`third_web_replica`]).
 pub fn open_seed() -> Vec<Value> {
@@ -284,6 +294,98 @@ impl World {
                     t.get("key").and_then(Value::as_str) == Some("kube-shutdown-drain/shutdown")
                 })
             })
+    }
+
+    /// The record of the shutdown under way, in the state directory.
+    pub fn shutdown_record(&self) -> PathBuf {
+        self.dir.path().join("state").join("shutdown-started")
+    }
+
+    /// Kills the daemon (SIGKILL) and starts it again at once, as systemd's restart would.
+    pub fn restart_daemon(&mut self) {
+        self.kill_daemon();
+        self.spawn_daemon();
+    }
+
+    /// Adds a third `web` replica on the other node: the `web` budget opens.
+    pub fn open_web_budget(&self) {
+        self.api
+            .store()
+            .upsert(third_web_replica())
+            .expect("open the budget");
+    }
+
+    /// Only the pods a drain keeps ([`STAYING`]) are left on the node.
+    pub fn is_drained(&self) -> bool {
+        let mut pods = self.pods_on_node();
+        pods.sort();
+        pods == STAYING
+    }
+
+    /// Neither cordoned nor tainted by us.
+    pub fn is_restored(&self) -> bool {
+        !self.is_cordoned() && !self.is_tainted()
+    }
+
+    /// Asserts the current run's log comes to contain `needle` within `within`; the failure
+    /// message is `why` and the log.
+    pub async fn expect_log(&self, needle: &str, within: Duration, why: &str) {
+        assert!(
+            self.wait_log(needle, within).await,
+            "{why} (no {needle:?} within {within:?}); log:\n{}",
+            self.log()
+        );
+    }
+
+    /// Asserts `check` comes to hold within `within`; the failure message is `why` and the log.
+    pub async fn expect_until(
+        &self,
+        within: Duration,
+        check: impl FnMut(&World) -> bool,
+        why: &str,
+    ) {
+        assert!(
+            self.wait_until(within, check).await,
+            "{why}; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// Asserts logind counts `want` locks of ours within `within`.
+    pub async fn expect_locks(&self, want: usize, within: Duration, why: &str) {
+        assert!(
+            self.rig.wait_locks(want, within).await,
+            "{why}; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// Asks logind for a reboot and asserts the drain comes to wait on the `web` budget.
+    pub async fn reboot_until_stuck_on_the_budget(&self) {
+        self.rig.reboot().await;
+        self.expect_log(
+            "refused (429)",
+            Duration::from_secs(10),
+            "the drain waits on the web budget",
+        )
+        .await;
+    }
+
+    /// Asserts logind's first outcome comes within `within` and is a release; returns it.
+    pub async fn expect_released(&self, within: Duration) -> Outcome {
+        let outcome = self
+            .rig
+            .wait_outcome(0, within)
+            .await
+            .unwrap_or_else(|| panic!("no logind outcome; log:\n{}", self.log()));
+        assert_eq!(
+            outcome.what,
+            "released",
+            "{}; log:\n{}",
+            outcome.line,
+            self.log()
+        );
+        outcome
     }
 
     /// Waits for `check` to hold, polling every 20 ms.
