@@ -4,52 +4,8 @@
 
 mod engine_support;
 
-use std::path::{Path, PathBuf};
-
 use engine_support::*;
 use serde_json::{Value, json};
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn cli(config: &Path, args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("JOURNAL_STREAM")
-        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
-        // Never the machine's logind: `check` and `status` read its InhibitDelayMaxUSec.
-        .env(
-            "DBUS_SYSTEM_BUS_ADDRESS",
-            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
-        )
-        .output()
-        .await
-        .expect("the binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-fn write_config(c: &Cluster, token: &str, extra: &str) -> PathBuf {
-    let path = c
-        .dir
-        .path()
-        .join(format!("config-{}.toml", token.replace(':', "-")));
-    let text = format!(
-        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
-        c.kubeconfig(token).display(),
-        c.dir.path().join("state").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_json_is_exactly_the_documented_shape() {
@@ -64,7 +20,7 @@ async fn plan_json_is_exactly_the_documented_shape() {
         ),
     ])
     .await;
-    let config = write_config(&c, "admin", "");
+    let config = c.config_file("admin", "");
     let r = cli(&config, &["plan", "--output", "json"]).await;
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
@@ -110,7 +66,7 @@ async fn plan_json_is_exactly_the_documented_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_restore_status_by_hand() {
     let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
-    let config = write_config(&c, "admin", "");
+    let config = c.config_file("admin", "");
 
     let dry = cli(&config, &["drain", "--dry-run", "--output", "json"]).await;
     assert_eq!(dry.code, 0, "{}", dry.stderr);
@@ -176,7 +132,7 @@ async fn exit_codes() {
     .await;
 
     // 1: a drain that cannot finish.
-    let config = write_config(&c, "admin", "[drain]\ntimeout = \"2s\"\n");
+    let config = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
     let r = cli(&config, &["drain"]).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -249,7 +205,7 @@ async fn exit_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reviews_every_permission() {
     let c = Cluster::start(vec![]).await;
-    let config = write_config(&c, "admin", "");
+    let config = c.config_file("admin", "");
     let r = cli(&config, &["check"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     for needle in [
@@ -275,7 +231,7 @@ async fn check_reviews_every_permission() {
 
     // Kubelet credentials: the budget watch is denied but optional, so check passes; it never
     // claims the taint works.
-    let config = write_config(&c, "system:node:node-a", "");
+    let config = c.config_file("system:node:node-a", "");
     let r = cli(&config, &["check"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("not checkable"), "{}", r.stdout);

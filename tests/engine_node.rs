@@ -7,7 +7,6 @@
 
 mod engine_support;
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,52 +29,37 @@ fn stored_marker(node: &serde_json::Value) -> Option<serde_json::Value> {
     .map(|t| serde_json::from_str(t).expect("the marker is JSON"))
 }
 
-/// A config file for the binary, for `token`'s credentials.
-fn config_file(c: &Cluster, token: &str, extra: &str) -> PathBuf {
-    let path = c
-        .dir
-        .path()
-        .join(format!("config-{}.toml", token.replace(':', "-")));
-    let text = format!(
-        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
-        c.kubeconfig(token).display(),
-        c.dir.path().join("state").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// Runs the binary; its exit code and stderr.
-async fn cli(config: &Path, args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("JOURNAL_STREAM")
-        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
-        .output()
-        .await
-        .expect("the binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn has_taint(node: &serde_json::Value, key: &str, effect: &str) -> bool {
     taints(node).contains(&(key.to_string(), effect.to_string()))
+}
+
+fn has_our_taint(node: &serde_json::Value) -> bool {
+    has_taint(node, OUR_TAINT.0, OUR_TAINT.1)
+}
+
+/// Runs `then` on the server's store once our marker is stored on `node-a` (polling every
+/// 2 ms): a write by someone else that lands between our marker and our next write.
+fn once_the_marker_is_stored(
+    c: &Cluster,
+    then: impl FnOnce(&fake_apiserver::Store) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    let store = c.server.store().clone();
+    tokio::spawn(async move {
+        loop {
+            let node = store.get("Node", None, NODE).unwrap();
+            if stored_marker(&node).is_some() {
+                then(&store);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
 }
 
 #[tokio::test]
 async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undoes_it() {
     let c = Cluster::start(vec![]).await;
-    c.server
-        .store()
-        .set_node_taint(
-            NODE,
-            json!({"key": "example.com/other", "effect": "NoSchedule"}),
-        )
-        .unwrap();
+    c.add_taint("example.com/other", "NoSchedule");
     let engine = Engine::new(c.settings("")).unwrap();
     let out = engine.prepare("shutdown").await.unwrap();
     assert!(out.tainted && out.cordoned && !out.taint_forbidden);
@@ -109,7 +93,7 @@ async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undo
 
     let node = c.node(NODE);
     assert!(unschedulable(&node));
-    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_our_taint(&node));
     assert!(has_taint(&node, "example.com/other", "NoSchedule"));
     let marker = engine.marker().await.unwrap().expect("marker");
     assert_eq!(marker, out.marker);
@@ -118,7 +102,7 @@ async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undo
     assert!(restored.uncordoned && restored.untainted);
     let node = c.node(NODE);
     assert!(!unschedulable(&node));
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     assert!(
         has_taint(&node, "example.com/other", "NoSchedule"),
         "other taints untouched"
@@ -147,12 +131,7 @@ async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undo
 #[tokio::test]
 async fn an_admin_cordoned_node_stays_cordoned_after_restore() {
     let c = Cluster::start(vec![pod(NS, "p", NODE)]).await;
-    c.server
-        .store()
-        .modify("Node", None, NODE, |n| {
-            n["spec"]["unschedulable"] = json!(true)
-        })
-        .unwrap();
+    c.cordon_as_admin();
     let engine = Engine::new(c.settings("")).unwrap();
     let out = engine.prepare("shutdown").await.unwrap();
     assert!(out.marker.was_unschedulable && !out.cordoned);
@@ -177,7 +156,7 @@ async fn a_taint_that_was_there_before_stays_after_restore() {
     let out = engine.prepare("shutdown").await.unwrap();
     assert!(out.marker.taint_was_present && !out.tainted);
     engine.restore().await.unwrap();
-    assert!(has_taint(&c.node(NODE), OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_our_taint(&c.node(NODE)));
 }
 
 /// A second prepare (a drain by hand, then a shutdown) keeps what the first one recorded, so the
@@ -200,13 +179,7 @@ async fn a_second_prepare_keeps_the_first_record() {
 #[tokio::test]
 async fn a_concurrent_taint_writer_loses_nothing() {
     let c = Cluster::start(vec![]).await;
-    c.server
-        .store()
-        .set_node_taint(
-            NODE,
-            json!({"key": "example.com/first", "effect": "NoSchedule"}),
-        )
-        .unwrap();
+    c.add_taint("example.com/first", "NoSchedule");
     // Every node PATCH waits 100 ms before it is applied; the writer changes the taints
     // meanwhile.
     c.server.faults().add_latency(
@@ -265,7 +238,7 @@ async fn a_concurrent_taint_writer_loses_nothing() {
     engine.restore().await.unwrap();
     writer.await.unwrap();
     let node = c.node(NODE);
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     assert!(has_taint(&node, "example.com/late", "NoSchedule"));
     assert!(has_taint(&node, "example.com/writer-2", "NoExecute"));
 }
@@ -290,7 +263,7 @@ async fn kubelet_credentials_cordon_and_drain_without_the_taint() {
     assert!(out.taint_forbidden && !out.tainted && out.cordoned);
     let node = c.node(NODE);
     assert!(unschedulable(&node));
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
     assert!(report.complete, "{}", report.to_text());
     assert!(c.pod(NS, "web").is_none() && c.pod(NS, "guarded").is_none());
@@ -450,7 +423,7 @@ async fn prepare_retries_transient_failures() {
     assert!(out.tainted && out.cordoned, "{out:?}");
     let node = c.node(NODE);
     assert!(unschedulable(&node));
-    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_our_taint(&node));
     let marker = stored_marker(&node).expect("marker");
     assert_eq!(marker["cordoned"], true);
     assert_eq!(
@@ -498,10 +471,10 @@ async fn a_server_answering_5xx_until_the_deadline_is_unreachable() {
     assert!(attempts >= 3, "retried with backoff: {attempts} attempts");
     assert!(stored_marker(&c.node(NODE)).is_none());
 
-    let config = config_file(&c, "admin", "[drain]\ntimeout = \"1s\"\n");
-    let (code, stderr) = cli(&config, &["drain"]).await;
-    assert_eq!(code, 3, "{stderr}");
-    assert!(stderr.contains(NODE), "{stderr}");
+    let config = c.config_file("admin", "[drain]\ntimeout = \"1s\"\n");
+    let r = cli(&config, &["drain"]).await;
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(r.stderr.contains(NODE), "{}", r.stderr);
 }
 
 /// The marker write itself fails: nothing else is changed and the error says so.
@@ -534,18 +507,8 @@ async fn a_failed_taint_still_cordons() {
     c.server
         .faults()
         .add_latency(route.clone(), Duration::from_millis(300));
-    let server_store = c.server.store().clone();
     let faults = c.server.faults().clone();
-    let arm = tokio::spawn(async move {
-        loop {
-            let node = server_store.get("Node", None, NODE).unwrap();
-            if stored_marker(&node).is_some() {
-                faults.fail_next(route, 1, 400);
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    });
+    let arm = once_the_marker_is_stored(&c, move |_| faults.fail_next(route, 1, 400));
     let engine = Engine::new(c.settings("")).unwrap();
     let err = engine.prepare("shutdown").await.unwrap_err();
     arm.await.unwrap();
@@ -553,7 +516,7 @@ async fn a_failed_taint_still_cordons() {
     assert!(text.contains("taint") && text.contains(NODE), "{text}");
     let node = c.node(NODE);
     assert!(unschedulable(&node), "cordoned although the taint failed");
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     let marker = stored_marker(&node).expect("marker");
     assert_eq!(marker["cordoned"], true);
     assert_eq!(marker["taints"], json!([]));
@@ -595,14 +558,11 @@ async fn an_admin_cordon_after_a_marker_only_prepare_survives_restore() {
             n["metadata"]["annotations"] = json!({MARKER_ANNOTATION: old.to_string()});
         })
         .unwrap();
-    c.server
-        .store()
-        .set_node_taint(NODE, json!({"key": OUR_TAINT.0, "effect": OUR_TAINT.1}))
-        .unwrap();
+    c.add_taint(OUR_TAINT.0, OUR_TAINT.1);
     let r = engine.restore().await.unwrap();
     assert!(!r.uncordoned && !r.untainted);
     let node = c.node(NODE);
-    assert!(unschedulable(&node) && has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(unschedulable(&node) && has_our_taint(&node));
 }
 
 /// An admin cordons while our prepare is between its marker and its cordon: the cordon is not
@@ -614,22 +574,8 @@ async fn an_admin_cordon_during_prepare_is_not_taken_for_ours() {
     c.server
         .faults()
         .add_latency(route, Duration::from_millis(200));
-    let server_store = c.server.store().clone();
-    let admin = tokio::spawn(async move {
-        // Once the marker is stored, cordon as the admin while our next writes wait.
-        loop {
-            let node = server_store.get("Node", None, NODE).unwrap();
-            if stored_marker(&node).is_some() {
-                server_store
-                    .modify("Node", None, NODE, |n| {
-                        n["spec"]["unschedulable"] = json!(true)
-                    })
-                    .unwrap();
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    });
+    // Once the marker is stored, cordon as the admin while our next writes wait.
+    let admin = once_the_marker_is_stored(&c, cordon_as_admin);
     let engine = Engine::new(c.settings("")).unwrap();
     let out = engine.prepare("shutdown").await.unwrap();
     admin.await.unwrap();
@@ -639,7 +585,7 @@ async fn an_admin_cordon_during_prepare_is_not_taken_for_ours() {
     assert!(!r.uncordoned && r.untainted);
     let node = c.node(NODE);
     assert!(unschedulable(&node), "the admin's cordon stays");
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
 }
 
 /// A drain with admin credentials, a restore with the kubelet's: the cordon is undone, the taint
@@ -662,7 +608,7 @@ async fn a_taint_the_restore_may_not_remove_stays_in_the_marker() {
     assert!(!err.is_unreachable());
     let node = c.node(NODE);
     assert!(!unschedulable(&node), "the cordon part is done");
-    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_our_taint(&node));
     let marker = stored_marker(&node).expect("the marker stays");
     assert_eq!(marker["cordoned"], false);
     assert_eq!(
@@ -671,18 +617,19 @@ async fn a_taint_the_restore_may_not_remove_stays_in_the_marker() {
     );
 
     // The CLI with the kubelet's credentials: exit 1, the reason on stderr.
-    let config = config_file(&c, "system:node:node-a", "");
-    let (code, stderr) = cli(&config, &["restore"]).await;
-    assert_eq!(code, 1, "{stderr}");
+    let config = c.config_file("system:node:node-a", "");
+    let r = cli(&config, &["restore"]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
-        stderr.contains(OUR_TAINT.0) && stderr.contains(NODE),
-        "{stderr}"
+        r.stderr.contains(OUR_TAINT.0) && r.stderr.contains(NODE),
+        "{}",
+        r.stderr
     );
 
     let r = admin.restore().await.unwrap();
     assert!(r.untainted && !r.uncordoned);
     let node = c.node(NODE);
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     assert!(stored_marker(&node).is_none());
 }
 
@@ -691,13 +638,7 @@ async fn a_taint_the_restore_may_not_remove_stays_in_the_marker() {
 #[tokio::test]
 async fn a_changed_taint_configuration_is_recorded_and_restored() {
     let c = Cluster::start(vec![]).await;
-    c.server
-        .store()
-        .set_node_taint(
-            NODE,
-            json!({"key": "example.com/other", "effect": "NoSchedule"}),
-        )
-        .unwrap();
+    c.add_taint("example.com/other", "NoSchedule");
     let first = Engine::new(c.settings("")).unwrap();
     first.prepare("drain by hand").await.unwrap();
     let second = Engine::new(
@@ -723,13 +664,13 @@ async fn a_changed_taint_configuration_is_recorded_and_restored() {
         ]
     );
     let node = c.node(NODE);
-    assert!(has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(has_our_taint(&node));
     assert!(has_taint(&node, "example.com/maintenance", "NoSchedule"));
 
     let r = second.restore().await.unwrap();
     assert!(r.untainted && r.uncordoned);
     let node = c.node(NODE);
-    assert!(!has_taint(&node, OUR_TAINT.0, OUR_TAINT.1));
+    assert!(!has_our_taint(&node));
     assert!(!has_taint(&node, "example.com/maintenance", "NoSchedule"));
     assert!(has_taint(&node, "example.com/other", "NoSchedule"));
     assert!(!unschedulable(&node));
@@ -747,21 +688,7 @@ async fn an_admin_cordon_racing_our_cordon_write_wins() {
     c.server
         .faults()
         .add_latency(route, Duration::from_millis(200));
-    let server_store = c.server.store().clone();
-    let admin = tokio::spawn(async move {
-        loop {
-            let node = server_store.get("Node", None, NODE).unwrap();
-            if stored_marker(&node).is_some() {
-                server_store
-                    .modify("Node", None, NODE, |n| {
-                        n["spec"]["unschedulable"] = json!(true)
-                    })
-                    .unwrap();
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    });
+    let admin = once_the_marker_is_stored(&c, cordon_as_admin);
     let engine = Engine::new(c.settings("[taint]\nenabled = false\n")).unwrap();
     let out = engine.prepare("shutdown").await.unwrap();
     admin.await.unwrap();

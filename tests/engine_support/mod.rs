@@ -83,6 +83,34 @@ impl Cluster {
         Arc::new(s)
     }
 
+    /// A config file for the binary: `node-a` with `token`'s credentials, plus `extra` TOML.
+    pub fn config_file(&self, token: &str, extra: &str) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("config-{}.toml", token.replace(':', "-")));
+        let text = format!(
+            "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n{extra}",
+            self.kubeconfig(token).display(),
+            self.dir.path().join("state").display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Adds `{key, effect}` to `node-a`'s taints, as another writer would.
+    pub fn add_taint(&self, key: &str, effect: &str) {
+        self.server
+            .store()
+            .set_node_taint(NODE, json!({"key": key, "effect": effect}))
+            .unwrap();
+    }
+
+    /// Cordons `node-a` as an admin would (not through us).
+    pub fn cordon_as_admin(&self) {
+        cordon_as_admin(self.server.store());
+    }
+
     pub fn pod(&self, ns: &str, name: &str) -> Option<Value> {
         self.server.store().get("Pod", Some(ns), name)
     }
@@ -105,6 +133,45 @@ impl Cluster {
                     && r.path == format!("/api/v1/namespaces/{ns}/pods/{name}/eviction")
             })
             .count()
+    }
+}
+
+/// Cordons `node-a` in `store` as an admin would (not through us).
+pub fn cordon_as_admin(store: &fake_apiserver::Store) {
+    store
+        .modify("Node", None, NODE, |n| {
+            n["spec"]["unschedulable"] = json!(true)
+        })
+        .unwrap();
+}
+
+/// What the binary printed and how it exited.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the binary with `config` and `args`, never against the machine's logind (`check` and
+/// `status` read its InhibitDelayMaxUSec).
+pub async fn cli(config: &Path, args: &[&str]) -> Run {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
+        )
+        .output()
+        .await
+        .expect("the binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
 
