@@ -25,6 +25,22 @@ fn config(drain_timeout: &str, margin: &str) -> String {
     )
 }
 
+/// The demo's world with `config(drain_timeout, margin)`.
+fn with_config(drain_timeout: &str, margin: &str) -> Setup {
+    Setup {
+        config: config(drain_timeout, margin),
+        ..Setup::default()
+    }
+}
+
+/// As [`with_config`], with the `web` budget open: a drain can finish.
+fn with_open_budget(drain_timeout: &str, margin: &str) -> Setup {
+    Setup {
+        seed: open_seed(),
+        ..with_config(drain_timeout, margin)
+    }
+}
+
 /// A fake logind that is already preparing a reboot when the daemon connects.
 fn preparing() -> LogindOptions {
     LogindOptions {
@@ -76,13 +92,7 @@ async fn the_lock_is_listed_when_ready_comes() {
 
 #[tokio::test]
 async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
-    let Some(world) = started(Setup {
-        seed: open_seed(),
-        config: config("15s", "2s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_open_budget("15s", "2s")).await else {
         return;
     };
     world.rig.reboot().await;
@@ -143,12 +153,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
 
 #[tokio::test]
 async fn sigterm_during_the_drain_stops_it_and_releases_the_lock() {
-    let Some(mut world) = started(Setup {
-        config: config("30s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("30s", "1s")).await else {
         return;
     };
     world.reboot_until_stuck_on_the_budget().await;
@@ -167,12 +172,7 @@ async fn sigterm_during_the_drain_stops_it_and_releases_the_lock() {
 
 #[tokio::test]
 async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budget() {
-    let Some(world) = started(Setup {
-        config: config("3s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_config("3s", "1s")).await else {
         return;
     };
     world.rig.reboot().await;
@@ -205,12 +205,7 @@ async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budg
 
 #[tokio::test]
 async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
-    let Some(world) = started(Setup {
-        config: config("30s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_config("30s", "1s")).await else {
         return;
     };
     world.rig.reboot().await;
@@ -241,13 +236,7 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
 
 #[tokio::test]
 async fn cancel_after_the_release_restores_the_node_and_locks_again() {
-    let Some(world) = started(Setup {
-        seed: open_seed(),
-        config: config("15s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_open_budget("15s", "1s")).await else {
         return;
     };
     world.rig.reboot().await;
@@ -333,12 +322,7 @@ async fn a_restarted_bus_gets_the_lock_back_within_seconds() {
 
 #[tokio::test]
 async fn an_unreachable_api_server_releases_within_the_budget_and_says_so() {
-    let Some(world) = started(Setup {
-        config: config("3s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_config("3s", "1s")).await else {
         return;
     };
     // Let the boot restore finish its (empty) check before the API goes away.
@@ -373,12 +357,7 @@ async fn an_unreachable_api_server_releases_within_the_budget_and_says_so() {
 
 #[tokio::test]
 async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
-    let Some(mut world) = started(Setup {
-        config: config("30s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("30s", "1s")).await else {
         return;
     };
     world.rig.reboot().await;
@@ -494,12 +473,7 @@ async fn an_unusable_kubeconfig_stops_the_start_with_the_file_named() {
 
 #[tokio::test]
 async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain() {
-    let Some(mut world) = started(Setup {
-        config: config("30s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("30s", "1s")).await else {
         return;
     };
     // Another program's delay lock (the kubelet's, say) keeps logind waiting after ours is gone.
@@ -553,12 +527,7 @@ async fn killed_mid_drain_and_restarted_releases_at_the_original_budget() {
     // An 8 s budget; logind allows 20 s. Killed 5 s in: a fresh budget would release about
     // 13 s after the reboot, the original one about 8 s after.
     let budget = 8.0;
-    let Some(mut world) = started(Setup {
-        config: config("8s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("8s", "1s")).await else {
         return;
     };
     let kubelet = kill_mid_drain_and_restart(&mut world, Duration::from_secs(5)).await;
@@ -593,12 +562,7 @@ async fn killed_mid_drain_and_restarted_releases_at_the_original_budget() {
 
 #[tokio::test]
 async fn restarted_after_the_budget_is_spent_releases_at_once_without_draining() {
-    let Some(mut world) = started(Setup {
-        config: config("3s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("3s", "1s")).await else {
         return;
     };
     let kubelet = world.rig.foreign_lock("kubelet").await;
@@ -667,13 +631,7 @@ async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_fro
 
 #[tokio::test]
 async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
-    let Some(world) = started(Setup {
-        seed: open_seed(),
-        config: config("15s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(world) = started(with_open_budget("15s", "1s")).await else {
         return;
     };
     // A file where the state directory should be: nothing can be written under it.
@@ -727,12 +685,7 @@ fn slow_cart_pod(seconds: u32) -> serde_json::Value {
 #[tokio::test]
 async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_after() {
     // A 12 s budget; logind allows 20 s.
-    let Some(mut world) = started(Setup {
-        config: config("12s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("12s", "1s")).await else {
         return;
     };
     let rebooted = Instant::now();
@@ -851,12 +804,7 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_
 
 #[tokio::test]
 async fn a_shutdown_cancelled_while_the_bus_was_down_is_restored_after_the_reconnect() {
-    let Some(mut world) = started(Setup {
-        config: config("12s", "1s"),
-        ..Setup::default()
-    })
-    .await
-    else {
+    let Some(mut world) = started(with_config("12s", "1s")).await else {
         return;
     };
     world.reboot_until_stuck_on_the_budget().await;

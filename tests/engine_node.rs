@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use engine_support::*;
 use fake_apiserver::Route;
-use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::engine::{Engine, PrepareOutcome};
 use kube_shutdown_drain::node::MARKER_ANNOTATION;
 use serde_json::json;
 use tokio::time::Instant;
@@ -54,6 +54,25 @@ fn once_the_marker_is_stored(
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
+}
+
+/// Makes the server hold every PATCH of `node-a` for `delay` before applying it.
+fn delay_node_patches(c: &Cluster, delay: Duration) {
+    c.server
+        .faults()
+        .add_latency(Route::new("PATCH", "/api/v1/nodes/node-a"), delay);
+}
+
+/// Prepares `node-a` (settings plus `extra`) while an admin cordons it: every node PATCH waits
+/// 200 ms in the server, and the admin cordons as soon as our marker is stored, while our next
+/// writes wait.
+async fn prepare_while_an_admin_cordons(c: &Cluster, extra: &str) -> (Engine, PrepareOutcome) {
+    delay_node_patches(c, Duration::from_millis(200));
+    let admin = once_the_marker_is_stored(c, cordon_as_admin);
+    let engine = Engine::new(c.settings(extra)).unwrap();
+    let out = engine.prepare("shutdown").await.unwrap();
+    admin.await.unwrap();
+    (engine, out)
 }
 
 #[tokio::test]
@@ -182,10 +201,7 @@ async fn a_concurrent_taint_writer_loses_nothing() {
     c.add_taint("example.com/first", "NoSchedule");
     // Every node PATCH waits 100 ms before it is applied; the writer changes the taints
     // meanwhile.
-    c.server.faults().add_latency(
-        Route::new("PATCH", "/api/v1/nodes/node-a"),
-        Duration::from_millis(100),
-    );
+    delay_node_patches(&c, Duration::from_millis(100));
     let store = c.server.store().clone();
     let writer = tokio::spawn(async move {
         for i in 0..3 {
@@ -504,9 +520,7 @@ async fn a_failed_taint_still_cordons() {
     let route = Route::new("PATCH", "/api/v1/nodes/node-a");
     // Each node PATCH waits 300 ms in the server before it is answered; once the marker is
     // stored, the next PATCH (the taint, waiting) is made to fail.
-    c.server
-        .faults()
-        .add_latency(route.clone(), Duration::from_millis(300));
+    delay_node_patches(&c, Duration::from_millis(300));
     let faults = c.server.faults().clone();
     let arm = once_the_marker_is_stored(&c, move |_| faults.fail_next(route, 1, 400));
     let engine = Engine::new(c.settings("")).unwrap();
@@ -570,15 +584,7 @@ async fn an_admin_cordon_after_a_marker_only_prepare_survives_restore() {
 #[tokio::test]
 async fn an_admin_cordon_during_prepare_is_not_taken_for_ours() {
     let c = Cluster::start(vec![]).await;
-    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
-    c.server
-        .faults()
-        .add_latency(route, Duration::from_millis(200));
-    // Once the marker is stored, cordon as the admin while our next writes wait.
-    let admin = once_the_marker_is_stored(&c, cordon_as_admin);
-    let engine = Engine::new(c.settings("")).unwrap();
-    let out = engine.prepare("shutdown").await.unwrap();
-    admin.await.unwrap();
+    let (engine, out) = prepare_while_an_admin_cordons(&c, "").await;
     assert!(!out.cordoned && !out.marker.cordoned, "{out:?}");
     assert!(out.tainted);
     let r = engine.restore().await.unwrap();
@@ -682,16 +688,7 @@ async fn a_changed_taint_configuration_is_recorded_and_restored() {
 #[tokio::test]
 async fn an_admin_cordon_racing_our_cordon_write_wins() {
     let c = Cluster::start(vec![]).await;
-    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
-    // Each node PATCH waits 200 ms in the server before it is applied; the admin cordons as soon
-    // as our marker is stored, while our cordon PATCH waits.
-    c.server
-        .faults()
-        .add_latency(route, Duration::from_millis(200));
-    let admin = once_the_marker_is_stored(&c, cordon_as_admin);
-    let engine = Engine::new(c.settings("[taint]\nenabled = false\n")).unwrap();
-    let out = engine.prepare("shutdown").await.unwrap();
-    admin.await.unwrap();
+    let (engine, out) = prepare_while_an_admin_cordons(&c, "[taint]\nenabled = false\n").await;
     assert!(!out.cordoned && !out.marker.cordoned, "{out:?}");
     let conflicts = c
         .server
