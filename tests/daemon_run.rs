@@ -220,11 +220,7 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
     assert!(record.exists(), "the shutdown start is recorded");
     world.rig.cancel().await;
     world
-        .expect_until(
-            Duration::from_secs(10),
-            |w| w.is_restored(),
-            "restored after the cancel",
-        )
+        .expect_restored(Duration::from_secs(10), "restored after the cancel")
         .await;
     assert_eq!(world.rig.our_locks().await, 1, "the lock is held");
     assert!(
@@ -254,11 +250,7 @@ async fn cancel_after_the_release_restores_the_node_and_locks_again() {
         world.log()
     );
     world
-        .expect_until(
-            Duration::from_secs(10),
-            |w| w.is_restored(),
-            "restored after the cancel",
-        )
+        .expect_restored(Duration::from_secs(10), "restored after the cancel")
         .await;
 }
 
@@ -274,11 +266,7 @@ async fn started_while_logind_prepares_a_shutdown_drains_at_once() {
         return;
     };
     world
-        .expect_until(
-            Duration::from_secs(15),
-            |w| w.is_drained(),
-            "drained without a signal",
-        )
+        .expect_drained(Duration::from_secs(15), "drained without a signal")
         .await;
     assert!(world.is_cordoned() && world.is_tainted());
     world
@@ -490,9 +478,8 @@ async fn killed_mid_drain_and_restarted_in_the_same_shutdown_finishes_the_drain(
         .await;
     world.open_web_budget();
     world
-        .expect_until(
+        .expect_drained(
             Duration::from_secs(20),
-            |w| w.is_drained(),
             "the restarted daemon finished the drain",
         )
         .await;
@@ -643,11 +630,7 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
     // Nothing waited on the record: the open drain ends well before its 15 s budget.
     assert!(outcome.elapsed < 10.0, "{}", outcome.line);
     world
-        .expect_until(
-            Duration::from_secs(5),
-            |w| w.is_drained(),
-            "drained all the same",
-        )
+        .expect_drained(Duration::from_secs(5), "drained all the same")
         .await;
     let log = world.log();
     assert!(
@@ -705,9 +688,8 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_the_daemon_locks_again_
     // The budget opens while the bus is down: the drain finishes without it.
     world.open_web_budget();
     world
-        .expect_until(
+        .expect_drained(
             Duration::from_secs(10),
-            |w| w.is_drained(),
             "the drain finished with the bus down",
         )
         .await;
@@ -829,9 +811,8 @@ async fn a_shutdown_cancelled_while_the_bus_was_down_is_restored_after_the_recon
         )
         .await;
     world
-        .expect_until(
+        .expect_restored(
             Duration::from_secs(10),
-            |w| w.is_restored(),
             "the node stayed cordoned after a cancel the daemon missed",
         )
         .await;

@@ -351,6 +351,16 @@ impl World {
         );
     }
 
+    /// Asserts only the pods a drain keeps are left on the node within `within`.
+    pub async fn expect_drained(&self, within: Duration, why: &str) {
+        self.expect_until(within, World::is_drained, why).await;
+    }
+
+    /// Asserts the node comes to be neither cordoned nor tainted within `within`.
+    pub async fn expect_restored(&self, within: Duration, why: &str) {
+        self.expect_until(within, World::is_restored, why).await;
+    }
+
     /// Asserts logind counts `want` locks of ours within `within`.
     pub async fn expect_locks(&self, want: usize, within: Duration, why: &str) {
         assert!(
