@@ -351,6 +351,14 @@ impl World {
         );
     }
 
+    /// Called right after the bus comes back: asserts our lock is back within 5 s and prints how
+    /// long it took after `what`.
+    pub async fn expect_lock_back(&self, why: &str, what: &str) {
+        let since = Instant::now();
+        self.expect_locks(1, Duration::from_secs(5), why).await;
+        println!("lock back {} ms after {what}", since.elapsed().as_millis());
+    }
+
     /// Asserts only the pods a drain keeps are left on the node within `within`.
     pub async fn expect_drained(&self, within: Duration, why: &str) {
         self.expect_until(within, World::is_drained, why).await;
