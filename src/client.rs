@@ -18,6 +18,9 @@ pub const WATCH_GRACE: Duration = Duration::from_secs(5);
 /// The kubeconfig or the client built from it is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The file could not be read or parsed; never shows its content.
+    #[error(transparent)]
+    KubeconfigFile(#[from] crate::config::kubeconfig::KubeconfigFileError),
     #[error("cannot read kubeconfig {path}: {source}")]
     Kubeconfig {
         path: PathBuf,
@@ -102,12 +105,9 @@ impl Clients {
     }
 }
 
-/// Reads and parses a kubeconfig file (no network I/O).
+/// Reads and parses a kubeconfig file (no network I/O), within the config file limits.
 pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ClientError> {
-    Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
-        path: path.to_path_buf(),
-        source,
-    })
+    Ok(crate::config::kubeconfig::read(path)?)
 }
 
 /// Builds the clients from a parsed kubeconfig (its current context).

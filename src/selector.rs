@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::config::{is_label_value, is_qualified_name};
+use crate::config::names::{is_label_value, is_qualified_name};
 
 /// One requirement of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]

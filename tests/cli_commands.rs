@@ -5,6 +5,9 @@
 mod engine_support;
 
 use engine_support::*;
+use std::path::Path;
+use std::time::Duration;
+
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,4 +251,166 @@ async fn check_reviews_every_permission() {
         "{}",
         r.stdout
     );
+}
+
+/// A config file or kubeconfig that is not a regular file, or over 1 MiB, is a configuration
+/// error (exit 2) naming the file, and is refused before it is read: `/dev/zero` would fill
+/// memory, a FIFO would block for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_config_files_exit_2_without_reading_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, vec![b'#'; 1024 * 1024 + 1]).unwrap();
+    let cases = [
+        (
+            Path::new("/dev/zero"),
+            "is a character device, not a regular file",
+        ),
+        (dir.path(), "is a directory, not a regular file"),
+        (fifo.as_path(), "is a FIFO, not a regular file"),
+        (big.as_path(), "is larger than 1024 KiB"),
+    ];
+    for (path, needle) in cases {
+        // A deadline far above any honest run: the FIFO used to hang here for ever.
+        let r = tokio::time::timeout(Duration::from_secs(60), cli(path, &["plan"]))
+            .await
+            .unwrap_or_else(|_| panic!("{} was read", path.display()));
+        assert_eq!(r.code, 2, "{}: {}", path.display(), r.stderr);
+        let want = format!("config file {} {needle}", path.display());
+        assert!(r.stderr.contains(&want), "{want:?} not in {}", r.stderr);
+
+        // The same limits for the kubeconfig the config names.
+        let config = dir.path().join("kc.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\n",
+                path.display()
+            ),
+        )
+        .unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(60), cli(&config, &["plan"]))
+            .await
+            .unwrap_or_else(|_| panic!("kubeconfig {} was read", path.display()));
+        assert_eq!(r.code, 2, "{}: {}", path.display(), r.stderr);
+        let want = format!("kubeconfig {} {needle}", path.display());
+        assert!(r.stderr.contains(&want), "{want:?} not in {}", r.stderr);
+    }
+}
+
+/// A kubeconfig with a YAML syntax error names the file, line and column, and not one byte of
+/// its content: the lines around the error hold the bearer token here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_kubeconfig_is_named_but_never_printed() {
+    const TOKEN: &str = "bearer-token-that-must-not-leak";
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\n    \
+             client-key-data: KEYDATA\n  oops: [\n"
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\n",
+            kc.display()
+        ),
+    )
+    .unwrap();
+    for command in ["plan", "check", "restore"] {
+        let r = cli(&config, &[command]).await;
+        assert_eq!(r.code, 2, "{command}: {}", r.stderr);
+        let prefix = format!("error: {}:", kc.display());
+        assert!(r.stderr.starts_with(&prefix), "{command}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("kubeconfig is not valid YAML"),
+            "{command}: {}",
+            r.stderr
+        );
+        for secret in [TOKEN, "KEYDATA", "token:", "oops"] {
+            assert!(
+                !r.stderr.contains(secret) && !r.stdout.contains(secret),
+                "{command} printed {secret:?}: {}{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+}
+
+/// `KUBE_SHUTDOWN_DRAIN_CONFIG=` (empty) is a configuration error that names the variable, not
+/// the `--config` flag nobody gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_config_variable_is_named() {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("plan")
+        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", "")
+        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("KUBE_SHUTDOWN_DRAIN_CONFIG is set but empty")
+            && !stderr.contains("--config"),
+        "{stderr}"
+    );
+}
+
+/// A value of any length is echoed in an error cut to ~200 characters, and a bad `--node` is
+/// reported like a bad `node_name`, with what is allowed (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_echo_at_most_200_characters_of_a_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "X".repeat(900_000);
+    for (name, text) in [
+        ("node.toml", format!("node_name = \"{long}\"\n")),
+        (
+            "selector.toml",
+            format!("[filters]\nskip_selector = \"a in ({long}\"\n"),
+        ),
+        ("key.toml", format!("{long} = 1\n")),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let r = cli(&path, &["plan"]).await;
+        assert_eq!(
+            r.code,
+            2,
+            "{name}: {}",
+            &r.stderr[..r.stderr.len().min(500)]
+        );
+        assert!(
+            r.stderr.len() < 1_000,
+            "{name}: {} bytes of error",
+            r.stderr.len()
+        );
+        assert!(
+            r.stderr.contains(&format!("{}:1:", path.display()))
+                || r.stderr.contains(&format!("{}:2:", path.display())),
+            "{name}: {}",
+            r.stderr
+        );
+    }
+    let config = dir.path().join("ok.toml");
+    std::fs::write(&config, "node_name = \"node-a\"\n").unwrap();
+    for bad in ["node-1/status", "x?y=1", "Bad_Name"] {
+        let r = cli(&config, &["--node", bad, "plan"]).await;
+        assert_eq!(r.code, 2, "{bad}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!(
+                "--node {bad:?} is not a node name; allowed: a lower-case DNS subdomain"
+            )),
+            "{bad}: {}",
+            r.stderr
+        );
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::client::ApiError;
-use crate::config::{ConfigError, DEFAULT_CONFIG_PATH, Settings};
+use crate::config::{CONFIG_ENV, ConfigError, DEFAULT_CONFIG_PATH, Settings};
 use crate::drain::status_line;
 use crate::engine;
 
@@ -35,9 +35,12 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "kube-shutdown-drain", version, about, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
-    /// Configuration file.
-    #[arg(long, global = true, env = crate::config::CONFIG_ENV, default_value = DEFAULT_CONFIG_PATH, value_name = "PATH")]
-    pub config: PathBuf,
+    /// Configuration file [default: /etc/kube-shutdown-drain/config.toml, or the environment
+    /// variable KUBE_SHUTDOWN_DRAIN_CONFIG].
+    // Not clap's `env`: it reports an empty variable as an empty `--config` flag; see
+    // `Cli::config_path`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
     /// The node to act on (default: `node_name` from the config, else the host name).
     #[arg(long, global = true, value_name = "NAME")]
     pub node: Option<String>,
@@ -87,7 +90,8 @@ pub enum Command {
 pub enum CliError {
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("--node {0:?} is not a node name")]
+    /// The problem and what is allowed, as `node_name` would report it.
+    #[error("--node {0}")]
     NodeName(String),
     #[error("{}", human(.0.to_string(), .0))]
     Engine(#[from] engine::Error),
@@ -132,24 +136,22 @@ impl CliError {
 }
 
 impl Cli {
-    /// Loads the settings and applies `--node`.
+    /// The config file: `--config`, else [`CONFIG_ENV`] (an empty value is an error naming the
+    /// variable), else [`DEFAULT_CONFIG_PATH`].
+    pub fn config_path(&self) -> Result<PathBuf, CliError> {
+        config_path(self.config.as_deref(), std::env::var_os(CONFIG_ENV))
+    }
+
+    /// Loads the settings and applies `--node`, checked like `node_name`; given, it also stands
+    /// in for the host name, which is then neither read nor checked.
     pub fn settings(&self) -> Result<Settings, CliError> {
-        let mut s = Settings::load(&self.config)?;
-        if let Some(n) = &self.node {
-            let valid = !n.is_empty()
-                && n.len() <= 253
-                && n.split('.').all(|l| {
-                    !l.is_empty()
-                        && !l.starts_with('-')
-                        && !l.ends_with('-')
-                        && l.bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                });
-            if !valid {
-                return Err(CliError::NodeName(n.clone()));
-            }
-            s.node_name = n.clone();
-        }
+        let path = self.config_path()?;
+        let Some(n) = &self.node else {
+            return Ok(Settings::load(&path)?);
+        };
+        crate::config::check_node_name(n).map_err(CliError::NodeName)?;
+        let mut s = Settings::load_for_node(&path, n)?;
+        s.node_name = n.clone();
         Ok(s)
     }
 
@@ -167,6 +169,19 @@ impl Cli {
                 Ok(u8::try_from(code).unwrap_or(EXIT_INCOMPLETE))
             }
         }
+    }
+}
+
+/// [`Cli::config_path`] with the environment variable's value passed in.
+fn config_path(
+    flag: Option<&std::path::Path>,
+    env: Option<std::ffi::OsString>,
+) -> Result<PathBuf, CliError> {
+    match (flag, env) {
+        (Some(p), _) => Ok(p.to_path_buf()),
+        (None, Some(v)) if v.is_empty() => Err(ConfigError::EmptyEnv { var: CONFIG_ENV }.into()),
+        (None, Some(v)) => Ok(PathBuf::from(v)),
+        (None, None) => Ok(PathBuf::from(DEFAULT_CONFIG_PATH)),
     }
 }
 
@@ -239,6 +254,39 @@ mod tests {
         assert_eq!(
             timeout.to_string(),
             "cannot list the pods of node node-a: no answer within 10s"
+        );
+    }
+
+    /// `--config` wins, then the environment variable, then the default; an empty variable is
+    /// an error that names the variable (clap's `env` would blame the `--config` flag).
+    #[test]
+    fn the_config_path_comes_from_the_flag_the_variable_or_the_default() {
+        let flag = std::path::Path::new("/flag.toml");
+        let env = |v: &str| Some(std::ffi::OsString::from(v));
+        assert_eq!(config_path(Some(flag), env("")).unwrap(), flag);
+        assert_eq!(config_path(Some(flag), env("/e.toml")).unwrap(), flag);
+        assert_eq!(
+            config_path(None, env("/e.toml")).unwrap(),
+            PathBuf::from("/e.toml")
+        );
+        assert_eq!(
+            config_path(None, None).unwrap(),
+            PathBuf::from(DEFAULT_CONFIG_PATH)
+        );
+        let e = config_path(None, env("")).unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_USAGE);
+        let text = e.to_string();
+        assert!(
+            text.contains(CONFIG_ENV) && !text.contains("--config"),
+            "{text}"
+        );
+        // The help states the default and the variable, as clap's `env` did.
+        let help = <Cli as clap::CommandFactory>::command()
+            .render_long_help()
+            .to_string();
+        assert!(
+            help.contains(DEFAULT_CONFIG_PATH) && help.contains(CONFIG_ENV),
+            "{help}"
         );
     }
 

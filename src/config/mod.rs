@@ -1,0 +1,381 @@
+//! Configuration: the typed `Settings` the rest of the code reads, and how a file becomes them
+//! (read within limits, deserialized into the raw serde shape with checked newtypes, turned into
+//! settings by one pure function). Every error reads "FILE:LINE:COLUMN: key `KEY`: PROBLEM;
+//! allowed: WHAT IS ALLOWED".
+//!
+//! Every key, its default and the reason for the default are documented in `config.example.toml`
+//! at the top of the repository; `tests/config_example.rs` parses that file so the two cannot drift.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | `Settings`, the enums, `ConfigError`, loading and error positions |
+//! | `file.rs` | reading a config file or kubeconfig within limits (regular file, 1 MiB) |
+//! | `values.rs` | the checked newtypes (bounded durations, names, enum names) |
+//! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
+//! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
+//! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
+//! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
+//! | `duration.rs` | the duration syntax |
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::selector::Selector;
+
+mod duration;
+pub mod file;
+pub mod kubeconfig;
+pub mod names;
+mod raw;
+mod validate;
+mod values;
+
+pub use duration::format_duration;
+pub use file::{FileError, MAX_FILE_SIZE};
+// Kept for callers that import these from `config` (they live in `names`).
+pub use names::{is_label_value, is_qualified_name};
+use values::{Invalid, Named, deserialize_checked};
+
+/// Where the configuration is read from when neither `--config` nor the environment names a file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/kube-shutdown-drain/config.toml";
+/// The environment variable that overrides [`DEFAULT_CONFIG_PATH`].
+pub const CONFIG_ENV: &str = "KUBE_SHUTDOWN_DRAIN_CONFIG";
+/// The kubeconfig used when the file does not name one: a dedicated identity, so the taint works.
+pub const DEFAULT_KUBECONFIG: &str = "/etc/kube-shutdown-drain/kubeconfig";
+/// The state directory (last report); the deb/rpm create it.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-shutdown-drain";
+/// The kernel's boot ID: a new random UUID every boot.
+pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+/// The taint key we own. Nothing else ever writes it.
+pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
+/// `request_timeout` when absent: short, because the whole shutdown has a budget.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The smallest `daemon.release_margin`: the daemon lets a drain overrun its deadline by up to
+/// 500 ms (its overrun guard) before it drops it, so a margin must cover that with room to spare.
+pub const MIN_RELEASE_MARGIN: Duration = Duration::from_secs(1);
+/// The smallest `drain.retry_interval`: a refused eviction (403, 500) is retried at most ten
+/// times a second per pod, so a typo like "1ms" cannot flood the API server.
+pub const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+/// The bounds of `drain.grace_period`: whole seconds (the API's `gracePeriodSeconds`), at least
+/// 1 s because 0 s means an immediate force deletion, at most a day.
+pub const MIN_GRACE_PERIOD: Duration = Duration::from_secs(1);
+pub const MAX_GRACE_PERIOD: Duration = Duration::from_secs(24 * 3600);
+
+/// The effect of our own taint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaintEffect {
+    /// The scheduler avoids the node but may still use it (kured's choice; safe while cordoned).
+    PreferNoSchedule,
+    /// New pods that do not tolerate it are not scheduled.
+    NoSchedule,
+    /// Running pods that do not tolerate it are evicted by the taint manager, ignoring budgets.
+    NoExecute,
+}
+
+impl Named for TaintEffect {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("PreferNoSchedule", TaintEffect::PreferNoSchedule),
+        ("NoSchedule", TaintEffect::NoSchedule),
+        ("NoExecute", TaintEffect::NoExecute),
+    ];
+}
+
+/// What to do with a class of pods (emptyDir, unreplicated, completed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Evict it like any other pod.
+    Evict,
+    /// Leave it alone.
+    Skip,
+}
+
+impl Named for Policy {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("evict", Policy::Evict), ("skip", Policy::Skip)];
+}
+
+/// What happens when the drain deadline is reached with pods left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDeadline {
+    /// Report the remaining pods and the budgets that blocked them, then stop.
+    Report,
+    /// Delete the remaining pods, ignoring their disruption budgets.
+    Delete,
+}
+
+impl Named for OnDeadline {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("report", OnDeadline::Report),
+        ("delete", OnDeadline::Delete),
+    ];
+}
+
+/// `as_str` (the spelling in the file and, for the taint effect, the API's) and `Serialize`,
+/// both from `NAMES`.
+macro_rules! named_enum {
+    ($($t:ty),*) => {$(
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                self.name()
+            }
+        }
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+    )*};
+}
+named_enum!(TaintEffect, Policy, OnDeadline);
+deserialize_checked!(TaintEffect, Policy, OnDeadline);
+
+/// What a matching rule does with a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleAction {
+    /// Evict it in the group `order` (lower orders finish first).
+    Drain { order: i32 },
+    /// Leave it alone.
+    Skip,
+    /// Do not evict it; the drain waits until it completes or goes.
+    WaitCompleted,
+}
+
+/// One `[[rules]]` entry, in the spirit of Cluster API's MachineDrainRule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Pods whose labels match (an empty selector matches every pod).
+    pub selector: Selector,
+    /// Limits the rule to these namespaces; empty means every namespace.
+    pub namespaces: Vec<String>,
+    pub action: RuleAction,
+}
+
+/// The `[taint]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaintSettings {
+    pub enabled: bool,
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+/// The `[filters]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FilterSettings {
+    pub skip_tolerating_cordon: bool,
+    pub skip_selector: Option<Selector>,
+    pub skip_namespaces: BTreeSet<String>,
+    pub honour_capi_drain_label: bool,
+    pub emptydir: Policy,
+    pub unreplicated: Policy,
+    pub completed: Policy,
+}
+
+/// The `[drain]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainSettings {
+    pub concurrency: usize,
+    pub grace_period: Option<Duration>,
+    pub retry_interval: Duration,
+    pub timeout: Duration,
+    pub on_deadline: OnDeadline,
+}
+
+/// The `[daemon]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonSettings {
+    pub release_margin: Duration,
+    pub restore_ready_timeout: Duration,
+}
+
+/// Validated settings. Fields are public so tests and the CLI can override single values
+/// (`--node`, `boot_id_path`) after loading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// The file these settings came from, if any.
+    pub source: Option<PathBuf>,
+    pub kubeconfig: PathBuf,
+    /// A DNS subdomain: checked wherever it comes from (`node_name`, host name, `--node`).
+    pub node_name: String,
+    pub state_dir: PathBuf,
+    pub request_timeout: Duration,
+    /// Not a TOML key: the kernel's boot ID file, replaceable in tests.
+    pub boot_id_path: PathBuf,
+    pub taint: TaintSettings,
+    pub filters: FilterSettings,
+    pub rules: Vec<Rule>,
+    pub drain: DrainSettings,
+    pub daemon: DaemonSettings,
+}
+
+/// The most characters of a toml parser message an error repeats (it may quote the file).
+const MESSAGE_LIMIT: usize = 400;
+
+/// A configuration that could not be used. Every variant names the file (or the variable).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Read(#[from] FileError),
+    #[error("the environment variable {var} is set but empty; unset it or name a config file")]
+    EmptyEnv { var: &'static str },
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// `problem` reads "PROBLEM; allowed: WHAT IS ALLOWED" (a toml message for a wrong table).
+    #[error("{path}:{line}:{column}: key `{key}`: {problem}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        key: String,
+        problem: String,
+    },
+    #[error("{path}: key `node_name` is not set and the host name cannot be read: {reason}")]
+    NoNodeName { path: PathBuf, reason: String },
+    #[error("{path}: key `node_name` is not set and {problem}")]
+    HostName { path: PathBuf, problem: Invalid },
+}
+
+/// The text of a config file and the name to show in errors.
+pub struct Source<'a> {
+    pub path: &'a Path,
+    pub text: &'a str,
+}
+
+impl Source<'_> {
+    /// 1-based line and column (in characters) of a byte offset.
+    fn position(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
+        (line, before[line_start..].chars().count() + 1)
+    }
+
+    fn invalid(&self, span: std::ops::Range<usize>, key: &str, problem: Invalid) -> ConfigError {
+        let (line, column) = self.position(span.start);
+        ConfigError::Invalid {
+            path: self.path.to_path_buf(),
+            line,
+            column,
+            key: key.to_string(),
+            problem: problem.to_string(),
+        }
+    }
+
+    /// A toml error: our own refusals and toml's messages about a key's value name the key,
+    /// found from the error's span; anything else is a syntax error at its position.
+    fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
+        let offset = e.span().map_or(0, |s| s.start);
+        let (line, column) = self.position(offset);
+        let mut message = e.message().trim().to_string();
+        if message.chars().count() > MESSAGE_LIMIT {
+            message = message.chars().take(MESSAGE_LIMIT).collect::<String>() + "...";
+        }
+        let path = self.path.to_path_buf();
+        match e.span().and_then(|_| key_at(self.text, offset)) {
+            Some(key) => ConfigError::Invalid {
+                path,
+                line,
+                column,
+                key,
+                problem: message,
+            },
+            None => ConfigError::Syntax {
+                path,
+                line,
+                column,
+                message,
+            },
+        }
+    }
+}
+
+/// The dotted key (`drain.timeout`, `rules[0].action`) whose value holds byte `offset`, from the
+/// document's own spans; `None` outside every value or when the text does not parse. A `[table]`
+/// or `[[table]]` spans only its header, so every table is searched.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    fn search(table: &DeTable<'_>, offset: usize, prefix: &str) -> Option<String> {
+        table.iter().find_map(|(k, v)| {
+            let path = if prefix.is_empty() {
+                k.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", k.get_ref())
+            };
+            let inner = match v.get_ref() {
+                DeValue::Table(t) => search(t, offset, &path),
+                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, item)| match item
+                    .get_ref()
+                {
+                    DeValue::Table(t) => search(t, offset, &format!("{path}[{i}]")),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            inner.or_else(|| v.span().contains(&offset).then_some(path))
+        })
+    }
+    search(DeTable::parse(text).ok()?.get_ref(), offset, "")
+}
+
+/// Parses and validates a configuration text. Pure: the host name is passed in (`Err(reason)`
+/// when it could not be read), so this can be table-tested without touching the machine.
+pub fn from_toml(
+    source: &Source<'_>,
+    hostname: Result<&str, &str>,
+) -> Result<Settings, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(source.text).map_err(|e| source.toml_error(&e))?;
+    validate::settings(raw, source, hostname)
+}
+
+/// The machine's host name, as the kubelet would register it (before lower-casing).
+pub fn hostname() -> Result<String, String> {
+    nix::unistd::gethostname()
+        .map_err(|e| e.to_string())?
+        .into_string()
+        .map_err(|_| "the host name is not valid UTF-8".to_string())
+}
+
+/// Checks a node name given on the command line or elsewhere, as `node_name` is checked.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    values::NodeName::parse(name)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+impl Settings {
+    /// Reads (within [`file::read_text`]'s limits) and validates a config file.
+    pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+        let text = file::read_text(path, "config file")?;
+        Settings::from_str_at(path, &text)
+    }
+
+    /// Like [`Settings::load`], with the node name that stands in when `node_name` is not set
+    /// (`--node`), instead of the host name.
+    pub fn load_for_node(path: &Path, node: &str) -> Result<Settings, ConfigError> {
+        let text = file::read_text(path, "config file")?;
+        from_toml(&Source { path, text: &text }, Ok(node))
+    }
+
+    /// Validates a configuration text as if it had been read from `path`.
+    pub fn from_str_at(path: &Path, text: &str) -> Result<Settings, ConfigError> {
+        let host = hostname();
+        from_toml(
+            &Source { path, text },
+            host.as_deref().map_err(String::as_str),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,161 @@
+//! The raw shape of the config file: serde structs that mirror the TOML exactly
+//! (`deny_unknown_fields`), every leaf a checked newtype from `values`. An absent key stays
+//! `None`; its default (stated on each field) is applied in `validate`, so "absent" and "given"
+//! stay distinguishable and every default is applied in one place.
+
+use std::fmt;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::values::{
+    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Namespaces, NodeName, Order,
+    PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue,
+};
+use super::{OnDeadline, Policy, TaintEffect};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "the file to be a table of the keys documented in config.example.toml"
+)]
+pub struct RawConfig {
+    /// The kubeconfig. Default: [`super::DEFAULT_KUBECONFIG`].
+    pub kubeconfig: Option<AbsolutePath>,
+    /// The Node to drain. Default: the host name, lower-cased, checked like this key.
+    pub node_name: Option<NodeName>,
+    /// Where the last report is written. Default: [`super::DEFAULT_STATE_DIR`].
+    pub state_dir: Option<AbsolutePath>,
+    /// The timeout of every API request. Default: [`super::DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Option<Positive>,
+    #[serde(default)]
+    pub taint: RawTaint,
+    #[serde(default)]
+    pub filters: RawFilters,
+    /// Default: no rules.
+    #[serde(default)]
+    pub rules: RawRules,
+    #[serde(default)]
+    pub drain: RawDrain,
+    #[serde(default)]
+    pub daemon: RawDaemon,
+}
+
+/// `[taint]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`taint` to be a [taint] table (keys enabled, key, value, effect)"
+)]
+pub struct RawTaint {
+    /// Default: true.
+    pub enabled: Option<Flag>,
+    /// Default: [`super::DEFAULT_TAINT_KEY`].
+    pub key: Option<TaintKey>,
+    /// Default: "true"; "" means no value.
+    pub value: Option<TaintValue>,
+    /// Default: PreferNoSchedule.
+    pub effect: Option<TaintEffect>,
+}
+
+/// `[filters]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`filters` to be a [filters] table (keys skip_tolerating_cordon, skip_selector, \
+                 skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)"
+)]
+pub struct RawFilters {
+    /// Default: true.
+    pub skip_tolerating_cordon: Option<Flag>,
+    /// Default: none.
+    pub skip_selector: Option<PodSelector>,
+    /// Default: none (an empty list skips nothing, so it is allowed here).
+    pub skip_namespaces: Option<Namespaces>,
+    /// Default: true.
+    pub honour_capi_drain_label: Option<Flag>,
+    /// Default: evict.
+    pub emptydir: Option<Policy>,
+    /// Default: evict.
+    pub unreplicated: Option<Policy>,
+    /// Default: skip.
+    pub completed: Option<Policy>,
+}
+
+/// One `[[rules]]` entry. Spans are kept for the checks that span several keys.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "each `rules` entry to be a [[rules]] table (keys selector, namespaces, action, order)"
+)]
+pub struct RawRule {
+    /// Default: every pod (but a rule needs a selector or namespaces).
+    pub selector: Option<Spanned<PodSelector>>,
+    /// Default: every namespace; an empty list is refused, as it would mean the same.
+    pub namespaces: Option<Spanned<Namespaces>>,
+    /// Required.
+    pub action: Option<Spanned<ActionName>>,
+    /// Only with action = "drain". Default: 0.
+    pub order: Option<Spanned<Order>>,
+}
+
+/// The `[[rules]]` array; its own type only so a wrong shape names the key `rules`.
+#[derive(Debug, Default)]
+pub struct RawRules(pub Vec<Spanned<RawRule>>);
+
+impl<'de> Deserialize<'de> for RawRules {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Rules;
+        impl<'de> serde::de::Visitor<'de> for Rules {
+            type Value = RawRules;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`rules` to be an array of [[rules]] tables")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RawRules, A::Error> {
+                let mut rules = Vec::new();
+                while let Some(rule) = seq.next_element()? {
+                    rules.push(rule);
+                }
+                Ok(RawRules(rules))
+            }
+        }
+        d.deserialize_seq(Rules)
+    }
+}
+
+/// `[drain]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
+                 timeout, on_deadline)"
+)]
+pub struct RawDrain {
+    /// Default: 10.
+    pub concurrency: Option<Concurrency>,
+    /// Default: each pod's own grace period.
+    pub grace_period: Option<GracePeriod>,
+    /// Default: 5s.
+    pub retry_interval: Option<RetryInterval>,
+    /// Default: 120s.
+    pub timeout: Option<Positive>,
+    /// Default: report.
+    pub on_deadline: Option<OnDeadline>,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout)"
+)]
+pub struct RawDaemon {
+    /// Default: 5s.
+    pub release_margin: Option<ReleaseMargin>,
+    /// Default: 10m.
+    pub restore_ready_timeout: Option<Positive>,
+}

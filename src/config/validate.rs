@@ -1,0 +1,252 @@
+//! The one pure function from the raw file to `Settings`: applies every default and the checks
+//! that span several keys (a rule's action with its order, a rule that would match every pod,
+//! the host name standing in for `node_name`). Single values were checked as they were read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::raw::{RawConfig, RawRule};
+use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
+use super::{
+    ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings, FilterSettings,
+    OnDeadline, Policy, Rule, RuleAction, Settings, Source, TaintEffect, TaintSettings,
+};
+use crate::selector::Selector;
+
+/// Turns the raw file into settings. Pure: the host name is passed in (`Err(reason)` when it
+/// could not be read), so this can be table-tested without touching the machine.
+pub fn settings(
+    raw: RawConfig,
+    src: &Source<'_>,
+    hostname: Result<&str, &str>,
+) -> Result<Settings, ConfigError> {
+    let node_name = match raw.node_name {
+        Some(NodeName(n)) => n,
+        None => node_name_from_host(src, hostname)?,
+    };
+    let flag = |f: Option<Flag>, default: bool| f.map_or(default, |Flag(b)| b);
+    let t = raw.taint;
+    let taint = TaintSettings {
+        enabled: flag(t.enabled, true),
+        key: t.key.map_or_else(|| DEFAULT_TAINT_KEY.to_string(), |k| k.0),
+        value: match t.value {
+            None => Some("true".to_string()),
+            Some(v) => Some(v.0).filter(|v| !v.is_empty()),
+        },
+        effect: t.effect.unwrap_or(TaintEffect::PreferNoSchedule),
+    };
+    let f = raw.filters;
+    let filters = FilterSettings {
+        skip_tolerating_cordon: flag(f.skip_tolerating_cordon, true),
+        skip_selector: f.skip_selector.map(|s| s.0),
+        skip_namespaces: f
+            .skip_namespaces
+            .map(|n| n.0)
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        honour_capi_drain_label: flag(f.honour_capi_drain_label, true),
+        emptydir: f.emptydir.unwrap_or(Policy::Evict),
+        unreplicated: f.unreplicated.unwrap_or(Policy::Evict),
+        completed: f.completed.unwrap_or(Policy::Skip),
+    };
+    let rules = raw
+        .rules
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, r)| rule(src, i, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let d = raw.drain;
+    let drain = DrainSettings {
+        concurrency: d.concurrency.map_or(10, |c| c.0),
+        grace_period: d.grace_period.map(|g| g.0),
+        retry_interval: d
+            .retry_interval
+            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
+        timeout: d
+            .timeout
+            .map_or(Duration::from_secs(120), |DurationIn(d)| d),
+        on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
+    };
+    let daemon = DaemonSettings {
+        release_margin: raw
+            .daemon
+            .release_margin
+            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
+        restore_ready_timeout: raw
+            .daemon
+            .restore_ready_timeout
+            .map_or(Duration::from_secs(600), |DurationIn(d)| d),
+    };
+    Ok(Settings {
+        source: Some(src.path.to_path_buf()),
+        kubeconfig: raw
+            .kubeconfig
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBECONFIG), |p| p.0),
+        node_name,
+        state_dir: raw
+            .state_dir
+            .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), |p| p.0),
+        request_timeout: raw
+            .request_timeout
+            .map_or(DEFAULT_REQUEST_TIMEOUT, |DurationIn(d)| d),
+        boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
+        taint,
+        filters,
+        rules,
+        drain,
+        daemon,
+    })
+}
+
+/// The kubelet registers the node under the lower-cased host name by default; that name must
+/// pass the same check as `node_name`, as it ends up in the same request paths.
+fn node_name_from_host(
+    src: &Source<'_>,
+    hostname: Result<&str, &str>,
+) -> Result<String, ConfigError> {
+    let path = src.path.to_path_buf();
+    let host = hostname.map_err(|reason| ConfigError::NoNodeName {
+        path: path.clone(),
+        reason: reason.to_string(),
+    })?;
+    match NodeName::parse(&host.to_lowercase()) {
+        Ok(NodeName(n)) => Ok(n),
+        Err(_) => Err(ConfigError::HostName {
+            path,
+            problem: Invalid::new(
+                format!("the host name {} is not a node name", quote(host)),
+                format!("set `node_name` (or --node) to {}", NodeName::ALLOWED),
+            ),
+        }),
+    }
+}
+
+/// One `[[rules]]` entry, `rules[i]`.
+fn rule(src: &Source<'_>, i: usize, spanned: &Spanned<RawRule>) -> Result<Rule, ConfigError> {
+    let r = spanned.get_ref();
+    let key = |k: &str| format!("rules[{i}].{k}");
+    let Some(action_name) = &r.action else {
+        return Err(src.invalid(
+            spanned.span(),
+            &key("action"),
+            Invalid::new(
+                "a rule needs an action",
+                "action = one of \"drain\", \"skip\", \"wait-completed\"",
+            ),
+        ));
+    };
+    if let Some(ns) = &r.namespaces
+        && ns.get_ref().0.is_empty()
+    {
+        return Err(src.invalid(
+            ns.span(),
+            &key("namespaces"),
+            Invalid::new(
+                "an empty list would mean every namespace",
+                "a non-empty list of namespaces (leave the key out for every namespace)",
+            ),
+        ));
+    }
+    let action = match (*action_name.get_ref(), &r.order) {
+        (ActionName::Drain, order) => RuleAction::Drain {
+            order: order.as_ref().map_or(0, |o| o.get_ref().0),
+        },
+        (ActionName::Skip, None) => RuleAction::Skip,
+        (ActionName::WaitCompleted, None) => RuleAction::WaitCompleted,
+        (_, Some(order)) => {
+            return Err(src.invalid(
+                order.span(),
+                &key("order"),
+                Invalid::new(
+                    "an order only applies to action = \"drain\"",
+                    "`order` together with action = \"drain\"",
+                ),
+            ));
+        }
+    };
+    if r.selector.is_none() && r.namespaces.is_none() {
+        return Err(src.invalid(
+            action_name.span(),
+            &key("selector"),
+            Invalid::new(
+                "a rule needs a selector or namespaces, or it would match every pod",
+                "`selector = \"...\"` and/or `namespaces = [...]`",
+            ),
+        ));
+    }
+    Ok(Rule {
+        selector: r
+            .selector
+            .as_ref()
+            .map_or_else(Selector::everything, |s| s.get_ref().0.clone()),
+        namespaces: r
+            .namespaces
+            .as_ref()
+            .map(|n| n.get_ref().0.clone())
+            .unwrap_or_default(),
+        action,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::{ConfigError, Source, from_toml};
+
+    #[test]
+    fn missing_host_name_is_an_error_only_without_node_name() {
+        let src = Source {
+            path: Path::new("/c.toml"),
+            text: "",
+        };
+        let err = from_toml(&src, Err("no uts")).unwrap_err();
+        assert!(
+            err.to_string().contains("/c.toml") && err.to_string().contains("no uts"),
+            "{err}"
+        );
+        let src = Source {
+            path: Path::new("/c.toml"),
+            text: "node_name = \"n1\"",
+        };
+        assert_eq!(from_toml(&src, Err("no uts")).unwrap().node_name, "n1");
+    }
+
+    /// Without `node_name`, the host name becomes the node name only if it passes the same check;
+    /// otherwise it is a configuration error naming the file, the host name and what to set, and
+    /// never a name pasted into a request path.
+    #[test]
+    fn a_host_name_stands_in_for_node_name_only_if_it_is_a_node_name() {
+        let src = Source {
+            path: Path::new("/c.toml"),
+            text: "",
+        };
+        assert_eq!(
+            from_toml(&src, Ok("Worker-1.Example")).unwrap().node_name,
+            "worker-1.example"
+        );
+        for host in ["node-1/status", "x?y=1", "node_1", "a..b", "n%2F"] {
+            let err = from_toml(&src, Ok(host)).unwrap_err();
+            assert!(matches!(err, ConfigError::HostName { .. }), "{host}: {err}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "/c.toml: key `node_name` is not set and the host name {host:?} is not a node \
+                     name; allowed: set `node_name` (or --node) to a lower-case DNS subdomain, e.g. \
+                     \"worker-1\""
+                )
+            );
+            // A valid node_name makes the host name irrelevant.
+            let set = Source {
+                path: Path::new("/c.toml"),
+                text: "node_name = \"n1\"",
+            };
+            assert_eq!(from_toml(&set, Ok(host)).unwrap().node_name, "n1");
+        }
+    }
+}
