@@ -565,3 +565,34 @@ fn keys_in_inline_tables_are_named_in_full() {
         "{msg}"
     );
 }
+
+/// Each enum's names are listed once (`Named::NAMES`): every variant is there, reads back as
+/// itself, and serializes as the same name.
+#[test]
+fn enum_names_are_listed_once_and_round_trip() {
+    fn round_trip<T: values::Named + std::fmt::Debug + serde::Serialize>(all: &[T]) {
+        assert_eq!(T::NAMES.len(), all.len());
+        for v in all {
+            let name = v.name();
+            assert!(!name.is_empty(), "{v:?}");
+            let read = <T as values::FromValue>::from_value(values::Value::String(name.into()));
+            assert_eq!(read.ok(), Some(*v));
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(name));
+        }
+    }
+    use TaintEffect::*;
+    round_trip(&[PreferNoSchedule, NoSchedule, NoExecute]);
+    round_trip(&[Policy::Evict, Policy::Skip]);
+    round_trip(&[OnDeadline::Report, OnDeadline::Delete]);
+    use values::{ActionName, Named};
+    for a in [
+        ActionName::Drain,
+        ActionName::Skip,
+        ActionName::WaitCompleted,
+    ] {
+        let read =
+            <ActionName as values::FromValue>::from_value(values::Value::String(a.name().into()));
+        assert_eq!(read.ok(), Some(a));
+    }
+    assert_eq!(NoExecute.as_str(), "NoExecute");
+}
