@@ -16,6 +16,7 @@
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
+//! | `tests.rs` | the table tests: defaults, every bad value with its position, key and allowed |
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
