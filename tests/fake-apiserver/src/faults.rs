@@ -98,12 +98,14 @@ pub(crate) enum Action {
     Close,
 }
 
-/// A gate: matching requests wait until a permit lets one through; `waiting` counts those held.
+/// A gate: matching requests wait until a permit lets one through; `waiting` counts those held
+/// now, `arrived` every request that reached the gate.
 #[derive(Debug, Clone)]
 struct Gate {
     route: Route,
     permits: u32,
     waiting: u32,
+    arrived: u32,
 }
 
 /// The knobs. Cheap to clone; all clones share state.
@@ -204,6 +206,7 @@ impl Faults {
                     route,
                     permits: 0,
                     waiting: 0,
+                    arrived: 0,
                 })
             }
         });
@@ -233,6 +236,16 @@ impl Faults {
             .map_or(0, |x| x.waiting as usize)
     }
 
+    /// How many requests reached the gate of `route` since it was set (held or let through).
+    pub fn arrived_at(&self, route: &Route) -> usize {
+        self.gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|x| &x.route == route)
+            .map_or(0, |x| x.arrived as usize)
+    }
+
     /// Waits at the first gate matching the request until it has a permit for it (or the gate is
     /// removed). A request dropped while held (its client gave up) is no longer counted.
     async fn through_gates(&self, method: &str, uri: &str, changed: &mut watch::Receiver<u64>) {
@@ -250,6 +263,7 @@ impl Faults {
             }
         }
         let mut held: Option<Held<'_>> = None;
+        let mut first = true;
         loop {
             {
                 let mut g = self.gates.lock().unwrap_or_else(|e| e.into_inner());
@@ -257,6 +271,9 @@ impl Faults {
                     drop(g);
                     return;
                 };
+                if std::mem::take(&mut first) {
+                    x.arrived += 1;
+                }
                 if x.permits > 0 {
                     x.permits -= 1;
                     drop(g);
@@ -347,5 +364,50 @@ impl Faults {
             s.fail.retain(|f| f.remaining > 0);
             Action::Proceed
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_gate_holds_matching_requests_until_passed() {
+        let f = Faults::new();
+        let route = Route::new("POST", "/eviction");
+        f.gate(route.clone());
+        let held = tokio::spawn({
+            let f = f.clone();
+            async move { matches!(f.apply("POST", "/a/eviction").await, Action::Proceed) }
+        });
+        let other = f.apply("GET", "/a/eviction").await;
+        assert!(
+            matches!(other, Action::Proceed),
+            "another method is not held"
+        );
+        while f.waiting_at(&route) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!held.is_finished());
+        f.pass(&route, 1);
+        assert!(held.await.unwrap());
+        assert_eq!((f.waiting_at(&route), f.arrived_at(&route)), (0, 1));
+
+        // A held request whose client went away is no longer counted.
+        let dropped = tokio::spawn({
+            let f = f.clone();
+            async move { f.apply("POST", "/b/eviction").await }
+        });
+        while f.waiting_at(&route) == 0 {
+            tokio::task::yield_now().await;
+        }
+        dropped.abort();
+        let _ = dropped.await;
+        assert_eq!((f.waiting_at(&route), f.arrived_at(&route)), (0, 2));
+        f.ungate(&route);
+        assert!(matches!(
+            f.apply("POST", "/c/eviction").await,
+            Action::Proceed
+        ));
     }
 }
