@@ -171,7 +171,7 @@ async fn on_deadline_delete_removes_the_blocked_pods() {
         .position(|r| r.method == "DELETE" && r.path.ends_with("/pods/guarded"))
         .unwrap();
     assert!(refused < deleted);
-    assert!(eventually(Duration::from_secs(2), || c.pod(NS, "guarded").is_none()).await);
+    until("`guarded` deleted", || c.pod(NS, "guarded").is_none()).await;
 }
 
 /// A 429 with Retry-After is retried after that many seconds: not earlier (the gap between the

@@ -62,7 +62,7 @@ async fn the_drain_completes_across_a_server_restart() {
     let restart = async {
         // Wait until the evictions were accepted, then drop every connection for a second.
         assert!(
-            eventually(Duration::from_secs(5), || server
+            eventually(Duration::from_secs(30), || server
                 .recorder()
                 .matching("POST", "/eviction")
                 .len()
@@ -165,7 +165,7 @@ async fn a_server_that_stays_down_is_named_in_the_report() {
     let report = engine.drain(started + deadline).await;
     let took = started.elapsed();
     assert!(
-        took <= deadline + Duration::from_secs(3),
+        took <= deadline + Duration::from_secs(5),
         "returned after {took:?}"
     );
     // It kept trying until the deadline (minus the time kept back for the deadline action, at
@@ -198,8 +198,9 @@ async fn a_server_that_stays_down_is_named_in_the_report() {
 #[tokio::test]
 async fn a_server_lost_mid_drain_is_named_in_the_report() {
     let c = Cluster::start(vec![
-        slow_pod(NS, "a", NODE, 2.0),
-        slow_pod(NS, "b", NODE, 2.0),
+        // Their termination outlasts the drain: only the lost server can hide their going.
+        slow_pod(NS, "a", NODE, 600.0),
+        slow_pod(NS, "b", NODE, 600.0),
     ])
     .await;
     let engine = Engine::new(c.settings("")).unwrap();
@@ -209,7 +210,7 @@ async fn a_server_lost_mid_drain_is_named_in_the_report() {
     let drain = engine.drain(started + deadline);
     let lose = async {
         assert!(
-            eventually(Duration::from_secs(5), || server
+            eventually(Duration::from_secs(30), || server
                 .recorder()
                 .matching("POST", "/eviction")
                 .len()
@@ -221,7 +222,7 @@ async fn a_server_lost_mid_drain_is_named_in_the_report() {
     let (report, ()) = tokio::join!(drain, lose);
     let took = started.elapsed();
     assert!(
-        took <= deadline + Duration::from_secs(3),
+        took <= deadline + Duration::from_secs(5),
         "returned after {took:?}"
     );
     assert!(
