@@ -51,7 +51,9 @@ pub fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         // O_NOFOLLOW on a symlink fails with ELOOP.
         Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
-            return Err(refused("it is a symbolic link; state files are never followed"));
+            return Err(refused(
+                "it is a symbolic link; state files are never followed",
+            ));
         }
         Err(e) => return Err(e),
     };
@@ -126,7 +128,11 @@ mod tests {
         symlink(&victim, dir.join(".f.json.tmp")).unwrap();
         write(&dir, "f.json", b"report").unwrap();
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
-        assert!(!std::fs::symlink_metadata(dir.join("f.json")).unwrap().is_symlink());
+        assert!(
+            !std::fs::symlink_metadata(dir.join("f.json"))
+                .unwrap()
+                .is_symlink()
+        );
         assert_eq!(std::fs::read(dir.join("f.json")).unwrap(), b"report");
     }
 

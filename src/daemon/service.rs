@@ -98,7 +98,10 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let status = Status::default();
     let node = settings.node_name.clone();
     if let Err(e) = crate::state_file::check_writable(&settings.state_dir) {
-        tracing::warn!("state dir {} is not writable ({e}); the last report and the shutdown start will not be kept", settings.state_dir.display());
+        tracing::warn!(
+            "state dir {} is not writable ({e}); the last report and the shutdown start will not be kept",
+            settings.state_dir.display()
+        );
     }
     status.set(format!(
         "starting: taking the logind inhibitor for node {node}"

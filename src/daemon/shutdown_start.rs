@@ -135,6 +135,21 @@ mod tests {
     }
 
     #[test]
+    fn a_planted_symlink_is_never_written_through() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).expect("mkdir");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").expect("write");
+        for name in [format!(".{FILE}.tmp"), FILE.to_string()] {
+            std::os::unix::fs::symlink(&victim, state.join(name)).expect("symlink");
+        }
+        write(&state, &start()).expect("write");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious");
+        assert_eq!(read(&state).expect("read"), Some(start()));
+    }
+
+    #[test]
     fn a_garbled_record_names_its_file() {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(FILE), "not json").expect("write");

@@ -183,6 +183,8 @@ pub async fn cli(config: &Path, args: &[&str]) -> Run {
         .arg(config)
         .args(args)
         .env_remove("JOURNAL_STREAM")
+        // A run that outlives its test (a timeout around `cli`) is killed, not left running.
+        .kill_on_drop(true)
         .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
         .env(
             "DBUS_SYSTEM_BUS_ADDRESS",
