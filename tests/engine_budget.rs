@@ -212,31 +212,43 @@ async fn a_dropped_drain_leaves_no_task_behind() {
         pdb(NS, "guarded-pdb", "guarded", 1),
     ])
     .await;
-    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap();
-    let far = Instant::now() + Duration::from_secs(600);
-    let dropped = tokio::time::timeout(Duration::from_secs(2), engine.drain(far)).await;
-    assert!(
-        dropped.is_err(),
-        "the drain cannot finish: the budget never opens"
-    );
-    assert!(
-        c.server.recorder().count("GET", "watch=") >= 1,
-        "the drain was watching when it was dropped: {:?}",
-        c.server.recorder().requests()
-    );
-    // Cut the connections still open (the server records a watch when it ends), then listen again
-    // so that anything left running could reconnect and would be seen.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let engine = Arc::new(Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .drain(Instant::now() + Duration::from_secs(600))
+                .await
+        }
+    });
+    // The drain is blocked on the budget and watching it (and the node's pods) when it is
+    // dropped.
+    until("the drain watching the budget", || {
+        c.server
+            .recorder()
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("poddisruptionbudgets") && r.query_param("watch").is_some())
+    })
+    .await;
+    assert!(!drain.is_finished(), "the budget never opens");
+    drain.abort();
+    assert!(drain.await.unwrap_err().is_cancelled());
+    // Cut the connections still open, then listen again so that anything left running could
+    // reconnect and would be seen. Only requests that arrived after the restart count (a request
+    // of before may be recorded late, when its connection ends).
     c.server.stop_listener();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     c.server.start_listener().await.unwrap();
-    c.server.recorder().clear();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let restarted = std::time::SystemTime::now();
+    // Longer than the retry interval (1 s) and the longest backoff (2 s): anything left running
+    // would have sent a request meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let after: Vec<String> = c
         .server
         .recorder()
         .requests()
         .iter()
+        .filter(|r| r.at >= restarted)
         .map(|r| format!("{} {}", r.method, r.uri()))
         .collect();
     assert!(after.is_empty(), "requests after the drop: {after:#?}");
