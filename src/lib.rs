@@ -14,3 +14,4 @@ pub mod node;
 pub mod plan;
 pub mod report;
 pub mod selector;
+pub mod state_file;

@@ -227,29 +227,24 @@ impl Report {
         state_dir.join(LAST_REPORT_FILE)
     }
 
-    /// Writes the report as the last report (atomically: a temporary file, then a rename).
+    /// Writes the report as the last report (atomically, never through a symlink: see
+    /// [`crate::state_file::write`]).
     pub fn write_to(&self, state_dir: &Path) -> Result<PathBuf, ReportError> {
         let path = Report::path_in(state_dir);
-        let tmp = state_dir.join(format!(".{LAST_REPORT_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            std::fs::create_dir_all(state_dir)?;
+        let write = || -> std::io::Result<PathBuf> {
             let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-            std::fs::write(&tmp, json)?;
-            std::fs::rename(&tmp, &path)
+            crate::state_file::write(state_dir, LAST_REPORT_FILE, &json)
         };
-        write().map_err(|source| ReportError::Write {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(path)
+        write().map_err(|source| ReportError::Write { path, source })
     }
 
-    /// Reads the last report, `None` when there is none yet.
+    /// Reads the last report, `None` when there is none yet; refuses anything but a regular file
+    /// of at most 1 MiB (see [`crate::state_file::read`]).
     pub fn read_last(state_dir: &Path) -> Result<Option<Report>, ReportError> {
         let path = Report::path_in(state_dir);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let bytes = match crate::state_file::read(&path) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
             Err(source) => return Err(ReportError::Read { path, source }),
         };
         serde_json::from_slice(&bytes)

@@ -1,12 +1,15 @@
 //! The binary against the fake API server: plan/drain/restore/status/check output and the
 //! documented exit codes (0 done, 1 drain incomplete, 2 usage or config error, 3 cluster
-//! unreachable or node missing).
+//! unreachable or node missing); state files that are symlinks or not regular files are never
+//! written through or read, and `check` fails on a state dir it cannot write.
 
 mod engine_support;
 
-use engine_support::*;
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
+
+use engine_support::*;
 
 use serde_json::{Value, json};
 
@@ -413,4 +416,97 @@ async fn errors_echo_at_most_200_characters_of_a_value() {
             r.stderr
         );
     }
+
+/// `drain` never writes its report through a symlink: with `.last-report.json.tmp` and
+/// `last-report.json` in the state dir both symlinks to someone else's files, those files stay
+/// as they were, and the report is a regular file of its own that `status` reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_never_writes_its_report_through_a_symlink() {
+    let c = Cluster::start(vec![pod(NS, "p", NODE)]).await;
+    let state = c.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let victims = [
+        (c.dir.path().join("victim-of-tmp"), ".last-report.json.tmp"),
+        (c.dir.path().join("victim-of-report"), "last-report.json"),
+    ];
+    for (victim, name) in &victims {
+        std::fs::write(victim, "precious").unwrap();
+        symlink(victim, state.join(name)).unwrap();
+    }
+    let config = c.config_file("admin", "");
+    let r = cli(&config, &["drain"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    for (victim, name) in &victims {
+        assert_eq!(
+            std::fs::read_to_string(victim).unwrap(),
+            "precious",
+            "the file {name} pointed to is untouched"
+        );
+    }
+    let report = state.join("last-report.json");
+    assert!(
+        std::fs::symlink_metadata(&report).unwrap().is_file(),
+        "the symlink was replaced by the report"
+    );
+    let stored: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(stored["node"], NODE);
+    let r = cli(&config, &["status", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let status: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(status["last_report"], stored);
+}
+
+/// `last-report.json` pointing to /dev/zero: `status` refuses it at once (a generous bound; it
+/// would otherwise read until memory runs out), exits 1 and names the file and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_refuses_a_last_report_that_is_not_a_regular_file() {
+    let c = Cluster::start(vec![]).await;
+    let state = c.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let report = state.join("last-report.json");
+    symlink("/dev/zero", &report).unwrap();
+    let config = c.config_file("admin", "");
+    let r = tokio::time::timeout(Duration::from_secs(30), cli(&config, &["status"]))
+        .await
+        .expect("status returns instead of reading /dev/zero");
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(&report.display().to_string()) && r.stderr.contains("symbolic link"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A state dir that cannot be written (a file where the directory should be; the tests run as
+/// root, which mode bits would not stop): `check` exits 1 and names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_on_a_state_dir_it_cannot_write() {
+    let c = Cluster::start(vec![]).await;
+    let blocker = c.dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "").unwrap();
+    let config = c.config_file("admin", "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let state = c.dir.path().join("state").display().to_string();
+    assert!(text.contains(&state));
+    std::fs::write(
+        &config,
+        text.replace(&state, &blocker.display().to_string()),
+    )
+    .unwrap();
+    let r = cli(&config, &["check"]).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("state dir"))
+        .unwrap_or_else(|| panic!("no state dir line:\n{}", r.stdout));
+    assert!(
+        line.contains(&blocker.display().to_string()) && line.contains("NOT writable"),
+        "{line}"
+    );
+    assert!(
+        !r.stdout.contains("DENIED"),
+        "only the state dir fails: {}",
+        r.stdout
+    );
 }

@@ -4,9 +4,11 @@
 mod engine_support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
+use fake_apiserver::Route;
 use kube_shutdown_drain::drain::DrainOptions;
 use kube_shutdown_drain::engine::Engine;
 use kube_shutdown_drain::report::{Outcome, Report};
@@ -211,24 +213,37 @@ async fn order_groups_finish_before_the_next_starts() {
 #[tokio::test]
 async fn replaced_pod_is_not_evicted() {
     let c = Cluster::start(vec![
+        // `first` (its own, earlier group) terminates only when the test removes it.
         merged(
-            slow_pod(NS, "first", NODE, 1.0),
+            slow_pod(NS, "first", NODE, 600.0),
             json!({"spec": {"priority": -1}}),
         ),
         pod(NS, "web-0", NODE),
     ])
     .await;
-    let engine = Engine::new(c.settings("")).unwrap();
-    let store = c.server.store().clone();
-    // While `first` (its own, earlier group) terminates, web-0 is replaced: same name, new UID,
-    // bound to node-b (as a StatefulSet controller would recreate it).
-    let replacer = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        store.remove("Pod", Some(NS), "web-0").unwrap();
-        store.upsert(pod(NS, "web-0", OTHER_NODE)).unwrap();
+    let engine = Arc::new(Engine::new(c.settings("")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.drain(Instant::now() + Duration::from_secs(30)).await }
     });
-    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
-    replacer.await.unwrap();
+    // While `first` terminates, web-0 is replaced: same name, new UID, bound to node-b (as a
+    // StatefulSet controller would recreate it). Then `first` goes and web-0's group starts.
+    until("the eviction of `first` accepted", || {
+        c.server
+            .recorder()
+            .matching("POST", "/pods/first/eviction")
+            .iter()
+            .any(|r| r.status == 201)
+    })
+    .await;
+    assert_eq!(c.evictions_of(NS, "web-0"), 0, "web-0 waits for its group");
+    c.server.store().remove("Pod", Some(NS), "web-0").unwrap();
+    c.server
+        .store()
+        .upsert(pod(NS, "web-0", OTHER_NODE))
+        .unwrap();
+    c.server.store().remove("Pod", Some(NS), "first").unwrap();
+    let report = drain.await.unwrap();
     assert!(report.complete, "{}", report.to_text());
     let web = report.pods.iter().find(|p| p.name == "web-0").unwrap();
     assert_eq!(web.outcome, Outcome::Gone, "{}", report.to_text());
@@ -237,72 +252,91 @@ async fn replaced_pod_is_not_evicted() {
     assert_eq!(now["spec"]["nodeName"], OTHER_NODE);
 }
 
-/// The UID precondition holds on the wire: when the name already holds another pod at the
-/// moment of the eviction, the server refuses it (409) and the replacement survives.
+/// The engine's UID precondition protects a replacement on the same node: web-0 is replaced
+/// (same name, new UID, opting out of draining) while the engine's eviction of the planned pod is
+/// held at the server; the eviction arrives with the planned UID, the server refuses it (409),
+/// the engine takes the planned pod for gone and the replacement survives, never evicted.
 #[tokio::test]
 async fn uid_precondition_protects_a_replacement_on_the_same_node() {
     let c = Cluster::start(vec![pod(NS, "web-0", NODE)]).await;
-    let engine = Engine::new(c.settings("")).unwrap();
-    let plan = engine.plan().await.unwrap();
-    assert_eq!(plan.pods.len(), 1);
-    // Replace it on the same node between plan and drain; the drain plans afresh and evicts the
-    // new one, so instead check the wire directly through a stale planned pod.
-    let old_uid = plan.pods[0].uid.clone();
+    let planned_uid = c.pod(NS, "web-0").unwrap()["metadata"]["uid"].clone();
+    let route = Route::new("POST", "/api/v1/namespaces/work/pods/web-0/eviction");
+    c.server.faults().gate(route.clone());
+    let engine = Arc::new(Engine::new(c.settings("")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.drain(Instant::now() + Duration::from_secs(20)).await }
+    });
+    c.until_held(&route, 1).await;
     c.server.store().remove("Pod", Some(NS), "web-0").unwrap();
-    c.server.store().upsert(pod(NS, "web-0", NODE)).unwrap();
-    let new_uid = c.pod(NS, "web-0").unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert_ne!(old_uid, new_uid);
-    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web-0", "namespace": NS},
-        "deleteOptions": {"preconditions": {"uid": old_uid}}});
-    let resp = reqwest_post(
-        &format!(
-            "{}/api/v1/namespaces/{NS}/pods/web-0/eviction",
-            c.server.url()
-        ),
-        &body,
-    )
-    .await;
-    assert_eq!(resp, 409);
-    assert!(c.pod(NS, "web-0").is_some());
-}
+    c.server
+        .store()
+        .upsert(pod_with(
+            NS,
+            "web-0",
+            NODE,
+            json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "skip"}}}),
+        ))
+        .unwrap();
+    let new_uid = c.pod(NS, "web-0").unwrap()["metadata"]["uid"].clone();
+    assert_ne!(planned_uid, new_uid);
+    c.server.faults().ungate(&route);
+    let report = drain.await.unwrap();
+    assert!(report.complete, "{}", report.to_text());
 
-async fn reqwest_post(url: &str, body: &serde_json::Value) -> u16 {
-    // A plain HTTP/1.1 POST over a TCP socket, to avoid another HTTP client dependency.
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').unwrap();
-    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    let body = body.to_string();
-    let req = format!(
-        "POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer admin\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out.split_whitespace().nth(1).unwrap().parse().unwrap()
+    let posts = c.server.recorder().matching("POST", "/pods/web-0/eviction");
+    assert_eq!(posts.len(), 1, "only the held eviction: {posts:#?}");
+    let body = posts[0].json().unwrap();
+    assert_eq!(body["deleteOptions"]["preconditions"]["uid"], planned_uid);
+    assert_eq!(posts[0].status, 409, "{}", posts[0].response);
+    let now = c.pod(NS, "web-0").expect("the replacement survives");
+    assert_eq!(now["metadata"]["uid"], new_uid);
+    assert!(now["metadata"]["deletionTimestamp"].is_null(), "{now}");
+    let rows: Vec<Outcome> = report
+        .pods
+        .iter()
+        .filter(|p| p.name == "web-0")
+        .map(|p| p.outcome)
+        .collect();
+    assert!(rows.contains(&Outcome::Gone), "{}", report.to_text());
+    assert!(!rows.contains(&Outcome::Evicted), "{}", report.to_text());
 }
 
 /// Pods that appear on the node during the drain are planned and handled too.
 #[tokio::test]
 async fn pods_appearing_during_the_drain_are_handled() {
     let c = Cluster::start(vec![merged(
-        slow_pod(NS, "slow", NODE, 1.0),
+        // Terminates only when the test removes it.
+        slow_pod(NS, "slow", NODE, 600.0),
         json!({"spec": {"priority": -1}}),
     )])
     .await;
-    let engine = Engine::new(c.settings("")).unwrap();
-    let store = c.server.store().clone();
-    let adder = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        store.upsert(pod(NS, "late", NODE)).unwrap();
-        store.upsert(daemonset_pod(NS, "late-ds", NODE)).unwrap();
+    let engine = Arc::new(Engine::new(c.settings("")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.drain(Instant::now() + Duration::from_secs(30)).await }
     });
-    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
-    adder.await.unwrap();
+    until("the eviction of `slow` accepted", || {
+        c.server
+            .recorder()
+            .matching("POST", "/pods/slow/eviction")
+            .iter()
+            .any(|r| r.status == 201)
+    })
+    .await;
+    assert!(
+        !drain.is_finished(),
+        "the drain still runs when the pods appear"
+    );
+    c.server.store().upsert(pod(NS, "late", NODE)).unwrap();
+    c.server
+        .store()
+        .upsert(daemonset_pod(NS, "late-ds", NODE))
+        .unwrap();
+    // Then `slow` goes: its deletion comes after the new pods in the pod watch (resourceVersion
+    // order), so the drain has seen them before its last planned pod is gone.
+    c.server.store().remove("Pod", Some(NS), "slow").unwrap();
+    let report = drain.await.unwrap();
     assert!(report.complete, "{}", report.to_text());
     let got = outcomes(&report);
     assert_eq!(
@@ -314,6 +348,7 @@ async fn pods_appearing_during_the_drain_are_handled() {
     assert_eq!(got.get("late-ds").map(|x| x.1), Some(Outcome::Skipped));
     assert!(c.pod(NS, "late").is_none());
     assert!(c.pod(NS, "late-ds").is_some());
+    assert_eq!(c.evictions_of(NS, "late-ds"), 0);
 }
 
 /// `wait-completed`: the drain waits for the pod to finish without evicting it.
@@ -326,21 +361,29 @@ async fn wait_completed_pods_are_waited_for_not_evicted() {
         json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "wait-completed"}}}),
     )])
     .await;
-    let engine = Engine::new(c.settings("")).unwrap();
-    let store = c.server.store().clone();
-    let finisher = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-        store
-            .modify("Pod", Some(NS), "batch", |p| {
-                p["status"]["phase"] = json!("Succeeded")
-            })
-            .unwrap();
+    let engine = Arc::new(Engine::new(c.settings("")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.drain(Instant::now() + Duration::from_secs(20)).await }
     });
-    let started = Instant::now();
-    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
-    finisher.await.unwrap();
+    // The drain is under way (it watches the node's pods) and has not finished: it waits.
+    until("the pod watch", || {
+        c.server
+            .recorder()
+            .requests()
+            .iter()
+            .any(|r| r.path == "/api/v1/pods" && r.query_param("watch").is_some())
+    })
+    .await;
+    assert!(!drain.is_finished(), "the drain waits for the running pod");
+    c.server
+        .store()
+        .modify("Pod", Some(NS), "batch", |p| {
+            p["status"]["phase"] = json!("Succeeded")
+        })
+        .unwrap();
+    let report = drain.await.unwrap();
     assert!(report.complete, "{}", report.to_text());
-    assert!(started.elapsed() >= Duration::from_millis(400));
     assert_eq!(report.pods[0].outcome, Outcome::Completed);
     assert_eq!(c.evictions_of(NS, "batch"), 0);
 }
@@ -373,46 +416,43 @@ async fn dry_run_changes_nothing() {
     );
 }
 
-/// Evictions in flight are bounded by `drain.concurrency`: with each eviction taking 200 ms on
-/// the server, no 150 ms window sees more than 3 of them arrive.
+/// Evictions in flight are bounded by `drain.concurrency`: every eviction is held at the server
+/// and let through one at a time; three are held at once (never more), and each further one
+/// arrives only after one of those was answered.
 #[tokio::test]
 async fn evictions_in_flight_are_bounded() {
     let pods: Vec<_> = (0..9).map(|i| pod(NS, &format!("p{i}"), NODE)).collect();
     let c = Cluster::start(pods).await;
-    c.server.faults().add_latency(
-        fake_apiserver::Route::new("POST", "/eviction"),
-        Duration::from_millis(200),
-    );
-    let engine = Engine::new(c.settings("[drain]\nconcurrency = 3\n")).unwrap();
-    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
-    assert!(report.complete, "{}", report.to_text());
-    let mut arrivals: Vec<f64> = c
-        .server
-        .recorder()
-        .matching("POST", "/eviction")
-        .iter()
-        .map(|r| r.elapsed)
-        .collect();
-    arrivals.sort_by(f64::total_cmp);
-    assert_eq!(arrivals.len(), 9);
-    let most = arrivals
-        .iter()
-        .map(|t| {
-            arrivals
-                .iter()
-                .filter(|u| **u >= *t && **u < t + 0.150)
-                .count()
+    let route = Route::new("POST", "/eviction");
+    c.server.faults().gate(route.clone());
+    let engine = Arc::new(Engine::new(c.settings("[drain]\nconcurrency = 3\n")).unwrap());
+    let drain = tokio::spawn({
+        let engine = engine.clone();
+        async move { engine.drain(Instant::now() + Duration::from_secs(30)).await }
+    });
+    let faults = c.server.faults();
+    let mut most = 0;
+    for answered in 0..9 {
+        let expect = 3.min(9 - answered);
+        until(&format!("{expect} evictions held"), || {
+            let held = faults.waiting_at(&route);
+            most = most.max(held);
+            held >= expect
         })
-        .max()
-        .unwrap();
-    assert!(
-        most <= 3,
-        "{most} evictions arrived within 150 ms: {arrivals:?}"
-    );
-    assert!(
-        arrivals[8] - arrivals[0] >= 0.35,
-        "three waves: {arrivals:?}"
-    );
+        .await;
+        most = most.max(faults.waiting_at(&route));
+        faults.pass(&route, 1);
+        until("the passed eviction answered", || {
+            let held = faults.waiting_at(&route);
+            most = most.max(held);
+            c.server.recorder().count("POST", "/eviction") == answered + 1
+        })
+        .await;
+    }
+    let report = drain.await.unwrap();
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(most, 3, "at most 3 evictions in flight, and 3 were");
+    assert_eq!(c.server.recorder().count("POST", "/eviction"), 9);
 }
 
 /// The pod list follows `continue` tokens (pages of 500): 1,200 pods, three pages, one plan.

@@ -1,5 +1,6 @@
-//! `check`: the configuration is valid (it loaded), the API server answers, the node exists, and
-//! every permission the drain uses is granted (SelfSubjectAccessReview). The taint is checked
+//! `check`: the configuration is valid (it loaded), the state directory is writable, the API
+//! server answers, the node exists, and every permission the drain uses is granted
+//! (SelfSubjectAccessReview). The taint is checked
 //! separately: NodeRestriction is admission, not authorization, so no review can show it.
 
 use std::sync::Arc;
@@ -117,11 +118,21 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     );
     let engine = Engine::new(settings.clone())?;
     println!("kubeconfig {}: readable", settings.kubeconfig.display());
+    let mut ok = true;
+    let state_dir = settings.state_dir.display();
+    match crate::state_file::check_writable(&settings.state_dir) {
+        Ok(()) => println!("state dir {state_dir}: writable"),
+        Err(e) => {
+            ok = false;
+            println!(
+                "state dir {state_dir}: NOT writable ({e}); the last report and the shutdown start cannot be kept"
+            );
+        }
+    }
     engine.node().await?;
     println!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
     let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
-    let mut ok = true;
     for p in permissions(&settings) {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {

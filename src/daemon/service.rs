@@ -97,6 +97,12 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let stop = StopSignals::install()?;
     let status = Status::default();
     let node = settings.node_name.clone();
+    if let Err(e) = crate::state_file::check_writable(&settings.state_dir) {
+        tracing::warn!(
+            "state dir {} is not writable ({e}); the last report and the shutdown start will not be kept",
+            settings.state_dir.display()
+        );
+    }
     status.set(format!(
         "starting: taking the logind inhibitor for node {node}"
     ));

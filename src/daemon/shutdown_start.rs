@@ -70,30 +70,24 @@ pub fn path_in(state_dir: &Path) -> PathBuf {
     state_dir.join(FILE)
 }
 
-/// Writes the record atomically (a temporary file, then a rename), creating the state directory
-/// when it is missing.
+/// Writes the record atomically and never through a symlink ([`crate::state_file::write`]),
+/// creating the state directory (0700) when it is missing.
 pub fn write(state_dir: &Path, start: &ShutdownStart) -> Result<PathBuf, RecordError> {
     let path = path_in(state_dir);
-    let tmp = state_dir.join(format!(".{FILE}.tmp"));
-    let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(state_dir)?;
+    let write = || -> std::io::Result<PathBuf> {
         let json = serde_json::to_vec(start).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, json)?;
-        std::fs::rename(&tmp, &path)
+        crate::state_file::write(state_dir, FILE, &json)
     };
-    write().map_err(|source| RecordError::Write {
-        path: path.clone(),
-        source,
-    })?;
-    Ok(path)
+    write().map_err(|source| RecordError::Write { path, source })
 }
 
-/// Reads the record, `None` when there is none.
+/// Reads the record, `None` when there is none; refuses anything but a small regular file
+/// ([`crate::state_file::read`]).
 pub fn read(state_dir: &Path) -> Result<Option<ShutdownStart>, RecordError> {
     let path = path_in(state_dir);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match crate::state_file::read(&path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
         Err(source) => return Err(RecordError::Read { path, source }),
     };
     serde_json::from_slice(&bytes)
@@ -130,13 +124,29 @@ mod tests {
         let path = write(&state, &start()).expect("write creates the state dir");
         assert_eq!(path, state.join(FILE));
         assert_eq!(read(&state).expect("read"), Some(start()));
-        assert!(
-            !state.join(format!(".{FILE}.tmp")).exists(),
+        assert_eq!(
+            std::fs::read_dir(&state).expect("list").count(),
+            1,
             "the temp file was renamed"
         );
         assert!(clear(&state).expect("clear"));
         assert!(!clear(&state).expect("clear again"), "already gone");
         assert_eq!(read(&state).expect("read"), None);
+    }
+
+    #[test]
+    fn a_planted_symlink_is_never_written_through() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("state");
+        std::fs::create_dir(&state).expect("mkdir");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").expect("write");
+        for name in [format!(".{FILE}.tmp"), FILE.to_string()] {
+            std::os::unix::fs::symlink(&victim, state.join(name)).expect("symlink");
+        }
+        write(&state, &start()).expect("write");
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "precious");
+        assert_eq!(read(&state).expect("read"), Some(start()));
     }
 
     #[test]

@@ -122,6 +122,29 @@ impl Cluster {
             .expect("node exists")
     }
 
+    /// Waits until `n` requests are held at the gate of `route` (see `Faults::gate`).
+    pub async fn until_held(&self, route: &fake_apiserver::Route, n: usize) {
+        let faults = self.server.faults();
+        until(&format!("{n} request(s) held at {route:?}"), || {
+            faults.waiting_at(route) >= n
+        })
+        .await;
+        assert_eq!(
+            faults.waiting_at(route),
+            n,
+            "exactly {n} request(s) held at {route:?}"
+        );
+    }
+
+    /// The marker annotation on `node-a`, as stored (its text).
+    pub fn marker_text(&self) -> Option<String> {
+        self.node(NODE)
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(kube_shutdown_drain::node::MARKER_ANNOTATION))
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    }
+
     /// Evictions POSTed for `ns/name`.
     pub fn evictions_of(&self, ns: &str, name: &str) -> usize {
         self.server
@@ -160,6 +183,8 @@ pub async fn cli(config: &Path, args: &[&str]) -> Run {
         .arg(config)
         .args(args)
         .env_remove("JOURNAL_STREAM")
+        // A run that outlives its test (a timeout around `cli`) is killed, not left running.
+        .kill_on_drop(true)
         .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
         .env(
             "DBUS_SYSTEM_BUS_ADDRESS",
@@ -268,6 +293,16 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     f()
+}
+
+/// Waits until `f` holds, for staging a test (never to judge the behaviour under test); the
+/// limit is generous so that a loaded machine cannot fail it, and running out is a failure
+/// naming `what`.
+pub async fn until(what: &str, f: impl FnMut() -> bool) {
+    assert!(
+        eventually(Duration::from_secs(30), f).await,
+        "gave up waiting for {what}"
+    );
 }
 
 /// Taints on a node object, as (key, effect) pairs.

@@ -1,5 +1,6 @@
 //! Fault knobs: latency per route, failing or dropping the next N matching requests, hanging
-//! requests, the Retry-After header on PDB 429s.
+//! requests, gates that let matching requests through one permit at a time (a barrier for tests
+//! that stage a race), the Retry-After header on PDB 429s.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -97,10 +98,21 @@ pub(crate) enum Action {
     Close,
 }
 
+/// A gate: matching requests wait until a permit lets one through; `waiting` counts those held
+/// now, `arrived` every request that reached the gate.
+#[derive(Debug, Clone)]
+struct Gate {
+    route: Route,
+    permits: u32,
+    waiting: u32,
+    arrived: u32,
+}
+
 /// The knobs. Cheap to clone; all clones share state.
 #[derive(Clone)]
 pub struct Faults {
     state: Arc<Mutex<FaultState>>,
+    gates: Arc<Mutex<Vec<Gate>>>,
     changed: Arc<watch::Sender<u64>>,
 }
 
@@ -109,6 +121,7 @@ impl Faults {
         let (tx, _) = watch::channel(0);
         Faults {
             state: Arc::new(Mutex::new(FaultState::default())),
+            gates: Arc::new(Mutex::new(Vec::new())),
             changed: Arc::new(tx),
         }
     }
@@ -177,6 +190,112 @@ impl Faults {
         self.edit(|s| s.hang.retain(|r| r != route));
     }
 
+    fn edit_gates<R>(&self, f: impl FnOnce(&mut Vec<Gate>) -> R) -> R {
+        let out = f(&mut self.gates.lock().unwrap_or_else(|e| e.into_inner()));
+        self.changed.send_modify(|n| *n += 1);
+        out
+    }
+
+    /// Holds every request matching `route` at a gate (before hangs, latency and failures) until
+    /// `pass` gives it a permit: a test sees the request arrive (`waiting_at`), acts, then lets it
+    /// go on. A second gate on the same route is one gate.
+    pub fn gate(&self, route: Route) {
+        self.edit_gates(|g| {
+            if !g.iter().any(|x| x.route == route) {
+                g.push(Gate {
+                    route,
+                    permits: 0,
+                    waiting: 0,
+                    arrived: 0,
+                })
+            }
+        });
+    }
+
+    /// Lets `n` more requests through the gate of `route` (those waiting first).
+    pub fn pass(&self, route: &Route, n: u32) {
+        self.edit_gates(|g| {
+            if let Some(x) = g.iter_mut().find(|x| &x.route == route) {
+                x.permits += n;
+            }
+        });
+    }
+
+    /// Removes the gate of `route`; every request held there goes on.
+    pub fn ungate(&self, route: &Route) {
+        self.edit_gates(|g| g.retain(|x| &x.route != route));
+    }
+
+    /// How many requests wait at the gate of `route` now.
+    pub fn waiting_at(&self, route: &Route) -> usize {
+        self.gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|x| &x.route == route)
+            .map_or(0, |x| x.waiting as usize)
+    }
+
+    /// How many requests reached the gate of `route` since it was set (held or let through).
+    pub fn arrived_at(&self, route: &Route) -> usize {
+        self.gates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|x| &x.route == route)
+            .map_or(0, |x| x.arrived as usize)
+    }
+
+    /// Waits at the first gate matching the request until it has a permit for it (or the gate is
+    /// removed). A request dropped while held (its client gave up) is no longer counted.
+    async fn through_gates(&self, method: &str, uri: &str, changed: &mut watch::Receiver<u64>) {
+        /// Counts one held request at the gate of `route` for as long as it lives.
+        struct Held<'a> {
+            gates: &'a Mutex<Vec<Gate>>,
+            route: Route,
+        }
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                let mut g = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(x) = g.iter_mut().find(|x| x.route == self.route) {
+                    x.waiting = x.waiting.saturating_sub(1);
+                }
+            }
+        }
+        let mut held: Option<Held<'_>> = None;
+        let mut first = true;
+        loop {
+            {
+                let mut g = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(x) = g.iter_mut().find(|x| x.route.matches(method, uri)) else {
+                    drop(g);
+                    return;
+                };
+                if std::mem::take(&mut first) {
+                    x.arrived += 1;
+                }
+                if x.permits > 0 {
+                    x.permits -= 1;
+                    drop(g);
+                    return;
+                }
+                if held.as_ref().is_none_or(|h| h.route != x.route) {
+                    x.waiting += 1;
+                    let route = x.route.clone();
+                    drop(g);
+                    // A previous Held (of a gate since removed) is dropped here, after the lock.
+                    held = Some(Held {
+                        gates: &self.gates,
+                        route,
+                    });
+                }
+            }
+            if changed.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Sends `Retry-After: seconds` with PDB 429s (None: no header, the default).
     pub fn set_eviction_retry_after(&self, seconds: Option<u32>) {
         self.edit(|s| s.eviction_retry_after = seconds);
@@ -196,14 +315,16 @@ impl Faults {
         self.read(Clone::clone)
     }
 
-    /// Removes every knob; hanging requests go on.
+    /// Removes every knob and gate; hanging and held requests go on.
     pub fn clear(&self) {
+        self.gates.lock().unwrap_or_else(|e| e.into_inner()).clear();
         self.edit(|s| *s = FaultState::default());
     }
 
     /// Applies the knobs to one request: waits out hangs and latency, then says what to do.
     pub(crate) async fn apply(&self, method: &str, uri: &str) -> Action {
         let mut changed = self.changed.subscribe();
+        self.through_gates(method, uri, &mut changed).await;
         while self.read(|s| s.hang.iter().any(|r| r.matches(method, uri))) {
             if changed.changed().await.is_err() {
                 break;
@@ -243,5 +364,50 @@ impl Faults {
             s.fail.retain(|f| f.remaining > 0);
             Action::Proceed
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_gate_holds_matching_requests_until_passed() {
+        let f = Faults::new();
+        let route = Route::new("POST", "/eviction");
+        f.gate(route.clone());
+        let held = tokio::spawn({
+            let f = f.clone();
+            async move { matches!(f.apply("POST", "/a/eviction").await, Action::Proceed) }
+        });
+        let other = f.apply("GET", "/a/eviction").await;
+        assert!(
+            matches!(other, Action::Proceed),
+            "another method is not held"
+        );
+        while f.waiting_at(&route) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!held.is_finished());
+        f.pass(&route, 1);
+        assert!(held.await.unwrap());
+        assert_eq!((f.waiting_at(&route), f.arrived_at(&route)), (0, 1));
+
+        // A held request whose client went away is no longer counted.
+        let dropped = tokio::spawn({
+            let f = f.clone();
+            async move { f.apply("POST", "/b/eviction").await }
+        });
+        while f.waiting_at(&route) == 0 {
+            tokio::task::yield_now().await;
+        }
+        dropped.abort();
+        let _ = dropped.await;
+        assert_eq!((f.waiting_at(&route), f.arrived_at(&route)), (0, 2));
+        f.ungate(&route);
+        assert!(matches!(
+            f.apply("POST", "/c/eviction").await,
+            Action::Proceed
+        ));
     }
 }

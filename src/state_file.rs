@@ -1,0 +1,169 @@
+//! Files under the state directory (the last report, the shutdown start): the directory is
+//! created 0700; a file is written to a random-named temporary file in the same directory and
+//! renamed over its name, so nothing is ever written through a symlink planted there; a file is
+//! read only when it is a regular file (opened without following a symlink, checked on the open
+//! descriptor) of at most [`MAX_LEN`] bytes.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+
+/// The largest state file read: ours are a few KiB (a report lists every pod of one node); a
+/// larger one is not ours.
+pub const MAX_LEN: u64 = 1024 * 1024;
+
+/// Creates `dir` (and its missing parents) with mode 0700 when it is missing; an existing
+/// directory is left as it is.
+pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Writes `bytes` as `dir/name`: a new file with a random name in `dir` (created exclusively,
+/// mode 0600, so a symlink or file planted under any fixed name is never opened), flushed to
+/// disk, then renamed over `dir/name` (a symlink there is replaced, not followed). Creates `dir`
+/// when it is missing. Returns the file's path.
+pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    ensure_dir(dir)?;
+    let path = dir.join(name);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(path)
+}
+
+/// Reads `path`, `None` when it does not exist. Refuses (an error saying why) a symlink, anything
+/// but a regular file (a device, a FIFO: opened without blocking, never read) and a file larger
+/// than [`MAX_LEN`].
+pub fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // O_NOFOLLOW on a symlink fails with ELOOP.
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+            return Err(refused(
+                "it is a symbolic link; state files are never followed",
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(refused("it is not a regular file"));
+    }
+    if meta.len() > MAX_LEN {
+        return Err(too_large());
+    }
+    read_bounded(file).map(Some)
+}
+
+/// Reads at most [`MAX_LEN`] bytes; a file that grew past it since the check is refused too.
+fn read_bounded(file: File) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    file.take(MAX_LEN + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_LEN {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+fn refused(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("refused: {why}"))
+}
+
+fn too_large() -> std::io::Error {
+    refused(&format!(
+        "it is larger than {} KiB, which no state file of ours is",
+        MAX_LEN / 1024
+    ))
+}
+
+/// Whether files can be written in `dir` (created when missing): creates and removes one
+/// random-named file there.
+pub fn check_writable(dir: &Path) -> std::io::Result<()> {
+    ensure_dir(dir)?;
+    tempfile::Builder::new()
+        .prefix(".write-check.")
+        .tempfile_in(dir)?
+        .close()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    #[test]
+    fn written_files_are_read_back_and_the_dir_is_created_0700() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let path = write(&dir, "f.json", b"{}").unwrap();
+        assert_eq!(path, dir.join("f.json"));
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        assert_eq!(read(&path).unwrap().as_deref(), Some(&b"{}"[..]));
+        assert_eq!(read(&dir.join("missing")).unwrap(), None);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary file left behind");
+    }
+
+    #[test]
+    fn a_symlink_in_the_state_dir_is_replaced_never_written_through() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        ensure_dir(&dir).unwrap();
+        let victim = root.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        symlink(&victim, dir.join("f.json")).unwrap();
+        symlink(&victim, dir.join(".f.json.tmp")).unwrap();
+        write(&dir, "f.json", b"report").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(
+            !std::fs::symlink_metadata(dir.join("f.json"))
+                .unwrap()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read(dir.join("f.json")).unwrap(), b"report");
+    }
+
+    #[test]
+    fn symlinks_devices_fifos_and_large_files_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let zero = root.path().join("zero");
+        symlink("/dev/zero", &zero).unwrap();
+        let err = read(&zero).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+
+        // A FIFO would block a plain open until a writer comes: refused without blocking.
+        let fifo = root.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = read(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+
+        let large = root.path().join("large");
+        std::fs::write(&large, vec![b' '; MAX_LEN as usize + 1]).unwrap();
+        let err = read(&large).unwrap_err();
+        assert!(err.to_string().contains("larger than 1024 KiB"), "{err}");
+        std::fs::write(&large, vec![b' '; MAX_LEN as usize]).unwrap();
+        assert!(read(&large).unwrap().is_some(), "exactly the limit is read");
+    }
+
+    #[test]
+    fn a_file_where_the_dir_should_be_is_not_writable() {
+        let root = tempfile::tempdir().unwrap();
+        let blocker = root.path().join("state");
+        std::fs::write(&blocker, "").unwrap();
+        assert!(check_writable(&blocker).is_err());
+        assert!(check_writable(&root.path().join("fresh")).is_ok());
+    }
+}
