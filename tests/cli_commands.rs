@@ -416,6 +416,7 @@ async fn errors_echo_at_most_200_characters_of_a_value() {
             r.stderr
         );
     }
+}
 
 /// `drain` never writes its report through a symlink: with `.last-report.json.tmp` and
 /// `last-report.json` in the state dir both symlinks to someone else's files, those files stay
