@@ -211,8 +211,8 @@ impl Daemon {
                 seconds(w.clamped_to)
             )
         }));
-        // Read before READY=1: once systemd (or a test) sees READY, every later shutdown reaches
-        // us as a signal.
+        // The shutdown state was read before READY=1: once systemd (or a test) sees READY, every
+        // later shutdown reaches us as a signal.
         self.set_waiting(&budget);
         if !self.ready_sent {
             self.status.ready();
@@ -502,9 +502,9 @@ impl Daemon {
         );
         let unguarded = (!held).then(|| {
             format!(
-                "the {what} was already under way when the daemon reached logind, which refuses \
-                 new delay inhibitors then: logind will not wait for this drain of node {node}; \
-                 draining best effort within {}, the machine may go down first",
+                "logind refuses new delay inhibitors while a {what} is under way and this daemon \
+                 holds none: logind will not wait for this drain of node {node}; draining best \
+                 effort within {}, the machine may go down first",
                 seconds(left)
             )
         });
