@@ -236,6 +236,24 @@ impl Engine {
         Ok(out)
     }
 
+    /// Writes one Event on the Node (e.g. the daemon's warning that no inhibitor guards its
+    /// drain). Like every Event, a failure is logged, never returned: Events are for people.
+    pub async fn event(&self, reason: EventReason, message: &str) {
+        match self.clients().await {
+            Ok(clients) => {
+                NodeEvents::new(clients.clone(), &self.settings.node_name)
+                    .emit(reason, message)
+                    .await
+            }
+            Err(e) => tracing::warn!(
+                node = %self.settings.node_name,
+                "cannot write event {} on node {}: {e}",
+                reason.as_str(),
+                self.settings.node_name
+            ),
+        }
+    }
+
     /// The marker on the Node, if any.
     pub async fn marker(&self) -> Result<Option<Marker>, Error> {
         let node = self.node().await?;

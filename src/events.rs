@@ -21,6 +21,8 @@ pub enum Reason {
     DrainBlocked,
     DrainDeadline,
     Restored,
+    /// The daemon drains without a logind inhibitor (a shutdown was already under way).
+    NoInhibitor,
 }
 
 impl Reason {
@@ -31,12 +33,13 @@ impl Reason {
             Reason::DrainBlocked => "DrainBlockedByBudget",
             Reason::DrainDeadline => "DrainDeadlineReached",
             Reason::Restored => "Restored",
+            Reason::NoInhibitor => "DrainWithoutInhibitor",
         }
     }
 
     fn type_(self) -> &'static str {
         match self {
-            Reason::DrainBlocked | Reason::DrainDeadline => "Warning",
+            Reason::DrainBlocked | Reason::DrainDeadline | Reason::NoInhibitor => "Warning",
             _ => "Normal",
         }
     }

@@ -6,7 +6,9 @@ mod logind;
 
 use std::time::Duration;
 
-use kube_shutdown_drain::daemon::logind::{Logind, ShutdownKind, ShutdownSignal, UnderWay};
+use kube_shutdown_drain::daemon::logind::{
+    Logind, LogindError, ShutdownKind, ShutdownSignal, UnderWay,
+};
 use logind::{LogindOptions, Rig};
 
 const NODE: &str = "node-a";
@@ -250,4 +252,36 @@ async fn a_shutdown_under_way_is_seen_with_its_kind_where_logind_tells() {
             Some(UnderWay { kind })
         );
     }
+}
+
+#[tokio::test]
+async fn a_lock_asked_for_during_a_shutdown_is_refused_as_a_shutdown_under_way() {
+    let Some(rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    let logind = Logind::connect_at(rig.address()).await.expect("connect");
+    let _kubelet = rig.foreign_lock("kubelet").await;
+    rig.reboot().await;
+    // As systemd's method_inhibit: no new delay lock while the shutdown it would delay runs.
+    let refused = logind.take_lock(NODE).await.expect_err("refused");
+    assert!(
+        matches!(&refused, LogindError::ShutdownUnderWay { node, message }
+            if node == NODE
+                && message == "The operation inhibition has been requested for is already running"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("org.freedesktop.login1.OperationInProgress"),
+        "{refused}"
+    );
+    assert_eq!(rig.our_refusals().await, 1);
+    // After a cancel the lock is granted again.
+    rig.cancel().await;
+    let _lock = logind
+        .take_lock(NODE)
+        .await
+        .expect("granted after the cancel");
+    assert_eq!(rig.our_locks().await, 1);
 }

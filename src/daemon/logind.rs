@@ -32,6 +32,10 @@ const RECONNECT_FIRST: Duration = Duration::from_millis(250);
 /// Longest wait between reconnect attempts. The kubelet retries every 1 s
 /// (`dbusReconnectPeriod`); 2 s keeps a restarted bus picked up within a few seconds.
 const RECONNECT_MAX: Duration = Duration::from_secs(2);
+/// The error logind answers `Inhibit` with while the operation the lock would delay is already
+/// running (`method_inhibit` in systemd's logind-dbus.c refuses a lock whose `what` overlaps
+/// `m->action_what`, the shutdown being prepared or executed). Never "logind unavailable".
+pub const OPERATION_IN_PROGRESS: &str = "org.freedesktop.login1.OperationInProgress";
 
 /// `org.freedesktop.login1.Manager`, only the members the daemon uses.
 #[proxy(
@@ -101,6 +105,11 @@ pub enum LogindError {
     },
     #[error("logind refused the delay inhibitor for node {node}: {source}")]
     Inhibit { node: String, source: zbus::Error },
+    #[error(
+        "logind refused the delay inhibitor for node {node} because a shutdown is already under \
+         way ({OPERATION_IN_PROGRESS}: {message})"
+    )]
+    ShutdownUnderWay { node: String, message: String },
     #[error("cannot list logind's inhibitors: {source}")]
     ListInhibitors { source: zbus::Error },
     #[error("the system bus connection at {address} closed")]
@@ -377,7 +386,8 @@ impl Logind {
         })
     }
 
-    /// Takes the delay lock for shutdowns; `why` names the node.
+    /// Takes the delay lock for shutdowns; `why` names the node. While a shutdown is under way
+    /// logind refuses: that is [`LogindError::ShutdownUnderWay`], never a plain refusal.
     #[tracing::instrument(skip(self), fields(node = %node))]
     pub async fn take_lock(&self, node: &str) -> Result<InhibitorLock, LogindError> {
         let why = format!("draining Kubernetes node {node} before the shutdown");
@@ -385,9 +395,19 @@ impl Logind {
             .manager
             .inhibit(INHIBIT_WHAT, INHIBIT_WHO, &why, INHIBIT_MODE)
             .await
-            .map_err(|source| LogindError::Inhibit {
-                node: node.to_owned(),
-                source,
+            .map_err(|source| match source {
+                zbus::Error::MethodError(name, message, _)
+                    if name.as_str() == OPERATION_IN_PROGRESS =>
+                {
+                    LogindError::ShutdownUnderWay {
+                        node: node.to_owned(),
+                        message: message.unwrap_or_default(),
+                    }
+                }
+                source => LogindError::Inhibit {
+                    node: node.to_owned(),
+                    source,
+                },
             })?;
         let lock = InhibitorLock {
             fd: OwnedFd::from(fd),

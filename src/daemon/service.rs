@@ -2,6 +2,10 @@
 //! `PrepareForShutdown(true)` within the one budget, release the lock the moment the drain ends,
 //! restore on cancel and after boot, reconnect when the bus goes away, stop on SIGTERM.
 //!
+//! logind refuses a delay lock while the shutdown it would delay is already under way
+//! (`OperationInProgress`), so a daemon (re)started or reconnected then reads
+//! `PreparingForShutdown` first and drains at once without a lock: best effort, and says so.
+//!
 //! While waiting the loop sleeps on three things only: logind's signals, the bus connection and
 //! the stop signals. No timer runs unless a reconnect or a restore is pending.
 
@@ -21,6 +25,7 @@ use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start::{self, ShutdownStart};
 use crate::daemon::status::Status;
 use crate::engine::Engine;
+use crate::events::Reason as EventReason;
 use crate::filters::Action;
 use crate::report::Report;
 
@@ -48,8 +53,9 @@ enum Flow {
 enum Origin {
     /// `PrepareForShutdown(true)` arrived: logind's one timer starts now; the moment is recorded.
     Signal,
-    /// `PreparingForShutdown` was already true at (re)connect: the budget counts from the
-    /// recorded start of this boot's shutdown, else from now.
+    /// `PreparingForShutdown` was already true at (re)connect, or logind refused the lock with
+    /// `OperationInProgress`: the budget counts from the recorded start of this boot's shutdown,
+    /// else from now (and now is recorded).
     UnderWay,
 }
 
@@ -182,9 +188,27 @@ impl Daemon {
         // Subscribe first: a shutdown that starts between the lock and the subscription would
         // otherwise hold the node's shutdown for logind's whole timer.
         let mut signals = logind.subscribe().await?;
-        let lock = logind.take_lock(&node).await?;
-        // Only now is an old lock (from before a reconnect) released.
-        self.lock = Some(lock);
+        // Read before asking for the lock: logind refuses delay locks while a shutdown is under
+        // way, and a daemon that kept asking would never drain (issue 13).
+        let mut under_way = logind.shutdown_under_way().await?;
+        if under_way.is_none() {
+            match logind.take_lock(&node).await {
+                // Only now is an old lock (from before a reconnect) released.
+                Ok(lock) => self.lock = Some(lock),
+                Err(e @ LogindError::ShutdownUnderWay { .. }) => {
+                    // The shutdown started between the read and the call: the same as a
+                    // shutdown under way at start, never "logind unavailable".
+                    tracing::warn!("{e}; the shutdown started after it was checked");
+                    under_way = Some(
+                        logind
+                            .shutdown_under_way()
+                            .await?
+                            .unwrap_or(UnderWay { kind: None }),
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.status.set_degraded(budget.warning.as_ref().map(|w| {
             format!(
                 "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
@@ -193,9 +217,8 @@ impl Daemon {
                 seconds(w.clamped_to)
             )
         }));
-        // Read before READY=1: once systemd (or a test) sees READY, every later shutdown reaches
-        // us as a signal.
-        let under_way = logind.shutdown_under_way().await?;
+        // The shutdown state was read before READY=1: once systemd (or a test) sees READY, every
+        // later shutdown reaches us as a signal.
         self.set_waiting(&budget);
         if !self.ready_sent {
             self.status.ready();
@@ -205,7 +228,15 @@ impl Daemon {
             let what = kind
                 .as_ref()
                 .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
-            tracing::warn!("logind is already preparing a {what}; draining node {node} at once");
+            let lock = if self.lock.is_some() {
+                // From before a reconnect: logind kept it (its fd never depended on the bus).
+                "with the inhibitor held since before the reconnect"
+            } else {
+                "without an inhibitor"
+            };
+            tracing::warn!(
+                "logind is already preparing a {what}; draining node {node} at once {lock}"
+            );
             if let Flow::Stop = self
                 .shutdown(logind, &mut signals, kind, &budget, Origin::UnderWay)
                 .await?
@@ -406,7 +437,15 @@ impl Daemon {
                 self.record_start();
                 None
             }
-            Origin::UnderWay => self.recorded_start(),
+            Origin::UnderWay => {
+                let from = self.recorded_start();
+                if from.is_none() {
+                    // Counted from now, and recorded so: a later restart counts from here, and
+                    // a cancel missed while away is seen as one (the node gets restored).
+                    self.record_start();
+                }
+                from
+            }
         };
         let node = self.settings.node_name.clone();
         self.abort_restore("a shutdown starts");
@@ -439,19 +478,24 @@ impl Daemon {
                 budget.drain
             }
         };
+        let held = self.lock.is_some();
         if left.is_zero() {
             // The budget ran out while the daemon was away: hold logind no longer.
-            if let Some(lock) = self.lock.take() {
-                lock.release();
-            }
+            let released = match self.lock.take() {
+                Some(lock) => {
+                    lock.release();
+                    "released the inhibitor"
+                }
+                None => "holding no inhibitor",
+            };
             tracing::warn!(
-                "the {} budget for the {what} is already spent; released the inhibitor for node \
-                 {node} at once without draining (the node stays as the last drain left it)",
+                "the {} budget for the {what} is already spent; {released} for node {node} \
+                 without draining (the node stays as the last drain left it)",
                 seconds(budget.drain)
             );
             self.status.set(format!(
-                "budget for the {what} already spent when the daemon started; inhibitor \
-                 released without draining node {node}"
+                "budget for the {what} already spent when the daemon started; {released} without \
+                 draining node {node}"
             ));
             return self.after_release(logind, signals, &what, &budget).await;
         }
@@ -462,16 +506,35 @@ impl Daemon {
             seconds(left),
             seconds(budget.logind_max)
         );
-        self.status.set(format!(
-            "draining node {node} before the {what} (budget {})",
-            seconds(left)
-        ));
+        let unguarded = (!held).then(|| {
+            format!(
+                "logind refuses new delay inhibitors while a {what} is under way and this daemon \
+                 holds none: logind will not wait for this drain of node {node}; draining best \
+                 effort within {}, the machine may go down first",
+                seconds(left)
+            )
+        });
+        match &unguarded {
+            Some(why) => {
+                tracing::error!("{why}");
+                self.status.set(format!(
+                    "draining node {node} without an inhibitor before the {what}: logind will \
+                     not wait for it (budget {})",
+                    seconds(left)
+                ));
+            }
+            None => self.status.set(format!(
+                "draining node {node} before the {what} (budget {})",
+                seconds(left)
+            )),
+        }
 
         let drain = drain_node(
             self.settings.clone(),
             self.status.clone(),
             format!("{what} of the host"),
             deadline,
+            unguarded,
         );
         tokio::pin!(drain);
         let mut bus_alive = true;
@@ -511,7 +574,7 @@ impl Daemon {
             lock.release();
         }
         let took = started.elapsed();
-        self.finish_drain(&what, outcome, took);
+        self.finish_drain(&what, outcome, took, held);
         if !bus_alive {
             return Err(LogindError::Disconnected {
                 address: logind.address().to_owned(),
@@ -543,8 +606,15 @@ impl Daemon {
                         );
                         self.clear_start("the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
-                        let lock = logind.take_lock(&node).await?;
-                        self.lock = Some(lock);
+                        match logind.take_lock(&node).await {
+                            Ok(lock) => self.lock = Some(lock),
+                            // Another shutdown began right after the cancel: its signal is
+                            // queued behind this one and starts a drain without the lock.
+                            Err(e @ LogindError::ShutdownUnderWay { .. }) => {
+                                tracing::warn!("{e}; a new shutdown started after the cancel");
+                            }
+                            Err(e) => return Err(e),
+                        }
                         self.set_waiting(budget);
                         return Ok(Flow::Continue);
                     }
@@ -557,21 +627,27 @@ impl Daemon {
     }
 
     /// Logs the report and updates the status line. Runs after the release. The engine has
-    /// already stored the report in the state directory and posted the Node Events.
-    fn finish_drain(&self, what: &str, outcome: DrainOutcome, took: Duration) {
+    /// already stored the report in the state directory and posted the Node Events. `held`: an
+    /// inhibitor was held during the drain (and is released now).
+    fn finish_drain(&self, what: &str, outcome: DrainOutcome, took: Duration, held: bool) {
         let node = &self.settings.node_name;
         let ms = took.as_millis();
+        let released = if held {
+            "inhibitor released"
+        } else {
+            "no inhibitor was held"
+        };
         match outcome {
             DrainOutcome::Drained(report) => {
                 if report.complete {
                     tracing::info!(
-                        "drained node {node} for the {what} in {ms} ms; inhibitor released: {}",
+                        "drained node {node} for the {what} in {ms} ms; {released}: {}",
                         report.summary()
                     );
                 } else {
                     tracing::error!(
                         "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
-                         inhibitor released: {}",
+                         {released}: {}",
                         report.summary()
                     );
                 }
@@ -582,17 +658,17 @@ impl Daemon {
                     tracing::info!("report for node {node}: {line}");
                 }
                 self.status.set(format!(
-                    "node {node} drained for the {what}; inhibitor released: {}",
+                    "node {node} drained for the {what}; {released}: {}",
                     report.summary()
                 ));
             }
             DrainOutcome::Failed(why) => {
                 tracing::error!(
-                    "the drain of node {node} for the {what} failed after {ms} ms; inhibitor \
-                     released: {why}"
+                    "the drain of node {node} for the {what} failed after {ms} ms; {released}: \
+                     {why}"
                 );
                 self.status.set(format!(
-                    "the drain of node {node} failed; inhibitor released: {why}"
+                    "the drain of node {node} failed; {released}: {why}"
                 ));
             }
         }
@@ -608,23 +684,34 @@ enum DrainOutcome {
 }
 
 /// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
-/// engine's own bound (`Engine::drain` returns by its deadline).
+/// engine's own bound (`Engine::drain` returns by its deadline). `unguarded`: no inhibitor is
+/// held; the message goes into a Warning Event on the Node beside the prepare.
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 async fn drain_node(
     settings: Arc<Settings>,
     status: Status,
     why: String,
     deadline: Instant,
+    unguarded: Option<String>,
 ) -> DrainOutcome {
     let node = settings.node_name.clone();
     let engine = match Engine::new(settings) {
         Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    // The plan for the status line is read beside the prepare: it costs the drain no time.
-    let (prepared, plan) = tokio::join!(
+    // The plan for the status line and the Event are sent beside the prepare: they cost the
+    // drain no time.
+    let event = async {
+        if let Some(message) = &unguarded {
+            let _ =
+                tokio::time::timeout_at(deadline, engine.event(EventReason::NoInhibitor, message))
+                    .await;
+        }
+    };
+    let (prepared, plan, ()) = tokio::join!(
         tokio::time::timeout_at(deadline, engine.prepare_by(&why, deadline)),
         tokio::time::timeout_at(deadline, engine.plan()),
+        event,
     );
     match prepared {
         Ok(Ok(outcome)) => tracing::info!(

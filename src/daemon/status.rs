@@ -24,7 +24,8 @@ struct StatusInner {
 }
 
 impl Status {
-    /// Tells systemd the daemon is ready: called once, right after the lock is first held.
+    /// Tells systemd the daemon is ready: called once, right after the lock is first held (or,
+    /// started during a shutdown, once it knows it must drain without one).
     pub fn ready(&self) {
         if let Err(e) = sd_notify::notify(&[NotifyState::Ready]) {
             tracing::warn!("cannot send READY=1 to systemd: {e}");

@@ -60,6 +60,13 @@ pub const STAYING: [&str; 5] = [
     "portworx/px-cluster-0c2b9d1e-4kq7w",
 ];
 
+/// Pods a drain of the demo node evicts once the `web` budget is open (sorted).
+pub const EVICTED: [&str; 3] = [
+    "default/debug-shell",
+    "shop/cart-7f9b8c6d5-x2k4f",
+    "shop/web-6d4cf56db6-2xk9p",
+];
+
 /// The demo seed with the `web` budget open (see [`third_web_replica`]).
 pub fn open_seed() -> Vec<Value> {
     let mut seed = demo_seed();
@@ -404,6 +411,93 @@ impl World {
             self.log()
         );
         outcome
+    }
+
+    /// The fake API server's request log as evidence of a drain of the node: a cordon
+    /// (`unschedulable: true`), our taint added, and an accepted eviction of each of `evicted`
+    /// (`namespace/name`). `Err` names what is missing.
+    pub fn drain_requests(&self, evicted: &[&str]) -> Result<(), String> {
+        let node_path = format!("/api/v1/nodes/{NODE}");
+        let patches: Vec<_> = self
+            .api
+            .recorder()
+            .matching("PATCH", &node_path)
+            .into_iter()
+            .filter(|r| r.status < 300)
+            .collect();
+        let mut missing = Vec::new();
+        if !patches
+            .iter()
+            .any(|r| r.body.replace(' ', "").contains("\"unschedulable\":true"))
+        {
+            missing.push("no accepted cordon PATCH".to_owned());
+        }
+        if !patches
+            .iter()
+            .any(|r| r.body.contains("kube-shutdown-drain/shutdown"))
+        {
+            missing.push("no accepted PATCH adding our taint".to_owned());
+        }
+        for pod in evicted {
+            let (namespace, name) = pod.split_once('/').expect("namespace/name");
+            let path = format!("/namespaces/{namespace}/pods/{name}/eviction");
+            if !self
+                .api
+                .recorder()
+                .matching("POST", &path)
+                .iter()
+                .any(|r| r.status < 300)
+            {
+                missing.push(format!("no accepted eviction of {pod}"));
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("; "))
+        }
+    }
+
+    /// Asserts the request log shows the node cordoned, tainted and `evicted` evicted.
+    pub fn assert_drain_requests(&self, evicted: &[&str]) {
+        if let Err(missing) = self.drain_requests(evicted) {
+            panic!(
+                "the request log shows no drain: {missing}; log:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    /// Asserts logind never granted our daemon a lock and never refused it one: the daemon did
+    /// not ask during the shutdown, so nothing waited on a lock of ours.
+    pub async fn assert_never_asked_for_a_lock(&self, why: &str) {
+        let granted = self.rig.granted().await;
+        let refused = self.rig.refused().await;
+        assert!(
+            self.rig.our_grants().await == 0 && self.rig.our_refusals().await == 0,
+            "{why}: granted {granted:?}, refused {refused:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    /// The Events the fake API server stores about the node with this reason.
+    pub fn node_events(&self, reason: &str) -> Vec<Value> {
+        self.api
+            .store()
+            .list("Event", None)
+            .into_iter()
+            .filter(|e| {
+                e.pointer("/involvedObject/name").and_then(Value::as_str) == Some(NODE)
+                    && e.get("reason").and_then(Value::as_str) == Some(reason)
+            })
+            .collect()
+    }
+
+    /// The last report the daemon wrote to its state directory, as JSON.
+    pub fn last_report(&self) -> Option<Value> {
+        let text =
+            std::fs::read_to_string(self.dir.path().join("state").join("last-report.json")).ok()?;
+        Some(serde_json::from_str(&text).expect("last-report.json is JSON"))
     }
 
     /// Waits for `check` to hold, polling every 20 ms.

@@ -4,7 +4,12 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
 -p JSON`). It serves org.freedesktop.login1.Manager on the bus it is started on, with:
 
 * Inhibit(what, who, why, mode) -> h: a pipe's write end; the lock is held until every copy of
-  that fd is closed (logind watches the read end for hang-up, as here).
+  that fd is closed (logind watches the read end for hang-up, as here). While a shutdown is
+  being prepared or executed (PreparingForShutdown true, from the announcement until the
+  machine is down or the shutdown cancelled) a lock whose `what` includes "shutdown" is refused
+  as systemd refuses it (method_inhibit in logind-dbus.c checks `m->action_what & w` for every
+  mode): error org.freedesktop.login1.OperationInProgress, "The operation inhibition has been
+  requested for is already running". Each refusal is kept ("WHO WHAT MODE", see Refused()).
 * ListInhibitors() -> a(ssssuu), with the caller's uid and pid as the bus daemon reports them.
 * Reboot(b) / PowerOff(b): like logind's delayed shutdown (systemd logind-dbus.c,
   delay_shutdown_or_sleep): sets PreparingForShutdown, emits PrepareForShutdownWithMetadata
@@ -15,7 +20,11 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal).
 * On the mock interface: CancelShutdown() emits PrepareForShutdown(false) and appends
   "cancelled ELAPSED ..."; SimulateBoot() clears the shutdown state as a fresh boot would;
-  Outcomes() returns the lines written so far.
+  Outcomes() returns the lines written so far; Refused() and Granted() the refused and the
+  granted Inhibit calls;
+  RebootOnNextInhibit() stages the race of a reboot that starts between a client's read of
+  PreparingForShutdown (false) and its Inhibit: the next Inhibit on "shutdown" first starts a
+  reboot (signals and all, as Reboot(false) would), then is refused as above.
 
 Parameters: InhibitDelayMaxUSec (int, default 5000000), PreparingForShutdown (bool, default
 false), kind (the type of that shutdown, default "reboot"), result_file (path, default none),
@@ -56,6 +65,9 @@ class Shutdown:
         self.locks_at_start = 0
         self.timer = None
         self.outcomes = []
+        self.refused = []  # "WHO WHAT MODE" of each Inhibit refused during a shutdown
+        self.granted = []  # "WHO WHAT MODE" of each Inhibit granted
+        self.reboot_on_next_inhibit = False
 
     def delay_locks(self):
         return [lock for lock in self.locks.values() if lock[3] == 'delay' and 'shutdown' in lock[0].split(':')]
@@ -137,9 +149,19 @@ def Inhibit(self, what, who, why, mode, sender=None):
         raise dbus.exceptions.DBusException(f'invalid inhibit mode {mode!r}',
                                             name='org.freedesktop.DBus.Error.InvalidArgs')
     shutdown = state(self)
+    wants_shutdown = 'shutdown' in str(what).split(':')
+    if wants_shutdown and shutdown.reboot_on_next_inhibit:
+        shutdown.reboot_on_next_inhibit = False
+        start_shutdown(self, 'reboot')
+    if wants_shutdown and shutdown.preparing:
+        shutdown.refused.append(f'{who} {what} {mode}')
+        raise dbus.exceptions.DBusException(
+            'The operation inhibition has been requested for is already running',
+            name='org.freedesktop.login1.OperationInProgress')
     uid, pid = caller_ids(self, sender)
     read_end, write_end = os.pipe()
     shutdown.locks[read_end] = (str(what), str(who), str(why), str(mode), uid, pid)
+    shutdown.granted.append(f'{who} {what} {mode}')
 
     def hung_up(fd, _condition):
         shutdown.locks.pop(fd, None)
@@ -236,3 +258,26 @@ def SimulateBoot(self):
 @dbus.service.method(MOCK_IFACE, in_signature='', out_signature='as')
 def Outcomes(self):
     return dbus.Array(state(self).outcomes, signature='s')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='as')
+def Refused(self):
+    '''The Inhibit calls refused during a shutdown, oldest first: "WHO WHAT MODE".'''
+    return dbus.Array(state(self).refused, signature='s')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='as')
+def Granted(self):
+    '''Every Inhibit call granted since this fake started, oldest first: "WHO WHAT MODE".'''
+    return dbus.Array(state(self).granted, signature='s')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='')
+def RebootOnNextInhibit(self):
+    '''The next Inhibit on "shutdown" starts a reboot first, then is refused (the race of a
+    shutdown that starts between a client's read of PreparingForShutdown and its Inhibit).'''
+    shutdown = state(self)
+    if shutdown.preparing:
+        raise dbus.exceptions.DBusException('a shutdown is already being prepared',
+                                            name='org.freedesktop.login1.OperationInProgress')
+    shutdown.reboot_on_next_inhibit = True

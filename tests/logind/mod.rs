@@ -274,6 +274,48 @@ impl Rig {
         self.call(MOCK, "SimulateBoot", &()).await;
     }
 
+    /// The `Inhibit` calls the fake refused during a shutdown ("WHO WHAT MODE"), oldest first.
+    pub async fn refused(&self) -> Vec<String> {
+        self.call(MOCK, "Refused", &())
+            .await
+            .body()
+            .deserialize()
+            .expect("Refused answers as")
+    }
+
+    /// Refusals of our daemon's lock (who = kube-shutdown-drain).
+    pub async fn our_refusals(&self) -> usize {
+        self.refused()
+            .await
+            .iter()
+            .filter(|r| r.starts_with("kube-shutdown-drain "))
+            .count()
+    }
+
+    /// The `Inhibit` calls this fake logind granted since it started ("WHO WHAT MODE").
+    pub async fn granted(&self) -> Vec<String> {
+        self.call(MOCK, "Granted", &())
+            .await
+            .body()
+            .deserialize()
+            .expect("Granted answers as")
+    }
+
+    /// Locks this fake logind granted our daemon (who = kube-shutdown-drain) since it started.
+    pub async fn our_grants(&self) -> usize {
+        self.granted()
+            .await
+            .iter()
+            .filter(|g| g.starts_with("kube-shutdown-drain "))
+            .count()
+    }
+
+    /// Stages the race of issue 13: the next `Inhibit` on "shutdown" first starts a reboot (so
+    /// a `PreparingForShutdown` read before it said false), then is refused.
+    pub async fn reboot_on_next_inhibit(&self) {
+        self.call(MOCK, "RebootOnNextInhibit", &()).await;
+    }
+
     /// Takes a delay lock as another program (`who`), like the kubelet's; held until dropped.
     pub async fn foreign_lock(&self, who: &str) -> std::os::fd::OwnedFd {
         let reply = self
