@@ -34,7 +34,16 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::client::{ApiError, Clients, WATCH_GRACE, WATCH_SECONDS};
+use crate::api::client::{Kind, WATCH_SECONDS};
+use crate::api::{ApiError, Clients};
+
+/// Extra local time on top of [`WATCH_SECONDS`] before a silent watch counts as hung.
+const WATCH_GRACE: Duration = Duration::from_secs(5);
+
+/// A deadline one request timeout from now.
+fn soon(clients: &Clients) -> Instant {
+    Instant::now() + clients.request_timeout
+}
 use crate::config::{OnDeadline, Settings};
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::filters::Action;
@@ -103,7 +112,13 @@ pub async fn list_node_pods(clients: &Clients, node: &str) -> Result<(Vec<Pod>, 
     let mut pods = Vec::new();
     let mut rv = None;
     loop {
-        let page = clients.timed(api.list(&lp)).await?;
+        let page = clients
+            .once(
+                soon(clients),
+                &format!("pods of node {node}"),
+                api.list(&lp),
+            )
+            .await?;
         if rv.is_none() {
             rv = page.metadata.resource_version.clone();
         }
@@ -175,7 +190,7 @@ where
 /// A failure that says the API server itself is in trouble (no answer, or a 5xx), as opposed to
 /// an answer about the request.
 fn is_server_trouble(e: &ApiError) -> bool {
-    e.is_unreachable() || e.code().is_some_and(|c| c >= 500)
+    e.is_server_trouble()
 }
 
 /// What the drain's requests have seen of the API server since its last answer: when the
@@ -223,28 +238,9 @@ impl ServerHealth {
     }
 }
 
-/// An API server's refusal as one line: `nodes "x" not found (NotFound, HTTP 404)`. kube's own
-/// rendering of an API error appends a dump of the whole Status object.
-pub(crate) fn status_line(status: &kube::core::Status) -> String {
-    let message = if status.message.is_empty() {
-        "the API server refused the request"
-    } else {
-        status.message.as_str()
-    };
-    let line = if status.reason.is_empty() {
-        format!("{message} (HTTP {})", status.code)
-    } else {
-        format!("{message} ({}, HTTP {})", status.reason, status.code)
-    };
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// An API error as one line for the report and the log.
+/// An API error as one line for the report and the log, without its object.
 pub(crate) fn said(e: &ApiError) -> String {
-    match e {
-        ApiError::Kube(kube::Error::Api(s)) => status_line(s),
-        e => e.to_string(),
-    }
+    e.problem()
 }
 
 /// The report line for an API server that did not answer: names the server and the node.
@@ -433,7 +429,14 @@ async fn watch_pods(
         let wp = WatchParams::default()
             .fields(&field_selector(&node))
             .timeout(WATCH_SECONDS);
-        let stream = match clients.timed(api.watch(&wp, &rv)).await {
+        let stream = match clients
+            .once(
+                soon(&clients),
+                &format!("pods of node {node}"),
+                api.watch(&wp, &rv),
+            )
+            .await
+        {
             Ok(s) => {
                 health.answered();
                 s
@@ -473,7 +476,7 @@ async fn watch_pods(
                     break;
                 }
                 Ok(Some(Err(e))) => {
-                    let e = ApiError::Kube(e);
+                    let e = clients.error(&format!("pods of node {node}"), e);
                     health.failed(&e);
                     tracing::warn!(node = %node, "pod watch of node {node} broke: {e}");
                     tokio::time::sleep(backoff.next()).await;
@@ -552,10 +555,15 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
     let api: Api<PodDisruptionBudget> = Api::namespaced(clients.api.clone(), &namespace);
     let wapi: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &namespace);
     let fields = format!("metadata.name={name}");
+    let object = format!("poddisruptionbudget {namespace}/{name}");
     let mut backoff = Backoff::new();
     loop {
         let list = match clients
-            .timed(api.list(&ListParams::default().fields(&fields)))
+            .once(
+                soon(&clients),
+                &object,
+                api.list(&ListParams::default().fields(&fields)),
+            )
             .await
         {
             Ok(l) => l,
@@ -578,7 +586,10 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
         let wp = WatchParams::default()
             .fields(&fields)
             .timeout(WATCH_SECONDS);
-        let Ok(stream) = clients.timed(wapi.watch(&wp, &rv)).await else {
+        let Ok(stream) = clients
+            .once(soon(&clients), &object, wapi.watch(&wp, &rv))
+            .await
+        else {
             tokio::time::sleep(backoff.next()).await;
             continue;
         };
@@ -652,8 +663,9 @@ async fn post_eviction(
     pod: &PlannedPod,
     grace: Option<Duration>,
 ) -> Result<Answer, ApiError> {
+    let object = format!("pod {}", pod.key());
     let body = serde_json::to_vec(&eviction_body(pod, grace))
-        .map_err(|e| ApiError::Kube(kube::Error::SerdeError(e)))?;
+        .map_err(|e| clients.error(&object, kube::Error::SerdeError(e)))?;
     let request = http::Request::post(format!(
         "/api/v1/namespaces/{}/pods/{}/eviction",
         pod.namespace, pod.name
@@ -661,7 +673,7 @@ async fn post_eviction(
     .header(http::header::CONTENT_TYPE, "application/json")
     .header(http::header::ACCEPT, "application/json")
     .body(kube::client::Body::from(body))
-    .map_err(|e| ApiError::Kube(kube::Error::HttpError(e)))?;
+    .map_err(|e| clients.error(&object, kube::Error::HttpError(e)))?;
     let send = async {
         let response = clients.api.send(request).await?;
         let code = response.status().as_u16();
@@ -673,7 +685,7 @@ async fn post_eviction(
         let bytes = response.into_body().collect_bytes().await?;
         Ok((code, header_retry, bytes))
     };
-    let (code, header_retry, bytes) = clients.timed(send).await?;
+    let (code, header_retry, bytes) = clients.once(soon(clients), &object, send).await?;
     let status: Option<kube::core::Status> = serde_json::from_slice(&bytes).ok();
     let message = status
         .as_ref()
@@ -708,13 +720,20 @@ async fn post_eviction(
         500 if message.contains("PodDisruptionBudget") => Answer::Refused { code, message },
         c if c >= 500 => {
             // The server or a proxy is in trouble; worth a quick retry.
-            return Err(ApiError::Kube(kube::Error::Api(Box::new(
-                status.unwrap_or_else(|| kube::core::Status {
+            return Err(ApiError::new(
+                &object,
+                &clients.server,
+                Kind::Status {
                     code,
-                    message: String::from_utf8_lossy(&bytes).into_owned(),
-                    ..kube::core::Status::default()
-                }),
-            ))));
+                    reason: status.map(|s| s.reason).unwrap_or_default(),
+                    message: if message.is_empty() {
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    } else {
+                        message
+                    },
+                    retry_after: header_retry.map(Duration::from_secs),
+                },
+            ));
         }
         code => Answer::Refused {
             code,
@@ -959,7 +978,14 @@ impl Run {
             return;
         };
         let result = with_retries(deadline, &what, || async {
-            let result = self.clients.timed(api.delete(&pod.name, &dp)).await;
+            let result = self
+                .clients
+                .once(
+                    soon(&self.clients),
+                    &format!("pod {}", pod.key()),
+                    api.delete(&pod.name, &dp),
+                )
+                .await;
             match &result {
                 Ok(_) => self.health.answered(),
                 Err(e) => self.health.failed(e),
@@ -1346,31 +1372,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn api_errors_in_the_report_are_one_line_without_the_status_dump() {
-        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
-            "status": "Failure", "code": 503, "reason": "ServiceUnavailable",
-            "message": "etcd\nleader changed",
-        }))
-        .unwrap();
-        let e = ApiError::Kube(kube::Error::Api(Box::new(status)));
-        assert!(e.to_string().contains("Status {"), "{e}");
-        assert_eq!(
-            said(&e),
-            "etcd leader changed (ServiceUnavailable, HTTP 503)"
-        );
-        let bare = kube::core::Status {
-            code: 500,
-            ..kube::core::Status::default()
-        };
-        assert_eq!(
-            status_line(&bare),
-            "the API server refused the request (HTTP 500)"
-        );
-        let timeout = ApiError::Timeout(Duration::from_secs(10));
-        assert_eq!(said(&timeout), "no answer within 10s");
-    }
-
-    #[test]
     fn budget_name_from_the_api_message() {
         assert_eq!(
             budget_name(
@@ -1407,93 +1408,28 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn transient_errors_back_off_doubling_to_the_cap_until_the_deadline() {
-        let start = Instant::now();
-        let mut calls = Vec::new();
-        let result: Result<(), GaveUp> =
-            with_retries(start + Duration::from_secs(10), "test", || {
-                calls.push(start.elapsed().as_millis());
-                async { Err(ApiError::Timeout(Duration::from_secs(1))) }
-            })
-            .await;
-        // Pauses of 100, 200, 400, 800, 1600 ms, then 2 s each; the last pause ends at the
-        // deadline, where the retries stop.
-        assert_eq!(calls, vec![0, 100, 300, 700, 1500, 3100, 5100, 7100, 9100]);
-        assert_eq!(start.elapsed(), Duration::from_secs(10));
-        match result {
-            Err(GaveUp::Deadline {
-                attempts: 9,
-                last: Some(ApiError::Timeout(_)),
-            }) => {}
-            other => panic!("gave up at the deadline after 9 attempts: {other:?}"),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_server_that_comes_back_is_used_and_a_final_answer_is_not_retried() {
-        let start = Instant::now();
-        let back = start + Duration::from_secs(6);
-        let result = with_retries(start + Duration::from_secs(60), "test", || async move {
-            if Instant::now() < back {
-                Err(ApiError::Timeout(Duration::from_secs(1)))
-            } else {
-                Ok(7)
-            }
-        })
-        .await;
-        assert!(matches!(result, Ok(7)), "{result:?}");
-        // The first attempt after the server came back (6 s) is at 7.1 s: the pause never grew
-        // past 2 s.
-        assert_eq!(start.elapsed(), Duration::from_millis(7100));
-
-        // A final answer (404) is not retried.
-        let mut n = 0;
-        let status = kube::core::Status {
-            code: 404,
-            ..kube::core::Status::default()
-        };
-        let result: Result<(), GaveUp> =
-            with_retries(Instant::now() + Duration::from_secs(3), "test", || {
-                n += 1;
-                let e = ApiError::Kube(kube::Error::Api(Box::new(status.clone())));
-                async move { Err(e) }
-            })
-            .await;
-        assert!(matches!(result, Err(GaveUp::Final(e)) if e.is_not_found()));
-        assert_eq!(n, 1);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_attempt_still_waiting_at_the_deadline_is_cut_there() {
-        let start = Instant::now();
-        let result: Result<(), GaveUp> =
-            with_retries(start + Duration::from_secs(3), "test", || {
-                std::future::pending::<Result<(), ApiError>>()
-            })
-            .await;
-        assert!(matches!(
-            result,
-            Err(GaveUp::Deadline {
-                attempts: 1,
-                last: None
-            })
-        ));
-        assert_eq!(start.elapsed(), Duration::from_secs(3));
-    }
-
     #[test]
     fn server_health_remembers_the_start_of_an_outage_until_an_answer() {
         let h = ServerHealth::default();
         let refused = |code| {
-            ApiError::Kube(kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                ..kube::core::Status::default()
-            })))
+            ApiError::new(
+                "pod a/b",
+                "http://s",
+                Kind::Status {
+                    code,
+                    reason: String::new(),
+                    message: String::new(),
+                    retry_after: None,
+                },
+            )
         };
         h.failed(&refused(403));
         assert!(h.outage().is_none(), "a refusal is an answer");
-        h.failed(&ApiError::Timeout(Duration::from_secs(1)));
+        h.failed(&ApiError::new(
+            "pod a/b",
+            "http://s",
+            Kind::Timeout(Duration::from_secs(1)),
+        ));
         let first = h.outage().expect("an outage").since;
         h.failed(&refused(503));
         let o = h.outage().expect("still an outage");

@@ -9,7 +9,8 @@ use kube::config::Kubeconfig;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::client::{self, ApiError, ClientError, Clients};
+use crate::api::client::{self, server_url};
+use crate::api::{ApiError, ClientError, Clients};
 use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
@@ -26,7 +27,7 @@ pub enum Error {
     Client(#[from] ClientError),
     #[error(transparent)]
     Node(#[from] NodeError),
-    #[error("cannot list the pods of node {node}: {source}")]
+    #[error("cannot list {source}")]
     ListPods { node: String, source: ApiError },
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -51,22 +52,6 @@ impl Error {
     pub fn is_config(&self) -> bool {
         matches!(self, Error::Client(_))
     }
-}
-
-/// The API server URL of the kubeconfig's current context, the one `client::connect` uses; for
-/// messages that must name the server.
-fn server_url(kubeconfig: &Kubeconfig) -> String {
-    let cluster = kubeconfig
-        .current_context
-        .as_ref()
-        .and_then(|name| kubeconfig.contexts.iter().find(|c| &c.name == name))
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.as_str());
-    cluster
-        .and_then(|name| kubeconfig.clusters.iter().find(|c| c.name == name))
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
 }
 
 /// The facade. Cheap to share behind an `Arc`.

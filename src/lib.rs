@@ -1,8 +1,8 @@
 //! kube-shutdown-drain: drains a Kubernetes node through the Eviction API when systemd-logind
 //! announces a shutdown, and restores what it changed on the next boot.
 
+pub mod api;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod drain;

@@ -1,6 +1,6 @@
-//! prepare / restore / marker / wait_ready against the fake API server: marker before any
-//! change, only our taint touched, an admin's cordon survives (also one that lands between our
-//! marker and our cordon), concurrent taint writers lose nothing, kubelet credentials (taint
+//! prepare / restore / marker / wait_ready against the fake API server: the marker written by
+//! the same guarded write as the taint and the cordon, only our taint touched, an admin's cordon
+//! survives (also one that lands between our read and our write), concurrent taint writers lose nothing, kubelet credentials (taint
 //! forbidden) still drain, a taint they may not remove stays listed in the marker, transient
 //! failures are retried, a changed taint configuration is recorded, clear errors for a missing
 //! node, an unreachable server and a bad kubeconfig.
@@ -37,17 +37,24 @@ fn has_our_taint(node: &serde_json::Value) -> bool {
     has_taint(node, OUR_TAINT.0, OUR_TAINT.1)
 }
 
-/// Runs `then` on the server's store once our marker is stored on `node-a` (polling every
-/// 2 ms): a write by someone else that lands between our marker and our next write.
-fn once_the_marker_is_stored(
+/// Makes the server hold every PATCH of `node-a` for `delay` before applying it.
+fn delay_node_patches(c: &Cluster, delay: Duration) {
+    c.server
+        .faults()
+        .add_latency(Route::new("PATCH", "/api/v1/nodes/node-a"), delay);
+}
+
+/// Runs `then` on the server's store once the server has answered our first read of `node-a`
+/// (polling every 2 ms): a write by someone else that lands between our read and our write.
+fn once_we_have_read_the_node(
     c: &Cluster,
     then: impl FnOnce(&fake_apiserver::Store) + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     let store = c.server.store().clone();
+    let recorder = c.server.recorder().clone();
     tokio::spawn(async move {
         loop {
-            let node = store.get("Node", None, NODE).unwrap();
-            if stored_marker(&node).is_some() {
+            if !recorder.matching("GET", "/api/v1/nodes/node-a").is_empty() {
                 then(&store);
                 return;
             }
@@ -56,19 +63,12 @@ fn once_the_marker_is_stored(
     })
 }
 
-/// Makes the server hold every PATCH of `node-a` for `delay` before applying it.
-fn delay_node_patches(c: &Cluster, delay: Duration) {
-    c.server
-        .faults()
-        .add_latency(Route::new("PATCH", "/api/v1/nodes/node-a"), delay);
-}
-
 /// Prepares `node-a` (settings plus `extra`) while an admin cordons it: every node PATCH waits
-/// 200 ms in the server, and the admin cordons as soon as our marker is stored, while our next
-/// writes wait.
+/// 200 ms in the server, and the admin cordons as soon as we have read the node, while our
+/// write (built from that read) waits.
 async fn prepare_while_an_admin_cordons(c: &Cluster, extra: &str) -> (Engine, PrepareOutcome) {
     delay_node_patches(c, Duration::from_millis(200));
-    let admin = once_the_marker_is_stored(c, cordon_as_admin);
+    let admin = once_we_have_read_the_node(c, cordon_as_admin);
     let engine = Engine::new(c.settings(extra)).unwrap();
     let out = engine.prepare("shutdown").await.unwrap();
     admin.await.unwrap();
@@ -76,7 +76,7 @@ async fn prepare_while_an_admin_cordons(c: &Cluster, extra: &str) -> (Engine, Pr
 }
 
 #[tokio::test]
-async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undoes_it() {
+async fn prepare_writes_marker_taint_and_cordon_in_one_guarded_patch_and_restore_undoes_it() {
     let c = Cluster::start(vec![]).await;
     c.add_taint("example.com/other", "NoSchedule");
     let engine = Engine::new(c.settings("")).unwrap();
@@ -90,25 +90,27 @@ async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undo
         .server
         .recorder()
         .matching("PATCH", "/api/v1/nodes/node-a");
-    assert_eq!(patches.len(), 3, "marker, taint, cordon");
-    assert!(
-        patches[0].body.contains(MARKER_ANNOTATION),
-        "marker first: {}",
-        patches[0].body
-    );
-    assert!(
-        patches[0].body.contains("resourceVersion"),
-        "marker guarded by resourceVersion"
-    );
+    assert_eq!(patches.len(), 1, "marker, taint and cordon in one write");
+    let p = &patches[0];
     assert_eq!(
-        patches[1].content_type.as_deref(),
+        p.content_type.as_deref(),
         Some("application/json-patch+json")
     );
-    assert!(
-        patches[1].body.contains("\"test\""),
-        "taint guarded by a JSON-patch test"
+    let ops: Vec<serde_json::Value> = serde_json::from_str(&p.body).unwrap();
+    assert_eq!(
+        (ops[0]["op"].as_str(), ops[0]["path"].as_str()),
+        (Some("test"), Some("/metadata/resourceVersion")),
+        "guarded by the resourceVersion read: {}",
+        p.body
     );
-    assert!(patches[2].body.contains("unschedulable"));
+    let paths: Vec<&str> = ops.iter().filter_map(|o| o["path"].as_str()).collect();
+    assert!(
+        paths.iter().any(|p| p.starts_with("/metadata/annotations"))
+            && p.body.contains(MARKER_ANNOTATION)
+            && paths.contains(&"/spec/taints/-")
+            && paths.contains(&"/spec/unschedulable"),
+        "{paths:?}"
+    );
 
     let node = c.node(NODE);
     assert!(unschedulable(&node));
@@ -117,8 +119,14 @@ async fn prepare_writes_the_marker_first_then_taint_then_cordon_and_restore_undo
     let marker = engine.marker().await.unwrap().expect("marker");
     assert_eq!(marker, out.marker);
 
+    c.server.recorder().clear();
     let restored = engine.restore().await.unwrap();
     assert!(restored.uncordoned && restored.untainted);
+    assert_eq!(
+        c.server.recorder().matching("PATCH", "/nodes/").len(),
+        1,
+        "taint, cordon and marker undone in one write"
+    );
     let node = c.node(NODE);
     assert!(!unschedulable(&node));
     assert!(!has_our_taint(&node));
@@ -493,13 +501,14 @@ async fn a_server_answering_5xx_until_the_deadline_is_unreachable() {
     assert!(r.stderr.contains(NODE), "{}", r.stderr);
 }
 
-/// The marker write itself fails: nothing else is changed and the error says so.
+/// The marker cannot be written at all (the write with the taint and the one without it are
+/// both refused): nothing else is changed and the error says so.
 #[tokio::test]
 async fn a_failed_marker_write_changes_nothing_else() {
     let c = Cluster::start(vec![]).await;
     c.server
         .faults()
-        .fail_next(Route::new("PATCH", "/api/v1/nodes/node-a"), 1, 400);
+        .fail_next(Route::new("PATCH", "/api/v1/nodes/node-a"), 2, 400);
     let engine = Engine::new(c.settings("")).unwrap();
     let err = engine.prepare("shutdown").await.unwrap_err();
     let text = err.to_string();
@@ -509,23 +518,19 @@ async fn a_failed_marker_write_changes_nothing_else() {
     assert!(stored_marker(&node).is_none());
     assert!(!unschedulable(&node));
     assert!(taints(&node).is_empty());
-    assert_eq!(c.server.recorder().matching("PATCH", "/nodes/").len(), 1);
+    assert_eq!(c.server.recorder().matching("PATCH", "/nodes/").len(), 2);
 }
 
-/// The taint write fails with a non-transient error: the cordon still happens (recorded as
-/// ours), and the taint error is returned.
+/// The write with the taint is refused with a non-transient error: the marker and the cordon
+/// are written without it (the cordon recorded as ours), and the taint error is returned.
 #[tokio::test]
 async fn a_failed_taint_still_cordons() {
     let c = Cluster::start(vec![]).await;
-    let route = Route::new("PATCH", "/api/v1/nodes/node-a");
-    // Each node PATCH waits 300 ms in the server before it is answered; once the marker is
-    // stored, the next PATCH (the taint, waiting) is made to fail.
-    delay_node_patches(&c, Duration::from_millis(300));
-    let faults = c.server.faults().clone();
-    let arm = once_the_marker_is_stored(&c, move |_| faults.fail_next(route, 1, 400));
+    c.server
+        .faults()
+        .fail_next(Route::new("PATCH", "/api/v1/nodes/node-a"), 1, 400);
     let engine = Engine::new(c.settings("")).unwrap();
     let err = engine.prepare("shutdown").await.unwrap_err();
-    arm.await.unwrap();
     let text = err.to_string();
     assert!(text.contains("taint") && text.contains(NODE), "{text}");
     let node = c.node(NODE);
@@ -534,6 +539,11 @@ async fn a_failed_taint_still_cordons() {
     let marker = stored_marker(&node).expect("marker");
     assert_eq!(marker["cordoned"], true);
     assert_eq!(marker["taints"], json!([]));
+    let patches = c
+        .server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a");
+    assert!(patches[0].body.contains("/spec/taints") && !patches[1].body.contains("/spec/taints"));
     // Restore undoes the cordon.
     engine.restore().await.unwrap();
     assert!(!unschedulable(&c.node(NODE)));
@@ -579,8 +589,8 @@ async fn an_admin_cordon_after_a_marker_only_prepare_survives_restore() {
     assert!(unschedulable(&node) && has_our_taint(&node));
 }
 
-/// An admin cordons while our prepare is between its marker and its cordon: the cordon is not
-/// recorded as ours, and restore leaves the node cordoned.
+/// An admin cordons between our read and our write: the write's guard fails, we read again,
+/// and the cordon is not recorded as ours (the taint is); restore leaves the node cordoned.
 #[tokio::test]
 async fn an_admin_cordon_during_prepare_is_not_taken_for_ours() {
     let c = Cluster::start(vec![]).await;
@@ -683,8 +693,8 @@ async fn a_changed_taint_configuration_is_recorded_and_restored() {
 }
 
 /// An admin cordons while our cordon write is on its way: the write's resourceVersion guard
-/// fails (409), we read the Node again, find it cordoned by someone else and leave it so,
-/// unrecorded; restore keeps it cordoned.
+/// fails (422 for the JSON-patch `test`, or 409), we read the Node again, find it cordoned by
+/// someone else and leave it so, unrecorded; restore keeps it cordoned.
 #[tokio::test]
 async fn an_admin_cordon_racing_our_cordon_write_wins() {
     let c = Cluster::start(vec![]).await;
@@ -695,7 +705,7 @@ async fn an_admin_cordon_racing_our_cordon_write_wins() {
         .recorder()
         .matching("PATCH", "/api/v1/nodes/node-a")
         .iter()
-        .filter(|r| r.status == 409)
+        .filter(|r| r.status == 409 || r.status == 422)
         .count();
     assert_eq!(conflicts, 1, "our cordon write lost the race once");
     let r = engine.restore().await.unwrap();
