@@ -2,14 +2,14 @@
 //! (built on first use, so `Engine::new` does no network I/O) and ties prepare, drain, restore,
 //! the Node Events and the last report together.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::config::Kubeconfig;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::api::client::{self, server_url};
+use crate::api::client;
 use crate::api::{ApiError, ClientError, Clients};
 use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
@@ -59,7 +59,6 @@ pub struct Engine {
     settings: Arc<Settings>,
     kubeconfig: Kubeconfig,
     clients: OnceCell<Clients>,
-    why: Mutex<String>,
 }
 
 impl Engine {
@@ -70,7 +69,6 @@ impl Engine {
             settings,
             kubeconfig,
             clients: OnceCell::new(),
-            why: Mutex::new("drain".to_string()),
         })
     }
 
@@ -119,7 +117,6 @@ impl Engine {
     /// [`Engine::prepare`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn prepare_by(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
         let boot_id = self.boot_id()?;
-        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why.to_string();
         Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
     }
 
@@ -134,17 +131,14 @@ impl Engine {
             })
     }
 
-    /// Drains the node; returns by `deadline`, always, and stores the report as the last report.
+    /// Drains the node with the reason "drain"; returns by `deadline`, always, and stores the
+    /// report as the last report. [`Engine::drain_with`] takes the reason.
     pub async fn drain(&self, deadline: Instant) -> Report {
-        let why = self.why.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        self.drain_with(
-            deadline,
-            DrainOptions {
-                why,
-                dry_run: false,
-            },
-        )
-        .await
+        let options = DrainOptions {
+            why: "drain".to_string(),
+            dry_run: false,
+        };
+        self.drain_with(deadline, options).await
     }
 
     /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report).
@@ -155,16 +149,7 @@ impl Engine {
             Err(_) => return self.failed_report(&options, "no client before the deadline".into()),
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
-        let server = server_url(&self.kubeconfig);
-        let report = drain::drain(
-            clients,
-            &server,
-            self.settings.clone(),
-            events,
-            options,
-            deadline,
-        )
-        .await;
+        let report = drain::drain(clients, self.settings.clone(), events, options, deadline).await;
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {

@@ -73,6 +73,30 @@ impl Backoff {
     }
 }
 
+impl Iterator for Backoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.next_pause())
+    }
+}
+
+impl kube::runtime::utils::Backoff for Backoff {
+    fn reset(&mut self) {
+        Backoff::reset(self);
+    }
+}
+
+/// How long a watch must go without a pause before its backoff starts again from [`FIRST`].
+const WATCH_RESET: Duration = Duration::from_secs(10);
+
+/// The backoff for kube's watcher: the same curve, reset only after [`WATCH_RESET`] without a
+/// pause. The watcher resets its backoff on every event, and a watch that answers 410 in a loop
+/// delivers its relist's events each round; without this the curve would never grow.
+pub fn for_watches() -> kube::runtime::utils::ResetTimerBackoff<Backoff> {
+    kube::runtime::utils::ResetTimerBackoff::new(Backoff::new(), WATCH_RESET)
+}
+
 /// A number in [0, 1) from the standard library's per-process random hash keys (no extra crate
 /// for a jitter that needs no quality).
 fn random_unit() -> f64 {

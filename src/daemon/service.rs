@@ -20,6 +20,7 @@ use crate::daemon::logind::{
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start::{self, ShutdownStart};
 use crate::daemon::status::Status;
+use crate::drain::DrainOptions;
 use crate::engine::Engine;
 use crate::filters::Action;
 use crate::report::Report;
@@ -653,7 +654,12 @@ async fn drain_node(
     }
     // `Engine::drain` returns by its deadline; this guard makes that a property of the daemon
     // too, so a fault in the engine cannot hold the lock past the budget.
-    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, engine.drain(deadline)).await {
+    let options = DrainOptions {
+        why,
+        dry_run: false,
+    };
+    let drained = engine.drain_with(deadline, options);
+    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, drained).await {
         Ok(report) => DrainOutcome::Drained(report),
         Err(_) => DrainOutcome::Failed(format!(
             "the drain of node {node} overran its deadline by {} ms and was stopped",

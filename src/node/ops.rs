@@ -16,6 +16,7 @@ use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, GuardedError, Written};
+use crate::api::retry;
 use crate::config::Settings;
 
 /// Node operations for one node.
@@ -272,7 +273,7 @@ impl NodeOps<'_> {
             .fields(&format!("metadata.name={name}"))
             .timeout(WATCH_SECONDS);
         let wait = async {
-            let stream = watch(api, config).default_backoff();
+            let stream = watch(api, config).backoff(retry::for_watches());
             let mut stream = std::pin::pin!(stream);
             let mut seen = false;
             while let Some(event) = stream.next().await {
