@@ -81,20 +81,42 @@ impl Iterator for Backoff {
     }
 }
 
-impl kube::runtime::utils::Backoff for Backoff {
-    fn reset(&mut self) {
-        Backoff::reset(self);
-    }
-}
-
 /// How long a watch must go without a pause before its backoff starts again from [`FIRST`].
 const WATCH_RESET: Duration = Duration::from_secs(10);
 
-/// The backoff for kube's watcher: the same curve, reset only after [`WATCH_RESET`] without a
-/// pause. The watcher resets its backoff on every event, and a watch that answers 410 in a loop
-/// delivers its relist's events each round; without this the curve would never grow.
-pub fn for_watches() -> kube::runtime::utils::ResetTimerBackoff<Backoff> {
-    kube::runtime::utils::ResetTimerBackoff::new(Backoff::new(), WATCH_RESET)
+/// The backoff for kube's watcher: the same curve, started again only after [`WATCH_RESET`]
+/// without a pause. kube's watcher resets its backoff on every event it yields, and a watch that
+/// answers 410 in a loop yields its relist's events each round; with plain resets the pause
+/// would never grow (kube's own `ResetTimerBackoff` passes such resets through).
+#[derive(Debug)]
+pub struct WatchBackoff {
+    curve: Backoff,
+    last_pause: Option<Instant>,
+}
+
+/// A [`WatchBackoff`].
+pub fn for_watches() -> WatchBackoff {
+    WatchBackoff {
+        curve: Backoff::new(),
+        last_pause: None,
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.last_pause = Some(Instant::now());
+        Some(self.curve.next_pause())
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        if self.last_pause.is_none_or(|t| t.elapsed() >= WATCH_RESET) {
+            self.curve.reset();
+        }
+    }
 }
 
 /// A number in [0, 1) from the standard library's per-process random hash keys (no extra crate
@@ -202,6 +224,25 @@ mod tests {
         let e = result.unwrap_err();
         assert!(e.is_unreachable());
         assert!(e.to_string().contains("9 attempts"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_backoff_grows_through_the_resets_of_a_410_loop() {
+        use kube::runtime::utils::Backoff as _;
+        let mut b = for_watches();
+        let mut pauses = Vec::new();
+        for _ in 0..7 {
+            let p = b.next().unwrap();
+            pauses.push(p);
+            tokio::time::sleep(p).await;
+            // The relist's events reset the watcher's backoff each round.
+            b.reset();
+        }
+        assert!(pauses[6] >= MAX.mul_f64(1.0 - JITTER), "{pauses:?}");
+        // Ten quiet seconds later the curve starts again.
+        tokio::time::sleep(WATCH_RESET).await;
+        b.reset();
+        assert!(b.next().unwrap() <= FIRST);
     }
 
     #[tokio::test(start_paused = true)]

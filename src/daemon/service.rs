@@ -20,7 +20,6 @@ use crate::daemon::logind::{
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start::{self, ShutdownStart};
 use crate::daemon::status::Status;
-use crate::drain::DrainOptions;
 use crate::engine::Engine;
 use crate::filters::Action;
 use crate::report::Report;
@@ -602,8 +601,8 @@ enum DrainOutcome {
     Failed(String),
 }
 
-/// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
-/// engine's own bound (`Engine::drain` returns by its deadline).
+/// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
+/// once it is over). Never outlives the deadline by more than [`DRAIN_OVERRUN_GUARD`].
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 async fn drain_node(
     settings: Arc<Settings>,
@@ -616,51 +615,43 @@ async fn drain_node(
         Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    // The plan for the status line is read beside the prepare: it costs the drain no time.
-    let (prepared, plan) = tokio::join!(
-        tokio::time::timeout_at(deadline, engine.prepare_by(&why, deadline)),
-        tokio::time::timeout_at(deadline, engine.plan()),
-    );
-    match prepared {
-        Ok(Ok(outcome)) => tracing::info!(
-            "prepared node {node}: marker written{}{}",
-            if outcome.tainted {
-                ", tainted"
-            } else if outcome.taint_forbidden {
-                ", taint forbidden for these credentials"
-            } else {
-                ", taint already present or disabled"
-            },
-            if outcome.cordoned {
-                ", cordoned"
-            } else {
-                ", already cordoned"
-            }
-        ),
-        Ok(Err(e)) => tracing::error!("preparing node {node} failed: {e}; draining it anyway"),
-        Err(_) => {
-            return DrainOutcome::Failed(format!(
-                "preparing node {node} did not finish within the budget"
+    // The plan for the status line is read beside the prepare and the drain's own list.
+    let plan = async {
+        if let Ok(Ok(plan)) = tokio::time::timeout_at(deadline, engine.plan()).await {
+            status.set(format!(
+                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
+                plan.count(Action::Evict),
+                plan.count(Action::Wait),
+                plan.count(Action::Skip)
             ));
         }
-    }
-    if let Ok(Ok(plan)) = plan {
-        status.set(format!(
-            "draining {} pods from node {node} (waiting for {} more, {} left alone)",
-            plan.count(Action::Evict),
-            plan.count(Action::Wait),
-            plan.count(Action::Skip)
-        ));
-    }
-    // `Engine::drain` returns by its deadline; this guard makes that a property of the daemon
-    // too, so a fault in the engine cannot hold the lock past the budget.
-    let options = DrainOptions {
-        why,
-        dry_run: false,
     };
-    let drained = engine.drain_with(deadline, options);
-    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, drained).await {
-        Ok(report) => DrainOutcome::Drained(report),
+    // Prepare and drain at once: the drain lists while the prepare cordons, and evicts after.
+    // `Engine::prepare_and_drain` returns by its deadline; this guard makes that a property of
+    // the daemon too, so a fault in the engine cannot hold the lock past the budget.
+    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline), plan).0 };
+    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, work).await {
+        Ok((prepared, report)) => {
+            match prepared {
+                Ok(outcome) => tracing::info!(
+                    "prepared node {node}: marker written{}{}",
+                    if outcome.tainted {
+                        ", tainted"
+                    } else if outcome.taint_forbidden {
+                        ", taint forbidden for these credentials"
+                    } else {
+                        ", taint already present or disabled"
+                    },
+                    if outcome.cordoned {
+                        ", cordoned"
+                    } else {
+                        ", already cordoned"
+                    }
+                ),
+                Err(e) => tracing::error!("preparing node {node} failed: {e}; drained it anyway"),
+            }
+            DrainOutcome::Drained(report)
+        }
         Err(_) => DrainOutcome::Failed(format!(
             "the drain of node {node} overran its deadline by {} ms and was stopped",
             DRAIN_OVERRUN_GUARD.as_millis()

@@ -143,8 +143,9 @@ fn finished(mut report: Report, started: Instant) -> Report {
     report
 }
 
-/// Drains the node: list -> schedule -> at the deadline -> report. Returns by `deadline`, always
-/// (plus at most the time dropping the tasks takes). `server` names the API server in the report.
+/// Drains the node: list -> schedule (once `ready`, the caller's prepare, resolves) -> at the
+/// deadline -> report. Returns by `deadline`, always (plus at most the time dropping the tasks
+/// takes).
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 pub async fn drain(
     clients: &Clients,
@@ -152,6 +153,7 @@ pub async fn drain(
     events: NodeEvents,
     options: DrainOptions,
     deadline: Instant,
+    ready: impl std::future::Future<Output = ()>,
 ) -> Report {
     let started = Instant::now();
     let node = settings.node_name.clone();
@@ -225,6 +227,10 @@ pub async fn drain(
     tracing::info!(node = %node, "{started_msg}");
     run.post_event(EventReason::DrainStarted, started_msg);
 
+    // The caller's prepare (cordon) must be over before the first eviction.
+    if tokio::time::timeout_at(work_deadline, ready).await.is_err() {
+        tracing::warn!(node = %node, "the prepare of node {node} was not over by the drain deadline");
+    }
     let mut schedule = Schedule::default();
     for p in plan.pods {
         schedule.place(&run, p);
