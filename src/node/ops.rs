@@ -76,6 +76,26 @@ impl NodeOps<'_> {
         }
     }
 
+    /// One guarded write of this node, starting from `node` as read.
+    async fn write<P>(
+        &self,
+        node: &Node,
+        deadline: Instant,
+        build: impl FnMut(&Node) -> Result<Option<(json_patch::Patch, P)>, NodeError>,
+    ) -> Write<P> {
+        let (api, object) = (self.api(), self.object());
+        guarded::write(
+            self.clients,
+            &api,
+            self.name(),
+            &object,
+            deadline,
+            node.clone(),
+            build,
+        )
+        .await
+    }
+
     async fn write_prepare(
         &self,
         node: &Node,
@@ -83,16 +103,8 @@ impl NodeOps<'_> {
         deadline: Instant,
     ) -> Write<PreparePlan> {
         let name = self.name();
-        guarded::write(
-            self.clients,
-            &self.api(),
-            name,
-            &self.object(),
-            deadline,
-            node.clone(),
-            |n| prepare_patch(n, name, input).map(Some),
-        )
-        .await
+        self.write(node, deadline, |n| prepare_patch(n, name, input).map(Some))
+            .await
     }
 
     /// Writes the marker, the taint and the cordon in one guarded patch; transient failures are
@@ -180,19 +192,11 @@ impl NodeOps<'_> {
         deadline: Instant,
     ) -> Write<RestorePlan> {
         let name = self.name();
-        guarded::write(
-            self.clients,
-            &self.api(),
-            name,
-            &self.object(),
-            deadline,
-            node.clone(),
-            |n| match marker_of(n, name)? {
-                // Cleared by another writer meanwhile: nothing left to do.
-                None => Ok(None),
-                Some(m) => restore_patch(n, name, &m, remove_taints).map(Some),
-            },
-        )
+        self.write(node, deadline, |n| match marker_of(n, name)? {
+            // Cleared by another writer meanwhile: nothing left to do.
+            None => Ok(None),
+            Some(m) => restore_patch(n, name, &m, remove_taints).map(Some),
+        })
         .await
     }
 
