@@ -156,3 +156,43 @@ async fn a_watch_that_ends_at_once_costs_about_two_requests_a_second() {
         "{rate:.1} pod requests a second ({lists} lists, {watches} watches)"
     );
 }
+
+/// The boot's Ready wait on a Node that is not Ready, while every watch ends at once: about 2
+/// requests a second until the deadline, which holds.
+#[tokio::test]
+async fn the_ready_wait_on_a_watch_that_ends_at_once_costs_about_two_requests_a_second() {
+    let c = Cluster::start(vec![]).await;
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["status"]["conditions"][0]["status"] = serde_json::json!("False")
+        })
+        .unwrap();
+    c.server
+        .faults()
+        .fail_next(Route::new("GET", "watch=true"), 1_000_000, 204);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let started = Instant::now();
+    let err = engine
+        .wait_ready(started + Duration::from_secs(4))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(err.to_string().contains("not Ready"), "{err}");
+    assert!(took <= Duration::from_secs(5), "{took:?}");
+    let reqs = c.server.recorder().matching("GET", "/api/v1/nodes");
+    let watches = reqs
+        .iter()
+        .filter(|r| r.query_param("watch").as_deref() == Some("true"))
+        .count();
+    let rate = reqs.len() as f64 / took.as_secs_f64();
+    assert!(
+        watches >= 4,
+        "the watch ended and was started again: {watches} watches"
+    );
+    assert!(
+        rate <= 3.0,
+        "{rate:.1} node requests a second ({} in {took:?})",
+        reqs.len()
+    );
+}
