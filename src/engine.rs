@@ -3,6 +3,7 @@
 //! the Node Events and the last report together.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::config::Kubeconfig;
@@ -237,7 +238,12 @@ impl Engine {
                 }
             );
             NodeEvents::new(clients.clone(), &self.settings.node_name)
-                .emit(EventReason::Restored, &msg)
+                // An Event is for people: at most 500 ms past the restore's deadline.
+                .emit_by(
+                    EventReason::Restored,
+                    &msg,
+                    deadline + Duration::from_millis(500),
+                )
                 .await;
         }
         Ok(out)

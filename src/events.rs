@@ -102,9 +102,14 @@ impl NodeEvents {
 
     /// Writes one Event; failures are logged.
     pub async fn emit(&self, reason: Reason, message: &str) {
+        let deadline = tokio::time::Instant::now() + self.clients.request_timeout;
+        self.emit_by(reason, message, deadline).await;
+    }
+
+    /// [`Self::emit`], giving up at `deadline`.
+    pub async fn emit_by(&self, reason: Reason, message: &str, deadline: tokio::time::Instant) {
         let api: Api<Event> = Api::namespaced(self.clients.api.clone(), EVENT_NAMESPACE);
         let ev = self.event(reason, message);
-        let deadline = tokio::time::Instant::now() + self.clients.request_timeout;
         let object = format!("event {} on node {}", reason.as_str(), self.node);
         match self
             .clients
