@@ -2,14 +2,16 @@
 //! (built on first use, so `Engine::new` does no network I/O) and ties prepare, drain, restore,
 //! the Node Events and the last report together.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::config::Kubeconfig;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::client::{self, ApiError, ClientError, Clients};
+use crate::api::client;
+use crate::api::{ApiError, ClientError, Clients};
 use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
@@ -26,7 +28,7 @@ pub enum Error {
     Client(#[from] ClientError),
     #[error(transparent)]
     Node(#[from] NodeError),
-    #[error("cannot list the pods of node {node}: {source}")]
+    #[error("cannot list {source}")]
     ListPods { node: String, source: ApiError },
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -53,28 +55,11 @@ impl Error {
     }
 }
 
-/// The API server URL of the kubeconfig's current context, the one `client::connect` uses; for
-/// messages that must name the server.
-fn server_url(kubeconfig: &Kubeconfig) -> String {
-    let cluster = kubeconfig
-        .current_context
-        .as_ref()
-        .and_then(|name| kubeconfig.contexts.iter().find(|c| &c.name == name))
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.as_str());
-    cluster
-        .and_then(|name| kubeconfig.clusters.iter().find(|c| c.name == name))
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
-}
-
 /// The facade. Cheap to share behind an `Arc`.
 pub struct Engine {
     settings: Arc<Settings>,
     kubeconfig: Kubeconfig,
     clients: OnceCell<Clients>,
-    why: Mutex<String>,
 }
 
 impl Engine {
@@ -85,7 +70,6 @@ impl Engine {
             settings,
             kubeconfig,
             clients: OnceCell::new(),
-            why: Mutex::new("drain".to_string()),
         })
     }
 
@@ -134,7 +118,6 @@ impl Engine {
     /// [`Engine::prepare`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn prepare_by(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
         let boot_id = self.boot_id()?;
-        *self.why.lock().unwrap_or_else(|p| p.into_inner()) = why.to_string();
         Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
     }
 
@@ -149,37 +132,62 @@ impl Engine {
             })
     }
 
-    /// Drains the node; returns by `deadline`, always, and stores the report as the last report.
+    /// Drains the node with the reason "drain"; returns by `deadline`, always, and stores the
+    /// report as the last report. [`Engine::drain_with`] takes the reason.
     pub async fn drain(&self, deadline: Instant) -> Report {
-        let why = self.why.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        self.drain_with(
-            deadline,
-            DrainOptions {
-                why,
-                dry_run: false,
-            },
-        )
-        .await
+        let options = DrainOptions {
+            why: "drain".to_string(),
+            dry_run: false,
+        };
+        self.drain_with(deadline, options).await
     }
 
     /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report).
     pub async fn drain_with(&self, deadline: Instant, options: DrainOptions) -> Report {
+        self.drain_after(deadline, options, std::future::ready(()))
+            .await
+    }
+
+    /// Prepares and drains at once, both by `deadline`: the drain lists and plans the pods while
+    /// the prepare writes the marker, the taint and the cordon, and starts evicting once the
+    /// prepare is over (done or failed: a shutdown drains anyway). Under a slow API server this
+    /// saves the list's round trip from the budget.
+    pub async fn prepare_and_drain(
+        &self,
+        why: &str,
+        deadline: Instant,
+    ) -> (Result<PrepareOutcome, Error>, Report) {
+        let (done, prepared) = tokio::sync::oneshot::channel::<()>();
+        let prepare = async {
+            let outcome = self.prepare_by(why, deadline).await;
+            let _ = done.send(());
+            outcome
+        };
+        let options = DrainOptions {
+            why: why.to_string(),
+            dry_run: false,
+        };
+        let drain = self.drain_after(deadline, options, async {
+            let _ = prepared.await;
+        });
+        tokio::join!(prepare, drain)
+    }
+
+    /// [`Engine::drain_with`], evicting only once `ready` resolves (bounded by the deadline).
+    async fn drain_after(
+        &self,
+        deadline: Instant,
+        options: DrainOptions,
+        ready: impl std::future::Future<Output = ()>,
+    ) -> Report {
         let clients = match tokio::time::timeout_at(deadline, self.clients()).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return self.failed_report(&options, e.to_string()),
             Err(_) => return self.failed_report(&options, "no client before the deadline".into()),
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
-        let server = server_url(&self.kubeconfig);
-        let report = drain::drain(
-            clients,
-            &server,
-            self.settings.clone(),
-            events,
-            options,
-            deadline,
-        )
-        .await;
+        let settings = self.settings.clone();
+        let report = drain::drain(clients, settings, events, options, deadline, ready).await;
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {
@@ -230,7 +238,12 @@ impl Engine {
                 }
             );
             NodeEvents::new(clients.clone(), &self.settings.node_name)
-                .emit(EventReason::Restored, &msg)
+                // An Event is for people: at most 500 ms past the restore's deadline.
+                .emit_by(
+                    EventReason::Restored,
+                    &msg,
+                    deadline + Duration::from_millis(500),
+                )
                 .await;
         }
         Ok(out)

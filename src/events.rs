@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 
-use crate::client::Clients;
+use crate::api::Clients;
 
 /// The component name on our Events.
 pub const COMPONENT: &str = "kube-shutdown-drain";
@@ -105,18 +105,25 @@ impl NodeEvents {
 
     /// Writes one Event; failures are logged.
     pub async fn emit(&self, reason: Reason, message: &str) {
+        let deadline = tokio::time::Instant::now() + self.clients.request_timeout;
+        self.emit_by(reason, message, deadline).await;
+    }
+
+    /// [`Self::emit`], giving up at `deadline`.
+    pub async fn emit_by(&self, reason: Reason, message: &str, deadline: tokio::time::Instant) {
         let api: Api<Event> = Api::namespaced(self.clients.api.clone(), EVENT_NAMESPACE);
         let ev = self.event(reason, message);
+        let object = format!("event {} on node {}", reason.as_str(), self.node);
         match self
             .clients
-            .timed(api.create(&PostParams::default(), &ev))
+            .once(deadline, &object, api.create(&PostParams::default(), &ev))
             .await
         {
             Ok(_) => {
                 tracing::debug!(node = %self.node, "event {} on node {}: {message}", reason.as_str(), self.node)
             }
             Err(e) => {
-                tracing::warn!(node = %self.node, "cannot write event {} on node {}: {e}", reason.as_str(), self.node)
+                tracing::warn!(node = %self.node, "cannot write {e}")
             }
         }
     }

@@ -1,17 +1,18 @@
 //! kube-shutdown-drain: drains a Kubernetes node through the Eviction API when systemd-logind
 //! announces a shutdown, and restores what it changed on the next boot.
 
+pub mod api;
 pub mod cli;
-pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod drain;
 pub mod engine;
 pub mod events;
-pub mod filters;
 pub mod logging;
 pub mod node;
-pub mod plan;
+pub mod policy;
 pub mod report;
-pub mod selector;
 pub mod state_file;
+
+// The policy modules by their earlier paths (the configuration reads selectors through these).
+pub use policy::{filters, plan, selector};

@@ -197,7 +197,8 @@ impl Report {
                 Outcome::Failed => c.failed += 1,
                 Outcome::Pending => c.pending += 1,
             }
-            if p.outcome == Outcome::Blocked
+            // A pod deleted at the deadline was held by its budget until then.
+            if matches!(p.outcome, Outcome::Blocked | Outcome::Deleted)
                 && let Some(b) = &p.budget
             {
                 match budgets.iter_mut().find(|x| &x.budget == b) {

@@ -138,7 +138,8 @@ async fn a_budget_that_never_opens_cannot_stretch_the_deadline() {
     );
 }
 
-/// `on_deadline = "delete"`: the pods left at the deadline are deleted, ignoring their budget.
+/// `on_deadline = "delete"`: the pods left at the deadline are deleted, ignoring their budget;
+/// the report keeps that budget for each deleted pod.
 #[tokio::test]
 async fn on_deadline_delete_removes_the_blocked_pods() {
     let c = Cluster::start(vec![
@@ -157,6 +158,14 @@ async fn on_deadline_delete_removes_the_blocked_pods() {
     );
     let guarded = report.pods.iter().find(|p| p.name == "guarded").unwrap();
     assert_eq!(guarded.outcome, Outcome::Deleted, "{}", report.to_text());
+    assert_eq!(
+        guarded.budget.as_deref(),
+        Some("work/guarded-pdb"),
+        "the deleted pod keeps the budget that blocked it"
+    );
+    assert_eq!(report.blocked_by.len(), 1, "{}", report.to_text());
+    assert_eq!(report.blocked_by[0].budget, "work/guarded-pdb");
+    assert_eq!(report.blocked_by[0].pods, vec!["work/guarded".to_string()]);
     assert!(report.deadline_reached);
     let deletes = c.server.recorder().matching("DELETE", "/pods/guarded");
     assert_eq!(deletes.len(), 1);

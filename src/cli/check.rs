@@ -153,10 +153,16 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         } else {
             format!("{}/{}", p.resource, p.subresource)
         };
+        let object = format!("the review of permission {} {resource}", p.verb);
+        let deadline = tokio::time::Instant::now() + clients.request_timeout;
         let answer = clients
-            .timed(api.create(&PostParams::default(), &review))
+            .once(
+                deadline,
+                &object,
+                api.create(&PostParams::default(), &review),
+            )
             .await
-            .map_err(|e| anyhow::anyhow!("cannot review permission {} {resource}: {e}", p.verb))?;
+            .map_err(|e| anyhow::anyhow!("cannot get {e}"))?;
         let allowed = answer.status.as_ref().is_some_and(|s| s.allowed);
         let verdict = match (allowed, p.required) {
             (true, _) => "allowed",

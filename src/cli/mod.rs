@@ -5,9 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::client::ApiError;
 use crate::config::{CONFIG_ENV, ConfigError, DEFAULT_CONFIG_PATH, Settings};
-use crate::drain::status_line;
 use crate::engine;
 
 pub mod check;
@@ -99,27 +97,9 @@ pub enum CliError {
     Other(#[from] anyhow::Error),
 }
 
-/// `text`, the message of `error`, as one line. kube renders an API error as `ApiError: ...
-/// (Status { ... })`; wherever a cause's text is embedded, it is replaced by [`status_line`].
-fn human(mut text: String, error: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = cause {
-        let status = match (
-            e.downcast_ref::<ApiError>(),
-            e.downcast_ref::<kube::Error>(),
-        ) {
-            (Some(ApiError::Kube(kube::Error::Api(s))), _) | (_, Some(kube::Error::Api(s))) => {
-                Some(s)
-            }
-            _ => None,
-        };
-        if let Some(status) = status {
-            text = text.replace(&e.to_string(), &status_line(status));
-            // The Status is the next cause; `{:#}` would repeat it after the line just written.
-            text = text.replace(&format!(": {status}"), "");
-        }
-        cause = e.source();
-    }
+/// `text`, the message of `error`, as one line. API errors already render as one line naming
+/// their object ([`crate::api::ApiError`]); kubeconfig errors may span lines.
+fn human(text: String, _error: &(dyn std::error::Error + 'static)) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -195,6 +175,7 @@ pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::ApiError;
 
     fn refusal(code: u16, reason: &str, message: &str) -> ApiError {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({
@@ -202,7 +183,11 @@ mod tests {
             "details": {"name": "node-a", "kind": "nodes"},
         }))
         .unwrap();
-        ApiError::Kube(kube::Error::Api(Box::new(status)))
+        ApiError::from_kube(
+            "pods of node node-a",
+            "https://s:6443",
+            kube::Error::Api(Box::new(status)),
+        )
     }
 
     /// An API refusal inside a CLI error is one readable line that still names its object, and
@@ -216,28 +201,23 @@ mod tests {
                     "Forbidden",
                     "pods is forbidden: User \"x\" cannot list",
                 ),
-                "cannot list the pods of node node-a: pods is forbidden: User \"x\" cannot list \
+                "cannot list pods of node node-a: pods is forbidden: User \"x\" cannot list \
                  (Forbidden, HTTP 403)",
                 EXIT_INCOMPLETE,
             ),
             (
                 refusal(500, "", "etcd\nis down"),
-                "cannot list the pods of node node-a: etcd is down (HTTP 500)",
+                "cannot list pods of node node-a: etcd is down (HTTP 500)",
                 EXIT_INCOMPLETE,
             ),
             (
                 refusal(429, "TooManyRequests", ""),
-                "cannot list the pods of node node-a: the API server refused the request \
+                "cannot list pods of node node-a: the API server refused the request \
                  (TooManyRequests, HTTP 429)",
                 EXIT_INCOMPLETE,
             ),
         ];
         for (source, want, code) in cases {
-            let raw = source.to_string();
-            assert!(
-                raw.contains("Status {"),
-                "kube still dumps the Status: {raw}"
-            );
             let e = CliError::from(engine::Error::ListPods {
                 node: "node-a".into(),
                 source,
@@ -249,11 +229,15 @@ mod tests {
         }
         let timeout = CliError::from(engine::Error::ListPods {
             node: "node-a".into(),
-            source: ApiError::Timeout(std::time::Duration::from_secs(10)),
+            source: ApiError::new(
+                "pods of node node-a",
+                "https://s:6443",
+                crate::api::client::Kind::Timeout(std::time::Duration::from_secs(10)),
+            ),
         });
         assert_eq!(
             timeout.to_string(),
-            "cannot list the pods of node node-a: no answer within 10s"
+            "cannot list pods of node node-a: no answer from API server https://s:6443 within 10s"
         );
     }
 
@@ -298,7 +282,8 @@ mod tests {
         );
         assert_eq!(
             e.to_string(),
-            "cannot check node node-a: nodes \"node-a\" not found (NotFound, HTTP 404)"
+            "cannot check node node-a: pods of node node-a: nodes \"node-a\" not found (NotFound, \
+             HTTP 404)"
         );
         let e = CliError::from(anyhow::Error::new(refusal(
             404,
@@ -307,7 +292,7 @@ mod tests {
         )));
         assert_eq!(
             e.to_string(),
-            "nodes \"node-a\" not found (NotFound, HTTP 404)"
+            "pods of node node-a: nodes \"node-a\" not found (NotFound, HTTP 404)"
         );
     }
 }

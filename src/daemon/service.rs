@@ -683,9 +683,10 @@ enum DrainOutcome {
     Failed(String),
 }
 
-/// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
-/// engine's own bound (`Engine::drain` returns by its deadline). `unguarded`: no inhibitor is
-/// held; the message goes into a Warning Event on the Node beside the prepare.
+/// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
+/// once it is over). Never outlives the deadline by more than [`DRAIN_OVERRUN_GUARD`].
+/// `unguarded`: no inhibitor is held; the message goes into a Warning Event on the Node beside
+/// the prepare.
 #[tracing::instrument(skip_all, fields(node = %settings.node_name))]
 async fn drain_node(
     settings: Arc<Settings>,
@@ -699,8 +700,18 @@ async fn drain_node(
         Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    // The plan for the status line and the Event are sent beside the prepare: they cost the
-    // drain no time.
+    // The plan for the status line and the Event are sent beside the prepare and the drain's own
+    // list: they cost the drain no time.
+    let plan = async {
+        if let Ok(Ok(plan)) = tokio::time::timeout_at(deadline, engine.plan()).await {
+            status.set(format!(
+                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
+                plan.count(Action::Evict),
+                plan.count(Action::Wait),
+                plan.count(Action::Skip)
+            ));
+        }
+    };
     let event = async {
         if let Some(message) = &unguarded {
             let _ =
@@ -708,46 +719,32 @@ async fn drain_node(
                     .await;
         }
     };
-    let (prepared, plan, ()) = tokio::join!(
-        tokio::time::timeout_at(deadline, engine.prepare_by(&why, deadline)),
-        tokio::time::timeout_at(deadline, engine.plan()),
-        event,
-    );
-    match prepared {
-        Ok(Ok(outcome)) => tracing::info!(
-            "prepared node {node}: marker written{}{}",
-            if outcome.tainted {
-                ", tainted"
-            } else if outcome.taint_forbidden {
-                ", taint forbidden for these credentials"
-            } else {
-                ", taint already present or disabled"
-            },
-            if outcome.cordoned {
-                ", cordoned"
-            } else {
-                ", already cordoned"
+    // Prepare and drain at once: the drain lists while the prepare cordons, and evicts after.
+    // `Engine::prepare_and_drain` returns by its deadline; this guard makes that a property of
+    // the daemon too, so a fault in the engine cannot hold the lock past the budget.
+    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline), plan, event).0 };
+    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, work).await {
+        Ok((prepared, report)) => {
+            match prepared {
+                Ok(outcome) => tracing::info!(
+                    "prepared node {node}: marker written{}{}",
+                    if outcome.tainted {
+                        ", tainted"
+                    } else if outcome.taint_forbidden {
+                        ", taint forbidden for these credentials"
+                    } else {
+                        ", taint already present or disabled"
+                    },
+                    if outcome.cordoned {
+                        ", cordoned"
+                    } else {
+                        ", already cordoned"
+                    }
+                ),
+                Err(e) => tracing::error!("preparing node {node} failed: {e}; drained it anyway"),
             }
-        ),
-        Ok(Err(e)) => tracing::error!("preparing node {node} failed: {e}; draining it anyway"),
-        Err(_) => {
-            return DrainOutcome::Failed(format!(
-                "preparing node {node} did not finish within the budget"
-            ));
+            DrainOutcome::Drained(report)
         }
-    }
-    if let Ok(Ok(plan)) = plan {
-        status.set(format!(
-            "draining {} pods from node {node} (waiting for {} more, {} left alone)",
-            plan.count(Action::Evict),
-            plan.count(Action::Wait),
-            plan.count(Action::Skip)
-        ));
-    }
-    // `Engine::drain` returns by its deadline; this guard makes that a property of the daemon
-    // too, so a fault in the engine cannot hold the lock past the budget.
-    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, engine.drain(deadline)).await {
-        Ok(report) => DrainOutcome::Drained(report),
         Err(_) => DrainOutcome::Failed(format!(
             "the drain of node {node} overran its deadline by {} ms and was stopped",
             DRAIN_OVERRUN_GUARD.as_millis()

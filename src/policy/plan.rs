@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use crate::config::Settings;
-use crate::filters::{Action, Reason, verdict};
+use crate::policy::filters::{Action, Reason, verdict};
 
 /// One pod and what the drain does with it. The JSON shape is part of the CLI contract.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

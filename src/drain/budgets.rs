@@ -1,0 +1,131 @@
+//! PodDisruptionBudgets that refused an eviction: one watch per budget (kube's watcher), and a
+//! gate where the evictions it blocks wait. The watch hands out as many wake-ups as the budget
+//! allows disruptions, first come first served (`Notify::notify_one` is FIFO), so an opening
+//! wakes a few pods instead of every blocked pod at once. A budget that cannot be watched (403
+//! with kubelet credentials, 404) leaves its waiters on the `retry_interval` timer.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+use super::tracker::watch_error;
+use crate::api::Clients;
+use crate::api::client::WATCH_SECONDS;
+use crate::api::retry;
+
+#[derive(Default)]
+pub struct BudgetGate {
+    pub notify: Notify,
+    /// The budget cannot be watched: waiters use the timer.
+    unavailable: AtomicBool,
+}
+
+impl BudgetGate {
+    /// Publishes one observation of the budget.
+    fn observed(&self, allowed: Option<i32>) {
+        match allowed {
+            // Unknown (no status yet) or gone: anyone may try.
+            None => self.notify.notify_waiters(),
+            Some(a) => {
+                for _ in 0..a.max(0) {
+                    self.notify.notify_one();
+                }
+            }
+        }
+    }
+
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable.load(Ordering::Relaxed)
+    }
+}
+
+/// The gates of the budgets met so far, and their watches (aborted with this value).
+pub struct Budgets {
+    clients: Clients,
+    gates: Mutex<HashMap<String, Arc<BudgetGate>>>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+impl Budgets {
+    pub fn new(clients: Clients) -> Budgets {
+        Budgets {
+            clients,
+            gates: Mutex::default(),
+            tasks: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    /// The gate of a budget; the first call starts its watch.
+    pub fn gate(&self, namespace: &str, name: &str) -> Arc<BudgetGate> {
+        let key = format!("{namespace}/{name}");
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = gates.get(&key) {
+            return g.clone();
+        }
+        let gate = Arc::new(BudgetGate::default());
+        gates.insert(key, gate.clone());
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(watch_budget(
+                self.clients.clone(),
+                namespace.to_string(),
+                name.to_string(),
+                gate.clone(),
+            ));
+        gate
+    }
+
+    /// Stops every budget watch.
+    pub fn stop(&self) {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort_all();
+    }
+}
+
+fn allowed_of(pdb: &PodDisruptionBudget) -> Option<i32> {
+    pdb.status.as_ref().map(|s| s.disruptions_allowed)
+}
+
+async fn watch_budget(clients: Clients, namespace: String, name: String, gate: Arc<BudgetGate>) {
+    let object = format!("poddisruptionbudget {namespace}/{name}");
+    let api: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &namespace);
+    let config = watcher::Config::default()
+        .fields(&format!("metadata.name={name}"))
+        .timeout(WATCH_SECONDS);
+    let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+    let mut stream = std::pin::pin!(stream);
+    let mut seen = false;
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => seen = false,
+            Ok(Event::InitApply(p) | Event::Apply(p)) => {
+                seen = true;
+                gate.observed(allowed_of(&p));
+            }
+            Ok(Event::InitDone) if !seen => gate.observed(None),
+            Ok(Event::InitDone) => {}
+            Ok(Event::Delete(_)) => gate.observed(None),
+            Err(e) => {
+                let e = watch_error(&clients, &object, e);
+                if e.is_forbidden() || e.is_not_found() {
+                    tracing::info!("cannot watch {e}; retrying blocked evictions on a timer");
+                    gate.unavailable.store(true, Ordering::Relaxed);
+                    gate.notify.notify_waiters();
+                    return;
+                }
+                tracing::debug!("watch of {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! One eviction: the policy/v1 Eviction body, the POST, and the pure [`classify`] of the answer.
+//!
+//! The body is built here (kube 5's `evict` drops `deleteOptions`) with `preconditions.uid`, so a
+//! replacement pod of the same name is never evicted, and the configured grace period. The POST
+//! is raw because kube's typed call hides the Retry-After header.
+
+use std::time::Duration;
+
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use tokio::time::Instant;
+
+use crate::api::client::Kind;
+use crate::api::{ApiError, Clients};
+use crate::policy::plan::PlannedPod;
+
+/// The server's answer to an eviction.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    Accepted,
+    /// 404: the pod is gone; 409 naming the UID precondition: the name holds another pod.
+    Gone,
+    /// Another 409 (the pod changed while the server evicted it): try again soon; the pod watch
+    /// decides whether it is still the planned pod.
+    Conflict(String),
+    /// 429.
+    TooMany {
+        retry_after: Option<Duration>,
+        /// The budget's name (without namespace), when the answer names it.
+        budget: Option<String>,
+        message: String,
+    },
+    /// Anything else (403, 500 for overlapping budgets, ...): reported, retried slowly.
+    Refused {
+        code: u16,
+        message: String,
+    },
+}
+
+/// "The disruption budget web-pdb needs 2 healthy pods and has 2 currently" -> "web-pdb".
+pub fn budget_name(message: &str) -> Option<String> {
+    let rest = message.split("disruption budget ").nth(1)?;
+    let name = rest.split_whitespace().next()?;
+    Some(name.to_string())
+}
+
+pub fn eviction_body(pod: &PlannedPod, grace: Option<Duration>) -> Eviction {
+    Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        delete_options: Some(DeleteOptions {
+            grace_period_seconds: grace.map(|g| i64::try_from(g.as_secs()).unwrap_or(i64::MAX)),
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        }),
+    }
+}
+
+/// What an eviction answer means, from its status code, its Retry-After header (seconds) and
+/// its body. `Err` is server trouble (a 5xx other than the overlapping-budgets 500), worth a
+/// quick retry. Pure.
+pub fn classify(code: u16, header_retry: Option<u64>, body: &[u8]) -> Result<Answer, Kind> {
+    let status: Option<kube::core::Status> = serde_json::from_slice(body).ok();
+    let message = status
+        .as_ref()
+        .map(|s| s.message.clone())
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    Ok(match code {
+        200..=299 => Answer::Accepted,
+        404 => Answer::Gone,
+        409 if message.contains("UID in precondition") => Answer::Gone,
+        409 => Answer::Conflict(message),
+        429 => {
+            let details = status.as_ref().and_then(|s| s.details.as_ref());
+            let body_retry = details
+                .map(|d| u64::from(d.retry_after_seconds))
+                .filter(|s| *s > 0);
+            let cause = details
+                .and_then(|d| d.causes.iter().find(|c| c.reason == "DisruptionBudget"))
+                .map(|c| c.message.clone());
+            Answer::TooMany {
+                retry_after: header_retry
+                    .filter(|s| *s > 0)
+                    .or(body_retry)
+                    .map(Duration::from_secs),
+                budget: cause
+                    .as_deref()
+                    .and_then(budget_name)
+                    .or_else(|| budget_name(&message)),
+                message: cause.unwrap_or(message),
+            }
+        }
+        // More than one budget covers the pod: the eviction API cannot help, retry slowly.
+        500 if message.contains("PodDisruptionBudget") => Answer::Refused { code, message },
+        c if c >= 500 => {
+            return Err(Kind::Status {
+                code,
+                reason: status.map(|s| s.reason).unwrap_or_default(),
+                message,
+                retry_after: header_retry.map(Duration::from_secs),
+            });
+        }
+        code => Answer::Refused { code, message },
+    })
+}
+
+/// POSTs the Eviction of `pod`, bounded by min(request timeout, time left to `deadline`).
+pub async fn post(
+    clients: &Clients,
+    pod: &PlannedPod,
+    grace: Option<Duration>,
+    deadline: Instant,
+) -> Result<Answer, ApiError> {
+    let object = format!("pod {}", pod.key());
+    let body = serde_json::to_vec(&eviction_body(pod, grace))
+        .map_err(|e| clients.error(&object, kube::Error::SerdeError(e)))?;
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{}/pods/{}/eviction",
+        pod.namespace, pod.name
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .header(http::header::ACCEPT, "application/json")
+    .body(kube::client::Body::from(body))
+    .map_err(|e| clients.error(&object, kube::Error::HttpError(e)))?;
+    let send = async {
+        let response = clients.api.send(request).await?;
+        let code = response.status().as_u16();
+        let header_retry = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let bytes = response.into_body().collect_bytes().await?;
+        Ok((code, header_retry, bytes))
+    };
+    let (code, header_retry, bytes) = clients.once(deadline, &object, send).await?;
+    classify(code, header_retry, &bytes)
+        .map_err(|kind| ApiError::new(&object, &clients.server, kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn budget_name_from_the_api_message() {
+        assert_eq!(
+            budget_name(
+                "The disruption budget guarded-pdb needs 1 healthy pods and has 1 currently"
+            )
+            .as_deref(),
+            Some("guarded-pdb")
+        );
+        assert_eq!(
+            budget_name("Cannot evict pod as it would violate the pod's disruption budget."),
+            None
+        );
+        assert_eq!(budget_name("no budget here"), None);
+    }
+
+    #[test]
+    fn eviction_body_carries_delete_options_in_camel_case() {
+        let pod = PlannedPod {
+            namespace: "work".into(),
+            name: "web-1".into(),
+            uid: "u-1".into(),
+            action: crate::policy::filters::Action::Evict,
+            reason: crate::policy::filters::Reason::Priority,
+            order: Some(0),
+        };
+        let v = serde_json::to_value(eviction_body(&pod, Some(Duration::from_secs(7)))).unwrap();
+        assert_eq!(
+            v,
+            json!({
+                "apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "web-1", "namespace": "work"},
+                "deleteOptions": {"gracePeriodSeconds": 7, "preconditions": {"uid": "u-1"}}
+            })
+        );
+    }
+
+    fn body(v: serde_json::Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn answers_are_classified_by_code_and_status() {
+        assert_eq!(classify(201, None, b"{}"), Ok(Answer::Accepted));
+        assert_eq!(classify(404, None, b"{}"), Ok(Answer::Gone));
+        let uid = body(
+            json!({"code": 409, "message": "Precondition failed: UID in precondition: u-1, UID in object meta: u-2"}),
+        );
+        assert_eq!(classify(409, None, &uid), Ok(Answer::Gone));
+        let other = body(json!({"code": 409, "message": "the object has been modified"}));
+        assert!(matches!(
+            classify(409, None, &other),
+            Ok(Answer::Conflict(_))
+        ));
+        let blocked = body(
+            json!({"code": 429, "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"}]}}),
+        );
+        assert_eq!(
+            classify(429, Some(10), &blocked),
+            Ok(Answer::TooMany {
+                retry_after: Some(Duration::from_secs(10)),
+                budget: Some("web-pdb".into()),
+                message: "The disruption budget web-pdb needs 2 healthy pods and has 2 currently"
+                    .into(),
+            })
+        );
+        let two = body(
+            json!({"code": 500, "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}),
+        );
+        assert!(matches!(
+            classify(500, None, &two),
+            Ok(Answer::Refused { code: 500, .. })
+        ));
+        assert!(matches!(
+            classify(503, Some(2), b"upstream down"),
+            Err(Kind::Status {
+                code: 503,
+                retry_after: Some(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            classify(
+                403,
+                None,
+                &body(json!({"code": 403, "message": "forbidden"}))
+            ),
+            Ok(Answer::Refused { code: 403, .. })
+        ));
+    }
+}

@@ -1,0 +1,468 @@
+//! The drain: list the node's pods, plan them, schedule evictions group by group with bounded
+//! concurrency until every planned pod is gone or the deadline, act at the deadline, report.
+//!
+//! - [`evict`]: the Eviction body, the POST and the pure classification of its answer: 201 wait
+//!   for the pod to go; 404 or 409 (UID precondition) gone already; 429 retried after
+//!   Retry-After when given, otherwise as soon as the budget named in the answer changes
+//!   ([`budgets`], one watch per budget), with `retry_interval` as a fallback; other answers are
+//!   reported per pod and retried slowly; no answer / 5xx retried with the one backoff.
+//! - [`tracker`]: "gone" comes from one watch on the node's pods (kube's watcher): deleted,
+//!   replaced by another UID, or bound elsewhere. Pods that appear during the drain are planned
+//!   and handled. Pods without name, namespace, UID or spec are errors in the report.
+//! - [`run`]: the state the per-pod tasks share and the tasks themselves.
+//! - Every request is bounded by min(request timeout, time left) and transient failures are
+//!   retried until the deadline and never past it: a control plane that restarts during the
+//!   node's shutdown delays the drain instead of cancelling it. When the API server still does
+//!   not answer at the deadline, the report says so and names the server and the node.
+//! - At the deadline every task stops; the remaining pods are reported with the budgets that
+//!   blocked them, and with `on_deadline = "delete"` deleted, ignoring their budgets (the report
+//!   keeps the budget). The final Node Events get at most [`FINAL_EVENTS_MAX`].
+
+pub mod budgets;
+pub mod evict;
+pub mod health;
+pub mod run;
+pub mod tracker;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use self::health::{ServerHealth, outage_message};
+use self::run::{RowId, Run};
+use self::tracker::{Tracker, field_selector, malformed_message, missing_part};
+use crate::api::{ApiError, Clients};
+use crate::config::{OnDeadline, Settings};
+use crate::events::{NodeEvents, Reason as EventReason};
+use crate::policy::filters::Action;
+use crate::policy::plan::{Plan, PlannedPod};
+use crate::report::{Counts, Outcome, PodReport, Report};
+
+/// Page size of the pod list (kubectl's chunk size).
+const LIST_PAGE: u32 = 500;
+/// Time kept back from the deadline for the deadline action and the final Events.
+const RESERVE_MAX: Duration = Duration::from_secs(1);
+/// How long the drain waits for its Node Events once the work is over (never past the
+/// deadline). A hung server must not hold the caller (and the daemon's inhibitor lock) longer:
+/// Events are for people, the drain is over.
+const FINAL_EVENTS_MAX: Duration = Duration::from_secs(1);
+
+/// Options of one drain run.
+#[derive(Debug, Clone)]
+pub struct DrainOptions {
+    pub why: String,
+    pub dry_run: bool,
+}
+
+/// A report with no pods yet.
+pub(crate) fn empty_report(
+    settings: &Settings,
+    options: &DrainOptions,
+    started_at: jiff::Timestamp,
+) -> Report {
+    Report {
+        node: settings.node_name.clone(),
+        why: options.why.clone(),
+        started_at: started_at.to_string(),
+        duration_ms: 0,
+        complete: false,
+        deadline_reached: false,
+        dry_run: options.dry_run,
+        counts: Counts::default(),
+        pods: Vec::new(),
+        blocked_by: Vec::new(),
+        errors: Vec::new(),
+    }
+}
+
+/// Lists the node's pods, following `continue` tokens, each page retried until `deadline`.
+pub async fn list_node_pods(
+    clients: &Clients,
+    node: &str,
+    deadline: Instant,
+) -> Result<Vec<Pod>, ApiError> {
+    let api: Api<Pod> = Api::all(clients.api.clone());
+    let object = format!("pods of node {node}");
+    let mut lp = ListParams::default()
+        .fields(&field_selector(node))
+        .limit(LIST_PAGE);
+    let mut pods = Vec::new();
+    loop {
+        let page = clients.retry(deadline, &object, || api.list(&lp)).await?;
+        pods.extend(page.items);
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => return Ok(pods),
+        }
+    }
+}
+
+/// Splits off the pods the drain cannot act on, as report errors.
+fn split_malformed(pods: Vec<Pod>) -> (Vec<Pod>, Vec<String>) {
+    let mut errors = Vec::new();
+    let pods = pods
+        .into_iter()
+        .filter(|p| match missing_part(p) {
+            Some(part) => {
+                errors.push(malformed_message(p, part));
+                false
+            }
+            None => true,
+        })
+        .collect();
+    (pods, errors)
+}
+
+/// Plans the node now (one paged list). Changes nothing.
+pub async fn plan(clients: &Clients, settings: &Settings) -> Result<Plan, ApiError> {
+    let deadline = Instant::now() + settings.drain.timeout;
+    let pods = list_node_pods(clients, &settings.node_name, deadline).await?;
+    Ok(Plan::build(settings, &split_malformed(pods).0))
+}
+
+/// The report line when the pods could not be listed until the deadline: the server's trouble.
+fn no_list(node: &str, server: &str, health: &ServerHealth) -> String {
+    match health.outage() {
+        Some(o) => outage_message(server, node, "cannot list its pods", &o),
+        None => format!(
+            "no list of the pods of node {node} from API server {server} until the drain deadline"
+        ),
+    }
+}
+
+/// Ends the report: counts, duration, completeness.
+fn finished(mut report: Report, started: Instant) -> Report {
+    report.duration_ms = started.elapsed().as_millis() as u64;
+    report.finish();
+    report
+}
+
+/// Drains the node: list -> schedule (once `ready`, the caller's prepare, resolves) -> at the
+/// deadline -> report. Returns by `deadline`, always (plus at most the time dropping the tasks
+/// takes).
+#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
+pub async fn drain(
+    clients: &Clients,
+    settings: Arc<Settings>,
+    events: NodeEvents,
+    options: DrainOptions,
+    deadline: Instant,
+    ready: impl std::future::Future<Output = ()>,
+) -> Report {
+    let started = Instant::now();
+    let node = settings.node_name.clone();
+    let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
+    let total = deadline.saturating_duration_since(started);
+    let work_deadline = deadline - (total / 10).min(RESERVE_MAX);
+
+    // The pod watch's first list is the drain's list; the watch keeps the tracker current.
+    let health = Arc::new(ServerHealth::default());
+    let tracker = Tracker::new(&node, &[]);
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel();
+    let (new_tx, mut new_rx) = mpsc::unbounded_channel();
+    // Held in a set, not spawned bare: dropping the drain future (a cancel, the daemon's overrun
+    // guard) drops the set, which aborts the watch; a detached watch would re-watch forever.
+    let mut watch = JoinSet::new();
+    watch.spawn(tracker::follow(
+        clients.clone(),
+        tracker.clone(),
+        first_tx,
+        new_tx,
+        health.clone(),
+    ));
+    let listed = tokio::time::timeout_at(work_deadline, first_rx).await;
+    let pods = match listed {
+        Ok(Ok(Ok(pods))) => pods,
+        Ok(Ok(Err(e))) => {
+            tracing::error!(node = %node, "cannot list {e}");
+            report.errors.push(format!("cannot list {e}"));
+            return finished(report, started);
+        }
+        Ok(Err(_)) | Err(_) => {
+            let message = no_list(&node, &clients.server, &health);
+            tracing::error!(node = %node, "{message}");
+            report.deadline_reached = true;
+            report.errors.push(message);
+            return finished(report, started);
+        }
+    };
+    let (pods, malformed) = split_malformed(pods);
+    report.errors.extend(malformed);
+    let plan = Plan::build(&settings, &pods);
+    if options.dry_run {
+        report.pods = plan
+            .pods
+            .iter()
+            .map(|p| {
+                let outcome = match p.action {
+                    Action::Skip => Outcome::Skipped,
+                    _ => Outcome::DryRun,
+                };
+                PodReport::from_plan(p, outcome)
+            })
+            .collect();
+        return finished(report, started);
+    }
+    let run = Arc::new(Run::new(
+        clients,
+        settings.clone(),
+        events,
+        tracker,
+        health,
+        work_deadline,
+    ));
+    let started_msg = format!(
+        "drain of node {node} started ({}): {} pods to evict, {} to wait for, {} skipped",
+        options.why,
+        plan.count(Action::Evict),
+        plan.count(Action::Wait),
+        plan.count(Action::Skip)
+    );
+    tracing::info!(node = %node, "{started_msg}");
+    run.post_event(EventReason::DrainStarted, started_msg);
+
+    // The caller's prepare (cordon) must be over before the first eviction.
+    if tokio::time::timeout_at(work_deadline, ready).await.is_err() {
+        tracing::warn!(node = %node, "the prepare of node {node} was not over by the drain deadline");
+    }
+    let mut schedule = Schedule::default();
+    for p in plan.pods {
+        schedule.place(&run, p);
+    }
+    let reached = schedule
+        .run(&run, &mut new_rx, &mut report.errors, work_deadline)
+        .await;
+    drop(schedule);
+    run.budgets.stop();
+    if reached {
+        at_deadline(&run, &mut report, &clients.server, deadline).await;
+    }
+    watch.abort_all();
+
+    report.pods = run.take_reports();
+    report.deadline_reached = reached;
+    let report = finished(report, started);
+    tracing::info!(node = %node, "{}", report.summary());
+    run.post_event(EventReason::DrainFinished, report.summary());
+    let mut posts = run.take_event_posts();
+    let until = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
+    let posted =
+        tokio::time::timeout_at(until, async { while posts.join_next().await.is_some() {} }).await;
+    if posted.is_err() {
+        tracing::warn!(node = %node, "gave up on {} node events of node {node}: no answer from {} in time", posts.len(), clients.server);
+    }
+    // Dropping the set aborts the posts still waiting.
+    report
+}
+
+/// The evictions waiting for their order group, the group under way, and the `wait` pods.
+#[derive(Default)]
+struct Schedule {
+    pending: BTreeMap<i32, Vec<(RowId, PlannedPod)>>,
+    current: Option<(i32, JoinSet<()>)>,
+    waits: JoinSet<()>,
+}
+
+enum Step {
+    Progress,
+    NewPod(Box<Pod>),
+    Deadline,
+}
+
+impl Schedule {
+    /// Files a planned pod: into the running group when its order has come, else into its
+    /// group. A pod that has a row already (same UID) is not filed again.
+    fn place(&mut self, run: &Arc<Run>, p: PlannedPod) {
+        let Some(id) = run.add(&p) else {
+            return;
+        };
+        match (p.action, p.order) {
+            (Action::Evict, Some(order)) => match self.current.as_mut() {
+                Some((cur, set)) if order <= *cur => {
+                    set.spawn(run.clone().evict(id, p));
+                }
+                _ => self.pending.entry(order).or_default().push((id, p)),
+            },
+            (Action::Wait, _) => {
+                self.waits.spawn(run.clone().wait_for(id, p));
+            }
+            _ => {}
+        }
+    }
+
+    /// A pod that appeared during the drain: planned and filed, or an error when malformed.
+    fn appeared(&mut self, run: &Arc<Run>, pod: &Pod, errors: &mut Vec<String>) {
+        let node = &run.settings.node_name;
+        if let Some(part) = missing_part(pod) {
+            let message = malformed_message(pod, part);
+            tracing::error!(node = %node, "{message}");
+            errors.push(message);
+            return;
+        }
+        let p = PlannedPod::for_pod(&run.settings, pod);
+        tracing::info!(node = %node, "pod {} appeared on node {node} during the drain: {:?}", p.key(), p.action);
+        self.place(run, p);
+    }
+
+    /// Starts the next order group when the current one is done; `false` when nothing is left
+    /// to start.
+    fn next_group(&mut self, run: &Arc<Run>) -> bool {
+        let Some((order, pods)) = self.pending.pop_first() else {
+            self.current = None;
+            return false;
+        };
+        let node = &run.settings.node_name;
+        tracing::info!(node = %node, "evicting order group {order} ({} pods) from node {node}", pods.len());
+        let mut set = JoinSet::new();
+        for (id, p) in pods {
+            set.spawn(run.clone().evict(id, p));
+        }
+        self.current = Some((order, set));
+        true
+    }
+
+    /// Runs until every planned pod is done (`false`) or the work deadline (`true`).
+    async fn run(
+        &mut self,
+        run: &Arc<Run>,
+        new_pods: &mut mpsc::UnboundedReceiver<Pod>,
+        errors: &mut Vec<String>,
+        work_deadline: Instant,
+    ) -> bool {
+        loop {
+            if self.current.as_ref().is_none_or(|(_, s)| s.is_empty()) {
+                if self.next_group(run) {
+                    continue;
+                }
+                if self.waits.is_empty() {
+                    // Everything planned is done; take pods that appeared meanwhile, then stop.
+                    match new_pods.try_recv() {
+                        Ok(pod) => {
+                            self.appeared(run, &pod, errors);
+                            continue;
+                        }
+                        Err(_) => return false,
+                    }
+                }
+            }
+            let current = self.current.as_mut();
+            let step = tokio::select! {
+                Some(_) = async { match current { Some((_, s)) => s.join_next().await, None => None } } => Step::Progress,
+                Some(_) = self.waits.join_next(), if !self.waits.is_empty() => Step::Progress,
+                Some(pod) = new_pods.recv() => Step::NewPod(Box::new(pod)),
+                _ = tokio::time::sleep_until(work_deadline) => Step::Deadline,
+            };
+            match step {
+                Step::Progress => {}
+                Step::NewPod(pod) => self.appeared(run, &pod, errors),
+                Step::Deadline => return true,
+            }
+        }
+    }
+}
+
+/// At the deadline: names the remaining pods and their budgets, deletes them with
+/// `on_deadline = "delete"`, and names an API server that stopped answering.
+async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline: Instant) {
+    let node = &run.settings.node_name;
+    let remaining: Vec<_> = run
+        .snapshot()
+        .into_iter()
+        .enumerate()
+        .filter(|(_, r)| !r.report.outcome.is_done())
+        .collect();
+    let names: Vec<String> = remaining.iter().map(|(_, r)| r.report.key()).collect();
+    tracing::warn!(node = %node, "drain deadline reached on node {node}; {} pods remain: {}", names.len(), names.join(", "));
+    let budgets: Vec<String> = remaining
+        .iter()
+        .filter(|(_, r)| r.report.outcome == Outcome::Blocked)
+        .filter_map(|(_, r)| {
+            let p = &r.report;
+            Some(format!(
+                "{} ({}: {})",
+                p.key(),
+                p.budget.clone()?,
+                p.detail.clone().unwrap_or_default()
+            ))
+        })
+        .collect();
+    if run.settings.drain.on_deadline == OnDeadline::Delete {
+        let mut deletes = JoinSet::new();
+        for (id, r) in remaining {
+            if r.plan.action == Action::Evict {
+                deletes.spawn(run.clone().delete(id, r.plan, deadline));
+            }
+        }
+        let _ = tokio::time::timeout_at(deadline, async {
+            while deletes.join_next().await.is_some() {}
+        })
+        .await;
+    }
+    let msg = format!(
+        "drain deadline reached on node {node}; remaining pods: {}{}",
+        names.join(", "),
+        if budgets.is_empty() {
+            String::new()
+        } else {
+            format!("; blocked by budgets: {}", budgets.join("; "))
+        }
+    );
+    run.post_event(EventReason::DrainDeadline, msg);
+    // Pods remain; when the server stopped answering, that is the reason to name.
+    if let Some(o) = run.health.outage() {
+        let message = outage_message(server, node, &format!("{} pods remain", names.len()), &o);
+        tracing::error!(node = %node, "{message}");
+        report.errors.push(message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_pods_are_report_errors_naming_what_is_missing() {
+        let pod = |v: serde_json::Value| -> Pod { serde_json::from_value(v).unwrap() };
+        let good = pod(
+            serde_json::json!({"metadata": {"name": "a", "namespace": "w", "uid": "u"},
+            "spec": {"containers": []}}),
+        );
+        let pods = vec![
+            good.clone(),
+            pod(serde_json::json!({"metadata": {"name": "b", "namespace": "w", "uid": "u2"}})),
+            pod(
+                serde_json::json!({"metadata": {"name": "c", "namespace": "w"}, "spec": {"containers": []}}),
+            ),
+            pod(serde_json::json!({"metadata": {"name": "d"}, "spec": {"containers": []}})),
+        ];
+        let (kept, errors) = split_malformed(pods);
+        assert_eq!(kept, vec![good]);
+        assert_eq!(errors.len(), 3);
+        assert!(errors[0].contains("pod w/b without spec"), "{errors:?}");
+        assert!(
+            errors[1].contains("pod w/c without metadata.uid"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2].contains("pod ?/d without metadata.namespace"),
+            "{errors:?}"
+        );
+        // Errors make the report incomplete (exit 1), never "gone".
+        let settings =
+            Settings::from_str_at(std::path::Path::new("/t.toml"), "node_name = \"n\"\n").unwrap();
+        let options = DrainOptions {
+            why: "w".into(),
+            dry_run: false,
+        };
+        let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
+        report.errors = errors;
+        report.finish();
+        assert!(!report.complete && report.counts.gone == 0);
+    }
+}

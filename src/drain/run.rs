@@ -1,0 +1,374 @@
+//! One drain run's shared state and its per-pod tasks: evict a pod and wait for it to go, wait
+//! for a `wait` pod, delete a remaining pod at the deadline. Each task keeps its report row
+//! current, so a task stopped at the deadline leaves an accurate row behind. Rows are keyed by
+//! the pod's UID (the tracker hands on only pods that have one), so no pod gets two rows.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::budgets::Budgets;
+use super::evict::{self, Answer};
+use super::health::ServerHealth;
+use super::tracker::Tracker;
+use crate::api::Clients;
+use crate::api::retry::Backoff;
+use crate::config::Settings;
+use crate::events::{NodeEvents, Reason as EventReason};
+use crate::policy::filters::Action;
+use crate::policy::plan::PlannedPod;
+use crate::report::{Outcome, PodReport};
+
+/// A row of the report: the planned pod and what happened to it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub plan: PlannedPod,
+    pub report: PodReport,
+}
+
+/// The index of a row.
+pub type RowId = usize;
+
+#[derive(Default)]
+struct Rows {
+    list: Vec<Row>,
+    by_uid: HashMap<String, RowId>,
+}
+
+/// The state every task of one drain shares.
+pub struct Run {
+    pub clients: Clients,
+    pub settings: Arc<Settings>,
+    pub events: NodeEvents,
+    pub tracker: Arc<Tracker>,
+    pub budgets: Budgets,
+    pub health: Arc<ServerHealth>,
+    /// Bounds the requests in flight (`drain.concurrency`).
+    requests: Semaphore,
+    started: Instant,
+    /// Where the work stops (the deadline less the reserve for the deadline action).
+    work_deadline: Instant,
+    rows: Mutex<Rows>,
+    blocked_announced: Mutex<HashSet<String>>,
+    /// Event posts under way; the caller gives what is left a bounded time, then drops them.
+    event_posts: Mutex<JoinSet<()>>,
+}
+
+/// How to wait before the next eviction attempt.
+enum Pause {
+    For(Duration),
+    Budget(String),
+}
+
+impl Run {
+    pub fn new(
+        clients: &Clients,
+        settings: Arc<Settings>,
+        events: NodeEvents,
+        tracker: Arc<Tracker>,
+        health: Arc<ServerHealth>,
+        work_deadline: Instant,
+    ) -> Run {
+        Run {
+            clients: clients.clone(),
+            requests: Semaphore::new(settings.drain.concurrency),
+            settings,
+            events,
+            tracker,
+            budgets: Budgets::new(clients.clone()),
+            health,
+            started: Instant::now(),
+            work_deadline,
+            rows: Mutex::default(),
+            blocked_announced: Mutex::default(),
+            event_posts: Mutex::new(JoinSet::new()),
+        }
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, Rows> {
+        // Each update is one row at a time: a poisoned lock still holds consistent rows.
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Adds a row for a planned pod; `None` when the pod (by UID) has one already.
+    pub fn add(&self, planned: &PlannedPod) -> Option<RowId> {
+        let outcome = if planned.action == Action::Skip {
+            Outcome::Skipped
+        } else {
+            Outcome::Pending
+        };
+        let mut rows = self.rows();
+        if rows.by_uid.contains_key(&planned.uid) {
+            return None;
+        }
+        let id = rows.list.len();
+        rows.by_uid.insert(planned.uid.clone(), id);
+        rows.list.push(Row {
+            plan: planned.clone(),
+            report: PodReport::from_plan(planned, outcome),
+        });
+        Some(id)
+    }
+
+    /// A copy of every row.
+    pub fn snapshot(&self) -> Vec<Row> {
+        self.rows().list.clone()
+    }
+
+    /// The report rows, taken out at the end.
+    pub fn take_reports(&self) -> Vec<PodReport> {
+        std::mem::take(&mut self.rows().list)
+            .into_iter()
+            .map(|r| r.report)
+            .collect()
+    }
+
+    fn update(&self, id: RowId, f: impl FnOnce(&mut PodReport)) {
+        if let Some(r) = self.rows().list.get_mut(id) {
+            f(&mut r.report);
+        }
+    }
+
+    /// Marks a row done. A pod deleted at the deadline keeps the budget that blocked it.
+    fn finish(&self, id: RowId, outcome: Outcome) {
+        let ms = self.ms();
+        self.update(id, |p| {
+            p.outcome = outcome;
+            p.finished_ms = Some(ms);
+            if outcome.is_done() && outcome != Outcome::Deleted {
+                p.detail = None;
+                p.budget = None;
+            }
+        });
+    }
+
+    fn announce_blocked(&self, budget: &str, pod: &str, message: &str) {
+        let first = self
+            .blocked_announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(budget.to_string());
+        if first {
+            let msg = format!("pod {pod} blocked by disruption budget {budget}: {message}");
+            self.post_event(EventReason::DrainBlocked, msg);
+        }
+    }
+
+    /// Posts a Node Event in the background.
+    pub fn post_event(&self, reason: EventReason, message: String) {
+        let events = self.events.clone();
+        self.event_posts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .spawn(async move { events.emit(reason, &message).await });
+    }
+
+    /// The Event posts still under way.
+    pub fn take_event_posts(&self) -> JoinSet<()> {
+        std::mem::take(&mut *self.event_posts.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Evicts one pod and waits for it to go.
+    #[tracing::instrument(skip(self, id, pod), fields(pod = %pod.key()))]
+    pub async fn evict(self: Arc<Self>, id: RowId, pod: PlannedPod) {
+        let key = pod.key();
+        self.update(id, |p| p.started_ms = Some(self.ms()));
+        let mut backoff = Backoff::new();
+        loop {
+            if self.tracker.is_gone(&pod.uid) {
+                tracing::info!("pod {key} left before we evicted it");
+                return self.finish(id, Outcome::Gone);
+            }
+            let answer = {
+                let Ok(_permit) = self.requests.acquire().await else {
+                    return;
+                };
+                let grace = self.settings.drain.grace_period;
+                evict::post(&self.clients, &pod, grace, self.work_deadline).await
+            };
+            self.health.record(&answer);
+            self.update(id, |p| p.attempts += 1);
+            let pause = match answer {
+                Ok(Answer::Accepted) => break,
+                Ok(Answer::Gone) => {
+                    tracing::info!("pod {key} is already gone (or replaced by another uid)");
+                    return self.finish(id, Outcome::Gone);
+                }
+                Ok(answer) => self
+                    .refused(id, &pod, answer, &mut backoff)
+                    .unwrap_or(Pause::For(self.settings.drain.retry_interval)),
+                Err(e) => {
+                    tracing::warn!("eviction failed: {e}");
+                    let transient = e.is_transient();
+                    self.update(id, |p| {
+                        if !transient {
+                            p.outcome = Outcome::Failed;
+                        }
+                        p.detail = Some(e.problem());
+                    });
+                    match (transient, e.retry_after()) {
+                        (true, Some(d)) => Pause::For(d),
+                        (true, None) => Pause::For(backoff.next_pause()),
+                        (false, _) => Pause::For(self.settings.drain.retry_interval),
+                    }
+                }
+            };
+            self.pause(pause, &pod.uid).await;
+        }
+        tracing::info!("evicted pod {key}; waiting for it to go");
+        self.update(id, |p| {
+            p.outcome = Outcome::Pending;
+            p.detail = Some("evicted, terminating".into());
+            p.budget = None;
+        });
+        self.tracker.wait(&pod.uid, false).await;
+        tracing::info!("pod {key} is gone");
+        self.finish(id, Outcome::Evicted);
+    }
+
+    /// Records a refused eviction in the row; the pause it calls for (`None`: the retry
+    /// interval, after a budget's refusal without a name or Retry-After, or another refusal).
+    fn refused(
+        &self,
+        id: RowId,
+        pod: &PlannedPod,
+        answer: Answer,
+        backoff: &mut Backoff,
+    ) -> Option<Pause> {
+        let key = pod.key();
+        match answer {
+            Answer::Conflict(message) => {
+                tracing::info!("eviction of pod {key} conflicted (409), retrying: {message}");
+                Some(Pause::For(backoff.next_pause()))
+            }
+            Answer::TooMany {
+                retry_after,
+                budget,
+                message,
+            } => {
+                let budget = budget.map(|b| format!("{}/{b}", pod.namespace));
+                tracing::info!(
+                    budget = budget.as_deref().unwrap_or("-"),
+                    "eviction of pod {key} refused (429): {message}"
+                );
+                self.update(id, |p| {
+                    p.outcome = Outcome::Blocked;
+                    p.detail = Some(message.clone());
+                    p.budget.clone_from(&budget);
+                });
+                if let Some(b) = &budget {
+                    self.announce_blocked(b, &key, &message);
+                }
+                backoff.reset();
+                match (retry_after, budget) {
+                    (Some(d), _) => Some(Pause::For(d)),
+                    (None, Some(b)) => Some(Pause::Budget(b)),
+                    (None, None) => None,
+                }
+            }
+            Answer::Refused { code, message } => {
+                tracing::warn!("eviction of pod {key} refused ({code}): {message}");
+                self.update(id, |p| {
+                    p.outcome = Outcome::Failed;
+                    p.detail = Some(format!("{code}: {message}"));
+                });
+                None
+            }
+            Answer::Accepted | Answer::Gone => None,
+        }
+    }
+
+    /// Sleeps before the next attempt; returns early when the pod goes.
+    async fn pause(&self, pause: Pause, uid: &str) {
+        let fallback = self.settings.drain.retry_interval;
+        let wait = async {
+            match pause {
+                Pause::For(d) => tokio::time::sleep(d).await,
+                Pause::Budget(b) => {
+                    let (ns, name) = b.split_once('/').unwrap_or(("", b.as_str()));
+                    let gate = self.budgets.gate(ns, name);
+                    if gate.is_unavailable() {
+                        tokio::time::sleep(fallback).await;
+                    } else {
+                        tokio::select! {
+                            _ = gate.notify.notified() => {}
+                            _ = tokio::time::sleep(fallback) => {}
+                        }
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = wait => {}
+            _ = self.tracker.wait(uid, false) => {}
+        }
+    }
+
+    /// Waits for a `wait` pod to complete or go.
+    pub async fn wait_for(self: Arc<Self>, id: RowId, pod: PlannedPod) {
+        self.update(id, |p| p.started_ms = Some(self.ms()));
+        self.tracker.wait(&pod.uid, true).await;
+        let outcome = if self.tracker.is_gone(&pod.uid) {
+            Outcome::Gone
+        } else {
+            Outcome::Completed
+        };
+        tracing::info!("pod {} finished waiting: {outcome:?}", pod.key());
+        self.finish(id, outcome);
+    }
+
+    /// Deletes one remaining pod at the deadline, ignoring its budget, guarded by the planned
+    /// UID (a replacement of the same name is never touched). Transient failures are retried
+    /// until `deadline`.
+    pub async fn delete(self: Arc<Self>, id: RowId, pod: PlannedPod, deadline: Instant) {
+        let api: Api<Pod> = Api::namespaced(self.clients.api.clone(), &pod.namespace);
+        let dp = DeleteParams {
+            // The config bounds the grace period to whole seconds up to a day.
+            grace_period_seconds: self
+                .settings
+                .drain
+                .grace_period
+                .map(|g| u32::try_from(g.as_secs()).unwrap_or(u32::MAX)),
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let Ok(_permit) = self.requests.acquire().await else {
+            return;
+        };
+        let object = format!("pod {}", pod.key());
+        let result = self
+            .clients
+            .retry(deadline, &object, || api.delete(&pod.name, &dp))
+            .await;
+        self.health.record(&result);
+        match result {
+            Ok(_) => {
+                tracing::warn!(
+                    "deleted pod {} at the deadline, ignoring its budget",
+                    pod.key()
+                );
+                self.finish(id, Outcome::Deleted);
+            }
+            Err(e) if e.is_not_found() || e.is_conflict() => self.finish(id, Outcome::Gone),
+            Err(e) => {
+                tracing::warn!("cannot delete {e} at the deadline");
+                self.update(id, |p| {
+                    p.detail = Some(format!("delete at deadline failed: {}", e.problem()))
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! What the node's pods are doing, from one watch (kube's watcher: relists after 410, backs off
+//! after errors, watch requests paced): every waiter learns when its pod has gone (deleted,
+//! replaced by another UID, or bound elsewhere) or completed, and pods that appear during the
+//! drain are handed to the scheduler. Pods the API returns without a name, namespace, UID or
+//! spec are never tracked (they can be neither evicted safely nor declared gone); the scheduler
+//! reports them as errors.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{Notify, mpsc};
+
+use super::health::ServerHealth;
+use crate::api::client::{Kind, WATCH_SECONDS};
+use crate::api::retry;
+use crate::api::{ApiError, Clients};
+
+pub fn field_selector(node: &str) -> String {
+    format!("spec.nodeName={node}")
+}
+
+/// What a pod from the API lacks for the drain to act on it, if anything.
+pub fn missing_part(pod: &Pod) -> Option<&'static str> {
+    let m = &pod.metadata;
+    if m.name.as_deref().is_none_or(str::is_empty) {
+        Some("metadata.name")
+    } else if m.namespace.as_deref().is_none_or(str::is_empty) {
+        Some("metadata.namespace")
+    } else if m.uid.as_deref().is_none_or(str::is_empty) {
+        Some("metadata.uid")
+    } else if pod.spec.is_none() {
+        Some("spec")
+    } else {
+        None
+    }
+}
+
+/// The report line for a pod the API returned without `part`.
+pub fn malformed_message(pod: &Pod, part: &str) -> String {
+    format!(
+        "the API server returned pod {}/{} without {part}; it was not drained",
+        pod.metadata.namespace.as_deref().unwrap_or("?"),
+        pod.metadata.name.as_deref().unwrap_or("?"),
+    )
+}
+
+fn key_of(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn is_completed(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+#[derive(Default)]
+struct TrackState {
+    /// Pods on the node now, by UID: (namespace/name, completed).
+    present: HashMap<String, (String, bool)>,
+    /// The UID currently holding each name.
+    by_key: HashMap<String, String>,
+    /// Every UID ever seen, so a new pod is recognised once.
+    known: HashSet<String>,
+    /// Malformed pods already handed on, by their message.
+    malformed: HashSet<String>,
+    notify: HashMap<String, Arc<Notify>>,
+}
+
+/// What the pod watch knows about the node's pods.
+pub struct Tracker {
+    node: String,
+    state: Mutex<TrackState>,
+}
+
+impl Tracker {
+    pub fn new(node: &str, pods: &[Pod]) -> Arc<Tracker> {
+        let t = Arc::new(Tracker {
+            node: node.to_string(),
+            state: Mutex::new(TrackState::default()),
+        });
+        for p in pods {
+            t.observe(p);
+        }
+        t
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TrackState> {
+        // Each update is one insert/remove: a poisoned lock still holds consistent maps.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake(s: &mut TrackState, uid: &str) {
+        if let Some(n) = s.notify.get(uid) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Records an Added/Modified pod. Returns it when it is new to us (a malformed pod once).
+    pub fn observe(&self, pod: &Pod) -> Option<Pod> {
+        if let Some(part) = missing_part(pod) {
+            let message = malformed_message(pod, part);
+            return self.lock().malformed.insert(message).then(|| pod.clone());
+        }
+        let uid = uid_of(pod);
+        let on_node =
+            pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.node.as_str());
+        if !on_node {
+            self.remove(&uid);
+            return None;
+        }
+        let key = key_of(pod);
+        let completed = is_completed(pod);
+        let mut s = self.lock();
+        if let Some(old) = s.by_key.insert(key.clone(), uid.clone())
+            && old != uid
+        {
+            // Names are unique: a new UID under the same name means the old pod is gone.
+            s.present.remove(&old);
+            Self::wake(&mut s, &old);
+        }
+        let before = s.present.insert(uid.clone(), (key, completed));
+        if completed && before.is_none_or(|(_, c)| !c) {
+            Self::wake(&mut s, &uid);
+        }
+        s.known.insert(uid).then(|| pod.clone())
+    }
+
+    pub fn remove(&self, uid: &str) {
+        let mut s = self.lock();
+        if let Some((key, _)) = s.present.remove(uid) {
+            if s.by_key.get(&key).is_some_and(|u| u == uid) {
+                s.by_key.remove(&key);
+            }
+            Self::wake(&mut s, uid);
+        }
+    }
+
+    /// Replaces the state with a fresh list. Returns the pods new to us.
+    pub fn resync(&self, pods: &[Pod]) -> Vec<Pod> {
+        // A listed pod that is malformed now is not known to have left.
+        let fresh: HashSet<String> = pods.iter().map(uid_of).collect();
+        let stale: Vec<String> = {
+            let s = self.lock();
+            s.present
+                .keys()
+                .filter(|u| !fresh.contains(*u))
+                .cloned()
+                .collect()
+        };
+        for uid in stale {
+            self.remove(&uid);
+        }
+        pods.iter().filter_map(|p| self.observe(p)).collect()
+    }
+
+    pub fn is_gone(&self, uid: &str) -> bool {
+        !self.lock().present.contains_key(uid)
+    }
+
+    fn is_finished(&self, uid: &str, or_completed: bool) -> bool {
+        match self.lock().present.get(uid) {
+            None => true,
+            Some((_, completed)) => or_completed && *completed,
+        }
+    }
+
+    fn notify_for(&self, uid: &str) -> Arc<Notify> {
+        self.lock()
+            .notify
+            .entry(uid.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Resolves when the pod has gone (or, with `or_completed`, reached Succeeded/Failed).
+    pub async fn wait(&self, uid: &str, or_completed: bool) {
+        loop {
+            let notify = self.notify_for(uid);
+            let notified = notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_finished(uid, or_completed) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// An error of the watcher as an [`ApiError`] for the server's health record.
+pub fn watch_error(clients: &Clients, object: &str, e: watcher::Error) -> ApiError {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => clients.error(object, e),
+        watcher::Error::WatchError(s) => clients.error(object, kube::Error::Api(s)),
+        other => ApiError::new(object, &clients.server, Kind::Other(other.to_string())),
+    }
+}
+
+/// The first complete list of the node's pods (or the final error that prevented it).
+pub type FirstList = tokio::sync::oneshot::Sender<Result<Vec<Pod>, ApiError>>;
+
+/// Keeps the tracker current until aborted. The watcher's first list goes to `first` (it is the
+/// drain's list: one list per drain); pods new to the tracker after it go to `new_pods`.
+pub async fn follow(
+    clients: Clients,
+    tracker: Arc<Tracker>,
+    first: FirstList,
+    new_pods: mpsc::UnboundedSender<Pod>,
+    health: Arc<ServerHealth>,
+) {
+    let node = tracker.node.clone();
+    let object = format!("pods of node {node}");
+    let api: Api<Pod> = Api::all(clients.watch.clone());
+    let config = watcher::Config::default()
+        .fields(&field_selector(&node))
+        .timeout(WATCH_SECONDS);
+    let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+    let mut stream = std::pin::pin!(stream);
+    let mut first = Some(first);
+    let mut listed = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => listed.clear(),
+            Ok(Event::InitApply(p)) => listed.push(p),
+            Ok(Event::InitDone) => {
+                health.answered();
+                let listed = std::mem::take(&mut listed);
+                let new = tracker.resync(&listed);
+                match first.take() {
+                    Some(first) => {
+                        let _ = first.send(Ok(listed));
+                    }
+                    None => new.into_iter().for_each(|p| {
+                        let _ = new_pods.send(p);
+                    }),
+                }
+            }
+            Ok(Event::Apply(p)) => {
+                health.answered();
+                if let Some(new) = tracker.observe(&p) {
+                    let _ = new_pods.send(new);
+                }
+            }
+            Ok(Event::Delete(p)) => tracker.remove(&uid_of(&p)),
+            Err(e) => {
+                let e = watch_error(&clients, &object, e);
+                tracing::debug!(node = %node, "pod watch: {e}");
+                health.failed(&e);
+                // Before the first list, a final answer (403, ...) ends the drain at once.
+                if !e.is_transient() && first.is_some() && !matches!(e.code(), Some(410)) {
+                    if let Some(first) = first.take() {
+                        let _ = first.send(Err(e));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str, node: &str, phase: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "w", "uid": uid},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tracker_wakes_waiters_on_delete_replacement_and_completion() {
+        let t = Tracker::new(
+            "n1",
+            &[
+                pod("a", "ua", "n1", "Running"),
+                pod("b", "ub", "n1", "Running"),
+                pod("c", "uc", "n1", "Running"),
+            ],
+        );
+        let (t1, t2, t3) = (t.clone(), t.clone(), t.clone());
+        let wa = tokio::spawn(async move { t1.wait("ua", false).await });
+        let wb = tokio::spawn(async move { t2.wait("ub", true).await });
+        let wc = tokio::spawn(async move { t3.wait("uc", false).await });
+        tokio::task::yield_now().await;
+        // A replacement under the same name: the old UID is gone, the new one is reported new.
+        assert!(t.observe(&pod("a", "ua2", "n1", "Running")).is_some());
+        // Completion finishes a `wait` pod but not an evicted one.
+        assert!(t.observe(&pod("b", "ub", "n1", "Succeeded")).is_none());
+        // Bound elsewhere counts as gone.
+        t.observe(&pod("c", "uc", "n2", "Running"));
+        tokio::time::timeout(std::time::Duration::from_secs(1), async {
+            wa.await.unwrap();
+            wb.await.unwrap();
+            wc.await.unwrap();
+        })
+        .await
+        .expect("every waiter woke");
+        assert!(t.is_gone("ua") && !t.is_gone("ua2") && !t.is_gone("ub") && t.is_gone("uc"));
+        // A resync drops what the fresh list lacks and reports what is new.
+        let new = t.resync(&[
+            pod("a", "ua2", "n1", "Running"),
+            pod("d", "ud", "n1", "Running"),
+        ]);
+        assert_eq!(new.len(), 1);
+        assert!(t.is_gone("ub"));
+    }
+
+    #[test]
+    fn a_malformed_pod_is_handed_on_once_and_never_makes_another_gone() {
+        let t = Tracker::new("n1", &[pod("a", "ua", "n1", "Running")]);
+        let mut no_spec = pod("a", "ua", "n1", "Running");
+        no_spec.spec = None;
+        assert_eq!(missing_part(&no_spec), Some("spec"));
+        assert!(t.observe(&no_spec).is_some());
+        assert!(t.observe(&no_spec).is_none(), "once");
+        assert!(
+            !t.is_gone("ua"),
+            "a pod without spec is not a pod that left"
+        );
+        let no_uid = pod("x", "", "n1", "Running");
+        assert_eq!(missing_part(&no_uid), Some("metadata.uid"));
+        assert!(
+            malformed_message(&no_uid, "metadata.uid").contains("pod w/x without metadata.uid")
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! The Node side of a drain: the marker protocol, prepare, restore and the Ready wait.
+//!
+//! Rule: record on the Node what we are about to change before changing it, and undo only that.
+//! Every change we make is recorded in the marker by the same write that makes it: prepare is
+//! one JSON patch (marker, taint, cordon) and restore is one JSON patch (taints, uncordon,
+//! marker), each guarded by a `test` of the resourceVersion read ([`crate::api::guarded`]). So a
+//! concurrent writer's taint is never lost, an admin's cordon is never taken for ours, and
+//! restore undoes exactly what the marker lists. Credentials that may not change taints (403,
+//! the kubelet's under NodeRestriction) get the same write without the taint. Transient failures
+//! are retried ([`crate::api::retry`]) until the caller's deadline.
+//!
+//! - [`marker`]: the marker and the pure patch builders.
+//! - [`ops`]: the calls (read, prepare, restore, wait for Ready).
+
+pub mod marker;
+pub mod ops;
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::api::ApiError;
+
+pub use marker::{MARKER_ANNOTATION, Marker, MarkerTaint, marker_of};
+pub use ops::NodeOps;
+
+/// A Node operation failed. Every variant names the node (an [`ApiError`] names its object).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("node {node} does not exist")]
+    Missing { node: String },
+    #[error("cannot read {0}")]
+    Get(ApiError),
+    #[error("cannot write the marker on {0}; nothing else was changed")]
+    WriteMarker(ApiError),
+    #[error("the marker annotation on node {node} is not valid: {source}")]
+    BadMarker {
+        node: String,
+        source: serde_json::Error,
+    },
+    #[error("cannot build the {what} patch for node {node}: {source}")]
+    BuildPatch {
+        node: String,
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    #[error("cannot {what} {source}")]
+    Patch {
+        what: &'static str,
+        source: ApiError,
+    },
+    #[error(
+        "left taint {taint} on node {node}: these credentials may not remove it ({}); the \
+         marker still lists it, so a restore with credentials that may change taints removes it",
+        source.problem()
+    )]
+    TaintLeft {
+        node: String,
+        /// `key:effect`.
+        taint: String,
+        source: ApiError,
+    },
+    #[error("node {node} kept changing; gave up the {what} after {attempts} attempts")]
+    Contended {
+        node: String,
+        what: &'static str,
+        attempts: usize,
+    },
+    #[error("node {node} is not Ready after waiting {waited:?}")]
+    NotReady { node: String, waited: Duration },
+    #[error("cannot read the boot id from {path}: {source}")]
+    BootId {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl NodeError {
+    /// No usable answer from the API server until the deadline: no answer at all, a timeout or a
+    /// 5xx (each retried first).
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            NodeError::Get(source)
+            | NodeError::WriteMarker(source)
+            | NodeError::Patch { source, .. } => source.is_server_trouble(),
+            _ => false,
+        }
+    }
+}
+
+/// The result of prepare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareOutcome {
+    /// The marker as it is on the Node after prepare.
+    pub marker: Marker,
+    /// We added the taint now.
+    pub tainted: bool,
+    /// The taint could not be added because these credentials may not change taints (403, e.g.
+    /// the kubelet's own kubeconfig under NodeRestriction); the rest went on.
+    pub taint_forbidden: bool,
+    /// We cordoned the node now.
+    pub cordoned: bool,
+}
+
+/// The result of restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreOutcome {
+    /// The marker that was acted on; `None` when there was nothing to restore.
+    pub marker: Option<Marker>,
+    pub uncordoned: bool,
+    pub untainted: bool,
+    /// The marker said we cordoned, but someone else had already uncordoned.
+    pub left_cordon_alone: bool,
+}
+
+/// Reads the current boot ID.
+pub fn read_boot_id(path: &Path) -> Result<String, NodeError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| NodeError::BootId {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Whether a Node's Ready condition is True.
+pub fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}

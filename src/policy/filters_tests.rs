@@ -1,0 +1,398 @@
+//! Tests of the pod filters (`filters.rs`): one verdict per pod, in the documented order.
+
+use super::*;
+use crate::config::Settings;
+use std::path::Path;
+
+fn settings(extra: &str) -> Settings {
+    let text = format!("node_name = \"n\"\n{extra}");
+    Settings::from_str_at(Path::new("/t.toml"), &text).unwrap()
+}
+
+fn pod(json: serde_json::Value) -> Pod {
+    let mut base = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "work", "uid": "u1",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r", "controller": true}]},
+        "spec": {"nodeName": "n", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"}
+    });
+    merge(&mut base, json);
+    serde_json::from_value(base).unwrap()
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn tol(
+    key: Option<&str>,
+    op: Option<&str>,
+    value: Option<&str>,
+    effect: Option<&str>,
+) -> Toleration {
+    Toleration {
+        key: key.map(Into::into),
+        operator: op.map(Into::into),
+        value: value.map(Into::into),
+        effect: effect.map(Into::into),
+        toleration_seconds: None,
+    }
+}
+
+#[test]
+fn toleration_semantics() {
+    let k = Some(CORDON_TAINT_KEY);
+    let cases = [
+        (
+            "exact Exists",
+            tol(k, Some("Exists"), None, Some("NoSchedule")),
+            true,
+        ),
+        (
+            "Exists any effect",
+            tol(k, Some("Exists"), None, None),
+            true,
+        ),
+        (
+            "empty effect string",
+            tol(k, Some("Exists"), None, Some("")),
+            true,
+        ),
+        (
+            "empty key Exists tolerates everything",
+            tol(None, Some("Exists"), None, None),
+            true,
+        ),
+        (
+            "empty key Exists, other effect",
+            tol(None, Some("Exists"), None, Some("NoExecute")),
+            false,
+        ),
+        (
+            "other effect",
+            tol(k, Some("Exists"), None, Some("NoExecute")),
+            false,
+        ),
+        (
+            "other key",
+            tol(
+                Some("node.kubernetes.io/not-ready"),
+                Some("Exists"),
+                None,
+                None,
+            ),
+            false,
+        ),
+        (
+            "Equal with empty value",
+            tol(k, Some("Equal"), Some(""), Some("NoSchedule")),
+            true,
+        ),
+        (
+            "no operator means Equal",
+            tol(k, None, None, Some("NoSchedule")),
+            true,
+        ),
+        (
+            "Equal needs the value",
+            tol(k, Some("Equal"), Some("true"), Some("NoSchedule")),
+            false,
+        ),
+        ("unknown operator", tol(k, Some("Gt"), None, None), false),
+    ];
+    for (what, t, want) in cases {
+        assert_eq!(
+            tolerates(&t, CORDON_TAINT_KEY, "", "NoSchedule"),
+            want,
+            "{what}"
+        );
+    }
+    // `Equal` compares with the taint's value.
+    assert!(tolerates(
+        &tol(Some("k"), Some("Equal"), Some("v"), None),
+        "k",
+        "v",
+        "NoSchedule"
+    ));
+}
+
+/// One row per filter and policy: the pod, the settings, the expected verdict.
+#[test]
+fn verdict_table() {
+    use serde_json::json;
+    let no_owner = json!({"metadata": {"ownerReferences": []}});
+    let portworx_tolerations = json!({"spec": {"tolerations": [
+        {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+        {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
+    ]}});
+    let emptydir = json!({"spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]}});
+    let rules = "[[rules]]\nselector = \"app=db\"\naction = \"drain\"\norder = 50\n\
+                 [[rules]]\nselector = \"app=batch\"\naction = \"wait-completed\"\n\
+                 [[rules]]\nnamespaces = [\"monitoring\"]\naction = \"skip\"\n";
+    let rule_and_unreplicated_skip = format!("{rules}[filters]\nunreplicated = \"skip\"");
+    type Row<'a> = (
+        &'a str,
+        serde_json::Value,
+        &'a str,
+        Action,
+        Reason,
+        Option<i32>,
+    );
+    let cases: Vec<Row> = vec![
+        (
+            "plain replicated pod",
+            json!({}),
+            "",
+            Action::Evict,
+            Reason::Priority,
+            Some(0),
+        ),
+        (
+            "priority orders",
+            json!({"spec": {"priority": 1000}}),
+            "",
+            Action::Evict,
+            Reason::Priority,
+            Some(1000),
+        ),
+        (
+            "terminating",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+            "",
+            Action::Wait,
+            Reason::Terminating,
+            None,
+        ),
+        (
+            "terminating beats daemonset",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}]}}),
+            "",
+            Action::Wait,
+            Reason::Terminating,
+            None,
+        ),
+        (
+            "daemonset",
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}]}}),
+            "",
+            Action::Skip,
+            Reason::DaemonSet,
+            None,
+        ),
+        (
+            "daemonset owner that is not the controller",
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d"}]}}),
+            "",
+            Action::Evict,
+            Reason::Unreplicated,
+            Some(0),
+        ),
+        (
+            "mirror",
+            json!({"metadata": {"annotations": {MIRROR_ANNOTATION: "abc"}, "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "x", "controller": true}]}}),
+            "",
+            Action::Skip,
+            Reason::Mirror,
+            None,
+        ),
+        (
+            "tolerates cordon (Portworx)",
+            portworx_tolerations.clone(),
+            "",
+            Action::Skip,
+            Reason::ToleratesCordon,
+            None,
+        ),
+        (
+            "tolerates cordon, filter off",
+            portworx_tolerations,
+            "[filters]\nskip_tolerating_cordon = false",
+            Action::Evict,
+            Reason::Priority,
+            Some(0),
+        ),
+        (
+            "tolerates everything",
+            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+            "",
+            Action::Skip,
+            Reason::ToleratesCordon,
+            None,
+        ),
+        (
+            "skip namespace",
+            json!({}),
+            "[filters]\nskip_namespaces = [\"work\"]",
+            Action::Skip,
+            Reason::SkipNamespace,
+            None,
+        ),
+        (
+            "skip selector",
+            json!({"metadata": {"labels": {"drain": "skip"}}}),
+            "[filters]\nskip_selector = \"drain=skip\"",
+            Action::Skip,
+            Reason::SkipSelector,
+            None,
+        ),
+        (
+            "skip selector no match",
+            json!({"metadata": {"labels": {"drain": "yes"}}}),
+            "[filters]\nskip_selector = \"drain=skip\"",
+            Action::Evict,
+            Reason::Priority,
+            Some(0),
+        ),
+        (
+            "capi skip",
+            json!({"metadata": {"labels": {CAPI_DRAIN_LABEL: "skip"}}}),
+            "",
+            Action::Skip,
+            Reason::CapiDrainLabel,
+            None,
+        ),
+        (
+            "capi wait-completed",
+            json!({"metadata": {"labels": {CAPI_DRAIN_LABEL: "wait-completed"}}}),
+            "",
+            Action::Wait,
+            Reason::CapiDrainLabel,
+            None,
+        ),
+        (
+            "capi label ignored when off",
+            json!({"metadata": {"labels": {CAPI_DRAIN_LABEL: "skip"}}}),
+            "[filters]\nhonour_capi_drain_label = false",
+            Action::Evict,
+            Reason::Priority,
+            Some(0),
+        ),
+        (
+            "rule drain order",
+            json!({"metadata": {"labels": {"app": "db"}}}),
+            rules,
+            Action::Evict,
+            Reason::Rule,
+            Some(50),
+        ),
+        (
+            "rule drain beats unreplicated skip",
+            json!({"metadata": {"labels": {"app": "db"}, "ownerReferences": []}}),
+            &rule_and_unreplicated_skip,
+            Action::Evict,
+            Reason::Rule,
+            Some(50),
+        ),
+        (
+            "rule wait-completed",
+            json!({"metadata": {"labels": {"app": "batch"}}}),
+            rules,
+            Action::Wait,
+            Reason::Rule,
+            None,
+        ),
+        (
+            "rule skip by namespace",
+            json!({"metadata": {"namespace": "monitoring"}}),
+            rules,
+            Action::Skip,
+            Reason::Rule,
+            None,
+        ),
+        (
+            "no rule matches",
+            json!({"metadata": {"labels": {"app": "web"}}}),
+            rules,
+            Action::Evict,
+            Reason::Priority,
+            Some(0),
+        ),
+        (
+            "completed",
+            json!({"status": {"phase": "Succeeded"}}),
+            "",
+            Action::Skip,
+            Reason::Completed,
+            None,
+        ),
+        (
+            "failed counts as completed",
+            json!({"status": {"phase": "Failed"}}),
+            "",
+            Action::Skip,
+            Reason::Completed,
+            None,
+        ),
+        (
+            "completed, policy evict",
+            json!({"status": {"phase": "Succeeded"}}),
+            "[filters]\ncompleted = \"evict\"",
+            Action::Evict,
+            Reason::Completed,
+            Some(0),
+        ),
+        (
+            "emptydir evicts by default",
+            emptydir.clone(),
+            "",
+            Action::Evict,
+            Reason::EmptyDir,
+            Some(0),
+        ),
+        (
+            "emptydir skip",
+            emptydir.clone(),
+            "[filters]\nemptydir = \"skip\"",
+            Action::Skip,
+            Reason::EmptyDir,
+            None,
+        ),
+        (
+            "unreplicated evicts by default",
+            no_owner.clone(),
+            "",
+            Action::Evict,
+            Reason::Unreplicated,
+            Some(0),
+        ),
+        (
+            "unreplicated skip",
+            no_owner.clone(),
+            "[filters]\nunreplicated = \"skip\"",
+            Action::Skip,
+            Reason::Unreplicated,
+            None,
+        ),
+        (
+            "emptydir and unreplicated, unreplicated skip",
+            {
+                let mut v = emptydir.clone();
+                merge(&mut v, no_owner.clone());
+                v
+            },
+            "[filters]\nunreplicated = \"skip\"",
+            Action::Skip,
+            Reason::Unreplicated,
+            None,
+        ),
+    ];
+    for (what, patch, config, action, reason, order) in cases {
+        let v = verdict(&settings(config), &pod(patch));
+        assert_eq!(
+            v,
+            Verdict {
+                action,
+                reason,
+                order
+            },
+            "{what}"
+        );
+    }
+}
