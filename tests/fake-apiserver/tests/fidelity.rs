@@ -343,12 +343,19 @@ async fn mixed_node_drain(version: &str) {
             "--timeout=90s",
         ])
         .await;
-    assert_eq!(out.status.code(), Some(0), "kubectl {version} drain exits 0");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "kubectl {version} drain exits 0"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("node/node-a drained"), "{stdout}");
 
     // Left on node-a: what S1 left (the DaemonSet pod, the mirror pod).
-    assert_eq!(pods_on(&server, "node-a"), vec!["ds1-a", "static-web-node-a"]);
+    assert_eq!(
+        pods_on(&server, "node-a"),
+        vec!["ds1-a", "static-web-node-a"]
+    );
 
     // S1's order: GET node, PATCH node (cordon), GET pods by node, GET the DaemonSet, then
     // evictions.
@@ -367,7 +374,13 @@ async fn mixed_node_drain(version: &str) {
             "GET /apis/apps/v1/namespaces/s1/daemonsets/ds1",
         ]
     );
-    assert!(reqs[2].query.contains("fieldSelector=spec.nodeName%3Dnode-a"), "{}", reqs[2].query);
+    assert!(
+        reqs[2]
+            .query
+            .contains("fieldSelector=spec.nodeName%3Dnode-a"),
+        "{}",
+        reqs[2].query
+    );
 
     // Evictions: everything but the DaemonSet and mirror pods, each finally 201; 429 only for
     // the guarded pods, with S2's cause and no Retry-After.
@@ -399,20 +412,32 @@ async fn mixed_node_drain(version: &str) {
         .collect();
     assert!(!refused.is_empty(), "the budget throttled the guarded pods");
     for r in &refused {
-        assert!(r.path.contains("/pods/guarded-"), "only guarded pods wait: {}", r.path);
-        assert_eq!(r.retry_after, None, "a used-up budget carries no Retry-After");
+        assert!(
+            r.path.contains("/pods/guarded-"),
+            "only guarded pods wait: {}",
+            r.path
+        );
+        assert_eq!(
+            r.retry_after, None,
+            "a used-up budget carries no Retry-After"
+        );
         let body: Value = serde_json::from_str(&r.response).expect("429 body");
         assert_eq!(
             body["message"],
             json!("Cannot evict pod as it would violate the pod's disruption budget.")
         );
-        let cause = body["details"]["causes"][0]["message"].as_str().unwrap_or("");
+        let cause = body["details"]["causes"][0]["message"]
+            .as_str()
+            .unwrap_or("");
         assert!(
             cause.starts_with("The disruption budget guarded needs 2 healthy pods and has "),
             "{cause}"
         );
     }
-    assert!(ev.iter().all(|(n, s)| *s == 201 || n.starts_with("guarded-")));
+    assert!(
+        ev.iter()
+            .all(|(n, s)| *s == 201 || n.starts_with("guarded-"))
+    );
 
     // The guarded replacements run on node-b; web and scratch replacements wait unbound
     // (their nodeSelector allows only the cordoned node-a); the Job pod is not replaced.
@@ -424,11 +449,18 @@ async fn mixed_node_drain(version: &str) {
     };
     let guarded = of("guarded");
     assert_eq!(guarded.len(), 3);
-    assert!(guarded.iter().all(|p| p["spec"]["nodeName"] == json!("node-b")));
+    assert!(
+        guarded
+            .iter()
+            .all(|p| p["spec"]["nodeName"] == json!("node-b"))
+    );
     for app in ["web", "scratch"] {
         let waiting = of(app);
         assert_eq!(waiting.len(), 1, "{app}: {waiting:?}");
-        assert!(waiting[0]["spec"]["nodeName"].is_null(), "{app} stays Pending");
+        assert!(
+            waiting[0]["spec"]["nodeName"].is_null(),
+            "{app} stays Pending"
+        );
     }
     let pdb = server
         .store()
@@ -491,9 +523,7 @@ async fn unmanaged_pod(version: &str) {
         assert_eq!(status[field], json!(value), "{field}: {status}");
     }
     let k = Kubectl::new(bin, &server, "admin");
-    let out = k
-        .run(&["drain", "node-a", "--force", "--timeout=7s"])
-        .await;
+    let out = k.run(&["drain", "node-a", "--force", "--timeout=7s"]).await;
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("global timeout reached: 7s"), "{stderr}");
@@ -551,7 +581,13 @@ async fn two_budgets(version: &str) {
     let server = start(&format!("{NODES}\n---\n{S4}")).await;
     let k = Kubectl::new(bin, &server, "admin");
     let out = k
-        .run(&["drain", "node-b", "--ignore-daemonsets", "--force", "--timeout=15s"])
+        .run(&[
+            "drain",
+            "node-b",
+            "--ignore-daemonsets",
+            "--force",
+            "--timeout=15s",
+        ])
         .await;
     assert_eq!(out.status.code(), Some(1));
     let ev = server.recorder().matching("POST", "/eviction");
@@ -608,7 +644,12 @@ async fn s5_node_identity_answers_as_the_recording() {
     let cordon = k.run(&["cordon", "node-a"]).await;
     assert_eq!(cordon.status.code(), Some(0), "{}", stderr(&cordon));
     let taint = k
-        .run(&["taint", "nodes", "node-a", "example.com/maint=true:NoSchedule"])
+        .run(&[
+            "taint",
+            "nodes",
+            "node-a",
+            "example.com/maint=true:NoSchedule",
+        ])
         .await;
     assert!(
         stderr(&taint).contains(
@@ -628,9 +669,19 @@ async fn s5_node_identity_answers_as_the_recording() {
             "--dry-run=server",
         ])
         .await;
-    assert!(stderr(&dry).contains("is not allowed to modify taints"), "{}", stderr(&dry));
+    assert!(
+        stderr(&dry).contains("is not allowed to modify taints"),
+        "{}",
+        stderr(&dry)
+    );
     let other = k
-        .run(&["patch", "node", "node-b", "-p", r#"{"spec":{"unschedulable":true}}"#])
+        .run(&[
+            "patch",
+            "node",
+            "node-b",
+            "-p",
+            r#"{"spec":{"unschedulable":true}}"#,
+        ])
         .await;
     assert!(
         stderr(&other).contains(r#"node "node-a" is not allowed to modify node "node-b""#),
@@ -646,7 +697,15 @@ async fn s5_node_identity_answers_as_the_recording() {
         stderr(&all)
     );
     let own = k
-        .run(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node-a", "-o", "name"])
+        .run(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            "spec.nodeName=node-a",
+            "-o",
+            "name",
+        ])
         .await;
     assert_eq!(String::from_utf8_lossy(&own.stdout).trim(), "pod/on-a");
     let ds = k.run(&["get", "daemonset", "-n", "s5", "ds5"]).await;
@@ -670,10 +729,17 @@ async fn s5_node_identity_answers_as_the_recording() {
     .expect("body written");
     let body = body.to_string_lossy().into_owned();
     let evict_b = k
-        .run(&["create", "--raw", "/api/v1/namespaces/s5/pods/on-b/eviction", "-f", &body])
+        .run(&[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/s5/pods/on-b/eviction",
+            "-f",
+            &body,
+        ])
         .await;
     assert!(
-        stderr(&evict_b).contains("node node-a can only evict pods with spec.nodeName set to itself"),
+        stderr(&evict_b)
+            .contains("node node-a can only evict pods with spec.nodeName set to itself"),
         "{}",
         stderr(&evict_b)
     );
@@ -729,9 +795,11 @@ async fn lagging_budget(version: &str) {
     server.controllers().set_disruption_controller(false);
     server
         .store()
-        .upsert(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        .upsert(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": "lagging", "namespace": "s6"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}))
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
         .expect("pdb");
     let pdb = server
         .store()
@@ -749,7 +817,8 @@ async fn lagging_budget(version: &str) {
     // kubectl 1.29 ran 105 s here (client-go retries Retry-After 10 s ten times); stop it once
     // each pod has had its first retry.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    while server.recorder().count("POST", "/eviction") < 4 && tokio::time::Instant::now() < deadline {
+    while server.recorder().count("POST", "/eviction") < 4 && tokio::time::Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let still_running = drain.try_wait().expect("kubectl status").is_none();
@@ -839,7 +908,10 @@ status: {phase: Running, conditions: [{type: Ready, status: "True"}]}
     let unknown = ready(&node);
     assert_eq!(unknown["status"], json!("Unknown"));
     assert_eq!(unknown["reason"], json!("NodeStatusUnknown"));
-    assert_eq!(unknown["message"], json!("Kubelet stopped posting node status."));
+    assert_eq!(
+        unknown["message"],
+        json!("Kubelet stopped posting node status.")
+    );
     assert_eq!(unknown["lastHeartbeatTime"], before["lastHeartbeatTime"]);
     let taints: Vec<(Value, Value)> = node["spec"]["taints"]
         .as_array()

@@ -253,15 +253,19 @@ async fn the_four_patch_types_and_put_conflicts() {
 
     // The cordon brought the node-lifecycle controller's taint next to the seeded one, so the
     // guarded patch tests the list as it is now.
-    let taints_now = nodes.get("node-a").await.expect("get").spec.and_then(|s| s.taints);
-    let keys: Vec<String> = taints_now
-        .iter()
-        .flatten()
-        .map(|t| t.key.clone())
-        .collect();
+    let taints_now = nodes
+        .get("node-a")
+        .await
+        .expect("get")
+        .spec
+        .and_then(|s| s.taints);
+    let keys: Vec<String> = taints_now.iter().flatten().map(|t| t.key.clone()).collect();
     assert_eq!(
         keys,
-        ["node.kubernetes.io/not-ready", "node.kubernetes.io/unschedulable"]
+        [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unschedulable"
+        ]
     );
     let guarded: json_patch::Patch = serde_json::from_value(json!([
         {"op": "test", "path": "/spec/taints", "value": taints_now},
