@@ -267,13 +267,38 @@ pub(crate) fn expected_scale(st: &State, pods: &[Arc<Value>]) -> (i64, Vec<Strin
     let mut scales: HashMap<String, i64> = HashMap::new();
     let mut unmanaged = Vec::new();
     let mut unknown = 0;
+    // One lookup per controller, not per pod (the budget is recomputed on every pod write).
+    let mut seen: HashMap<(&str, &str, &str, &str), Option<(String, i64)>> = HashMap::new();
     for pod in pods {
         let ns = namespace_of(pod);
         let Some(reference) = controller_ref(pod) else {
             unmanaged.push(name_of(pod).to_string());
             continue;
         };
-        let found = owner(st, ns, reference).and_then(|o| {
+        let id = (
+            ns,
+            str_at(reference, "/kind").unwrap_or(""),
+            str_at(reference, "/name").unwrap_or(""),
+            str_at(reference, "/uid").unwrap_or(""),
+        );
+        let found = seen
+            .entry(id)
+            .or_insert_with(|| controller_scale(st, ns, reference))
+            .clone();
+        match found {
+            Some((id, n)) => {
+                scales.insert(id, n);
+            }
+            None => unknown += 1,
+        }
+    }
+    (scales.values().sum::<i64>() + unknown, unmanaged)
+}
+
+/// The scale the disruption controller's finders give for one controller reference.
+fn controller_scale(st: &State, ns: &str, reference: &Value) -> Option<(String, i64)> {
+    {
+        owner(st, ns, reference).and_then(|o| {
             let kind = str_at(&o, "/kind").unwrap_or("");
             match kind {
                 "ReplicaSet" => {
@@ -286,15 +311,8 @@ pub(crate) fn expected_scale(st: &State, pods: &[Arc<Value>]) -> (i64, Vec<Strin
                 "StatefulSet" | "Deployment" => Some((scale_id(&o), replicas(&o))),
                 _ => None,
             }
-        });
-        match found {
-            Some((id, n)) => {
-                scales.insert(id, n);
-            }
-            None => unknown += 1,
-        }
+        })
     }
-    (scales.values().sum::<i64>() + unknown, unmanaged)
 }
 
 fn scale_id(obj: &Value) -> String {
