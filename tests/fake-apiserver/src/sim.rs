@@ -258,6 +258,9 @@ fn same_owner(pod: &Value, owner: &Value) -> bool {
     })
 }
 
+/// A controller reference: namespace, kind, name, uid.
+type OwnerRef<'a> = (&'a str, &'a str, &'a str, &'a str);
+
 /// The disruption controller's expected count for `pods` (getExpectedScale): the sum of the
 /// scale of their controllers (a ReplicaSet under a Deployment counts the Deployment's
 /// replicas), and the names of controller-less pods, which add nothing. A controller the store
@@ -268,7 +271,7 @@ pub(crate) fn expected_scale(st: &State, pods: &[Arc<Value>]) -> (i64, Vec<Strin
     let mut unmanaged = Vec::new();
     let mut unknown = 0;
     // One lookup per controller, not per pod (the budget is recomputed on every pod write).
-    let mut seen: HashMap<(&str, &str, &str, &str), Option<(String, i64)>> = HashMap::new();
+    let mut seen: HashMap<OwnerRef<'_>, Option<(String, i64)>> = HashMap::new();
     for pod in pods {
         let ns = namespace_of(pod);
         let Some(reference) = controller_ref(pod) else {
