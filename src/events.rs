@@ -21,6 +21,10 @@ pub enum Reason {
     DrainBlocked,
     DrainDeadline,
     Restored,
+    /// Our annotation held a marker we cannot have written; replaced or cleared.
+    ForeignMarker,
+    /// Restore left a cordon it cannot prove is ours.
+    CordonKept,
 }
 
 impl Reason {
@@ -31,12 +35,17 @@ impl Reason {
             Reason::DrainBlocked => "DrainBlockedByBudget",
             Reason::DrainDeadline => "DrainDeadlineReached",
             Reason::Restored => "Restored",
+            Reason::ForeignMarker => "ForeignMarker",
+            Reason::CordonKept => "CordonLeftInPlace",
         }
     }
 
     fn type_(self) -> &'static str {
         match self {
-            Reason::DrainBlocked | Reason::DrainDeadline => "Warning",
+            Reason::DrainBlocked
+            | Reason::DrainDeadline
+            | Reason::ForeignMarker
+            | Reason::CordonKept => "Warning",
             _ => "Normal",
         }
     }

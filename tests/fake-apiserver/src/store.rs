@@ -180,6 +180,8 @@ pub(crate) struct Shared {
     pub runtime: tokio::runtime::Handle,
     uid_seq: AtomicU64,
     uid_base: u64,
+    /// Nodes carry managedFields (false: a server or proxy that sends none).
+    managed_fields: std::sync::atomic::AtomicBool,
 }
 
 /// The object store. Cheap to clone; all clones share one state.
@@ -505,6 +507,7 @@ impl Store {
                 }),
                 live,
                 runtime,
+                managed_fields: std::sync::atomic::AtomicBool::new(true),
                 uid_seq: AtomicU64::new(1),
                 uid_base,
             }),
@@ -522,6 +525,12 @@ impl Store {
         }
     }
 
+    /// Whether Nodes carry managedFields from now on (default true). Off, every Node write
+    /// drops them, as an answer from a server (or a proxy) that sends none.
+    pub fn set_managed_fields(&self, on: bool) {
+        self.shared.managed_fields.store(on, Ordering::Relaxed);
+    }
+
     /// This store for one request whose writes `manager` makes (managedFields).
     pub(crate) fn as_manager(&self, manager: String) -> Store {
         Store {
@@ -533,6 +542,12 @@ impl Store {
 
     /// Keeps a Node's managedFields for a write by this store's manager (`old` None: create).
     fn track(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
+        if rt.key == "nodes" && !self.shared.managed_fields.load(Ordering::Relaxed) {
+            if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            return;
+        }
         if rt.key == "nodes" {
             crate::managed::track(
                 old,
