@@ -174,9 +174,16 @@ impl NodeOps<'_> {
         let listed = |m: &super::Marker| {
             ours.is_some_and(|(k, e)| m.taints.iter().any(|x| x.key == k && x.effect == e))
         };
+        // An earlier record of our taint counts only while the taint is still on the node.
+        let had_taint = before.as_ref().is_some_and(listed)
+            && ours.is_some_and(|(k, e)| {
+                super::marker::taints(&node)
+                    .iter()
+                    .any(|x| x.key == k && x.effect == e)
+            });
         let outcome = PrepareOutcome {
             cordoned: marker.cordoned && !had_cordon,
-            tainted: listed(&marker) && !before.as_ref().is_some_and(listed),
+            tainted: listed(&marker) && !had_taint,
             taint_forbidden,
             marker,
             replaced_foreign,

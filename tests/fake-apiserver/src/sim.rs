@@ -136,6 +136,8 @@ struct Kubelet {
 #[derive(Default)]
 pub(crate) struct SimState {
     pub timings: Timings,
+    /// Nodes are stored without managedFields (`Store::set_managed_fields(false)`).
+    pub no_managed_fields: bool,
     kubelets: HashMap<String, Kubelet>,
     /// Pods the node-lifecycle controller marked Ready=False when their node went Unknown.
     unready_by_controller: HashSet<Key>,

@@ -180,8 +180,6 @@ pub(crate) struct Shared {
     pub runtime: tokio::runtime::Handle,
     uid_seq: AtomicU64,
     uid_base: u64,
-    /// Nodes carry managedFields (false: a server or proxy that sends none).
-    managed_fields: std::sync::atomic::AtomicBool,
 }
 
 /// The object store. Cheap to clone; all clones share one state.
@@ -507,7 +505,7 @@ impl Store {
                 }),
                 live,
                 runtime,
-                managed_fields: std::sync::atomic::AtomicBool::new(true),
+
                 uid_seq: AtomicU64::new(1),
                 uid_base,
             }),
@@ -528,7 +526,7 @@ impl Store {
     /// Whether Nodes carry managedFields from now on (default true). Off, every Node write
     /// drops them, as an answer from a server (or a proxy) that sends none.
     pub fn set_managed_fields(&self, on: bool) {
-        self.shared.managed_fields.store(on, Ordering::Relaxed);
+        self.lock().sim.no_managed_fields = !on;
     }
 
     /// This store for one request whose writes `manager` makes (managedFields).
@@ -542,12 +540,6 @@ impl Store {
 
     /// Keeps a Node's managedFields for a write by this store's manager (`old` None: create).
     fn track(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
-        if rt.key == "nodes" && !self.shared.managed_fields.load(Ordering::Relaxed) {
-            if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("managedFields");
-            }
-            return;
-        }
         if rt.key == "nodes" {
             crate::managed::track(
                 old,
@@ -1272,8 +1264,14 @@ pub(crate) fn commit_update(
     live: &broadcast::Sender<Arc<Change>>,
     rt: &'static ResourceType,
     key: Key,
-    new: Value,
+    mut new: Value,
 ) -> Arc<Value> {
+    if rt.key == "nodes"
+        && st.sim.no_managed_fields
+        && let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
     let grace_over = new
         .pointer("/metadata/deletionGracePeriodSeconds")
         .and_then(Value::as_i64)
