@@ -729,9 +729,9 @@ mod tests {
             MarkerRead::Ours(marker(true, vec![]))
         );
         let huge = format!(
-            "{}{}",
+            "{},\"pad\":\"{}\"}}",
             &good[..good.len() - 1],
-            format!(",\"pad\":\"{}\"}}", "x".repeat(5000))
+            "x".repeat(5000)
         );
         let version = good.replace("\"version\":1", "\"version\":7");
         let boot = good.replace(BOOT, "../../etc");
