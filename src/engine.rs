@@ -118,7 +118,17 @@ impl Engine {
     /// [`Engine::prepare`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn prepare_by(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
         let boot_id = self.boot_id()?;
-        Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
+        let out = self.ops().await?.prepare(why, &boot_id, deadline).await?;
+        if let Some(reason) = &out.replaced_foreign {
+            let msg = format!(
+                "node {}: replaced a marker annotation we did not write ({reason}); tainted and cordoned as for no marker",
+                self.settings.node_name
+            );
+            NodeEvents::new(self.clients().await?.clone(), &self.settings.node_name)
+                .emit(EventReason::ForeignMarker, &msg)
+                .await;
+        }
+        Ok(out)
     }
 
     /// What a drain would do now. Changes nothing.
@@ -219,31 +229,32 @@ impl Engine {
     pub async fn restore_by(&self, deadline: Instant) -> Result<RestoreOutcome, Error> {
         let clients = self.clients().await?;
         let out = self.ops().await?.restore(deadline).await?;
+        let node = &self.settings.node_name;
+        let events = NodeEvents::new(clients.clone(), node);
+        if let Some(reason) = &out.foreign_marker {
+            let msg = format!(
+                "node {node}: cleared a marker annotation we did not write ({reason}); undid nothing"
+            );
+            events.emit(EventReason::ForeignMarker, &msg).await;
+        }
+        if let Some(reason) = &out.cordon_kept {
+            let msg = format!("node {node} left cordoned: {reason}");
+            events.emit(EventReason::CordonKept, &msg).await;
+        }
         if let Some(m) = &out.marker {
             let msg = format!(
-                "node {} restored after {}: {}, {}",
-                self.settings.node_name,
+                "node {node} restored after {}: {}, {}",
                 m.why,
-                if out.uncordoned {
-                    "uncordoned"
-                } else if !m.cordoned {
-                    "cordon left as it was (not ours)"
-                } else {
-                    "already uncordoned"
-                },
+                describe_cordon(&out, m),
                 if out.untainted {
                     "taint removed"
                 } else {
                     "no taint of ours to remove"
                 }
             );
-            NodeEvents::new(clients.clone(), &self.settings.node_name)
-                // An Event is for people: at most 500 ms past the restore's deadline.
-                .emit_by(
-                    EventReason::Restored,
-                    &msg,
-                    deadline + Duration::from_millis(500),
-                )
+            // An Event is for people: at most 500 ms past the restore's deadline.
+            events
+                .emit_by(EventReason::Restored, &msg, deadline + Duration::from_millis(500))
                 .await;
         }
         Ok(out)
@@ -273,13 +284,37 @@ impl Engine {
         Ok(node::marker_of(&node, &self.settings.node_name)?)
     }
 
-    /// Waits for the Node's Ready condition, by a watch, until `deadline`.
+    /// Waits, by a watch, until `deadline` for a live kubelet to report the Node Ready: Ready
+    /// with a heartbeat (or Lease renewal) after this boot began ([`node::boot_started`]).
     pub async fn wait_ready(&self, deadline: Instant) -> Result<(), Error> {
-        Ok(self.ops().await?.wait_ready(deadline).await?)
+        let since = node::boot_started()?;
+        self.wait_ready_since(deadline, since).await
+    }
+
+    /// [`Engine::wait_ready`] with the boot's start given.
+    pub async fn wait_ready_since(
+        &self,
+        deadline: Instant,
+        since: jiff::Timestamp,
+    ) -> Result<(), Error> {
+        Ok(self.ops().await?.wait_ready(deadline, since).await?)
     }
 
     /// The last stored report, if any.
     pub fn last_report(&self) -> Result<Option<Report>, Error> {
         Ok(Report::read_last(&self.settings.state_dir)?)
+    }
+}
+
+/// What restore did with the cordon, in words (for Events, the CLI and the journal).
+pub fn describe_cordon(out: &RestoreOutcome, m: &Marker) -> String {
+    if out.uncordoned {
+        "uncordoned".to_string()
+    } else if let Some(why) = &out.cordon_kept {
+        format!("left cordoned ({why})")
+    } else if !m.cordoned {
+        "cordon left as it was (not ours)".to_string()
+    } else {
+        "already uncordoned".to_string()
     }
 }

@@ -23,6 +23,10 @@ pub enum Reason {
     Restored,
     /// The daemon drains without a logind inhibitor (a shutdown was already under way).
     NoInhibitor,
+    /// Our annotation held a marker we cannot have written; replaced or cleared.
+    ForeignMarker,
+    /// Restore left a cordon it cannot prove is ours.
+    CordonKept,
 }
 
 impl Reason {
@@ -34,12 +38,18 @@ impl Reason {
             Reason::DrainDeadline => "DrainDeadlineReached",
             Reason::Restored => "Restored",
             Reason::NoInhibitor => "DrainWithoutInhibitor",
+            Reason::ForeignMarker => "ForeignMarker",
+            Reason::CordonKept => "CordonLeftInPlace",
         }
     }
 
     fn type_(self) -> &'static str {
         match self {
-            Reason::DrainBlocked | Reason::DrainDeadline | Reason::NoInhibitor => "Warning",
+            Reason::DrainBlocked
+            | Reason::DrainDeadline
+            | Reason::NoInhibitor
+            | Reason::ForeignMarker
+            | Reason::CordonKept => "Warning",
             _ => "Normal",
         }
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::cli::{CliError, EXIT_DONE, Output, print_json};
 use crate::config::Settings;
 use crate::engine::Engine;
-use crate::node::{Marker, marker_of};
+use crate::node::{Marker, MarkerRead, cordon_is_ours, read_marker};
 use crate::report::Report;
 
 #[derive(Serialize)]
@@ -16,13 +16,27 @@ struct Status {
     cordoned: bool,
     taint_present: bool,
     marker: Option<Marker>,
+    /// Our annotation holds something we cannot have written (why); restore clears it and
+    /// undoes nothing.
+    foreign_marker: Option<String>,
+    /// The marker says we cordoned and the node is cordoned, but the cordon is not provably
+    /// ours (why): restore will leave it.
+    cordon_kept: Option<String>,
     last_report: Option<Report>,
 }
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
     let engine = Engine::new(settings.clone())?;
     let node = engine.node().await?;
-    let marker = marker_of(&node, &settings.node_name).map_err(crate::engine::Error::from)?;
+    let (marker, foreign_marker) = match read_marker(&node) {
+        MarkerRead::Absent => (None, None),
+        MarkerRead::Ours(m) => (Some(m), None),
+        MarkerRead::Foreign(why) => (None, Some(why)),
+    };
+    let cordon_kept = marker
+        .as_ref()
+        .filter(|m| m.cordoned && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
+        .and_then(|m| cordon_is_ours(&node, m).err());
     let spec = node.spec.unwrap_or_default();
     let status = Status {
         node: settings.node_name.clone(),
@@ -33,6 +47,8 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             .iter()
             .any(|t| t.key == settings.taint.key && t.effect == settings.taint.effect.as_str()),
         marker,
+        foreign_marker,
+        cordon_kept,
         last_report: engine.last_report()?,
     };
     match output {
@@ -42,6 +58,10 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             println!("  cordoned:      {}", yes_no(status.cordoned));
             println!("  our taint:     {}", yes_no(status.taint_present));
             match &status.marker {
+                None if status.foreign_marker.is_some() => println!(
+                    "  marker:        FOREIGN, not one we wrote ({}); restore clears it and undoes nothing",
+                    status.foreign_marker.as_deref().unwrap_or_default()
+                ),
                 None => println!("  marker:        none"),
                 Some(m) => {
                     println!(
@@ -64,6 +84,9 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                         }
                     );
                 }
+            }
+            if let Some(why) = &status.cordon_kept {
+                println!("  cordon:        not provably ours, restore leaves it: {why}");
             }
             super::check::logind_budget(&settings, "  ").await;
             match &status.last_report {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::Settings;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error, RestoreOutcome};
+use crate::node::MarkerRead;
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -52,9 +53,21 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
     let node = &settings.node_name;
     // A fresh engine per attempt: the client lives only while the restore runs.
     let engine = Engine::new(settings.clone())?;
-    let Some(marker) = engine.marker().await? else {
-        tracing::info!("node {node} carries no marker of ours; nothing to restore");
-        return Ok(());
+    let marker = match engine.node().await.map(|n| crate::node::read_marker(&n))? {
+        MarkerRead::Absent => {
+            tracing::info!("node {node} carries no marker of ours; nothing to restore");
+            return Ok(());
+        }
+        MarkerRead::Foreign(why) => {
+            // Nothing in it is acted on: restore only clears it (with an Event).
+            tracing::warn!(
+                "the marker annotation on node {node} is not one we wrote ({why}); clearing it"
+            );
+            let outcome = engine.restore().await?;
+            tracing::info!("restored node {node}: {}", describe(&outcome));
+            return Ok(());
+        }
+        MarkerRead::Ours(m) => m,
     };
     if trigger == Trigger::Boot {
         let boot_id = engine.boot_id()?;
@@ -76,9 +89,10 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
             limit.as_secs()
         );
         let deadline = tokio::time::Instant::now() + limit;
-        if let Err(e) = engine.wait_ready(deadline).await {
-            tracing::warn!("node {node} is not Ready ({e}); restoring it anyway");
-        }
+        // Only a live kubelet counts: a Ready=True left by the previous boot's kubelet stays
+        // for ~40 s after it stopped. Without one the node stays cordoned and this attempt
+        // fails, to be tried again.
+        engine.wait_ready(deadline).await?;
     }
     status.set_restore(Some(format!("restoring node {node}")));
     let outcome = engine.restore().await?;
@@ -88,12 +102,17 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
 
 /// "uncordoned, taint removed" and the like, for the journal.
 fn describe(outcome: &RestoreOutcome) -> String {
+    if let Some(why) = &outcome.foreign_marker {
+        return format!("cleared a foreign marker ({why}); undid nothing");
+    }
     let cordon = if outcome.uncordoned {
-        "uncordoned"
+        "uncordoned".to_string()
+    } else if let Some(why) = &outcome.cordon_kept {
+        format!("left cordoned ({why})")
     } else if outcome.left_cordon_alone {
-        "someone else had already uncordoned it"
+        "someone else had already uncordoned it".to_string()
     } else {
-        "left cordoned as it was before us"
+        "left cordoned as it was before us".to_string()
     };
     let taint = if outcome.untainted {
         "taint removed"

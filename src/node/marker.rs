@@ -2,18 +2,39 @@
 //! (marker, taint, cordon) and the restore patch (taints, uncordon, marker). Each builder reads
 //! the Node as it was read and returns one JSON patch whose first operation `test`s the
 //! resourceVersion read, plus what the patch does; it sends nothing.
+//!
+//! What restore will never undo (README "What restore will never undo"): a cordon whose
+//! `spec.unschedulable` our field manager no longer owns ([`cordon_is_ours`]), a taint whose key
+//! is not ours ([`is_our_taint_key`]), anything at all for a marker we cannot have written
+//! ([`read_marker`]: unparsable, wrong shape, over [`MARKER_MAX_BYTES`], an impossible boot ID
+//! or version).
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::NodeError;
-use crate::api::guarded::patch_of;
+use crate::api::guarded::{FIELD_MANAGER, patch_of};
 
 /// The annotation holding the marker JSON.
 pub const MARKER_ANNOTATION: &str = "kube-shutdown-drain/marker";
 /// [`MARKER_ANNOTATION`] as a JSON pointer (RFC 6901: `/` is written `~1`).
 const MARKER_POINTER: &str = "/metadata/annotations/kube-shutdown-drain~1marker";
+/// A marker text longer than this is not one we wrote (ours are a few hundred bytes).
+pub const MARKER_MAX_BYTES: usize = 4096;
+/// The marker format this build writes; a marker naming another one is foreign.
+pub const MARKER_VERSION: u32 = 1;
+/// Every taint key under this prefix is ours (besides the configured `[taint] key`).
+pub const OUR_TAINT_PREFIX: &str = "kube-shutdown-drain/";
+/// The taint the node-lifecycle controller adds on every cordon, with `timeAdded` = when it saw
+/// the cordon (kubernetes-api.md section 5).
+pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// How far the lifecycle controller's `timeAdded` may lie before the time we recorded our
+/// cordon (clocks of node and control plane differ; `timeAdded` has whole seconds).
+const CORDON_TAINT_BEFORE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How far it may lie after (the controller's reaction time plus clock difference). A later
+/// `timeAdded` is a later cordon: someone uncordoned and cordoned again.
+const CORDON_TAINT_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What prepare is about to change and what it changed, stored on the Node by the same write
 /// that changes it.
@@ -35,10 +56,21 @@ pub struct Marker {
     /// We cordoned the node: set by the same write that cordoned it.
     #[serde(default)]
     pub cordoned: bool,
+    /// RFC 3339: when we cordoned (to tell our cordon from a later one by the node-lifecycle
+    /// controller's taint, where the server sends no managedFields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned_at: Option<String>,
+    /// The marker format ([`MARKER_VERSION`]); markers older than the field are version 1.
+    #[serde(default = "first_version")]
+    pub version: u32,
     /// The taints we added, each recorded by the same write that added it; restore removes
     /// exactly these, even if the configuration changed in between.
     #[serde(default)]
     pub taints: Vec<MarkerTaint>,
+}
+
+fn first_version() -> u32 {
+    1
 }
 
 /// A taint we added, by key and effect (a node holds at most one taint per key and effect).
@@ -81,21 +113,151 @@ pub(crate) fn is_unschedulable(node: &Node) -> bool {
         .unwrap_or(false)
 }
 
-/// Reads the marker from a Node object.
-pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
+/// The marker annotation as read from a Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MarkerRead {
+    /// No marker.
+    Absent,
+    /// A marker we can have written.
+    Ours(Marker),
+    /// Something in our annotation we cannot have written, and why; it is never acted on.
+    Foreign(String),
+}
+
+/// Reads and checks the marker of a Node: too large, not JSON, the wrong shape, an unknown
+/// version, a boot ID that is not one, or a time that is not one make it [`MarkerRead::Foreign`].
+pub fn read_marker(node: &Node) -> MarkerRead {
     let text = node
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(MARKER_ANNOTATION));
     match text {
-        None => Ok(None),
-        Some(text) => serde_json::from_str(text)
-            .map(Some)
-            .map_err(|source| NodeError::BadMarker {
-                node: name.to_string(),
-                source,
-            }),
+        None => MarkerRead::Absent,
+        Some(text) => match check_marker(text) {
+            Ok(m) => MarkerRead::Ours(m),
+            Err(why) => MarkerRead::Foreign(why),
+        },
+    }
+}
+
+/// Parses a marker text and checks it is one we can have written.
+pub fn check_marker(text: &str) -> Result<Marker, String> {
+    if text.len() > MARKER_MAX_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MARKER_MAX_BYTES} a marker of ours can have",
+            text.len()
+        ));
+    }
+    let m: Marker = serde_json::from_str(text).map_err(|e| format!("not a marker of ours: {e}"))?;
+    if m.version != MARKER_VERSION {
+        return Err(format!(
+            "marker version {}, which this kube-shutdown-drain never writes (it writes {MARKER_VERSION})",
+            m.version
+        ));
+    }
+    if !is_boot_id(&m.boot_id) {
+        return Err(format!("boot ID {:?} is not a boot ID", m.boot_id));
+    }
+    if m.time.parse::<jiff::Timestamp>().is_err() {
+        return Err(format!("time {:?} is not an RFC 3339 time", m.time));
+    }
+    if let Some(t) = &m.cordoned_at
+        && t.parse::<jiff::Timestamp>().is_err()
+    {
+        return Err(format!("cordoned_at {t:?} is not an RFC 3339 time"));
+    }
+    Ok(m)
+}
+
+/// A boot ID as the kernel writes it (`/proc/sys/kernel/random/boot_id`): a UUID, 36 lowercase
+/// hex digits and dashes.
+fn is_boot_id(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_digit() || ('a'..='f').contains(&c),
+        })
+}
+
+/// Reads the marker from a Node object; a foreign one is [`NodeError::BadMarker`].
+pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
+    match read_marker(node) {
+        MarkerRead::Absent => Ok(None),
+        MarkerRead::Ours(m) => Ok(Some(m)),
+        MarkerRead::Foreign(reason) => Err(NodeError::BadMarker {
+            node: name.to_string(),
+            reason,
+        }),
+    }
+}
+
+/// A taint key restore may remove: the configured `[taint] key` or one under
+/// [`OUR_TAINT_PREFIX`]. Nothing in a marker widens this.
+pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
+    key == configured || key.starts_with(OUR_TAINT_PREFIX)
+}
+
+/// Whether the cordon on `node` is still the one `marker` recorded as ours; `Err` says why not
+/// (or why that cannot be told). With managedFields: our field manager must own
+/// `f:spec.f:unschedulable` (an uncordon removes that, a later cordon by anyone gives it to
+/// them). Without: the node-lifecycle controller's [`UNSCHEDULABLE_TAINT`] must have been added
+/// when we cordoned ([`Marker::cordoned_at`]). Without both, it is not ours.
+pub fn cordon_is_ours(node: &Node, marker: &Marker) -> Result<(), String> {
+    let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
+    if !managed.is_empty() {
+        let owns = |e: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+            e.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.pointer("/f:spec/f:unschedulable"))
+                .is_some()
+        };
+        let owners: Vec<&str> = managed
+            .iter()
+            .filter(owns)
+            .map(|e| e.manager.as_deref().unwrap_or("?"))
+            .collect();
+        if owners.contains(&FIELD_MANAGER) {
+            return Ok(());
+        }
+        return Err(if owners.is_empty() {
+            format!(
+                "field manager {FIELD_MANAGER} no longer owns spec.unschedulable (someone uncordoned and cordoned it since)"
+            )
+        } else {
+            format!(
+                "spec.unschedulable is owned by field manager {} now, not by {FIELD_MANAGER}",
+                owners.join(", ")
+            )
+        });
+    }
+    let added = taints(node)
+        .into_iter()
+        .find(|t| t.key == UNSCHEDULABLE_TAINT)
+        .and_then(|t| t.time_added);
+    let ours = marker
+        .cordoned_at
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    match (added, ours) {
+        (Some(added), Some(ours)) => {
+            let added = added.0;
+            let lo = ours - CORDON_TAINT_BEFORE;
+            let hi = ours + CORDON_TAINT_AFTER;
+            if lo <= added && added <= hi {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the server sends no managedFields and the {UNSCHEDULABLE_TAINT} taint was added at {added}, not when we cordoned at {ours}: a cordon by someone else"
+                ))
+            }
+        }
+        (None, _) => Err(format!(
+            "the server sends no managedFields and the node carries no {UNSCHEDULABLE_TAINT} taint with a time, so whose cordon this is cannot be told"
+        )),
+        (Some(_), None) => Err(format!(
+            "the server sends no managedFields and the marker records no time of our cordon to compare with the {UNSCHEDULABLE_TAINT} taint"
+        )),
     }
 }
 
@@ -139,6 +301,9 @@ pub struct PrepareInput {
     pub time: String,
     /// The configured taint, when `[taint] enabled`.
     pub taint: Option<Taint>,
+    /// The configured `[taint] key`, enabled or not (an earlier prepare's taint under it is
+    /// ours).
+    pub taint_key: String,
     /// Add the taint in this write (false: these credentials may not change taints).
     pub add_taint: bool,
 }
@@ -152,12 +317,16 @@ pub struct PreparePlan {
     pub cordons: bool,
     /// The write adds the configured taint.
     pub taints: bool,
+    /// The marker found was foreign (why): this write replaces it.
+    pub replaced_foreign: Option<String>,
 }
 
-/// The prepare write for `node` as read: the marker (an earlier prepare's record kept, its
-/// boot ID, time and reason refreshed), the configured taint unless present, and the cordon
-/// unless cordoned, each recorded in the marker by this same patch. An admin's cordon or taint
-/// found here is never recorded as ours.
+/// The prepare write for `node` as read. The marker is rebuilt from the Node as it is now: of
+/// an earlier prepare's record only what is still true is kept (its cordon while our field
+/// manager still owns it, its taints of ours still on the node), so an earlier "we cordoned"
+/// never applies to a later cordon by someone else. A foreign marker is replaced. Then the
+/// configured taint unless present, and the cordon unless cordoned, each recorded in the marker
+/// by this same patch. An admin's cordon or taint found here is never recorded as ours.
 pub fn prepare_patch(
     node: &Node,
     name: &str,
@@ -167,26 +336,54 @@ pub fn prepare_patch(
         .taint
         .as_ref()
         .is_some_and(|t| taints(node).iter().any(|x| MarkerTaint::of(t).matches(x)));
-    let mut marker = match marker_of(node, name)? {
-        // An earlier prepare that was not restored: what it recorded is still the truth.
-        Some(m) => Marker {
-            boot_id: input.boot_id.clone(),
-            time: input.time.clone(),
-            why: input.why.clone(),
-            ..m
-        },
-        None => Marker {
-            was_unschedulable: is_unschedulable(node),
-            taint_was_present: present,
-            boot_id: input.boot_id.clone(),
-            time: input.time.clone(),
-            why: input.why.clone(),
-            cordoned: false,
-            taints: Vec::new(),
-        },
+    let unschedulable = is_unschedulable(node);
+    let (earlier, replaced_foreign) = match read_marker(node) {
+        MarkerRead::Absent => (None, None),
+        MarkerRead::Ours(m) => (Some(m), None),
+        MarkerRead::Foreign(why) => (None, Some(why)),
     };
-    let cordons = !is_unschedulable(node);
-    marker.cordoned |= cordons;
+    let current = taints(node);
+    // What of the earlier record is still true now.
+    let kept_cordon = earlier
+        .as_ref()
+        .filter(|m| m.cordoned && unschedulable && cordon_is_ours(node, m).is_ok());
+    let kept_taints: Vec<MarkerTaint> = earlier
+        .as_ref()
+        .map(|m| {
+            m.taints
+                .iter()
+                .filter(|t| is_our_taint_key(&t.key, &input.taint_key))
+                .filter(|t| current.iter().any(|x| t.matches(x)))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let configured_kept = input
+        .taint
+        .as_ref()
+        .is_some_and(|t| kept_taints.contains(&MarkerTaint::of(t)));
+    let cordons = !unschedulable;
+    let mut marker = Marker {
+        was_unschedulable: match kept_cordon {
+            Some(m) => m.was_unschedulable,
+            None => unschedulable,
+        },
+        taint_was_present: match &earlier {
+            Some(m) if configured_kept => m.taint_was_present,
+            _ => present,
+        },
+        boot_id: input.boot_id.clone(),
+        time: input.time.clone(),
+        why: input.why.clone(),
+        cordoned: cordons || kept_cordon.is_some(),
+        cordoned_at: if cordons {
+            Some(input.time.clone())
+        } else {
+            kept_cordon.and_then(|m| m.cordoned_at.clone())
+        },
+        version: MARKER_VERSION,
+        taints: kept_taints,
+    };
     let add = input.taint.as_ref().filter(|_| input.add_taint && !present);
     if let Some(t) = add
         && !marker.taints.contains(&MarkerTaint::of(t))
@@ -216,35 +413,66 @@ pub fn prepare_patch(
             marker,
             cordons,
             taints: add.is_some(),
+            replaced_foreign,
         },
     ))
 }
 
 /// What a restore write does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RestorePlan {
     pub uncordons: bool,
     /// Taints of ours the write removes.
     pub removes: Vec<MarkerTaint>,
     /// Taints of ours left on the node (not removed by this write), still listed in the marker.
     pub keeps: Vec<MarkerTaint>,
+    /// Taints the marker lists under keys that are not ours: never removed.
+    pub refused: Vec<MarkerTaint>,
     /// The marker says we cordoned, but the node is no longer cordoned.
     pub left_cordon_alone: bool,
+    /// The marker says we cordoned and the node is cordoned, but the cordon is not provably
+    /// ours ([`cordon_is_ours`]): it stays, for this reason.
+    pub cordon_kept: Option<String>,
+    /// The marker was foreign (why): the write only removes it.
+    pub foreign: Option<String>,
 }
 
-/// The restore write for `node` as read and its `marker`: remove the listed taints still there
-/// (unless `remove_taints` is false), uncordon if the marker says we cordoned and the node is
-/// still cordoned, and clear the marker, or keep in it only the taints left on the node.
+/// The write clearing a foreign marker and nothing else.
+pub fn clear_foreign_patch(
+    node: &Node,
+    name: &str,
+    why: &str,
+) -> Result<(json_patch::Patch, RestorePlan), NodeError> {
+    let ops = vec![guard(node), marker_op(node, name, None)?];
+    let patch = patch_of(ops).map_err(build_error(name, "restore"))?;
+    Ok((
+        patch,
+        RestorePlan {
+            foreign: Some(why.to_string()),
+            ..RestorePlan::default()
+        },
+    ))
+}
+
+/// The restore write for `node` as read and its `marker`: remove the listed taints of ours
+/// (keys per [`is_our_taint_key`]) still there (unless `remove_taints` is false), uncordon if
+/// the marker says we cordoned, the node is still cordoned and the cordon is still ours
+/// ([`cordon_is_ours`]), and clear the marker, or keep in it only the taints left on the node.
 pub fn restore_patch(
     node: &Node,
     name: &str,
     marker: &Marker,
+    taint_key: &str,
     remove_taints: bool,
 ) -> Result<(json_patch::Patch, RestorePlan), NodeError> {
     let current = taints(node);
     let mut indices = Vec::new();
-    let (mut removes, mut keeps) = (Vec::new(), Vec::new());
+    let (mut removes, mut keeps, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for t in &marker.taints {
+        if !is_our_taint_key(&t.key, taint_key) {
+            refused.push(t.clone());
+            continue;
+        }
         match current.iter().position(|x| t.matches(x)) {
             Some(i) if remove_taints => {
                 indices.push(i);
@@ -257,11 +485,19 @@ pub fn restore_patch(
     // Highest index first, so each removal leaves the next index valid.
     indices.sort_unstable_by(|a, b| b.cmp(a));
     let unschedulable = is_unschedulable(node);
+    let cordon_kept = if marker.cordoned && unschedulable {
+        cordon_is_ours(node, marker).err()
+    } else {
+        None
+    };
     let plan = RestorePlan {
-        uncordons: marker.cordoned && unschedulable,
+        uncordons: marker.cordoned && unschedulable && cordon_kept.is_none(),
         removes,
         keeps,
+        refused,
         left_cordon_alone: marker.cordoned && !unschedulable,
+        cordon_kept,
+        foreign: None,
     };
     let mut ops = vec![guard(node)];
     ops.extend(
@@ -274,6 +510,7 @@ pub fn restore_patch(
     }
     let rest = Marker {
         cordoned: false,
+        cordoned_at: None,
         taints: plan.keeps.clone(),
         ..marker.clone()
     };
@@ -290,13 +527,28 @@ pub fn restore_patch(
 mod tests {
     use super::*;
 
+    const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
+    const T0: &str = "2026-11-30T07:00:00Z";
+
+    /// A node; cordoned ones have `spec.unschedulable` owned by our field manager.
     fn node(taints: Value, unschedulable: bool, marker: Option<&Marker>) -> Node {
+        node_cordoned_by(taints, unschedulable.then_some(FIELD_MANAGER), marker)
+    }
+
+    fn owner_entry(manager: &str) -> Value {
+        json!({"manager": manager, "operation": "Update", "apiVersion": "v1",
+               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:unschedulable": {}}}})
+    }
+
+    /// A node cordoned by `manager` (per its managedFields), or not cordoned.
+    fn node_cordoned_by(taints: Value, manager: Option<&str>, marker: Option<&Marker>) -> Node {
         let mut n = json!({"metadata": {"name": "n", "resourceVersion": "7"}, "spec": {}});
         if !taints.is_null() {
             n["spec"]["taints"] = taints;
         }
-        if unschedulable {
+        if let Some(manager) = manager {
             n["spec"]["unschedulable"] = json!(true);
+            n["metadata"]["managedFields"] = json!([owner_entry(manager)]);
         }
         if let Some(m) = marker {
             n["metadata"]["annotations"] =
@@ -317,11 +569,33 @@ mod tests {
     fn input(add_taint: bool) -> PrepareInput {
         PrepareInput {
             why: "w".into(),
-            boot_id: "b".into(),
-            time: "t".into(),
+            boot_id: BOOT.into(),
+            time: T0.into(),
             taint: Some(ours()),
+            taint_key: "k/shutdown".into(),
             add_taint,
         }
+    }
+
+    /// A marker of ours as written at [`T0`] by [`BOOT`].
+    fn marker(cordoned: bool, taints: Vec<MarkerTaint>) -> Marker {
+        Marker {
+            was_unschedulable: false,
+            taint_was_present: false,
+            boot_id: BOOT.into(),
+            time: T0.into(),
+            why: "w".into(),
+            cordoned,
+            cordoned_at: cordoned.then(|| T0.into()),
+            version: MARKER_VERSION,
+            taints,
+        }
+    }
+
+    fn with_annotation(text: &str) -> Node {
+        let mut n = node(Value::Null, false, None);
+        n.metadata.annotations = Some([(MARKER_ANNOTATION.to_string(), text.to_string())].into());
+        n
     }
 
     fn ops(p: &json_patch::Patch) -> Vec<Value> {
@@ -384,25 +658,22 @@ mod tests {
     #[test]
     fn a_second_prepare_keeps_the_first_record_and_adds_a_new_taint() {
         let first = Marker {
-            was_unschedulable: false,
-            taint_was_present: false,
-            boot_id: "old".into(),
-            time: "t0".into(),
+            boot_id: "0b0e1d00-0000-4000-8000-0000000000aa".into(),
             why: "drain".into(),
-            cordoned: true,
             taints: vec![MarkerTaint {
-                key: "old/key".into(),
+                key: "kube-shutdown-drain/old".into(),
                 effect: "NoSchedule".into(),
             }],
+            ..marker(true, vec![])
         };
         let n = node(
-            json!([{"key": "old/key", "effect": "NoSchedule"}]),
+            json!([{"key": "kube-shutdown-drain/old", "effect": "NoSchedule"}]),
             true,
             Some(&first),
         );
         let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
         assert!(plan.marker.cordoned, "still ours");
-        assert_eq!(plan.marker.boot_id, "b");
+        assert_eq!(plan.marker.boot_id, BOOT);
         assert_eq!(plan.marker.taints.len(), 2);
         let after = apply(&n, &p);
         assert_eq!(taints(&after).len(), 2);
@@ -410,15 +681,7 @@ mod tests {
 
     #[test]
     fn the_restore_patch_undoes_exactly_what_the_marker_lists() {
-        let marker = Marker {
-            was_unschedulable: false,
-            taint_was_present: false,
-            boot_id: "b".into(),
-            time: "t".into(),
-            why: "w".into(),
-            cordoned: true,
-            taints: vec![MarkerTaint::of(&ours())],
-        };
+        let marker = marker(true, vec![MarkerTaint::of(&ours())]);
         let mine = serde_json::to_value(ours()).unwrap();
         let same_key_other_effect = json!({"key": "k/shutdown", "effect": "NoExecute"});
         let other = json!({"key": "other", "effect": "NoSchedule"});
@@ -427,7 +690,7 @@ mod tests {
             true,
             Some(&marker),
         );
-        let (p, plan) = restore_patch(&n, "n", &marker, true).unwrap();
+        let (p, plan) = restore_patch(&n, "n", &marker, "k/shutdown", true).unwrap();
         assert!(plan.uncordons && plan.keeps.is_empty() && plan.removes.len() == 1);
         assert_eq!(
             ops(&p)[1],
@@ -439,7 +702,7 @@ mod tests {
         assert_eq!(marker_of(&after, "n").unwrap(), None);
 
         // Without taint rights: the cordon part done, the taint kept in the marker.
-        let (p, plan) = restore_patch(&n, "n", &marker, false).unwrap();
+        let (p, plan) = restore_patch(&n, "n", &marker, "k/shutdown", false).unwrap();
         assert!(plan.uncordons && plan.keeps.len() == 1);
         let after = apply(&n, &p);
         let left = marker_of(&after, "n").unwrap().unwrap();
@@ -447,7 +710,7 @@ mod tests {
 
         // Someone else uncordoned: the cordon is left alone.
         let n = node(Value::Null, false, Some(&marker));
-        let (_, plan) = restore_patch(&n, "n", &marker, true).unwrap();
+        let (_, plan) = restore_patch(&n, "n", &marker, "k/shutdown", true).unwrap();
         assert!(!plan.uncordons && plan.left_cordon_alone && plan.removes.is_empty());
     }
 
@@ -456,5 +719,164 @@ mod tests {
         let old = r#"{"was_unschedulable":false,"taint_was_present":false,"boot_id":"b","time":"t","why":"w","taint_key":"k","taint_effect":"NoSchedule"}"#;
         let m: Marker = serde_json::from_str(old).unwrap();
         assert!(!m.cordoned && m.taints.is_empty());
+    }
+
+    #[test]
+    fn unparsable_oversized_misshapen_or_impossible_markers_are_foreign() {
+        let good = serde_json::to_string(&marker(true, vec![])).unwrap();
+        assert_eq!(
+            read_marker(&with_annotation(&good)),
+            MarkerRead::Ours(marker(true, vec![]))
+        );
+        let huge = format!(
+            "{},\"pad\":\"{}\"}}",
+            &good[..good.len() - 1],
+            "x".repeat(5000)
+        );
+        let version = good.replace("\"version\":1", "\"version\":7");
+        let boot = good.replace(BOOT, "../../etc");
+        let cases = [
+            ("{not json", "not a marker of ours"),
+            ("[1,2]", "not a marker of ours"),
+            (r#"{"cordoned":true}"#, "not a marker of ours"),
+            (huge.as_str(), "more than the 4096"),
+            (version.as_str(), "marker version 7"),
+            (boot.as_str(), "is not a boot ID"),
+        ];
+        for (text, why) in cases {
+            match read_marker(&with_annotation(text)) {
+                MarkerRead::Foreign(reason) => {
+                    assert!(reason.contains(why), "{text:.40}: {reason}")
+                }
+                other => panic!("{text:.40} read as {other:?}"),
+            }
+            assert!(marker_of(&with_annotation(text), "n").is_err());
+        }
+    }
+
+    #[test]
+    fn prepare_replaces_a_foreign_marker_and_still_taints_and_cordons() {
+        let n = with_annotation("{not json");
+        let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+        assert!(plan.cordons && plan.taints);
+        assert!(
+            plan.replaced_foreign
+                .unwrap()
+                .contains("not a marker of ours")
+        );
+        let after = apply(&n, &p);
+        assert!(is_unschedulable(&after));
+        assert_eq!(marker_of(&after, "n").unwrap(), Some(plan.marker));
+    }
+
+    #[test]
+    fn clearing_a_foreign_marker_removes_only_the_annotation() {
+        let mut n = with_annotation("{not json");
+        n.spec.as_mut().unwrap().unschedulable = Some(true);
+        n.spec.as_mut().unwrap().taints = Some(vec![ours()]);
+        let (p, plan) = clear_foreign_patch(&n, "n", "garbage").unwrap();
+        assert_eq!(plan.foreign.as_deref(), Some("garbage"));
+        assert_eq!(ops(&p).len(), 2, "the guard and the annotation's removal");
+        let after = apply(&n, &p);
+        assert!(is_unschedulable(&after) && taints(&after).len() == 1);
+        assert_eq!(read_marker(&after), MarkerRead::Absent);
+    }
+
+    #[test]
+    fn restore_never_removes_a_taint_key_that_is_not_ours() {
+        let listed = vec![
+            MarkerTaint {
+                key: "admin/maintenance".into(),
+                effect: "NoExecute".into(),
+            },
+            MarkerTaint {
+                key: "node.kubernetes.io/unreachable".into(),
+                effect: "NoSchedule".into(),
+            },
+            MarkerTaint {
+                key: "kube-shutdown-drain/extra".into(),
+                effect: "NoSchedule".into(),
+            },
+        ];
+        let m = marker(false, listed);
+        let n = node(
+            json!([
+                {"key": "admin/maintenance", "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+                {"key": "kube-shutdown-drain/extra", "effect": "NoSchedule"}
+            ]),
+            false,
+            Some(&m),
+        );
+        let (p, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+        assert_eq!(plan.refused.len(), 2);
+        assert_eq!(plan.removes, vec![m.taints[2].clone()]);
+        let left: Vec<String> = taints(&apply(&n, &p)).into_iter().map(|t| t.key).collect();
+        assert_eq!(
+            left,
+            ["admin/maintenance", "node.kubernetes.io/unreachable"]
+        );
+    }
+
+    #[test]
+    fn a_cordon_is_ours_only_while_our_field_manager_owns_it() {
+        let m = marker(true, vec![]);
+        let n = node_cordoned_by(Value::Null, Some(FIELD_MANAGER), Some(&m));
+        assert_eq!(cordon_is_ours(&n, &m), Ok(()));
+        let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&m));
+        let why = cordon_is_ours(&n, &m).unwrap_err();
+        assert!(why.contains("owned by field manager kubectl"), "{why}");
+        let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+        assert!(!plan.uncordons && plan.cordon_kept.is_some());
+    }
+
+    #[test]
+    fn without_managed_fields_the_lifecycle_taint_time_decides() {
+        let m = marker(true, vec![]);
+        let at = |t: &str| {
+            let mut n = node(
+                json!([{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": t}]),
+                true,
+                Some(&m),
+            );
+            n.metadata.managed_fields = None;
+            n
+        };
+        assert_eq!(cordon_is_ours(&at("2026-11-30T07:00:01Z"), &m), Ok(()));
+        let later = cordon_is_ours(&at("2026-12-03T09:00:00Z"), &m).unwrap_err();
+        assert!(later.contains("a cordon by someone else"), "{later}");
+        let mut bare = node(Value::Null, true, Some(&m));
+        bare.metadata.managed_fields = None;
+        let none = cordon_is_ours(&bare, &m).unwrap_err();
+        assert!(none.contains("cannot be told"), "{none}");
+        let (_, plan) = restore_patch(&bare, "n", &m, "k/shutdown", true).unwrap();
+        assert!(!plan.uncordons);
+    }
+
+    #[test]
+    fn prepare_drops_an_earlier_cordon_that_is_no_longer_ours() {
+        // Drained once; an admin uncordoned and removed our taint by hand; days later kubectl
+        // cordons: the next prepare must not carry "we cordoned" over to that cordon.
+        let stale = marker(true, vec![MarkerTaint::of(&ours())]);
+        let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&stale));
+        let (_, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+        assert!(!plan.cordons && !plan.marker.cordoned && plan.marker.cordoned_at.is_none());
+        assert!(plan.marker.was_unschedulable);
+        assert_eq!(
+            plan.marker.taints,
+            vec![MarkerTaint::of(&ours())],
+            "added anew"
+        );
+    }
+
+    #[test]
+    fn the_boot_start_is_the_btime_line_of_proc_stat() {
+        let stat = "cpu  1 2 3\nintr 5\nbtime 1764480000\nprocesses 9\n";
+        assert_eq!(
+            super::super::btime(stat),
+            Some(jiff::Timestamp::from_second(1_764_480_000).unwrap())
+        );
+        assert_eq!(super::super::btime("cpu 1\n"), None);
+        assert!(super::super::boot_started().unwrap() < jiff::Timestamp::now());
     }
 }

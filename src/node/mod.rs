@@ -22,7 +22,10 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::api::ApiError;
 
-pub use marker::{MARKER_ANNOTATION, Marker, MarkerTaint, marker_of};
+pub use marker::{
+    MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours, is_our_taint_key,
+    marker_of, read_marker,
+};
 pub use ops::NodeOps;
 
 /// A Node operation failed. Every variant names the node (an [`ApiError`] names its object).
@@ -34,11 +37,8 @@ pub enum NodeError {
     Get(ApiError),
     #[error("cannot write the marker on {0}; nothing else was changed")]
     WriteMarker(ApiError),
-    #[error("the marker annotation on node {node} is not valid: {source}")]
-    BadMarker {
-        node: String,
-        source: serde_json::Error,
-    },
+    #[error("the marker annotation on node {node} is not one we wrote ({reason})")]
+    BadMarker { node: String, reason: String },
     #[error("cannot build the {what} patch for node {node}: {source}")]
     BuildPatch {
         node: String,
@@ -67,8 +67,15 @@ pub enum NodeError {
         what: &'static str,
         attempts: usize,
     },
-    #[error("node {node} is not Ready after waiting {waited:?}")]
-    NotReady { node: String, waited: Duration },
+    #[error("node {node} has no live kubelet reporting Ready after waiting {waited:?} ({state})")]
+    NotReady {
+        node: String,
+        waited: Duration,
+        /// What was last seen, e.g. a Ready=True with a heartbeat from before this boot.
+        state: String,
+    },
+    #[error("cannot tell when this boot began: {0}")]
+    BootTime(String),
     #[error("cannot read the boot id from {path}: {source}")]
     BootId {
         path: std::path::PathBuf,
@@ -101,6 +108,8 @@ pub struct PrepareOutcome {
     pub taint_forbidden: bool,
     /// We cordoned the node now.
     pub cordoned: bool,
+    /// The marker found was foreign (why); prepare replaced it.
+    pub replaced_foreign: Option<String>,
 }
 
 /// The result of restore.
@@ -112,6 +121,26 @@ pub struct RestoreOutcome {
     pub untainted: bool,
     /// The marker said we cordoned, but someone else had already uncordoned.
     pub left_cordon_alone: bool,
+    /// The marker said we cordoned, but the cordon is not provably ours (why): left in place.
+    pub cordon_kept: Option<String>,
+    /// The marker was foreign (why): cleared, nothing undone.
+    pub foreign_marker: Option<String>,
+    /// Taints the marker listed under keys that are not ours (`key:effect`): never removed.
+    pub refused_taints: Vec<String>,
+}
+
+impl RestoreOutcome {
+    fn nothing(marker: Option<Marker>) -> RestoreOutcome {
+        RestoreOutcome {
+            marker,
+            uncordoned: false,
+            untainted: false,
+            left_cordon_alone: false,
+            cordon_kept: None,
+            foreign_marker: None,
+            refused_taints: Vec::new(),
+        }
+    }
 }
 
 /// Reads the current boot ID.
@@ -122,6 +151,35 @@ pub fn read_boot_id(path: &Path) -> Result<String, NodeError> {
             path: path.to_path_buf(),
             source,
         })
+}
+
+/// When this boot began: `btime` of `/proc/stat`, else now minus `CLOCK_BOOTTIME`.
+pub fn boot_started() -> Result<jiff::Timestamp, NodeError> {
+    let from_stat = std::fs::read_to_string("/proc/stat")
+        .map_err(|e| format!("/proc/stat: {e}"))
+        .and_then(|text| btime(&text).ok_or_else(|| "/proc/stat has no btime line".to_string()));
+    match from_stat {
+        Ok(t) => Ok(t),
+        Err(stat) => {
+            let up = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+                .map_err(|e| NodeError::BootTime(format!("{stat}; CLOCK_BOOTTIME: {e}")))?;
+            let up = jiff::SignedDuration::new(up.tv_sec(), up.tv_nsec() as i32);
+            jiff::Timestamp::now()
+                .checked_sub(up)
+                .map_err(|e| NodeError::BootTime(format!("{stat}; CLOCK_BOOTTIME: {e}")))
+        }
+    }
+}
+
+/// The `btime` line of `/proc/stat` (seconds since the epoch).
+fn btime(stat: &str) -> Option<jiff::Timestamp> {
+    let secs = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse::<i64>()
+        .ok()?;
+    jiff::Timestamp::from_second(secs).ok()
 }
 
 /// Whether a Node's Ready condition is True.

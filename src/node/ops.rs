@@ -2,6 +2,7 @@
 //! guarded patch: taints, uncordon, marker) and the wait for Ready (kube's watcher).
 
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
@@ -9,8 +10,8 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use tokio::time::Instant;
 
 use super::marker::{
-    PrepareInput, PreparePlan, RestorePlan, is_unschedulable, marker_of, prepare_patch,
-    restore_patch,
+    MarkerRead, PrepareInput, PreparePlan, RestorePlan, clear_foreign_patch, is_unschedulable,
+    prepare_patch, read_marker, restore_patch,
 };
 use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
@@ -131,12 +132,22 @@ impl NodeOps<'_> {
                 effect: t.effect.as_str().to_string(),
                 time_added: None,
             }),
+            taint_key: t.key.clone(),
             add_taint: true,
         };
         // What was ours before this prepare, to tell what this prepare changed (a write applied
         // although its answer was lost shows up only in the node read again).
-        let before = marker_of(&node, &name)?;
-        let had_cordon = before.as_ref().is_some_and(|m| m.cordoned) && is_unschedulable(&node);
+        let before = match read_marker(&node) {
+            MarkerRead::Ours(m) => Some(m),
+            MarkerRead::Absent => None,
+            MarkerRead::Foreign(why) => {
+                tracing::warn!(node = %name, "the marker annotation on node {name} is not one we wrote ({why}); replacing it, and tainting and cordoning the node as for no marker");
+                None
+            }
+        };
+        let had_cordon = before.as_ref().is_some_and(|m| {
+            m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node, m).is_ok()
+        });
         let (written, taint_forbidden, taint_error) = match self
             .write_prepare(&node, &input, deadline)
             .await
@@ -162,21 +173,33 @@ impl NodeOps<'_> {
             }
             Err(e) => return Err(self.failed("prepare", e)),
         };
-        let marker = match (marker_of(&written.object, &name)?, written.applied) {
-            (Some(m), _) => m,
-            (None, Some(plan)) => plan.marker,
+        let replaced_foreign = written
+            .applied
+            .as_ref()
+            .and_then(|p| p.replaced_foreign.clone());
+        let marker = match (read_marker(&written.object), written.applied) {
+            (MarkerRead::Ours(m), _) => m,
+            (_, Some(plan)) => plan.marker,
             // The prepare builder always writes; without a write there is no marker to show.
-            (None, None) => return Err(self.failed("prepare", GuardedError::Contended)),
+            (_, None) => return Err(self.failed("prepare", GuardedError::Contended)),
         };
         let ours = t.enabled.then(|| (t.key.as_str(), t.effect.as_str()));
         let listed = |m: &super::Marker| {
             ours.is_some_and(|(k, e)| m.taints.iter().any(|x| x.key == k && x.effect == e))
         };
+        // An earlier record of our taint counts only while the taint is still on the node.
+        let had_taint = before.as_ref().is_some_and(listed)
+            && ours.is_some_and(|(k, e)| {
+                super::marker::taints(&node)
+                    .iter()
+                    .any(|x| x.key == k && x.effect == e)
+            });
         let outcome = PrepareOutcome {
             cordoned: marker.cordoned && !had_cordon,
-            tainted: listed(&marker) && !before.as_ref().is_some_and(listed),
+            tainted: listed(&marker) && !had_taint,
             taint_forbidden,
             marker,
+            replaced_foreign,
         };
         tracing::info!(node = %name, cordoned = outcome.cordoned, tainted = outcome.tainted, was_unschedulable = outcome.marker.was_unschedulable, "wrote marker on node {name}{}{}", if outcome.tainted { ", tainted it" } else { "" }, if outcome.cordoned { ", cordoned it" } else { "" });
         match taint_error {
@@ -192,38 +215,47 @@ impl NodeOps<'_> {
         deadline: Instant,
     ) -> Write<RestorePlan> {
         let name = self.name();
-        self.write(node, deadline, |n| match marker_of(n, name)? {
+        let key = &self.settings.taint.key;
+        self.write(node, deadline, |n| match read_marker(n) {
             // Cleared by another writer meanwhile: nothing left to do.
-            None => Ok(None),
-            Some(m) => restore_patch(n, name, &m, remove_taints).map(Some),
+            MarkerRead::Absent => Ok(None),
+            MarkerRead::Ours(m) => restore_patch(n, name, &m, key, remove_taints).map(Some),
+            MarkerRead::Foreign(why) => clear_foreign_patch(n, name, &why).map(Some),
         })
         .await
     }
 
     /// Undoes what the marker says we did, then clears the marker, in one guarded patch;
-    /// transient failures are retried until `deadline`. Removes exactly the taints the marker
-    /// lists; uncordons only if the marker says we cordoned and the node is still cordoned. A
-    /// taint these credentials may not remove (403) stays listed in the marker (the cordon part
-    /// done) and is returned as [`NodeError::TaintLeft`]. Idempotent.
+    /// transient failures are retried until `deadline`. Removes exactly the taints of ours the
+    /// marker lists (never another key); uncordons only if the marker says we cordoned, the node
+    /// is still cordoned and the cordon is provably still ours ([`super::cordon_is_ours`]),
+    /// else leaves it and says why. A foreign marker is cleared and nothing undone. A taint these
+    /// credentials may not remove (403) stays listed in the marker (the cordon part done) and is
+    /// returned as [`NodeError::TaintLeft`]. Idempotent.
     #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
     pub async fn restore(&self, deadline: Instant) -> Result<RestoreOutcome, NodeError> {
         let name = self.name().to_string();
         let node = self.get_by(deadline).await?;
-        let Some(marker) = marker_of(&node, &name)? else {
-            tracing::info!(node = %name, "no marker on node {name}; nothing to restore");
-            return Ok(RestoreOutcome {
-                marker: None,
-                uncordoned: false,
-                untainted: false,
-                left_cordon_alone: false,
-            });
+        let marker = match read_marker(&node) {
+            MarkerRead::Absent => {
+                tracing::info!(node = %name, "no marker on node {name}; nothing to restore");
+                return Ok(RestoreOutcome::nothing(None));
+            }
+            MarkerRead::Foreign(why) => {
+                tracing::warn!(node = %name, "the marker annotation on node {name} is not one we wrote ({why}); clearing it and undoing nothing");
+                None
+            }
+            MarkerRead::Ours(m) => {
+                if !m.cordoned && m.taints.is_empty() {
+                    tracing::info!(node = %name, "the marker on node {name} records no cordon and no taint of ours; only clearing it");
+                }
+                Some(m)
+            }
         };
-        if !marker.cordoned && marker.taints.is_empty() {
-            tracing::info!(node = %name, "the marker on node {name} records no cordon and no taint of ours; only clearing it");
-        }
+        let has_taints = marker.as_ref().is_some_and(|m| !m.taints.is_empty());
         let (written, refused) = match self.write_restore(&node, true, deadline).await {
             Ok(w) => (w, None),
-            Err(GuardedError::Api(e)) if e.is_forbidden() && !marker.taints.is_empty() => {
+            Err(GuardedError::Api(e)) if e.is_forbidden() && has_taints => {
                 tracing::warn!(node = %name, "may not remove taints from node {name} ({}); the marker keeps them", e.problem());
                 let w = self
                     .write_restore(&node, false, deadline)
@@ -235,20 +267,27 @@ impl NodeOps<'_> {
         };
         let Some(plan) = written.applied else {
             tracing::info!(node = %name, "the marker on node {name} was cleared by another writer");
-            return Ok(RestoreOutcome {
-                marker: Some(marker),
-                uncordoned: false,
-                untainted: false,
-                left_cordon_alone: false,
-            });
+            return Ok(RestoreOutcome::nothing(marker));
         };
+        if let Some(why) = &plan.foreign {
+            tracing::warn!(node = %name, "cleared the foreign marker on node {name} ({why}); left its cordon and taints as they are");
+            return Ok(RestoreOutcome {
+                foreign_marker: Some(why.clone()),
+                ..RestoreOutcome::nothing(None)
+            });
+        }
         if plan.uncordons {
             tracing::info!(node = %name, "uncordoned node {name}");
+        } else if let Some(why) = &plan.cordon_kept {
+            tracing::warn!(node = %name, "left node {name} cordoned: {why}");
         } else if is_unschedulable(&node) {
             tracing::info!(node = %name, "node {name} was not cordoned by us; leaving it cordoned");
         }
         for t in &plan.removes {
             tracing::info!(node = %name, "removed taint {t} from node {name}");
+        }
+        for t in &plan.refused {
+            tracing::warn!(node = %name, "the marker on node {name} lists taint {t}, whose key is not ours; left it");
         }
         if let (Some(source), Some(t)) = (refused, plan.keeps.first()) {
             return Err(NodeError::TaintLeft {
@@ -259,54 +298,110 @@ impl NodeOps<'_> {
         }
         tracing::info!(node = %name, "cleared marker on node {name}");
         Ok(RestoreOutcome {
-            marker: Some(marker),
+            marker,
             uncordoned: plan.uncordons,
             untainted: !plan.removes.is_empty(),
             left_cordon_alone: plan.left_cordon_alone,
+            cordon_kept: plan.cordon_kept,
+            foreign_marker: None,
+            refused_taints: plan.refused.iter().map(ToString::to_string).collect(),
         })
     }
 
-    /// Waits until the Node's Ready condition is True, by kube's watcher (its backoff after
-    /// errors, watch requests paced), until `deadline`.
+    /// Waits until a live kubelet reports the Node Ready: Ready=True with a `lastHeartbeatTime`
+    /// later than `since` (this boot's start), or Ready=True and the node Lease's `renewTime`
+    /// later than `since` (read every [`LEASE_POLL`]). A Ready=True left by the previous boot's
+    /// kubelet stays for ~40 s after it stopped (kubernetes-api.md section 5) and is not enough.
+    /// By kube's watcher (its backoff after errors, watch requests paced), until `deadline`.
     #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
-    pub async fn wait_ready(&self, deadline: Instant) -> Result<(), NodeError> {
+    pub async fn wait_ready(
+        &self,
+        deadline: Instant,
+        since: jiff::Timestamp,
+    ) -> Result<(), NodeError> {
         let started = Instant::now();
         let name = self.name().to_string();
         let api: Api<Node> = Api::all(self.clients.watch.clone());
+        let leases: Api<Lease> = Api::namespaced(self.clients.api.clone(), "kube-node-lease");
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(WATCH_SECONDS);
+        let last = std::sync::Mutex::new(String::from("no Ready condition seen"));
         let wait = async {
             let stream = watch(api, config).backoff(retry::for_watches());
             let mut stream = std::pin::pin!(stream);
             let mut seen = false;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(Event::Apply(n) | Event::InitApply(n)) => {
-                        seen = true;
-                        if is_ready(&n) {
-                            return Ok(());
+            let mut ready = false;
+            let mut poll = tokio::time::interval(LEASE_POLL);
+            loop {
+                tokio::select! {
+                    event = stream.next() => match event {
+                        None => break,
+                        Some(Ok(Event::Apply(n) | Event::InitApply(n))) => {
+                            seen = true;
+                            ready = is_ready(&n);
+                            match heartbeat(&n) {
+                                Some(at) if ready && at > since => {
+                                    tracing::info!(node = %name, "node {name} is Ready with a heartbeat at {at}, after this boot began at {since}");
+                                    return Ok(());
+                                }
+                                Some(at) if ready => *last.lock().unwrap_or_else(|p| p.into_inner()) = format!("Ready=True, but its last heartbeat at {at} is from before this boot began at {since}"),
+                                _ if ready => *last.lock().unwrap_or_else(|p| p.into_inner()) = "Ready=True without a heartbeat time".into(),
+                                _ => *last.lock().unwrap_or_else(|p| p.into_inner()) = "not Ready".into(),
+                            }
                         }
-                    }
-                    Ok(Event::Init) => seen = false,
-                    Ok(Event::InitDone) if !seen => {
-                        return Err(NodeError::Missing { node: name.clone() });
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(node = %name, "watch of node {name}: {e}"),
+                        Some(Ok(Event::Init)) => seen = false,
+                        Some(Ok(Event::InitDone)) if !seen => {
+                            return Err(NodeError::Missing { node: name.clone() });
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => tracing::debug!(node = %name, "watch of node {name}: {e}"),
+                    },
+                    _ = poll.tick(), if ready => match leases.get_opt(&name).await {
+                        Ok(Some(lease)) => {
+                            let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
+                            if let Some(at) = renewed.filter(|at| *at > since) {
+                                tracing::info!(node = %name, "node {name} is Ready and its Lease was renewed at {at}, after this boot began at {since}");
+                                return Ok(());
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => tracing::debug!(node = %name, "cannot read the Lease of node {name}: {e}"),
+                    },
                 }
             }
             Err(NodeError::NotReady {
                 node: name.clone(),
                 waited: started.elapsed(),
+                state: last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             })
         };
-        match tokio::time::timeout_at(deadline, wait).await {
-            Ok(r) => r,
+        let result = tokio::time::timeout_at(deadline, wait).await;
+        let state = last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(NodeError::NotReady {
-                node: name.clone(),
+                node: name,
                 waited: started.elapsed(),
+                state,
             }),
         }
     }
+}
+
+/// How often the Lease is read while the Node shows a Ready=True of unknown freshness.
+pub const LEASE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The Ready condition's `lastHeartbeatTime`.
+fn heartbeat(node: &Node) -> Option<jiff::Timestamp> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?
+        .last_heartbeat_time
+        .as_ref()
+        .map(|t| t.0)
 }

@@ -165,7 +165,8 @@ pub fn node_may_remove_pod(node: &str, pod: &Value, verb: &str) -> Result<(), St
         Ok(())
     } else {
         Err(format!(
-            "node \"{node}\" can only {verb} pods with spec.nodeName set to itself"
+            // S5: no quotes around the node name in this message.
+            "node {node} can only {verb} pods with spec.nodeName set to itself"
         ))
     }
 }

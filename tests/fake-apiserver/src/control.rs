@@ -1,6 +1,7 @@
 //! The HTTP control endpoint under `/_fake/`, for shell scripts (curl) driving the binary:
 //! upsert objects, set pods Ready, change taints as another writer, read recorded requests,
-//! set fault knobs, the 410 knob, take the listener down and back. Routes are listed in
+//! set fault knobs, the 410 knob, take the listener down and back, stop and start a node's
+//! simulated kubelet, read and set the simulation's timings. Routes are listed in
 //! docs/design.md.
 
 use std::sync::Arc;
@@ -140,6 +141,43 @@ pub(crate) fn handle(
                 Ok(v) => answer(StatusCode::OK, &v),
                 Err(e) => store_error(&e),
             }
+        }
+        (&Method::POST, ["nodes", node, "kubelet"]) => {
+            let result = match param("running").as_deref() {
+                Some("false") => app.store.stop_kubelet(node),
+                None | Some("true") => app.store.start_kubelet(node),
+                Some(other) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("running must be true or false, got {other:?}"),
+                    );
+                }
+            };
+            match result {
+                Ok(()) => answer(
+                    StatusCode::OK,
+                    &json!({"node": node, "running": app.store.kubelet_running(node)}),
+                ),
+                Err(e) => store_error(&e),
+            }
+        }
+        (&Method::GET, ["simulation"]) => answer(StatusCode::OK, &app.store.timings().to_json()),
+        (&Method::PUT, ["simulation"]) => {
+            let body: Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                Err(e) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("simulation body is not JSON: {e}"),
+                    );
+                }
+            };
+            let mut timings = app.store.timings();
+            if let Err(e) = timings.merge_json(&body) {
+                return error(StatusCode::BAD_REQUEST, format!("simulation body: {e}"));
+            }
+            app.store.set_timings(timings);
+            answer(StatusCode::OK, &app.store.timings().to_json())
         }
         (&Method::GET, ["requests"]) => match serde_json::to_value(app.recorder.requests()) {
             Ok(v) => answer(StatusCode::OK, &v),

@@ -14,6 +14,7 @@ pub mod auth;
 mod control;
 pub mod discovery;
 pub mod faults;
+pub mod managed;
 pub mod patch;
 pub mod pdb;
 mod proto;
@@ -22,10 +23,12 @@ pub mod resources;
 pub mod seed;
 pub mod selector;
 mod server;
+pub mod sim;
 pub mod store;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
@@ -33,6 +36,7 @@ use serde_json::Value;
 pub use faults::{FaultState, Faults, Route};
 pub use recorder::{RecordedRequest, Recorder};
 pub use seed::{SeedError, load_file as load_seed_file, parse_documents};
+pub use sim::{KUBELET_ANNOTATION, PHASE_ANNOTATION, Timings};
 pub use store::{Store, StoreError, TERMINATION_ANNOTATION};
 
 /// How to start the server.
@@ -54,10 +58,24 @@ impl FakeApiServer {
     pub async fn start(options: Options) -> anyhow::Result<FakeApiServer> {
         let store = Store::new(tokio::runtime::Handle::current());
         for (i, object) in options.seed.into_iter().enumerate() {
+            let what = format!(
+                "seed object {i} ({} {} {}{})",
+                object["apiVersion"].as_str().unwrap_or("?"),
+                object["kind"].as_str().unwrap_or("?"),
+                object["metadata"]["namespace"]
+                    .as_str()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default(),
+                object["metadata"]["name"].as_str().unwrap_or("?"),
+            );
             store
                 .upsert(object)
-                .with_context(|| format!("seed object {i} could not be stored"))?;
+                .with_context(|| format!("{what} could not be stored"))?;
         }
+        // Every running kubelet posts its status once, so seeded nodes start with a fresh
+        // heartbeat and Lease (a node annotated `fake-apiserver.test/kubelet: stopped` keeps
+        // its seeded, stale one).
+        store.heartbeat_all();
         // Bind once, learn the port, then hand the bound socket to the app that knows it.
         let listener = std::net::TcpListener::bind(("127.0.0.1", options.port))
             .with_context(|| format!("cannot bind 127.0.0.1:{}", options.port))?;
@@ -104,6 +122,16 @@ impl FakeApiServer {
         &self.app.faults
     }
 
+    /// The simulated kubelets: `stop(node)`, `start(node)`, `is_running(node)`.
+    pub fn kubelets(&self) -> Kubelets<'_> {
+        Kubelets(&self.app.store)
+    }
+
+    /// The simulated controllers' knobs (`Timings`).
+    pub fn controllers(&self) -> Controllers<'_> {
+        Controllers(&self.app.store)
+    }
+
     /// Closes the listening socket and drops every open connection, watches included.
     pub fn stop_listener(&self) {
         server::stop_listener(&self.app);
@@ -114,6 +142,71 @@ impl FakeApiServer {
         server::start_listener(&self.app, self.app.port)
             .with_context(|| format!("cannot listen again on 127.0.0.1:{}", self.app.port))?;
         Ok(())
+    }
+}
+
+/// The simulated kubelets of a running server (see `sim`).
+pub struct Kubelets<'a>(&'a Store);
+
+impl Kubelets<'_> {
+    /// Stops `node`'s kubelet: Ready stays True with a stale `lastHeartbeatTime` (and Lease
+    /// `renewTime`) until `Timings::node_monitor_grace`, then Unknown with the unreachable
+    /// taints; its terminating pods wait.
+    pub fn stop(&self, node: &str) -> Result<(), StoreError> {
+        self.0.stop_kubelet(node)
+    }
+
+    /// Starts it again: a fresh heartbeat at once, then every `Timings::heartbeat_period`.
+    pub fn start(&self, node: &str) -> Result<(), StoreError> {
+        self.0.start_kubelet(node)
+    }
+
+    pub fn is_running(&self, node: &str) -> bool {
+        self.0.kubelet_running(node)
+    }
+
+    /// Sets how often running kubelets heartbeat and how long a stopped one's node stays
+    /// Ready (applies to timers started from now on).
+    pub fn set_timing(&self, heartbeat_period: Duration, node_monitor_grace: Duration) {
+        let mut t = self.0.timings();
+        t.heartbeat_period = heartbeat_period;
+        t.node_monitor_grace = node_monitor_grace;
+        self.0.set_timings(t);
+    }
+}
+
+/// The simulated controllers' knobs of a running server.
+pub struct Controllers<'a>(&'a Store);
+
+impl Controllers<'_> {
+    pub fn timings(&self) -> Timings {
+        self.0.timings()
+    }
+
+    pub fn set_timings(&self, timings: Timings) {
+        self.0.set_timings(timings);
+    }
+
+    /// How long a replacement pod takes from creation to Ready.
+    pub fn set_replacement_ready(&self, delay: Duration) {
+        let mut t = self.0.timings();
+        t.replacement_ready = delay;
+        self.0.set_timings(t);
+    }
+
+    /// How long until a released volume's VolumeAttachment goes; `None`: never.
+    pub fn set_detach_after(&self, delay: Option<Duration>) {
+        let mut t = self.0.timings();
+        t.detach_after = delay;
+        self.0.set_timings(t);
+    }
+
+    /// Stops (false) or starts (true) the disruption controller: stopped, new or changed
+    /// budgets stay unobserved and evictions under them get the "still being processed" 429.
+    pub fn set_disruption_controller(&self, running: bool) {
+        let mut t = self.0.timings();
+        t.disruption_controller = running;
+        self.0.set_timings(t);
     }
 }
 

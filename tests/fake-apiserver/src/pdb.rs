@@ -6,8 +6,11 @@
 //!   terminating count as disrupted;
 //! - `minAvailable: N` needs N healthy; `minAvailable: P%` needs ceil(P% of expected);
 //!   `maxUnavailable: N|P%` needs expected - N (percent rounded up); expected = the pods the
-//!   selector matches (the fake has no controllers to ask for their scale);
-//! - disruptionsAllowed = max(0, healthy - needed);
+//!   selector matches for an integer `minAvailable`, else the sum of the pods' controllers'
+//!   scale (`compute_with`; controller-less pods add nothing);
+//! - disruptionsAllowed = max(0, healthy - needed), and 0 while nothing is expected;
+//! - the eviction handler reads the stored status: a status behind the PDB's generation is the
+//!   "still being processed" 429;
 //! - a pod that is Pending, Succeeded, Failed or already terminating is evicted without a
 //!   budget check; an unhealthy pod is evicted when the budget is currently met (policy
 //!   `IfHealthyBudget`, the default) or always (`AlwaysAllow`).
@@ -137,24 +140,81 @@ pub fn scaled(
     }
 }
 
-/// The budget of `pdb` over `pods` (the pods it covers).
+/// The budget of `pdb` over `pods` (the pods it covers), every pod counted as expected.
 pub fn compute(pdb: &Value, pods: &[&Value]) -> Result<Budget, PdbError> {
-    let expected = pods.len() as i64;
+    compute_with(pdb, pods, pods.len() as i64)
+}
+
+/// Whether the controller takes the expected count from the pods' controllers (their scale)
+/// rather than from the matching pods: `maxUnavailable`, or a percentage `minAvailable`
+/// (disruption.go getExpectedPodCount).
+pub fn uses_scale(pdb: &Value) -> bool {
+    match pdb.pointer("/spec/minAvailable").filter(|v| !v.is_null()) {
+        Some(min) => min.is_string(),
+        None => pdb
+            .pointer("/spec/maxUnavailable")
+            .is_some_and(|v| !v.is_null()),
+    }
+}
+
+/// The budget of `pdb` over `pods` when its controllers' scale adds up to `scale` (used only
+/// where `uses_scale` says so; an integer `minAvailable` counts the matching pods).
+pub fn compute_with(pdb: &Value, pods: &[&Value], scale: i64) -> Result<Budget, PdbError> {
     let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
+    let mut expected = pods.len() as i64;
     let desired = if let Some(min) = pdb.pointer("/spec/minAvailable").filter(|v| !v.is_null()) {
+        if min.is_string() {
+            expected = scale;
+        }
         scaled(pdb, "spec.minAvailable", min, expected, true)?
     } else if let Some(max) = pdb.pointer("/spec/maxUnavailable").filter(|v| !v.is_null()) {
+        expected = scale;
         (expected - scaled(pdb, "spec.maxUnavailable", max, expected, true)?).max(0)
     } else {
         // Neither set: the API defaults minAvailable to 1.
         1
     };
+    // updatePdbStatus: no disruption while nothing is expected, so a budget whose first pods
+    // appear before the controller counted them is safe.
+    let allowed = if expected <= 0 {
+        0
+    } else {
+        (healthy - desired).max(0)
+    };
     Ok(Budget {
         expected_pods: expected,
         desired_healthy: desired,
         current_healthy: healthy,
-        disruptions_allowed: (healthy - desired).max(0),
+        disruptions_allowed: allowed,
     })
+}
+
+/// The budget as the PDB's stored status says (what the eviction handler reads).
+pub fn from_status(pdb: &Value) -> Budget {
+    let n = |f: &str| {
+        pdb.pointer(&format!("/status/{f}"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    Budget {
+        expected_pods: n("expectedPods"),
+        desired_healthy: n("desiredHealthy"),
+        current_healthy: n("currentHealthy"),
+        disruptions_allowed: n("disruptionsAllowed"),
+    }
+}
+
+/// Whether the disruption controller has not yet written a status for the PDB's current
+/// generation (`status.observedGeneration` absent or behind `metadata.generation`).
+pub fn is_lagging(pdb: &Value) -> bool {
+    let generation = pdb
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    pdb.pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        < generation
 }
 
 /// The status object the fake keeps on a PDB (the store sets the condition's
@@ -195,6 +255,8 @@ pub enum Verdict {
     },
     /// 500: more than one PDB covers the pod.
     TooManyBudgets,
+    /// 429 with Retry-After 10: the controller has not observed the PDB's generation yet.
+    Lagging { pdb: String },
 }
 
 /// The eviction verdict for `pod`, given the PDBs that cover it and their budgets.
@@ -216,14 +278,27 @@ pub fn verdict(pod: &Value, budgets: &[(&Value, Budget)]) -> Verdict {
         desired_healthy: budget.desired_healthy,
         current_healthy: budget.current_healthy,
     };
-    if !is_healthy(pod) {
+    if !is_ready(pod) {
         let policy = pdb
             .pointer("/spec/unhealthyPodEvictionPolicy")
             .and_then(Value::as_str);
-        if policy == Some("AlwaysAllow") || budget.current_healthy >= budget.desired_healthy {
+        // eviction.go: an unready pod goes without touching the budget when the policy says
+        // AlwaysAllow, or the budget is met and asks for at least one healthy pod.
+        if policy == Some("AlwaysAllow")
+            || (budget.current_healthy >= budget.desired_healthy && budget.desired_healthy > 0)
+        {
             return Verdict::Evict;
         }
-        return blocked();
+    }
+    // checkAndDecrement: an unobserved budget first, then the count.
+    if is_lagging(pdb) {
+        return Verdict::Lagging {
+            pdb: pdb
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        };
     }
     if budget.disruptions_allowed > 0 {
         Verdict::Evict
@@ -316,7 +391,8 @@ mod tests {
 
     #[test]
     fn verdicts_follow_the_eviction_handler() {
-        let pdb = json!({"metadata": {"name": "guarded-pdb", "namespace": "work"}, "spec": {"minAvailable": 1}});
+        let pdb = json!({"metadata": {"name": "guarded-pdb", "namespace": "work", "generation": 1},
+                         "spec": {"minAvailable": 1}, "status": {"observedGeneration": 1}});
         let one = healthy(1);
         let b = budget(json!({"minAvailable": 1}), &one);
         assert_eq!(
@@ -354,6 +430,56 @@ mod tests {
         ));
         let always = json!({"metadata": {"name": "x"}, "spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}});
         assert_eq!(verdict(&unready, &[(&always, short)]), Verdict::Evict);
+    }
+
+    #[test]
+    fn an_unobserved_budget_is_still_being_processed() {
+        let pdb = json!({"metadata": {"name": "lagging", "namespace": "work", "generation": 2},
+                         "spec": {"minAvailable": 1}, "status": {"observedGeneration": 1}});
+        let two = healthy(2);
+        let b = budget(json!({"minAvailable": 1}), &two);
+        assert_eq!(
+            verdict(&two[0], &[(&pdb, b)]),
+            Verdict::Lagging {
+                pdb: "lagging".into()
+            }
+        );
+        // A terminating pod never reaches the budget check.
+        assert_eq!(
+            verdict(&pod("t", "Running", true, true), &[(&pdb, b)]),
+            Verdict::Evict
+        );
+    }
+
+    #[test]
+    fn scale_sets_the_expected_count_for_max_unavailable_and_percentages() {
+        // Three replicas, one evicted and gone, no replacement yet: still 3 expected.
+        let pods = healthy(2);
+        let refs: Vec<&Value> = pods.iter().collect();
+        let pdb = |spec: Value| json!({"metadata": {"name": "b"}, "spec": spec});
+        let b = compute_with(&pdb(json!({"maxUnavailable": 1})), &refs, 3).expect("valid");
+        assert_eq!(
+            (b.expected_pods, b.desired_healthy, b.disruptions_allowed),
+            (3, 2, 0)
+        );
+        let b = compute_with(&pdb(json!({"minAvailable": "50%"})), &refs, 3).expect("valid");
+        assert_eq!((b.expected_pods, b.desired_healthy), (3, 2));
+        // An integer minAvailable counts the matching pods.
+        let b = compute_with(&pdb(json!({"minAvailable": 1})), &refs, 3).expect("valid");
+        assert_eq!((b.expected_pods, b.disruptions_allowed), (2, 1));
+        // Nothing expected (controller-less pods only): nothing allowed.
+        let b = compute_with(&pdb(json!({"maxUnavailable": 1})), &refs, 0).expect("valid");
+        assert_eq!(
+            (
+                b.expected_pods,
+                b.desired_healthy,
+                b.current_healthy,
+                b.disruptions_allowed
+            ),
+            (0, 0, 2, 0)
+        );
+        assert!(uses_scale(&pdb(json!({"maxUnavailable": 1}))));
+        assert!(!uses_scale(&pdb(json!({"minAvailable": 2}))));
     }
 
     #[test]

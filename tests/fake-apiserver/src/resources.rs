@@ -199,6 +199,71 @@ pub static RESOURCES: &[ResourceType] = &[
         has_status: false,
         fields: &[],
     },
+    ResourceType {
+        key: "jobs.batch",
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        kind: "Job",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &[],
+        has_status: true,
+        fields: &["status.successful"],
+    },
+    ResourceType {
+        key: "cronjobs.batch",
+        group: "batch",
+        version: "v1",
+        plural: "cronjobs",
+        singular: "cronjob",
+        kind: "CronJob",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &["cj"],
+        has_status: true,
+        fields: &[],
+    },
+    ResourceType {
+        key: "persistentvolumes",
+        group: "",
+        version: "v1",
+        plural: "persistentvolumes",
+        singular: "persistentvolume",
+        kind: "PersistentVolume",
+        namespaced: false,
+        verbs: ALL_VERBS,
+        short_names: &["pv"],
+        has_status: true,
+        fields: &[],
+    },
+    ResourceType {
+        key: "persistentvolumeclaims",
+        group: "",
+        version: "v1",
+        plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        kind: "PersistentVolumeClaim",
+        namespaced: true,
+        verbs: ALL_VERBS,
+        short_names: &["pvc"],
+        has_status: true,
+        fields: &[],
+    },
+    ResourceType {
+        key: "volumeattachments.storage.k8s.io",
+        group: "storage.k8s.io",
+        version: "v1",
+        plural: "volumeattachments",
+        singular: "volumeattachment",
+        kind: "VolumeAttachment",
+        namespaced: false,
+        verbs: ALL_VERBS,
+        short_names: &[],
+        has_status: true,
+        fields: &[],
+    },
 ];
 
 /// The groups discovery lists, in order, with the one version each serves.
@@ -207,8 +272,19 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("events.k8s.io", "v1"),
     ("policy", "v1"),
     ("coordination.k8s.io", "v1"),
+    ("batch", "v1"),
+    ("storage.k8s.io", "v1"),
     ("authorization.k8s.io", "v1"),
 ];
+
+/// Every kind the fake serves, as `apiVersion Kind`, for errors about the ones it does not.
+pub fn served_kinds() -> String {
+    RESOURCES
+        .iter()
+        .map(|r| format!("{} {}", r.api_version(), r.kind))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 impl ResourceType {
     /// `v1` for the core group, `group/version` otherwise.

@@ -352,6 +352,7 @@ struct Call {
     query: Vec<(String, String)>,
     content_type: String,
     identity: Identity,
+    user_agent: String,
     body: Bytes,
 }
 
@@ -390,6 +391,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     };
     let content_type = header(CONTENT_TYPE);
     let accept = header(ACCEPT);
+    let user_agent = header(hyper::header::USER_AGENT).unwrap_or_default();
     let identity = Identity::from_headers(
         header(AUTHORIZATION).as_deref(),
         header(hyper::header::HeaderName::from_static("impersonate-user")).as_deref(),
@@ -455,6 +457,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
                 query: query_pairs(&raw_query),
                 content_type: content_type.unwrap_or_default(),
                 identity,
+                user_agent,
                 body,
             };
             route(&app, call).await
@@ -611,6 +614,27 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
             Some(object_details(t.rt, &attrs.name)),
         );
     }
+    // The Node authorizer with selector checks (1.31+): a node lists and watches only its own
+    // pods, by field selector.
+    if let Identity::Node(node) = &call.identity
+        && t.rt.key == "pods"
+        && matches!(attrs.verb.as_str(), "list" | "watch")
+    {
+        let own = call
+            .param("fieldSelector")
+            .and_then(|f| FieldSelector::parse(f, |name| t.rt.accepts_field(name)).ok())
+            .is_some_and(|f| f.required("spec.nodeName") == Some(node.as_str()));
+        if !own {
+            return failure(
+                403,
+                format!(
+                    "pods is forbidden: {}: can only list/watch pods with spec.nodeName field selector",
+                    attrs.denial(&call.identity)
+                ),
+                Some(object_details(t.rt, "")),
+            );
+        }
+    }
     let ns = t.namespace.as_deref();
     let sub = t.sub.as_deref();
     // `?dryRun=All`: every check and the answer as usual, nothing stored.
@@ -618,6 +642,14 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
         app.store.dry_run()
     } else {
         app.store.clone()
+    };
+    let store = if matches!(call.method, Method::POST | Method::PUT | Method::PATCH) {
+        store.as_manager(crate::managed::manager_for(
+            call.param("fieldManager"),
+            &call.user_agent,
+        ))
+    } else {
+        store
     };
     let store = &store;
     match (&call.method, t.name.as_deref(), sub) {
@@ -1209,27 +1241,42 @@ fn evict(
             }
             resp
         }
+        Ok(EvictOutcome::Lagging { pdb }) => lagging_budget(&pdb, 10),
         Ok(EvictOutcome::TooManyBudgets) => {
+            // S4: no reason, no details.
             let message = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
-            let details = Details {
-                causes: vec![Cause {
-                    reason: String::new(),
-                    message: message.into(),
-                }],
-                ..Details::default()
-            };
             json_response(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                status_body(
-                    500,
-                    Some("InternalError"),
-                    Some(format!("Internal error occurred: {message}")),
-                    Some(details),
-                ),
+                status_body(500, None, Some(message.into()), None),
             )
         }
         Err(e) => store_failure(Some(pods), &e),
     }
+}
+
+/// The 429 for a budget the disruption controller has not observed yet (eviction.go
+/// createTooManyRequestsError; S6 verbatim): Retry-After and details.retryAfterSeconds.
+fn lagging_budget(pdb: &str, retry_after: u32) -> Response<Body> {
+    let details = Details {
+        causes: vec![Cause {
+            reason: "DisruptionBudget".into(),
+            message: format!("The disruption budget {pdb} is still being processed by the server."),
+        }],
+        retry_after_seconds: Some(retry_after),
+        ..Details::default()
+    };
+    let mut resp = json_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        status_body(
+            429,
+            Some("TooManyRequests"),
+            Some("Cannot evict pod as it would violate the pod's disruption budget.".into()),
+            Some(details),
+        ),
+    );
+    resp.headers_mut()
+        .insert("Retry-After", HeaderValue::from(retry_after));
+    resp
 }
 
 fn self_subject_access_review(call: &Call) -> Response<Body> {

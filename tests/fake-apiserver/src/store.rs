@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use crate::patch::{self, PatchError, PatchType};
 use crate::pdb::{self, PdbError};
-use crate::resources::{self, RESOURCES, ResourceType};
+use crate::resources::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
 
 /// Pod annotation read only by the fake: seconds (float) the simulated kubelet takes to stop
@@ -28,7 +28,10 @@ const DEFAULT_GRACE_SECONDS: i64 = 30;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("no resource of kind {kind:?} is served by the fake")]
+    #[error(
+        "no resource of kind {kind:?} is served by the fake; it serves: {}",
+        resources::served_kinds()
+    )]
     UnknownKind { kind: String },
     #[error("{resource} \"{name}\" not found")]
     NotFound { resource: String, name: String },
@@ -142,32 +145,39 @@ pub enum EvictOutcome {
         current_healthy: i64,
     },
     TooManyBudgets,
+    /// The PDB's status is behind its generation (the controller has not observed it).
+    Lagging {
+        pdb: String,
+    },
 }
 
-type Key = (String, String);
+pub(crate) type Key = (String, String);
 
-struct Timer {
-    resource: &'static str,
-    key: Key,
-    uid: String,
-    delay: Duration,
+/// Something the simulated kubelets and controllers do later, after `delay`.
+pub(crate) struct Timer {
+    pub delay: Duration,
+    pub action: crate::sim::Action,
 }
 
-struct State {
-    rv: u64,
-    tables: HashMap<&'static str, BTreeMap<Key, Arc<Value>>>,
+pub(crate) struct State {
+    pub rv: u64,
+    pub tables: HashMap<&'static str, BTreeMap<Key, Arc<Value>>>,
     history: VecDeque<Arc<Change>>,
     /// Versions below this answer 410 (the 410 knob and history trimming raise it).
     expired_below: u64,
-    timers: Vec<Timer>,
+    pub timers: Vec<Timer>,
     /// Set while a dry-run request runs: commit changes nothing.
-    dry_run: bool,
+    pub dry_run: bool,
+    /// Committed changes the simulated controllers have not looked at yet.
+    pub reactions: VecDeque<Arc<Change>>,
+    /// Kubelets, controller knobs and what they remember.
+    pub sim: crate::sim::SimState,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     state: Mutex<State>,
-    live: broadcast::Sender<Arc<Change>>,
-    runtime: tokio::runtime::Handle,
+    pub live: broadcast::Sender<Arc<Change>>,
+    pub runtime: tokio::runtime::Handle,
     uid_seq: AtomicU64,
     uid_base: u64,
 }
@@ -175,9 +185,12 @@ struct Shared {
 /// The object store. Cheap to clone; all clones share one state.
 #[derive(Clone)]
 pub struct Store {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     /// `?dryRun=All`: every check runs, nothing is written.
     dry_run: bool,
+    /// The field manager writes are attributed to (managedFields of Nodes); None: the
+    /// library's own writes (`fake-apiserver`).
+    manager: Option<Arc<str>>,
 }
 
 /// RFC 3339 UTC time with seconds precision, as metav1.Time serialises.
@@ -186,12 +199,12 @@ pub fn timestamp(offset: Duration) -> String {
     now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
 /// `v` as an object, after replacing anything else with an empty one.
-fn object_mut(v: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn object_mut(v: &mut Value) -> &mut Map<String, Value> {
     match v {
         Value::Object(m) => m,
         other => {
@@ -202,21 +215,24 @@ fn object_mut(v: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// The object at `map[key]`, created (or replacing a non-object) when needed.
-fn child_object_mut<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+pub(crate) fn child_object_mut<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+) -> &'a mut Map<String, Value> {
     object_mut(map.entry(key).or_insert_with(|| Value::Object(Map::new())))
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     child_object_mut(object_mut(obj), "metadata")
 }
 
-fn resolve(kind: &str) -> Result<&'static ResourceType, StoreError> {
+pub(crate) fn resolve(kind: &str) -> Result<&'static ResourceType, StoreError> {
     resources::by_kind(kind).ok_or_else(|| StoreError::UnknownKind {
         kind: kind.to_string(),
     })
 }
 
-fn key_of(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
+pub(crate) fn key_of(rt: &ResourceType, namespace: Option<&str>, name: &str) -> Key {
     let ns = if rt.namespaced {
         namespace.unwrap_or("default")
     } else {
@@ -240,7 +256,7 @@ fn stale(rt: &ResourceType, name: &str) -> StoreError {
     }
 }
 
-fn termination_delay(pod: &Value, grace: i64) -> Duration {
+pub(crate) fn termination_delay(pod: &Value, grace: i64) -> Duration {
     let simulated = str_at(
         pod,
         &format!(
@@ -317,13 +333,13 @@ impl State {
         self.tables.entry(rt.key).or_default()
     }
 
-    fn get(&self, rt: &ResourceType, key: &Key) -> Option<Arc<Value>> {
+    pub(crate) fn get(&self, rt: &ResourceType, key: &Key) -> Option<Arc<Value>> {
         self.tables.get(rt.key).and_then(|t| t.get(key)).cloned()
     }
 
     /// Writes `new` (or removes the object when `kind` is Deleted), stamping the next
     /// resourceVersion, recording the change and telling the watches.
-    fn commit(
+    pub(crate) fn commit(
         &mut self,
         live: &broadcast::Sender<Arc<Change>>,
         rt: &'static ResourceType,
@@ -358,7 +374,10 @@ impl State {
             }
         }
         // No receivers is fine: nobody is watching.
-        let _ = live.send(change);
+        let _ = live.send(change.clone());
+        if crate::sim::reacts_to(rt.key) {
+            self.reactions.push_back(change);
+        }
         if rt.key == "pods" {
             self.refresh_pdbs(live, &key.0, old.as_deref(), Some(&new), None);
         } else if rt.key == "poddisruptionbudgets.policy" && kind != ChangeKind::Deleted {
@@ -374,7 +393,7 @@ impl State {
 
     /// Recomputes the status of the PDBs in `namespace` that cover the changed pod (old or new
     /// version), or only the PDB named `only`. Writes the status when it changed.
-    fn refresh_pdbs(
+    pub(crate) fn refresh_pdbs(
         &mut self,
         live: &broadcast::Sender<Arc<Change>>,
         namespace: &str,
@@ -382,6 +401,10 @@ impl State {
         pod_new: Option<&Value>,
         only: Option<&str>,
     ) {
+        if !self.sim.timings.disruption_controller {
+            // The controller is down: statuses stay as they are (and new budgets unobserved).
+            return;
+        }
         let Some(pdb_rt) = resources::by_kind("PodDisruptionBudget") else {
             return;
         };
@@ -423,9 +446,17 @@ impl State {
                 })
                 .unwrap_or_default();
             let refs: Vec<&Value> = pods.iter().map(|p| p.as_ref()).collect();
-            let Ok(budget) = pdb::compute(&pdb_obj, &refs) else {
+            let (scale, unmanaged) = if pdb::uses_scale(&pdb_obj) {
+                crate::sim::expected_scale(self, &pods)
+            } else {
+                (0, Vec::new())
+            };
+            let Ok(budget) = pdb::compute_with(&pdb_obj, &refs, scale) else {
                 continue;
             };
+            if !unmanaged.is_empty() {
+                crate::sim::warn_unmanaged(self, live, &pdb_obj);
+            }
             let mut status = pdb::status(&pdb_obj, &budget);
             // The condition's lastTransitionTime moves only when its status flips.
             let old_condition = pdb_obj.pointer("/status/conditions/0");
@@ -469,13 +500,17 @@ impl Store {
                     expired_below: 0,
                     timers: Vec::new(),
                     dry_run: false,
+                    reactions: VecDeque::new(),
+                    sim: crate::sim::SimState::default(),
                 }),
                 live,
                 runtime,
+
                 uid_seq: AtomicU64::new(1),
                 uid_base,
             }),
             dry_run: false,
+            manager: None,
         }
     }
 
@@ -484,21 +519,56 @@ impl Store {
         Store {
             shared: self.shared.clone(),
             dry_run: true,
+            manager: self.manager.clone(),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// Whether Nodes carry managedFields from now on (default true). Off, every Node write
+    /// drops them, as an answer from a server (or a proxy) that sends none.
+    pub fn set_managed_fields(&self, on: bool) {
+        self.lock().sim.no_managed_fields = !on;
+    }
+
+    /// This store for one request whose writes `manager` makes (managedFields).
+    pub(crate) fn as_manager(&self, manager: String) -> Store {
+        Store {
+            shared: self.shared.clone(),
+            dry_run: self.dry_run,
+            manager: Some(manager.into()),
+        }
+    }
+
+    /// Keeps a Node's managedFields for a write by this store's manager (`old` None: create).
+    fn track(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
+        if rt.key == "nodes" {
+            crate::managed::track(
+                old,
+                new,
+                self.manager.as_deref().unwrap_or("fake-apiserver"),
+            );
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves consistent maps (every write is one insert),
         // so a poisoned lock is still usable.
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `f` on the state, then starts the kubelet timers it queued.
-    fn write<R>(&self, f: impl FnOnce(&mut State, &broadcast::Sender<Arc<Change>>) -> R) -> R {
+    pub(crate) fn write<R>(
+        &self,
+        f: impl FnOnce(&mut State, &broadcast::Sender<Arc<Change>>) -> R,
+    ) -> R {
         let mut state = self.lock();
         state.dry_run = self.dry_run;
         let out = f(&mut state, &self.shared.live);
         state.dry_run = false;
+        // The simulated controllers see every committed change, in order, under the same lock
+        // (so a test reads their effect as soon as the write returns).
+        while let Some(change) = state.reactions.pop_front() {
+            self.react(&mut state, &self.shared.live, &change);
+        }
         let timers = std::mem::take(&mut state.timers);
         drop(state);
         for timer in timers {
@@ -507,13 +577,13 @@ impl Store {
             let deadline = tokio::time::Instant::now() + timer.delay;
             self.shared.runtime.spawn(async move {
                 tokio::time::sleep_until(deadline).await;
-                store.finish_termination(timer.resource, &timer.key, &timer.uid);
+                store.fire(timer.action);
             });
         }
         out
     }
 
-    fn new_uid(&self) -> String {
+    pub(crate) fn new_uid(&self) -> String {
         let n = self.shared.uid_seq.fetch_add(1, Ordering::Relaxed);
         let mixed = self.shared.uid_base ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         format!(
@@ -528,7 +598,7 @@ impl Store {
 
     /// Fills what the apiserver sets on create: kind, apiVersion, namespace, uid,
     /// creationTimestamp, generation, and the Pod defaults the fake relies on.
-    fn prepare_new(&self, rt: &ResourceType, namespace: Option<&str>, obj: &mut Value) {
+    pub(crate) fn prepare_new(&self, rt: &ResourceType, namespace: Option<&str>, obj: &mut Value) {
         if let Value::Object(m) = obj {
             m.insert("kind".into(), Value::String(rt.kind.into()));
             m.insert("apiVersion".into(), Value::String(rt.api_version()));
@@ -580,6 +650,14 @@ impl Store {
                 status.entry("phase").or_insert(json!("Pending"));
             }
         }
+        if rt.kind == "PodDisruptionBudget"
+            && let Value::Object(m) = obj
+        {
+            // What the API defaults before the disruption controller has seen the budget.
+            m.entry("status").or_insert_with(|| {
+                json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0})
+            });
+        }
     }
 
     // ---------------------------------------------------------------- library API for tests
@@ -612,11 +690,13 @@ impl Store {
             match old {
                 None => {
                     self.prepare_new(rt, namespace.as_deref(), &mut object);
+                    self.track(rt, None, &mut object);
                     let stored = st.commit(live, rt, key, object, ChangeKind::Added);
                     Ok((*present(view, &stored)).clone())
                 }
                 Some(old) => {
                     keep_identity(&old, &mut object);
+                    self.track(rt, Some(&old), &mut object);
                     let stored = commit_update(st, live, rt, key, object);
                     Ok((*present(view, &stored)).clone())
                 }
@@ -669,6 +749,7 @@ impl Store {
             f(&mut new);
             let mut new = to_storage(view, new);
             keep_identity(&old, &mut new);
+            self.track(rt, Some(&old), &mut new);
             let stored = commit_update(st, live, rt, key, new);
             Ok((*present(view, &stored)).clone())
         })
@@ -875,6 +956,8 @@ impl Store {
                     name: name.clone(),
                 });
             }
+            let mut obj = obj;
+            self.track(rt, None, &mut obj);
             Ok(present(
                 view,
                 &st.commit(live, rt, key, obj, ChangeKind::Added),
@@ -923,6 +1006,10 @@ impl Store {
             split_status(rt, &old, &mut obj, status_only);
             bump_generation(&old, &mut obj);
             check(&old, &obj)?;
+            keep_managed(&old, &mut obj);
+            if !status_only {
+                self.track(rt, Some(&old), &mut obj);
+            }
             Ok(present(view, &commit_update(st, live, rt, key, obj)))
         })
     }
@@ -982,6 +1069,10 @@ impl Store {
             split_status(rt, &old, &mut new, status_only);
             bump_generation(&old, &mut new);
             check(&old, &new)?;
+            keep_managed(&old, &mut new);
+            if !status_only {
+                self.track(rt, Some(&old), &mut new);
+            }
             if strip_rv(&old) == strip_rv(&new) {
                 // A no-op patch writes nothing, as the real apiserver.
                 return Ok(present(view, &old));
@@ -1067,23 +1158,12 @@ impl Store {
                     covering.push(p.clone());
                 }
             }
-            let mut budgets = Vec::new();
-            for p in &covering {
-                let sel = pdb::selector(p)?;
-                let pods: Vec<Arc<Value>> = st
-                    .tables
-                    .get(pod_rt.key)
-                    .map(|t| {
-                        t.range((namespace.to_string(), String::new())..)
-                            .take_while(|((ns, _), _)| ns == namespace)
-                            .filter(|(_, o)| sel.as_ref().is_some_and(|s| s.matches_object(o)))
-                            .map(|(_, o)| o.clone())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let refs: Vec<&Value> = pods.iter().map(|p| p.as_ref()).collect();
-                budgets.push((p.as_ref(), pdb::compute(p, &refs)?));
-            }
+            // The handler reads each budget's stored status, which the simulated disruption
+            // controller keeps current on every pod write (unless it is stopped).
+            let budgets: Vec<(&Value, pdb::Budget)> = covering
+                .iter()
+                .map(|p| (p.as_ref(), pdb::from_status(p)))
+                .collect();
             match pdb::verdict(&pod, &budgets) {
                 pdb::Verdict::Evict => {
                     delete_pod(st, live, pod_rt, key, &pod, grace);
@@ -1099,6 +1179,7 @@ impl Store {
                     current_healthy,
                 }),
                 pdb::Verdict::TooManyBudgets => Ok(EvictOutcome::TooManyBudgets),
+                pdb::Verdict::Lagging { pdb } => Ok(EvictOutcome::Lagging { pdb }),
             }
         })
     }
@@ -1141,26 +1222,9 @@ impl Store {
         let st = self.lock();
         (rv != 0 && rv < st.expired_below).then_some(st.expired_below)
     }
-
-    /// The simulated kubelet is done with a pod: remove it, if it is still the same pod.
-    fn finish_termination(&self, resource: &'static str, key: &Key, uid: &str) {
-        let Some(rt) = RESOURCES.iter().find(|r| r.key == resource) else {
-            return;
-        };
-        self.write(|st, live| {
-            let Some(obj) = st.get(rt, key) else {
-                return;
-            };
-            if str_at(&obj, "/metadata/uid") != Some(uid) || !pdb::is_terminating(&obj) {
-                return;
-            }
-            tracing::debug!("simulated kubelet stopped pod {}/{}", key.0, key.1);
-            remove_or_finalize(st, live, rt, key.clone(), &obj);
-        });
-    }
 }
 
-fn has_finalizers(obj: &Value) -> bool {
+pub(crate) fn has_finalizers(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|f| !f.is_empty())
@@ -1169,7 +1233,7 @@ fn has_finalizers(obj: &Value) -> bool {
 /// Deletes the object now or, while finalizers remain, marks it deleted (deletionTimestamp,
 /// deletionGracePeriodSeconds 0) and leaves it to the finalizers' owners, as the generic
 /// registry does. Returns the object and whether it is gone.
-fn remove_or_finalize(
+pub(crate) fn remove_or_finalize(
     st: &mut State,
     live: &broadcast::Sender<Arc<Change>>,
     rt: &'static ResourceType,
@@ -1195,13 +1259,19 @@ fn remove_or_finalize(
 
 /// Writes an update; an object marked deleted (grace period over) whose last finalizer this
 /// update removes is deleted instead (the registry's "should delete during update").
-fn commit_update(
+pub(crate) fn commit_update(
     st: &mut State,
     live: &broadcast::Sender<Arc<Change>>,
     rt: &'static ResourceType,
     key: Key,
-    new: Value,
+    mut new: Value,
 ) -> Arc<Value> {
+    if rt.key == "nodes"
+        && st.sim.no_managed_fields
+        && let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
     let grace_over = new
         .pointer("/metadata/deletionGracePeriodSeconds")
         .and_then(Value::as_i64)
@@ -1257,10 +1327,8 @@ fn delete_pod(
         return (out, false);
     }
     st.timers.push(Timer {
-        resource: rt.key,
-        key,
-        uid,
         delay,
+        action: crate::sim::Action::FinishPod { key, uid },
     });
     (out, false)
 }
@@ -1333,6 +1401,21 @@ fn split_status(rt: &ResourceType, old: &Value, new: &mut Value, status_only: bo
     }
 }
 
+/// Clients cannot write managedFields by Update or Patch here: the old ones stay (the
+/// tracker then updates them).
+fn keep_managed(old: &Value, new: &mut Value) {
+    let kept = old.pointer("/metadata/managedFields").cloned();
+    let meta = meta_mut(new);
+    match kept {
+        Some(m) => {
+            meta.insert("managedFields".into(), m);
+        }
+        None => {
+            meta.remove("managedFields");
+        }
+    }
+}
+
 fn bump_generation(old: &Value, new: &mut Value) {
     if old.get("spec") != new.get("spec") {
         let generation = old
@@ -1360,7 +1443,7 @@ fn array_mut(v: &mut Value) -> &mut Vec<Value> {
     }
 }
 
-fn taints_mut(node: &mut Value) -> &mut Vec<Value> {
+pub(crate) fn taints_mut(node: &mut Value) -> &mut Vec<Value> {
     let spec = child_object_mut(object_mut(node), "spec");
     array_mut(spec.entry("taints").or_insert_with(|| json!([])))
 }
@@ -1537,26 +1620,63 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn evictions_keep_the_pdb_status_current() {
-        let store = Store::new(tokio::runtime::Handle::current());
+    fn owned(name: &str, termination: &str) -> Value {
+        let mut p = pod(name, Some(termination), None);
+        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "name": "web", "uid": "rs-uid", "controller": true}]);
+        p
+    }
+
+    fn seed_replicaset(store: &Store, budget: Value) {
+        store
+            .upsert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": "web", "namespace": "work", "uid": "rs-uid"},
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"metadata": {"labels": {"app": "web"}},
+                                      "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+            .expect("replicaset");
         store
             .upsert(
                 json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                 "metadata": {"name": "b", "namespace": "work"},
-                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+                "spec": budget}),
             )
             .expect("pdb");
         for name in ["a", "b", "c"] {
-            store.upsert(pod(name, Some("2"), None)).expect("pod");
+            store.upsert(owned(name, "2")).expect("pod");
         }
-        let allowed = |s: &Store| {
-            s.get("PodDisruptionBudget", Some("work"), "b")
-                .and_then(|p| {
-                    p.pointer("/status/disruptionsAllowed")
-                        .and_then(Value::as_i64)
-                })
-        };
+    }
+
+    fn allowed(s: &Store) -> Option<i64> {
+        s.get("PodDisruptionBudget", Some("work"), "b")
+            .and_then(|p| {
+                p.pointer("/status/disruptionsAllowed")
+                    .and_then(Value::as_i64)
+            })
+    }
+
+    fn node(name: &str, extra: Value) -> Value {
+        let mut n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        if let (Value::Object(n), Value::Object(extra)) = (&mut n, extra) {
+            for (k, v) in extra {
+                n.insert(k, v);
+            }
+        }
+        n
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_reopens_when_the_replacement_on_another_node_is_ready() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(node("node-a", json!({"spec": {"unschedulable": true}})))
+            .expect("node");
+        store.upsert(node("node-b", json!({}))).expect("node");
+        seed_replicaset(
+            &store,
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+        );
         assert_eq!(allowed(&store), Some(1));
         let ok = |_: &Value| Ok(());
         assert!(matches!(
@@ -1572,13 +1692,138 @@ mod tests {
                 ..
             })
         ));
-        // The evicted pod is gone after its simulated 2 s; the set now has 2 pods, needs 1.
-        advance(Duration::from_millis(2100)).await;
-        assert!(!exists(&store, "a"));
+        // The ReplicaSet controller made a replacement, bound to node-b (node-a is cordoned).
+        let replacements: Vec<Value> = store
+            .list("Pod", Some("work"))
+            .into_iter()
+            .filter(|p| !["a", "b", "c"].contains(&p["metadata"]["name"].as_str().unwrap_or("")))
+            .collect();
+        assert_eq!(replacements.len(), 1, "{replacements:?}");
+        assert_eq!(replacements[0]["spec"]["nodeName"], json!("node-b"));
+        let pdb = store
+            .get("PodDisruptionBudget", Some("work"), "b")
+            .expect("pdb");
+        assert_eq!(
+            pdb["status"]["expectedPods"],
+            json!(3),
+            "the owner's scale: {pdb}"
+        );
+        // Ready after the 0.5 s knob: the budget opens again, before `a` is even gone.
+        advance(Duration::from_millis(600)).await;
+        assert!(exists(&store, "a"));
         assert_eq!(allowed(&store), Some(1));
+        advance(Duration::from_millis(1500)).await;
+        assert!(!exists(&store, "a"));
         assert!(matches!(
             store.evict("work", "nope", None, &ok),
             Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_no_other_schedulable_node_the_budget_stays_closed() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(node("node-a", json!({"spec": {"unschedulable": true}})))
+            .expect("node");
+        store
+            .upsert(node(
+                "node-b",
+                json!({"spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}}),
+            ))
+            .expect("node");
+        seed_replicaset(
+            &store,
+            json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}),
+        );
+        let ok = |_: &Value| Ok(());
+        assert!(matches!(
+            store.evict("work", "a", None, &ok),
+            Ok(EvictOutcome::Evicted)
+        ));
+        advance(Duration::from_secs(5)).await;
+        assert!(!exists(&store, "a"), "the kubelet finished it");
+        let pending: Vec<Value> = store
+            .list("Pod", Some("work"))
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"].is_null())
+            .collect();
+        assert_eq!(pending.len(), 1, "one unbound replacement");
+        assert_eq!(allowed(&store), Some(0), "3 expected, 2 healthy, 2 needed");
+        // Uncordoning node-a lets the scheduler bind it there; Ready reopens the budget.
+        store
+            .modify("Node", None, "node-a", |n| n["spec"] = json!({}))
+            .expect("uncordon");
+        advance(Duration::from_millis(600)).await;
+        assert_eq!(allowed(&store), Some(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bare_pod_under_max_unavailable_is_held_at_zero_with_an_event() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "b", "namespace": "work"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            )
+            .expect("pdb");
+        store.upsert(pod("lonely", None, None)).expect("pod");
+        let pdb = store
+            .get("PodDisruptionBudget", Some("work"), "b")
+            .expect("pdb");
+        assert_eq!(
+            (
+                &pdb["status"]["expectedPods"],
+                &pdb["status"]["desiredHealthy"],
+                &pdb["status"]["currentHealthy"],
+                &pdb["status"]["disruptionsAllowed"]
+            ),
+            (&json!(0), &json!(0), &json!(1), &json!(0))
+        );
+        assert!(matches!(
+            store.evict("work", "lonely", None, &|_| Ok(())),
+            Ok(EvictOutcome::Blocked {
+                desired_healthy: 0,
+                current_healthy: 1,
+                ..
+            })
+        ));
+        let events = store.list("Event", Some("work"));
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["reason"], json!("UnmanagedPods"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_disruption_controller_leaves_new_budgets_unobserved() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        let mut t = store.timings();
+        t.disruption_controller = false;
+        store.set_timings(t.clone());
+        store.upsert(pod("p", None, None)).expect("pod");
+        store
+            .upsert(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "lagging", "namespace": "work"},
+                "spec": {"minAvailable": 0, "selector": {"matchLabels": {"app": "web"}}}}),
+            )
+            .expect("pdb");
+        let pdb = store
+            .get("PodDisruptionBudget", Some("work"), "lagging")
+            .expect("pdb");
+        assert_eq!(
+            pdb["status"],
+            json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0})
+        );
+        assert!(matches!(
+            store.evict("work", "p", None, &|_| Ok(())),
+            Ok(EvictOutcome::Lagging { .. })
+        ));
+        t.disruption_controller = true;
+        store.set_timings(t);
+        assert!(matches!(
+            store.evict("work", "p", None, &|_| Ok(())),
+            Ok(EvictOutcome::Evicted)
         ));
     }
 

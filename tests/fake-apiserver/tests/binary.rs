@@ -190,6 +190,53 @@ fn the_binary_serves_and_its_control_endpoint_drives_it() {
     assert_eq!(event["type"], json!("ERROR"));
     assert_eq!(event["object"]["code"], json!(410));
 
+    // The simulation's knobs and a node's kubelet.
+    let (status, timings) = http(
+        port,
+        "PUT",
+        "/_fake/simulation",
+        r#"{"node_monitor_grace_seconds": 1, "noexecute_after_seconds": 0, "detach_seconds": null}"#,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(timings["node_monitor_grace_seconds"], json!(1.0));
+    assert_eq!(timings["detach_seconds"], Value::Null);
+    assert_eq!(
+        timings["heartbeat_seconds"],
+        json!(10.0),
+        "unnamed fields kept"
+    );
+    let (status, _) = http(port, "PUT", "/_fake/simulation", r#"{"bogus": 1}"#);
+    assert_eq!(status, 400);
+    let (status, kubelet) = http(
+        port,
+        "POST",
+        "/_fake/nodes/node-a/kubelet?running=false",
+        "",
+    );
+    assert_eq!((status, &kubelet["running"]), (200, &json!(false)));
+    let mut unknown = false;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (_, node) = http(port, "GET", "/api/v1/nodes/node-a", "");
+        unknown = node["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "Unknown")
+        });
+        if unknown {
+            break;
+        }
+    }
+    assert!(unknown, "Ready went Unknown after the 1 s grace");
+    let (status, kubelet) = http(port, "POST", "/_fake/nodes/node-a/kubelet?running=true", "");
+    assert_eq!((status, &kubelet["running"]), (200, &json!(true)));
+    let (_, node) = http(port, "GET", "/api/v1/nodes/node-a", "");
+    assert!(node["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    }));
+    let (status, _) = http(port, "POST", "/_fake/nodes/nope/kubelet?running=false", "");
+    assert_eq!(status, 404);
+
     // Listener restart: down for a moment, back on the same port.
     let (status, _) = http(port, "POST", "/_fake/listener/restart?down_seconds=1", "");
     assert_eq!(status, 202);
@@ -242,6 +289,26 @@ fn a_bad_seed_file_is_named_in_the_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("bad.yaml") && stderr.contains("document 1"),
+        "{stderr}"
+    );
+
+    // A kind the fake does not serve is named, with the kinds it serves.
+    std::fs::write(
+        &seed,
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: web, namespace: shop}\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_fake-apiserver"))
+        .arg("--seed")
+        .arg(&seed)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("seed object 0 (networking.k8s.io/v1 Ingress shop/web)")
+            && stderr.contains("batch/v1 Job")
+            && stderr.contains("storage.k8s.io/v1 VolumeAttachment"),
         "{stderr}"
     );
 }

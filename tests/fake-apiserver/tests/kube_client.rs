@@ -176,8 +176,9 @@ async fn watches_from_a_version_and_sees_graceful_deletion() {
         match event {
             WatchEvent::Modified(p) => {
                 let terminating = p.metadata.deletion_timestamp.is_some();
+                let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
                 kinds.push(format!(
-                    "MODIFIED {} {terminating}",
+                    "MODIFIED {} {terminating} {phase}",
                     p.metadata.name.unwrap_or_default()
                 ));
             }
@@ -192,8 +193,10 @@ async fn watches_from_a_version_and_sees_graceful_deletion() {
     assert_eq!(
         kinds,
         [
-            "MODIFIED rs1-plain false",
-            "MODIFIED rs1-plain true",
+            "MODIFIED rs1-plain false Running",
+            "MODIFIED rs1-plain true Running",
+            // Kubelets >= 1.27 report the terminal phase before the final delete.
+            "MODIFIED rs1-plain true Succeeded",
             "DELETED rs1-plain"
         ]
     );
@@ -248,8 +251,24 @@ async fn the_four_patch_types_and_put_conflicts() {
         Some("x")
     );
 
+    // The cordon brought the node-lifecycle controller's taint next to the seeded one, so the
+    // guarded patch tests the list as it is now.
+    let taints_now = nodes
+        .get("node-a")
+        .await
+        .expect("get")
+        .spec
+        .and_then(|s| s.taints);
+    let keys: Vec<String> = taints_now.iter().flatten().map(|t| t.key.clone()).collect();
+    assert_eq!(
+        keys,
+        [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unschedulable"
+        ]
+    );
     let guarded: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": "/spec/taints", "value": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        {"op": "test", "path": "/spec/taints", "value": taints_now},
         {"op": "add", "path": "/spec/taints/-", "value": {"key": "example.com/shutdown", "effect": "NoSchedule"}}
     ]))
     .expect("patch");
@@ -266,7 +285,7 @@ async fn the_four_patch_types_and_put_conflicts() {
             .as_ref()
             .and_then(|s| s.taints.as_ref())
             .map(Vec::len),
-        Some(2)
+        Some(3)
     );
     // The same guarded patch again: its test fails now, 422.
     let err = nodes
@@ -606,9 +625,10 @@ async fn events_leases_and_access_reviews() {
         .expect("list");
     assert_eq!(regarding.items.len(), 2);
 
+    // (kube-node-lease/node-a is the simulated kubelet's own Lease.)
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let lease: Lease = serde_json::from_value(json!({
-        "metadata": {"name": "node-a"},
+        "metadata": {"name": "node-a-drain"},
         "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 40}
     }))
     .expect("lease");
@@ -624,19 +644,19 @@ async fn events_leases_and_access_reviews() {
     let mut renewed = created.clone();
     renewed.spec.get_or_insert_default().lease_duration_seconds = Some(41);
     leases
-        .replace("node-a", &PostParams::default(), &renewed)
+        .replace("node-a-drain", &PostParams::default(), &renewed)
         .await
         .expect("renewed");
     let err = leases
-        .replace("node-a", &PostParams::default(), &created)
+        .replace("node-a-drain", &PostParams::default(), &created)
         .await
         .expect_err("stale");
     assert!(api_status(err).is_conflict());
     leases
-        .delete("node-a", &DeleteParams::default())
+        .delete("node-a-drain", &DeleteParams::default())
         .await
         .expect("deleted");
-    assert!(leases.get_opt("node-a").await.expect("get").is_none());
+    assert!(leases.get_opt("node-a-drain").await.expect("get").is_none());
 
     let review = |verb: &str, group: &str, resource: &str, name: &str| SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {

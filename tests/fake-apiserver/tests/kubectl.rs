@@ -200,7 +200,20 @@ async fn drain_with_budget_that_opens(version: &str) {
         })
         .collect();
     left.sort();
+    // The ReplicaSet rs1 (3 replicas) replaced its three evicted pods on node-b, the one Ready,
+    // uncordoned node.
+    let (replacements, left): (Vec<String>, Vec<String>) = left
+        .into_iter()
+        .partition(|n| n.starts_with("rs1-") && !n.starts_with("rs1-plain") && n != "rs1-emptydir");
     assert_eq!(left, ["ds1-xyz", "guarded-2", "other-node", "skipped"]);
+    assert_eq!(replacements.len(), 3, "{replacements:?}");
+    for name in &replacements {
+        let pod = server
+            .store()
+            .get("Pod", Some("work"), name)
+            .expect("replacement");
+        assert_eq!(pod.pointer("/spec/nodeName"), Some(&json!("node-b")));
+    }
     let node = server.store().get("Node", None, "node-a").expect("node-a");
     assert_eq!(node.pointer("/spec/unschedulable"), Some(&json!(true)));
     // kubectl used the eviction API found in discovery, never a plain DELETE.
@@ -483,7 +496,8 @@ async fn kubectl_as_a_kubelet_may_cordon_but_not_taint_or_read_daemonsets() {
         String::from_utf8_lossy(&out.stderr)
             .contains("node \"node-a\" is not allowed to modify taints")
     );
-    assert_eq!(taints(&server).len(), 1);
+    // The seeded not-ready taint and the node-lifecycle controller's cordon taint; not ours.
+    assert_eq!(taints(&server).len(), 2);
     // kubectl cordon prints the error but exits 0 (kubectl 1.32 behaviour).
     let out = k.run(&["cordon", "node-b"]).await;
     assert!(

@@ -28,7 +28,9 @@ async fn five_thousand_pods_page_select_and_evict() {
     seed.push(
         json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "most", "namespace": "ns-0"},
-        "spec": {"maxUnavailable": 150, "selector": {}}}),
+        // Controller-less pods: an integer minAvailable counts them (under maxUnavailable the
+        // disruption controller would expect none and allow nothing, as a real one does).
+        "spec": {"minAvailable": 850, "selector": {}}}),
     );
     let server = FakeApiServer::start(Options { port: 0, seed })
         .await
@@ -92,10 +94,9 @@ async fn five_thousand_pods_page_select_and_evict() {
         .await;
     let accepted = outcomes.iter().filter(|c| **c == 201).count();
     let blocked = outcomes.iter().filter(|c| **c == 429).count();
-    // Pods leave almost at once (no simulated termination), so the budget refills as they go:
-    // only 201 and 429 may come back, and at least the 150 the budget allows are accepted.
+    // 1,000 healthy, 850 needed: exactly 150 evictions pass, the other 50 get 429.
     assert_eq!(accepted + blocked, 200, "{outcomes:?}");
-    assert!(accepted >= 150, "{accepted} accepted");
+    assert_eq!(accepted, 150, "{accepted} accepted");
     // The simulated kubelet removes each evicted pod right after; the PDB status follows.
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client, "ns-0");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

@@ -1,0 +1,199 @@
+//! `kube-shutdown-drain run` (the real binary) on a private bus with the fake logind and the
+//! fake API server (issue 9): a garbage marker met during a shutdown is replaced and the node is
+//! still cordoned and tainted before any eviction; after a fast reboot a Ready=True left by the
+//! stopped kubelet does not get the node uncordoned until the kubelet heartbeats in this boot.
+
+mod daemon_support;
+mod logind;
+
+use std::time::Duration;
+
+use daemon_support::{NODE, Setup, World, open_seed};
+use fake_apiserver::RecordedRequest;
+use kube_shutdown_drain::node::MARKER_ANNOTATION;
+use serde_json::{Value, json};
+
+fn setup() -> Setup {
+    Setup {
+        seed: open_seed(),
+        config: "[drain]\ntimeout = \"15s\"\nretry_interval = \"1s\"\n\
+                 [daemon]\nrelease_margin = \"2s\"\nrestore_ready_timeout = \"2s\"\n"
+            .to_string(),
+        ..Setup::default()
+    }
+}
+
+fn marker_text(world: &World) -> Option<String> {
+    world.node()["metadata"]["annotations"][MARKER_ANNOTATION]
+        .as_str()
+        .map(str::to_string)
+}
+
+fn node_patches(world: &World) -> Vec<RecordedRequest> {
+    world
+        .api
+        .recorder()
+        .matching("PATCH", &format!("/api/v1/nodes/{NODE}"))
+}
+
+/// Waits up to `within` for `check`, reading the notify socket meanwhile: the daemon's
+/// `sd_notify` blocks once the socket's queue (`net.unix.max_dgram_qlen`, often 10) is full,
+/// as a systemd that never reads would make it.
+async fn until(world: &mut World, within: Duration, check: impl Fn(&World) -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        world.notify.statuses();
+        if check(world) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_and_tainted_before_evictions()
+ {
+    let Some(mut world) = World::start(setup()).await else {
+        return;
+    };
+    world.spawn_daemon();
+    world.wait_ready().await;
+    // The boot restore has looked and found nothing; the garbage lands after it.
+    world
+        .expect_log(
+            "nothing to restore",
+            Duration::from_secs(10),
+            "the boot restore finds no marker",
+        )
+        .await;
+    world
+        .api
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"] = json!({MARKER_ANNOTATION: "{not json"});
+        })
+        .unwrap();
+    world.api.recorder().clear();
+    world.rig.reboot().await;
+    assert!(
+        until(&mut world, Duration::from_secs(20), World::is_drained).await,
+        "the node is drained; log:\n{}",
+        world.log()
+    );
+    world.expect_released(Duration::from_secs(20)).await;
+    assert!(world.is_cordoned(), "cordoned; log:\n{}", world.log());
+    assert!(world.is_tainted(), "tainted; log:\n{}", world.log());
+    let marker: Value =
+        serde_json::from_str(&marker_text(&world).expect("a marker")).expect("ours, valid JSON");
+    assert_eq!(marker["cordoned"], json!(true), "{marker}");
+    // The cordon and taint were written before the first eviction.
+    let requests = world.api.recorder().requests();
+    let first_patch = requests
+        .iter()
+        .position(|r| r.method == "PATCH" && r.path == format!("/api/v1/nodes/{NODE}"))
+        .expect("a node patch");
+    let first_eviction = requests
+        .iter()
+        .position(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .expect("an eviction");
+    assert!(first_patch < first_eviction);
+    assert!(requests[first_patch].body.contains("/spec/unschedulable"));
+    let events = world.api.store().list("Event", Some("default"));
+    assert!(
+        events.iter().any(|e| e["reason"] == json!("ForeignMarker")),
+        "a Node Event names the foreign marker"
+    );
+    assert!(world.log().contains("not one we wrote"), "{}", world.log());
+}
+
+/// As a stopped kubelet of the previous boot left the node: Ready=True with a heartbeat and a
+/// Lease renewal from long ago.
+fn stale_ready(world: &World) {
+    world.api.kubelets().stop(NODE).unwrap();
+    let store = world.api.store();
+    store
+        .modify("Node", None, NODE, |n| {
+            for c in n["status"]["conditions"].as_array_mut().unwrap() {
+                c["lastHeartbeatTime"] = json!("2020-01-01T00:00:00Z");
+            }
+        })
+        .unwrap();
+    store
+        .modify("Lease", Some("kube-node-lease"), NODE, |l| {
+            l["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
+        })
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbeat() {
+    let Some(mut world) = World::start(setup()).await else {
+        return;
+    };
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world.rig.reboot().await;
+    assert!(
+        until(&mut world, Duration::from_secs(20), World::is_drained).await,
+        "the node is drained; log:\n{}",
+        world.log()
+    );
+    world.expect_released(Duration::from_secs(20)).await;
+    assert!(world.is_cordoned() && world.is_tainted());
+    world.kill_daemon();
+    world.notify.statuses();
+    world.notify.messages.clear();
+
+    // The next boot comes fast: the kubelet is still down and the Node still says Ready=True.
+    stale_ready(&world);
+    world.rig.simulate_boot().await;
+    world.new_boot();
+    world.api.recorder().clear();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    assert!(
+        until(&mut world, Duration::from_secs(15), |w| w
+            .log()
+            .contains("no live kubelet reporting Ready"))
+        .await,
+        "the boot restore waits for a heartbeat from this boot; log:\n{}",
+        world.log()
+    );
+    assert!(
+        world.log().contains("before this boot began"),
+        "{}",
+        world.log()
+    );
+    assert!(
+        world.is_cordoned() && world.is_tainted(),
+        "nothing undone yet"
+    );
+    assert!(
+        node_patches(&world).is_empty(),
+        "no write to the node while the kubelet is down: {:?}",
+        node_patches(&world)
+            .iter()
+            .map(|r| &r.body)
+            .collect::<Vec<_>>()
+    );
+    assert!(marker_text(&world).is_some());
+
+    // The kubelet comes up and heartbeats: the next attempt restores.
+    world.api.kubelets().start(NODE).unwrap();
+    assert!(
+        until(&mut world, Duration::from_secs(40), World::is_restored).await,
+        "restored after the heartbeat; log:\n{}",
+        world.log()
+    );
+    assert!(marker_text(&world).is_none());
+    world
+        .expect_log(
+            "restored node demo-node-1",
+            Duration::from_secs(5),
+            "the daemon logs it",
+        )
+        .await;
+}

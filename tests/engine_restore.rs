@@ -1,0 +1,533 @@
+//! What restore will never undo, against the fake API server (issue 9): the cordon only while
+//! our field manager owns `spec.unschedulable` (the node-lifecycle taint's time where the server
+//! sends no managedFields, else never), only our taint keys, nothing for a foreign marker (which
+//! prepare replaces, still tainting and cordoning), a stale marker never applied to a later
+//! admin cordon, and the boot restore's wait for a kubelet heartbeat from this boot. Each test
+//! reads its evidence from the server: the request log, managedFields, the Node and its Events.
+
+mod engine_support;
+
+use std::time::Duration;
+
+use engine_support::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::node::MARKER_ANNOTATION;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const OUR_TAINT: &str = "kube-shutdown-drain/shutdown";
+const LIFECYCLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+fn marker_text(node: &Value) -> Option<String> {
+    node.pointer(&format!(
+        "/metadata/annotations/{}",
+        MARKER_ANNOTATION.replace('/', "~1")
+    ))
+    .and_then(Value::as_str)
+    .map(str::to_string)
+}
+
+fn stored_marker(node: &Value) -> Option<Value> {
+    marker_text(node).map(|t| serde_json::from_str(&t).expect("the marker is JSON"))
+}
+
+/// The managers owning `f:spec.f:unschedulable` in the node's managedFields.
+fn unschedulable_owners(node: &Value) -> Vec<String> {
+    node.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| e.pointer("/fieldsV1/f:spec/f:unschedulable").is_some())
+                .filter_map(|e| e["manager"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Reasons of the Events about `node-a`.
+fn event_reasons(c: &Cluster) -> Vec<String> {
+    c.server
+        .store()
+        .list("Event", Some("default"))
+        .iter()
+        .filter(|e| e.pointer("/involvedObject/name") == Some(&json!(NODE)))
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn event_messages(c: &Cluster, reason: &str) -> Vec<String> {
+    c.server
+        .store()
+        .list("Event", Some("default"))
+        .iter()
+        .filter(|e| e["reason"] == json!(reason))
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A node API as an admin's kubectl writes it (field manager `kubectl`).
+async fn kubectl(c: &Cluster) -> Api<Node> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(c.kubeconfig("admin")).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Api::all(kube::Client::try_from(config).unwrap())
+}
+
+fn as_kubectl() -> PatchParams {
+    PatchParams {
+        field_manager: Some("kubectl".into()),
+        ..PatchParams::default()
+    }
+}
+
+/// `kubectl uncordon` and `kubectl taint node-a kube-shutdown-drain/shutdown-`, by hand.
+async fn admin_uncordons_and_removes_our_taint(c: &Cluster) {
+    let api = kubectl(c).await;
+    api.patch(
+        NODE,
+        &as_kubectl(),
+        &Patch::Strategic(json!({"spec": {"unschedulable": null}})),
+    )
+    .await
+    .unwrap();
+    let left: Vec<Value> = c.node(NODE)["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t["key"] != json!(OUR_TAINT))
+        .collect();
+    api.patch(
+        NODE,
+        &as_kubectl(),
+        &Patch::Merge(json!({"spec": {"taints": left}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// `kubectl cordon node-a`.
+async fn admin_cordons(c: &Cluster) {
+    kubectl(c)
+        .await
+        .patch(
+            NODE,
+            &as_kubectl(),
+            &Patch::Strategic(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Sets our annotation on `node-a` to `text`, as anyone with write access could.
+fn set_marker_text(c: &Cluster, text: &str) {
+    let text = text.to_string();
+    c.server
+        .store()
+        .modify("Node", None, NODE, move |n| {
+            n["metadata"]["annotations"] = json!({MARKER_ANNOTATION: text});
+        })
+        .unwrap();
+}
+
+#[tokio::test]
+async fn our_cordon_is_sent_as_our_field_manager_and_restore_uncordons_while_we_own_it() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("shutdown").await.unwrap();
+    let patches = c
+        .server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a");
+    assert!(!patches.is_empty());
+    for p in &patches {
+        assert_eq!(
+            p.query_param("fieldManager").as_deref(),
+            Some("kube-shutdown-drain"),
+            "{}",
+            p.uri()
+        );
+    }
+    assert_eq!(unschedulable_owners(&c.node(NODE)), ["kube-shutdown-drain"]);
+    let out = engine.restore().await.unwrap();
+    assert!(out.uncordoned && out.cordon_kept.is_none(), "{out:?}");
+    let node = c.node(NODE);
+    assert!(!unschedulable(&node) && stored_marker(&node).is_none());
+}
+
+#[tokio::test]
+async fn a_stale_marker_never_uncordons_a_later_admin_cordon() {
+    // drain; the admin uncordons and removes the taint by hand (the marker stays); days later
+    // the admin cordons for maintenance; then restore (CLI or boot) runs.
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    admin_uncordons_and_removes_our_taint(&c).await;
+    assert!(stored_marker(&c.node(NODE)).unwrap()["cordoned"] == json!(true));
+    admin_cordons(&c).await;
+    assert_eq!(unschedulable_owners(&c.node(NODE)), ["kubectl"]);
+    c.server.recorder().clear();
+
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned, "{out:?}");
+    let why = out
+        .cordon_kept
+        .expect("restore says why it kept the cordon");
+    assert!(why.contains("owned by field manager kubectl"), "{why}");
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(stored_marker(&node).is_none(), "the marker is cleared");
+    let sent: Vec<String> = c
+        .server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a")
+        .iter()
+        .map(|r| r.body.clone())
+        .collect();
+    assert!(
+        sent.iter().all(|b| !b.contains("/spec/unschedulable")),
+        "no write touched the cordon: {sent:?}"
+    );
+    assert!(event_reasons(&c).contains(&"CordonLeftInPlace".to_string()));
+}
+
+#[tokio::test]
+async fn a_prepare_after_an_admin_recordon_does_not_record_that_cordon_as_ours() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    admin_uncordons_and_removes_our_taint(&c).await;
+    admin_cordons(&c).await;
+    // A new shutdown: prepare refreshes the marker from the Node as it is now.
+    let out = engine.prepare("shutdown").await.unwrap();
+    assert!(!out.cordoned && out.tainted, "{out:?}");
+    let marker = stored_marker(&c.node(NODE)).unwrap();
+    assert_eq!(marker["cordoned"], json!(false), "{marker}");
+    assert_eq!(marker["was_unschedulable"], json!(true), "{marker}");
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned && out.untainted, "{out:?}");
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(!taints(&node).iter().any(|(k, _)| k == OUR_TAINT));
+}
+
+#[tokio::test]
+async fn without_managed_fields_the_lifecycle_taint_added_with_our_cordon_proves_it_ours() {
+    let c = Cluster::start(vec![]).await;
+    c.server.store().set_managed_fields(false);
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    let node = c.node(NODE);
+    assert!(node.pointer("/metadata/managedFields").is_none());
+    assert!(taints(&node).iter().any(|(k, _)| k == LIFECYCLE_TAINT));
+    let out = engine.restore().await.unwrap();
+    assert!(out.uncordoned, "{out:?}");
+    assert!(!unschedulable(&c.node(NODE)));
+}
+
+#[tokio::test]
+async fn without_managed_fields_a_lifecycle_taint_from_a_later_cordon_keeps_the_cordon() {
+    let c = Cluster::start(vec![]).await;
+    c.server.store().set_managed_fields(false);
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    // The marker was written three days before this cordon's lifecycle taint: as after an
+    // uncordon by hand and a cordon by an admin days later.
+    let mut marker = stored_marker(&c.node(NODE)).unwrap();
+    marker["cordoned_at"] = json!("2026-01-01T00:00:00Z");
+    set_marker_text(&c, &marker.to_string());
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned, "{out:?}");
+    let why = out.cordon_kept.unwrap();
+    assert!(why.contains("a cordon by someone else"), "{why}");
+    assert!(unschedulable(&c.node(NODE)));
+}
+
+#[tokio::test]
+async fn without_managed_fields_or_a_lifecycle_taint_time_the_cordon_stays_and_restore_says_so() {
+    let c = Cluster::start(vec![]).await;
+    c.server.store().set_managed_fields(false);
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            // A lifecycle taint without `timeAdded` (the simulated controller re-adds a
+            // removed one at once, as the real one does).
+            for t in n["spec"]["taints"].as_array_mut().unwrap() {
+                if t["key"] == json!(LIFECYCLE_TAINT) {
+                    t.as_object_mut().unwrap().remove("timeAdded");
+                }
+            }
+        })
+        .unwrap();
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned, "{out:?}");
+    assert!(out.cordon_kept.unwrap().contains("cannot be told"));
+    assert!(unschedulable(&c.node(NODE)));
+    assert!(
+        event_messages(&c, "CordonLeftInPlace")
+            .iter()
+            .any(|m| m.contains("cannot be told"))
+    );
+}
+
+#[tokio::test]
+async fn a_marker_listing_taints_of_others_removes_none_of_them() {
+    let c = Cluster::start(vec![]).await;
+    c.add_taint("admin/maintenance", "NoExecute");
+    c.add_taint("node.kubernetes.io/unreachable", "NoSchedule");
+    c.add_taint(OUR_TAINT, "PreferNoSchedule");
+    let marker = json!({
+        "was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "0b0e1d00-0000-4000-8000-0000000000ff", "time": "2026-11-29T10:00:00Z",
+        "why": "drain", "cordoned": false, "version": 1,
+        "taints": [
+            {"key": "admin/maintenance", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+            {"key": OUR_TAINT, "effect": "PreferNoSchedule"}
+        ]
+    });
+    set_marker_text(&c, &marker.to_string());
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine.restore().await.unwrap();
+    assert_eq!(
+        out.refused_taints,
+        [
+            "admin/maintenance:NoExecute",
+            "node.kubernetes.io/unreachable:NoSchedule"
+        ]
+    );
+    let left: Vec<String> = taints(&c.node(NODE)).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(
+        left,
+        ["admin/maintenance", "node.kubernetes.io/unreachable"]
+    );
+    assert!(stored_marker(&c.node(NODE)).is_none());
+}
+
+#[tokio::test]
+async fn a_garbage_marker_is_replaced_by_prepare_which_still_taints_and_cordons() {
+    let c = Cluster::start(vec![]).await;
+    set_marker_text(&c, "{not json");
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine.prepare("shutdown").await.unwrap();
+    assert!(out.cordoned && out.tainted, "{out:?}");
+    assert!(
+        out.replaced_foreign
+            .unwrap()
+            .contains("not a marker of ours")
+    );
+    let node = c.node(NODE);
+    assert!(unschedulable(&node));
+    assert!(taints(&node).iter().any(|(k, _)| k == OUR_TAINT));
+    let marker = stored_marker(&node).unwrap();
+    assert_eq!(marker["cordoned"], json!(true));
+    assert!(event_reasons(&c).contains(&"ForeignMarker".to_string()));
+}
+
+#[tokio::test]
+async fn restore_clears_each_kind_of_foreign_marker_and_undoes_nothing() {
+    let ours = json!({
+        "was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "0b0e1d00-0000-4000-8000-0000000000ff", "time": "2026-11-29T10:00:00Z",
+        "why": "drain", "cordoned": true, "cordoned_at": "2026-11-29T10:00:00Z", "version": 1,
+        "taints": [{"key": OUR_TAINT, "effect": "PreferNoSchedule"}]
+    });
+    let with = |k: &str, v: Value| {
+        let mut m = ours.clone();
+        m[k] = v;
+        m.to_string()
+    };
+    let cases = [
+        (
+            "unparsable",
+            "{not json".to_string(),
+            "not a marker of ours",
+        ),
+        (
+            "wrong shape",
+            r#"{"cordoned":true}"#.to_string(),
+            "not a marker of ours",
+        ),
+        (
+            "over 4 KiB",
+            with("why", json!("x".repeat(5000))),
+            "more than the 4096",
+        ),
+        (
+            "unknown version",
+            with("version", json!(2)),
+            "marker version 2",
+        ),
+        (
+            "impossible boot ID",
+            with("boot_id", json!("not-a-boot")),
+            "is not a boot ID",
+        ),
+    ];
+    for (case, text, why) in cases {
+        let c = Cluster::start(vec![]).await;
+        c.add_taint(OUR_TAINT, "PreferNoSchedule");
+        kubectl(&c)
+            .await
+            .patch(
+                NODE,
+                &PatchParams {
+                    field_manager: Some("kube-shutdown-drain".into()),
+                    ..Default::default()
+                },
+                &Patch::Strategic(json!({"spec": {"unschedulable": true}})),
+            )
+            .await
+            .unwrap();
+        set_marker_text(&c, &text);
+        let engine = Engine::new(c.settings("")).unwrap();
+        let out = engine.restore().await.unwrap();
+        let reason = out.foreign_marker.clone().unwrap_or_default();
+        assert!(reason.contains(why), "{case}: {out:?}");
+        assert!(!out.uncordoned && !out.untainted, "{case}: {out:?}");
+        let node = c.node(NODE);
+        assert!(unschedulable(&node), "{case}: the cordon stays");
+        assert!(
+            taints(&node).iter().any(|(k, _)| k == OUR_TAINT),
+            "{case}: the taint stays"
+        );
+        assert!(
+            marker_text(&node).is_none(),
+            "{case}: the marker is cleared"
+        );
+        assert!(
+            event_messages(&c, "ForeignMarker")
+                .iter()
+                .any(|m| m.contains("undid nothing")),
+            "{case}: an Event says so"
+        );
+    }
+}
+
+#[tokio::test]
+async fn status_shows_a_foreign_marker_and_a_cordon_that_is_not_ours() {
+    let c = Cluster::start(vec![]).await;
+    set_marker_text(&c, "{not json");
+    let config = c.config_file("admin", "");
+    let run = cli(&config, &["status"]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("FOREIGN"), "{}", run.stdout);
+    let run = cli(&config, &["status", "--output", "json"]).await;
+    let v: Value = serde_json::from_str(&run.stdout).expect(&run.stderr);
+    assert!(
+        v["foreign_marker"]
+            .as_str()
+            .unwrap()
+            .contains("not a marker of ours")
+    );
+    // Our marker, but the cordon now belongs to kubectl.
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    admin_uncordons_and_removes_our_taint(&c).await;
+    admin_cordons(&c).await;
+    let run = cli(&config, &["status", "--output", "json"]).await;
+    let v: Value = serde_json::from_str(&run.stdout).expect(&run.stderr);
+    assert!(v["foreign_marker"].is_null());
+    assert!(
+        v["cordon_kept"].as_str().unwrap().contains("kubectl"),
+        "{v}"
+    );
+    // `restore` by hand clears a foreign marker with a warning and exits 0.
+    set_marker_text(&c, "{not json");
+    let run = cli(&config, &["restore"]).await;
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("not one we wrote"), "{}", run.stderr);
+    assert!(unschedulable(&c.node(NODE)));
+}
+
+/// Makes `node-a` look as a stopped kubelet of an earlier boot left it: Ready=True with the
+/// heartbeat and the Lease renewal from long before this boot.
+fn stale_ready(c: &Cluster) {
+    c.server.kubelets().stop(NODE).unwrap();
+    let store = c.server.store();
+    store
+        .modify("Node", None, NODE, |n| {
+            for cond in n["status"]["conditions"].as_array_mut().unwrap() {
+                cond["lastHeartbeatTime"] = json!("2020-01-01T00:00:00Z");
+            }
+        })
+        .unwrap();
+    store
+        .modify("Lease", Some("kube-node-lease"), NODE, |l| {
+            l["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
+        })
+        .unwrap();
+    let node = c.node(NODE);
+    assert!(
+        node["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == json!("Ready") && c["status"] == json!("True")),
+        "the stale Ready=True stays"
+    );
+}
+
+#[tokio::test]
+async fn a_stale_ready_is_not_enough_until_the_kubelet_heartbeats_in_this_boot() {
+    let c = Cluster::start(vec![]).await;
+    stale_ready(&c);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let err = engine
+        .wait_ready(Instant::now() + Duration::from_millis(1500))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("before this boot began"), "{err}");
+    // The kubelet starts: its first heartbeat is from this boot.
+    let started = Instant::now();
+    let server = &c.server;
+    let (waited, ()) = tokio::join!(
+        engine.wait_ready(started + Duration::from_secs(20)),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            server.kubelets().start(NODE).unwrap();
+        }
+    );
+    waited.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_renewed_in_this_boot_proves_a_live_kubelet() {
+    let c = Cluster::start(vec![]).await;
+    stale_ready(&c);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let store = c.server.store().clone();
+    let started = Instant::now();
+    let (waited, ()) = tokio::join!(
+        engine.wait_ready(started + Duration::from_secs(20)),
+        async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+                .to_string();
+            store
+                .modify("Lease", Some("kube-node-lease"), NODE, |l| {
+                    l["spec"]["renewTime"] = json!(now);
+                })
+                .unwrap();
+        }
+    );
+    waited.unwrap();
+    assert!(
+        !c.server
+            .recorder()
+            .matching(
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/node-a"
+            )
+            .is_empty(),
+        "the Lease was read"
+    );
+}
