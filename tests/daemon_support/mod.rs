@@ -426,10 +426,7 @@ impl World {
             .filter(|r| r.status < 300)
             .collect();
         let mut missing = Vec::new();
-        if !patches
-            .iter()
-            .any(|r| r.body.replace(' ', "").contains("\"unschedulable\":true"))
-        {
+        if !patches.iter().any(|r| sets_unschedulable(&r.body)) {
             missing.push("no accepted cordon PATCH".to_owned());
         }
         if !patches
@@ -522,5 +519,19 @@ impl World {
 impl Drop for World {
     fn drop(&mut self) {
         self.kill_daemon();
+    }
+}
+
+/// Whether a PATCH body cordons: a JSON patch with an op setting `/spec/unschedulable` to true,
+/// or a merge/strategic patch with `spec.unschedulable: true`.
+fn sets_unschedulable(body: &str) -> bool {
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Array(ops)) => ops.iter().any(|op| {
+            matches!(op["op"].as_str(), Some("add" | "replace"))
+                && op["path"] == "/spec/unschedulable"
+                && op["value"] == true
+        }),
+        Ok(patch) => patch["spec"]["unschedulable"] == true,
+        Err(_) => false,
     }
 }
