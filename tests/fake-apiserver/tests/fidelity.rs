@@ -471,6 +471,19 @@ async fn mixed_node_drain(version: &str) {
     assert_eq!(pdb["status"]["expectedPods"], json!(3));
     assert_eq!(pdb["status"]["disruptionsAllowed"], json!(1));
 
+    // batch/v1 and the storage kinds are served (discovery, list).
+    let listed = k
+        .run(&["get", "jobs,cronjobs", "-n", "s1", "-o", "name"])
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        "job.batch/done"
+    );
+    let storage = k
+        .run(&["get", "volumeattachments,persistentvolumes", "-o", "name"])
+        .await;
+    assert_eq!(storage.status.code(), Some(0));
+
     // The cordon brought the node-lifecycle taint, with timeAdded.
     let node = server.store().get("Node", None, "node-a").expect("node");
     assert_eq!(node["spec"]["unschedulable"], json!(true));
