@@ -486,7 +486,9 @@ impl Store {
         }
         let was_active = change.old.as_deref().is_some_and(is_active);
         let left_the_set = was_active && (change.kind == ChangeKind::Deleted || !is_active(pod));
-        if left_the_set {
+        // A ReplicaSet replaces a pod once it stops being active; a StatefulSet once it is
+        // gone (both recount, so a second look changes nothing).
+        if left_the_set || change.kind == ChangeKind::Deleted {
             self.replace_pod(st, live, pod, change.kind == ChangeKind::Deleted);
         }
         if change.kind == ChangeKind::Deleted {
@@ -1512,5 +1514,104 @@ mod tests {
         store.remove("Pod", Some("work"), "three").expect("gone");
         advance(Duration::from_secs(60)).await;
         assert!(store.get("VolumeAttachment", None, "va-2").is_some());
+    }
+
+    fn owned_by(name: &str, kind: &str, owner: &str) -> Value {
+        let mut p = pod_on(name, "node-a");
+        p["metadata"]["labels"] = json!({"app": "web"});
+        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": kind,
+            "name": owner, "uid": format!("{owner}-uid"), "controller": true}]);
+        p["spec"] = json!({"nodeName": "node-a"});
+        p
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deployment_sets_the_expected_count_of_its_replicasets_pods() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store
+            .upsert(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "work", "uid": "web-uid"},
+                "spec": {"replicas": 4}}))
+            .expect("deployment");
+        store
+            .upsert(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "metadata": {"name": "web-5d8f", "namespace": "work", "uid": "web-5d8f-uid",
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                         "uid": "web-uid", "controller": true}]},
+                "spec": {"replicas": 3}}))
+            .expect("replicaset");
+        store
+            .upsert(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "b", "namespace": "work"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            )
+            .expect("pdb");
+        for name in ["a", "b", "c"] {
+            store
+                .upsert(owned_by(name, "ReplicaSet", "web-5d8f"))
+                .expect("pod");
+        }
+        let status = |s: &Store| {
+            s.get("PodDisruptionBudget", Some("work"), "b")
+                .expect("pdb")["status"]
+                .clone()
+        };
+        // Three pods of the four the Deployment wants: 3 needed, 0 allowed yet.
+        assert_eq!(status(&store)["expectedPods"], json!(4));
+        assert_eq!(status(&store)["disruptionsAllowed"], json!(0));
+        // Scaling the Deployment down to 3 recomputes the budget at once.
+        store
+            .modify("Deployment", Some("work"), "web", |d| {
+                d["spec"]["replicas"] = json!(3)
+            })
+            .expect("scaled");
+        assert_eq!(status(&store)["expectedPods"], json!(3));
+        assert_eq!(status(&store)["disruptionsAllowed"], json!(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_statefulset_recreates_its_pod_under_the_same_name_once_it_is_gone() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store.upsert(node("node-a", json!({}))).expect("node");
+        store.upsert(node("node-b", json!({}))).expect("node");
+        store
+            .upsert(json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": "work", "uid": "db-uid"},
+                "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": "db"}},
+                                                     "spec": {"containers": [{"name": "c", "image": "x"}]}}}}))
+            .expect("statefulset");
+        let mut p = owned_by("db-0", "StatefulSet", "db");
+        p["metadata"]["annotations"] = json!({crate::TERMINATION_ANNOTATION: "1"});
+        store.upsert(p).expect("pod");
+        store
+            .modify("Node", None, "node-a", |n| {
+                n["spec"] = json!({"unschedulable": true})
+            })
+            .expect("cordon");
+        let old_uid =
+            store.get("Pod", Some("work"), "db-0").expect("pod")["metadata"]["uid"].clone();
+        store
+            .delete_rt(
+                rt("Pod"),
+                Some("work"),
+                "db-0",
+                &Default::default(),
+                &|_| Ok(()),
+            )
+            .expect("deleted");
+        // While the old pod terminates, no second db-0.
+        assert_eq!(
+            store.get("Pod", Some("work"), "db-0").expect("pod")["metadata"]["uid"],
+            old_uid
+        );
+        advance(Duration::from_millis(1100)).await;
+        let again = store.get("Pod", Some("work"), "db-0").expect("recreated");
+        assert_ne!(again["metadata"]["uid"], old_uid);
+        assert_eq!(again["spec"]["nodeName"], json!("node-b"));
+        advance(Duration::from_millis(600)).await;
+        assert!(pdb::is_ready(
+            &store.get("Pod", Some("work"), "db-0").expect("pod")
+        ));
     }
 }

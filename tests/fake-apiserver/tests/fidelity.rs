@@ -138,12 +138,14 @@ const NODES: &str = r#"
 apiVersion: v1
 kind: Node
 metadata: {name: node-a, labels: {kubernetes.io/hostname: node-a}, uid: 0000000a-0000-4000-8000-00000000000a}
+spec: {}
 status:
   conditions: [{type: Ready, status: "True", reason: KubeletReady}]
 ---
 apiVersion: v1
 kind: Node
 metadata: {name: node-b, labels: {kubernetes.io/hostname: node-b}}
+spec: {}
 status:
   conditions: [{type: Ready, status: "True", reason: KubeletReady}]
 "#;
@@ -468,6 +470,19 @@ async fn mixed_node_drain(version: &str) {
         .expect("pdb");
     assert_eq!(pdb["status"]["expectedPods"], json!(3));
     assert_eq!(pdb["status"]["disruptionsAllowed"], json!(1));
+
+    // batch/v1 and the storage kinds are served (discovery, list).
+    let listed = k
+        .run(&["get", "jobs,cronjobs", "-n", "s1", "-o", "name"])
+        .await;
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        "job.batch/done"
+    );
+    let storage = k
+        .run(&["get", "volumeattachments,persistentvolumes", "-o", "name"])
+        .await;
+    assert_eq!(storage.status.code(), Some(0));
 
     // The cordon brought the node-lifecycle taint, with timeAdded.
     let node = server.store().get("Node", None, "node-a").expect("node");
@@ -948,4 +963,80 @@ status: {phase: Running, conditions: [{type: Ready, status: "True"}]}
     server.kubelets().start("node-a").expect("started");
     assert_eq!(ready(&get_node().await)["status"], json!("True"));
     assert!(get_node().await["spec"]["taints"].is_null());
+}
+
+/// Section 5's field ownership with real kubectl: a JSON patch with `?fieldManager=` owns
+/// `f:spec.f:unschedulable`; `kubectl uncordon` (another manager) removes that entry; a later
+/// `kubectl cordon` (no fieldManager: the manager is kubectl's binary name, from its
+/// User-Agent) owns it; the node-lifecycle controller's taint write owns `f:spec.f:taints`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cordon_ownership_follows_the_last_writer() {
+    let Some(bin) = kubectl("1.32") else { return };
+    let binary = bin
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let server = start(NODES).await;
+    let k = Kubectl::new(bin, &server, "admin");
+    let owners = |server: &FakeApiServer| -> Vec<(String, Value)> {
+        server.store().get("Node", None, "node-a").expect("node")["metadata"]["managedFields"]
+            .as_array()
+            .map(|es| {
+                es.iter()
+                    .map(|e| {
+                        (
+                            e["manager"].as_str().unwrap_or("").to_string(),
+                            e["fieldsV1"].clone(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cordon_field = json!({"f:spec": {"f:unschedulable": {}}});
+    let out = k
+        .run(&[
+            "patch",
+            "node",
+            "node-a",
+            "--type=json",
+            "--field-manager=kube-shutdown-drain",
+            "-p",
+            r#"[{"op":"add","path":"/spec/unschedulable","value":true}]"#,
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(0));
+    let after_ours = owners(&server);
+    assert!(
+        after_ours.contains(&("kube-shutdown-drain".to_string(), cordon_field.clone())),
+        "{after_ours:?}"
+    );
+    assert!(
+        after_ours.contains(&(
+            "kube-controller-manager".to_string(),
+            json!({"f:spec": {"f:taints": {}}})
+        )),
+        "{after_ours:?}"
+    );
+    assert_eq!(k.run(&["uncordon", "node-a"]).await.status.code(), Some(0));
+    let after_uncordon = owners(&server);
+    assert!(
+        after_uncordon
+            .iter()
+            .all(|(m, _)| m != "kube-shutdown-drain"),
+        "{after_uncordon:?}"
+    );
+    assert_eq!(k.run(&["cordon", "node-a"]).await.status.code(), Some(0));
+    let after_cordon = owners(&server);
+    assert!(
+        after_cordon.contains(&(binary.clone(), cordon_field)),
+        "{binary}: {after_cordon:?}"
+    );
+    let patch = server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a")
+        .into_iter()
+        .last()
+        .expect("cordon patch");
+    assert!(!patch.query.contains("fieldManager"), "{}", patch.query);
 }
