@@ -838,8 +838,6 @@ async fn a_server_answering_5xx_until_the_deadline_is_unreachable() {
     assert!(r.stderr.contains(NODE), "{}", r.stderr);
 }
 
-/// The marker write itself fails: nothing else is changed and the error says so.
-
 /// The marker cannot be written at all: the write with the taint is refused (a final answer,
 /// 400), so is the same write without the taint; nothing else is changed and the error says so.
 #[tokio::test]
