@@ -254,7 +254,11 @@ impl Engine {
             );
             // An Event is for people: at most 500 ms past the restore's deadline.
             events
-                .emit_by(EventReason::Restored, &msg, deadline + Duration::from_millis(500))
+                .emit_by(
+                    EventReason::Restored,
+                    &msg,
+                    deadline + Duration::from_millis(500),
+                )
                 .await;
         }
         Ok(out)
