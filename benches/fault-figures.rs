@@ -116,8 +116,8 @@ async fn watch_rate(kind: &str) -> String {
     format!("{:.1} requests/s ({n} in {took:.1} s)", n as f64 / took)
 }
 
-/// The daemon's shutdown path under 3 s latency and a 10 s budget: when the node was cordoned
-/// and how many pods were evicted.
+/// The daemon's shutdown path under 3 s latency and a 10 s budget: when the node was cordoned,
+/// when the first eviction reached the server, and how many pods had gone when it returned.
 async fn daemon_prepare() -> String {
     let c = Cluster::start(vec![
         pod(NS, "a", NODE),
@@ -130,6 +130,7 @@ async fn daemon_prepare() -> String {
         .add_latency(Route::any(""), Duration::from_secs(3));
     let engine = Engine::new(settings(&c, 10, 10)).unwrap();
     let started = Instant::now();
+    let wall = std::time::SystemTime::now();
     let store = c.server.store().clone();
     let cordoned = tokio::spawn(async move {
         loop {
@@ -149,10 +150,24 @@ async fn daemon_prepare() -> String {
         .ok()
         .and_then(|r| r.ok())
         .map_or("never".to_string(), |t| seconds(t - started));
+    let first_eviction = c
+        .server
+        .recorder()
+        .matching("POST", "/eviction")
+        .iter()
+        .filter_map(|r| r.at.duration_since(wall).ok())
+        .min()
+        .map_or("none".to_string(), seconds);
+    let gone = ["a", "b", "c"]
+        .iter()
+        .filter(|p| c.pod(NS, p).is_none())
+        .count();
     format!(
-        "cordoned at {cordoned_at}, {} of 3 pods evicted, returned at {}",
+        "cordoned at {cordoned_at}, first eviction at the server at {first_eviction}, {gone} of 3 \
+         pods gone at the return ({} s; report: {} evicted, {} pending on their eviction's answer)",
+        took.as_secs(),
         report.counts.evicted,
-        seconds(took)
+        report.counts.pending
     )
 }
 

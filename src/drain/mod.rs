@@ -46,8 +46,9 @@ use crate::report::{Counts, Outcome, PodReport, Report};
 
 /// Page size of the pod list (kubectl's chunk size).
 const LIST_PAGE: u32 = 500;
-/// Time kept back from the deadline for the deadline action and the final Events.
-const RESERVE_MAX: Duration = Duration::from_secs(1);
+/// Time kept back from the deadline for the deadline action and the final Events. Short, so an
+/// eviction sent under a slow server still has its answer counted (3 s latency, 10 s budget).
+const RESERVE_MAX: Duration = Duration::from_millis(500);
 /// How long the drain waits for its Node Events once the work is over (never past the
 /// deadline). A hung server must not hold the caller (and the daemon's inhibitor lock) longer:
 /// Events are for people, the drain is over.
@@ -195,6 +196,8 @@ pub async fn drain(
     let (pods, malformed) = split_malformed(pods);
     report.errors.extend(malformed);
     let plan = Plan::build(&settings, &pods);
+    // The plan holds what the drain needs; the pods themselves need not stay in memory.
+    drop(pods);
     if options.dry_run {
         report.pods = plan
             .pods

@@ -110,18 +110,18 @@ impl Tracker {
         }
     }
 
-    /// Records an Added/Modified pod. Returns it when it is new to us (a malformed pod once).
-    pub fn observe(&self, pod: &Pod) -> Option<Pod> {
+    /// Records an Added/Modified pod. `true` when it is new to us (a malformed pod once).
+    pub fn observe(&self, pod: &Pod) -> bool {
         if let Some(part) = missing_part(pod) {
             let message = malformed_message(pod, part);
-            return self.lock().malformed.insert(message).then(|| pod.clone());
+            return self.lock().malformed.insert(message);
         }
         let uid = uid_of(pod);
         let on_node =
             pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(self.node.as_str());
         if !on_node {
             self.remove(&uid);
-            return None;
+            return false;
         }
         let key = key_of(pod);
         let completed = is_completed(pod);
@@ -137,7 +137,7 @@ impl Tracker {
         if completed && before.is_none_or(|(_, c)| !c) {
             Self::wake(&mut s, &uid);
         }
-        s.known.insert(uid).then(|| pod.clone())
+        s.known.insert(uid)
     }
 
     pub fn remove(&self, uid: &str) {
@@ -150,8 +150,8 @@ impl Tracker {
         }
     }
 
-    /// Replaces the state with a fresh list. Returns the pods new to us.
-    pub fn resync(&self, pods: &[Pod]) -> Vec<Pod> {
+    /// Replaces the state with a fresh list. Returns the indices of the pods new to us.
+    pub fn resync(&self, pods: &[Pod]) -> Vec<usize> {
         // A listed pod that is malformed now is not known to have left.
         let fresh: HashSet<String> = pods.iter().map(uid_of).collect();
         let stale: Vec<String> = {
@@ -165,7 +165,9 @@ impl Tracker {
         for uid in stale {
             self.remove(&uid);
         }
-        pods.iter().filter_map(|p| self.observe(p)).collect()
+        (0..pods.len())
+            .filter(|&i| self.observe(&pods[i]))
+            .collect()
     }
 
     pub fn is_gone(&self, uid: &str) -> bool {
@@ -241,21 +243,21 @@ pub async fn follow(
             Ok(Event::InitApply(p)) => listed.push(p),
             Ok(Event::InitDone) => {
                 health.answered();
-                let listed = std::mem::take(&mut listed);
                 let new = tracker.resync(&listed);
                 match first.take() {
                     Some(first) => {
-                        let _ = first.send(Ok(listed));
+                        let _ = first.send(Ok(std::mem::take(&mut listed)));
                     }
-                    None => new.into_iter().for_each(|p| {
-                        let _ = new_pods.send(p);
+                    None => new.into_iter().for_each(|i| {
+                        let _ = new_pods.send(listed[i].clone());
                     }),
                 }
+                listed.clear();
             }
             Ok(Event::Apply(p)) => {
                 health.answered();
-                if let Some(new) = tracker.observe(&p) {
-                    let _ = new_pods.send(new);
+                if tracker.observe(&p) {
+                    let _ = new_pods.send(p);
                 }
             }
             Ok(Event::Delete(p)) => tracker.remove(&uid_of(&p)),
@@ -304,9 +306,9 @@ mod tests {
         let wc = tokio::spawn(async move { t3.wait("uc", false).await });
         tokio::task::yield_now().await;
         // A replacement under the same name: the old UID is gone, the new one is reported new.
-        assert!(t.observe(&pod("a", "ua2", "n1", "Running")).is_some());
+        assert!(t.observe(&pod("a", "ua2", "n1", "Running")));
         // Completion finishes a `wait` pod but not an evicted one.
-        assert!(t.observe(&pod("b", "ub", "n1", "Succeeded")).is_none());
+        assert!(!t.observe(&pod("b", "ub", "n1", "Succeeded")));
         // Bound elsewhere counts as gone.
         t.observe(&pod("c", "uc", "n2", "Running"));
         tokio::time::timeout(std::time::Duration::from_secs(1), async {
@@ -332,8 +334,8 @@ mod tests {
         let mut no_spec = pod("a", "ua", "n1", "Running");
         no_spec.spec = None;
         assert_eq!(missing_part(&no_spec), Some("spec"));
-        assert!(t.observe(&no_spec).is_some());
-        assert!(t.observe(&no_spec).is_none(), "once");
+        assert!(t.observe(&no_spec));
+        assert!(!t.observe(&no_spec), "once");
         assert!(
             !t.is_gone("ua"),
             "a pod without spec is not a pod that left"
