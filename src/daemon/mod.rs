@@ -1,6 +1,7 @@
 //! The daemon: holds a logind delay inhibitor, drains on shutdown, restores on the next boot.
 
 pub mod budget;
+mod drain;
 pub mod logind;
 pub mod restore;
 pub mod service;

@@ -18,16 +18,13 @@ use tokio::time::Instant;
 
 use crate::config::Settings;
 use crate::daemon::budget::{self, Budget, seconds};
+use crate::daemon::drain::{DrainOutcome, drain_node};
 use crate::daemon::logind::{
     InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
 use crate::daemon::restore::{self, Trigger};
-use crate::daemon::shutdown_start::{self, ShutdownStart};
+use crate::daemon::shutdown_start;
 use crate::daemon::status::Status;
-use crate::engine::Engine;
-use crate::events::Reason as EventReason;
-use crate::filters::Action;
-use crate::report::Report;
 
 /// First wait before trying logind again after a failure that was not a lost connection
 /// (logind absent, lock refused); doubled up to [`RETRY_MAX`].
@@ -246,8 +243,8 @@ impl Daemon {
         } else {
             // A record of this boot means a shutdown was cancelled while the daemon was away (bus
             // down, daemon restarting): its signal was lost, so undo the prepare as on a cancel.
-            let cancelled_while_away = self.record_of_this_boot();
-            self.clear_start("no shutdown is under way");
+            let cancelled_while_away = shutdown_start::of_this_boot(&self.settings);
+            shutdown_start::clear_logged(&self.settings, "no shutdown is under way");
             if cancelled_while_away {
                 tracing::info!(
                     "the recorded shutdown of node {node} ended without a reboot while the daemon \
@@ -277,7 +274,7 @@ impl Daemon {
                         tracing::info!(
                             "logind cancelled a shutdown that never started here; nothing to undo on node {node}"
                         );
-                        self.clear_start("the shutdown was cancelled");
+                        shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
                     }
                 },
             }
@@ -300,100 +297,6 @@ impl Daemon {
             seconds(budget.drain),
             seconds(budget.logind_max)
         ));
-    }
-
-    /// Records when logind's timer started (now) for a daemon restarted mid-shutdown. Never
-    /// fails the drain: a clock, boot ID or state directory problem is logged and passed over.
-    fn record_start(&self) {
-        let node = &self.settings.node_name;
-        let state_dir = &self.settings.state_dir;
-        let start = crate::node::read_boot_id(&self.settings.boot_id_path)
-            .map_err(|e| e.to_string())
-            .and_then(|boot_id| {
-                let now = shutdown_start::boottime_now().map_err(|e| e.to_string())?;
-                Ok(ShutdownStart {
-                    boot_id,
-                    boottime_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
-                })
-            })
-            .and_then(|start| shutdown_start::write(state_dir, &start).map_err(|e| e.to_string()));
-        if let Err(e) = start {
-            tracing::warn!(
-                "{e}; the drain of node {node} goes on, but a daemon restarted during this \
-                 shutdown will count its budget from its own start"
-            );
-        }
-    }
-
-    /// The CLOCK_BOOTTIME moment this boot's shutdown started, from the record; `None` (and a
-    /// log line saying why) when the budget must count from now instead.
-    fn recorded_start(&self) -> Option<std::time::Duration> {
-        let node = &self.settings.node_name;
-        let from_now = "counting the drain budget from now";
-        let record = match shutdown_start::read(&self.settings.state_dir) {
-            Ok(Some(record)) => record,
-            Ok(None) => {
-                tracing::warn!(
-                    "no record of when this shutdown started in {}; {from_now} for node {node}",
-                    shutdown_start::path_in(&self.settings.state_dir).display()
-                );
-                return None;
-            }
-            Err(e) => {
-                tracing::warn!("{e}; {from_now} for node {node}");
-                return None;
-            }
-        };
-        match crate::node::read_boot_id(&self.settings.boot_id_path) {
-            Ok(boot_id) if boot_id == record.boot_id => Some(record.at()),
-            Ok(boot_id) => {
-                tracing::warn!(
-                    "the recorded shutdown start in {} is from boot {}, not this boot {boot_id}; \
-                     {from_now} for node {node}",
-                    shutdown_start::path_in(&self.settings.state_dir).display(),
-                    record.boot_id
-                );
-                None
-            }
-            Err(e) => {
-                tracing::warn!("{e}; {from_now} for node {node}");
-                None
-            }
-        }
-    }
-
-    /// Whether the state directory holds a shutdown record of this boot. A record or boot ID
-    /// that cannot be read counts as none (logged): a cancel cannot then be told from a reboot.
-    fn record_of_this_boot(&self) -> bool {
-        let record = match shutdown_start::read(&self.settings.state_dir) {
-            Ok(Some(record)) => record,
-            Ok(None) => return false,
-            Err(e) => {
-                tracing::warn!("{e}; not restoring node {}", self.settings.node_name);
-                return false;
-            }
-        };
-        match crate::node::read_boot_id(&self.settings.boot_id_path) {
-            Ok(boot_id) => boot_id == record.boot_id,
-            Err(e) => {
-                tracing::warn!("{e}; not restoring node {}", self.settings.node_name);
-                false
-            }
-        }
-    }
-
-    /// Removes the record of a shutdown that is over without a reboot (cancelled, or gone while
-    /// the daemon was away). A failure is only logged: a record of another boot is ignored, and
-    /// a stale one of this boot can only make a restarted daemon release sooner, never later.
-    fn clear_start(&self, why: &str) {
-        match shutdown_start::clear(&self.settings.state_dir) {
-            Ok(true) => tracing::info!(
-                "removed the recorded shutdown start for node {}: {why}",
-                self.settings.node_name
-            ),
-            Ok(false) => {}
-            Err(e) => tracing::warn!("{e} ({why})"),
-        }
     }
 
     fn spawn_restore(&mut self, trigger: Trigger) {
@@ -434,15 +337,15 @@ impl Daemon {
         let started = Instant::now();
         let counted_from = match origin {
             Origin::Signal => {
-                self.record_start();
+                shutdown_start::record_now(&self.settings);
                 None
             }
             Origin::UnderWay => {
-                let from = self.recorded_start();
+                let from = shutdown_start::recorded(&self.settings);
                 if from.is_none() {
                     // Counted from now, and recorded so: a later restart counts from here, and
                     // a cancel missed while away is seen as one (the node gets restored).
-                    self.record_start();
+                    shutdown_start::record_now(&self.settings);
                 }
                 from
             }
@@ -548,7 +451,7 @@ impl Daemon {
                              stopping the drain and restoring the node"
                         );
                         // The lock is still held: only the node needs undoing.
-                        self.clear_start("the shutdown was cancelled");
+                        shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
                         self.set_waiting(&budget);
                         return Ok(Flow::Continue);
@@ -604,7 +507,7 @@ impl Daemon {
                             "logind cancelled the {what}; restoring node {node} and taking the \
                              inhibitor again"
                         );
-                        self.clear_start("the shutdown was cancelled");
+                        shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
                         match logind.take_lock(&node).await {
                             Ok(lock) => self.lock = Some(lock),
@@ -674,84 +577,3 @@ impl Daemon {
         }
     }
 }
-
-/// How a drain ended.
-enum DrainOutcome {
-    /// The engine ran; the report says how far it got.
-    Drained(Report),
-    /// No drain ran (no client, or the prepare used the whole budget).
-    Failed(String),
-}
-
-/// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
-/// once it is over). Never outlives the deadline by more than [`DRAIN_OVERRUN_GUARD`].
-/// `unguarded`: no inhibitor is held; the message goes into a Warning Event on the Node beside
-/// the prepare.
-#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
-async fn drain_node(
-    settings: Arc<Settings>,
-    status: Status,
-    why: String,
-    deadline: Instant,
-    unguarded: Option<String>,
-) -> DrainOutcome {
-    let node = settings.node_name.clone();
-    let engine = match Engine::new(settings) {
-        Ok(engine) => engine,
-        Err(e) => return DrainOutcome::Failed(e.to_string()),
-    };
-    // The plan for the status line and the Event are sent beside the prepare and the drain's own
-    // list: they cost the drain no time.
-    let plan = async {
-        if let Ok(Ok(plan)) = tokio::time::timeout_at(deadline, engine.plan()).await {
-            status.set(format!(
-                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
-                plan.count(Action::Evict),
-                plan.count(Action::Wait),
-                plan.count(Action::Skip)
-            ));
-        }
-    };
-    let event = async {
-        if let Some(message) = &unguarded {
-            let _ =
-                tokio::time::timeout_at(deadline, engine.event(EventReason::NoInhibitor, message))
-                    .await;
-        }
-    };
-    // Prepare and drain at once: the drain lists while the prepare cordons, and evicts after.
-    // `Engine::prepare_and_drain` returns by its deadline; this guard makes that a property of
-    // the daemon too, so a fault in the engine cannot hold the lock past the budget.
-    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline), plan, event).0 };
-    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, work).await {
-        Ok((prepared, report)) => {
-            match prepared {
-                Ok(outcome) => tracing::info!(
-                    "prepared node {node}: marker written{}{}",
-                    if outcome.tainted {
-                        ", tainted"
-                    } else if outcome.taint_forbidden {
-                        ", taint forbidden for these credentials"
-                    } else {
-                        ", taint already present or disabled"
-                    },
-                    if outcome.cordoned {
-                        ", cordoned"
-                    } else {
-                        ", already cordoned"
-                    }
-                ),
-                Err(e) => tracing::error!("preparing node {node} failed: {e}; drained it anyway"),
-            }
-            DrainOutcome::Drained(report)
-        }
-        Err(_) => DrainOutcome::Failed(format!(
-            "the drain of node {node} overran its deadline by {} ms and was stopped",
-            DRAIN_OVERRUN_GUARD.as_millis()
-        )),
-    }
-}
-
-/// How long past its deadline the daemon lets `Engine::drain` run before dropping it. Within
-/// the release margin, so the lock still goes before logind's own timer fires.
-const DRAIN_OVERRUN_GUARD: Duration = Duration::from_millis(500);

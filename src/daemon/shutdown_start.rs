@@ -12,6 +12,8 @@ use std::time::Duration;
 use nix::time::{ClockId, clock_gettime};
 use serde::{Deserialize, Serialize};
 
+use crate::config::Settings;
+
 /// The record's file name in the state directory.
 pub const FILE: &str = "shutdown-started";
 
@@ -102,6 +104,102 @@ pub fn clear(state_dir: &Path) -> Result<bool, RecordError> {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(RecordError::Remove { path, source }),
+    }
+}
+
+// What the daemon does with the record, each step logged and never failing the drain.
+
+/// Records when logind's timer started (now) for a daemon restarted mid-shutdown. Never
+/// fails the drain: a clock, boot ID or state directory problem is logged and passed over.
+pub fn record_now(settings: &Settings) {
+    let node = &settings.node_name;
+    let state_dir = &settings.state_dir;
+    let start = crate::node::read_boot_id(&settings.boot_id_path)
+        .map_err(|e| e.to_string())
+        .and_then(|boot_id| {
+            let now = boottime_now().map_err(|e| e.to_string())?;
+            Ok(ShutdownStart {
+                boot_id,
+                boottime_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
+            })
+        })
+        .and_then(|start| write(state_dir, &start).map_err(|e| e.to_string()));
+    if let Err(e) = start {
+        tracing::warn!(
+            "{e}; the drain of node {node} goes on, but a daemon restarted during this \
+             shutdown will count its budget from its own start"
+        );
+    }
+}
+
+/// The CLOCK_BOOTTIME moment this boot's shutdown started, from the record; `None` (and a
+/// log line saying why) when the budget must count from now instead.
+pub fn recorded(settings: &Settings) -> Option<std::time::Duration> {
+    let node = &settings.node_name;
+    let from_now = "counting the drain budget from now";
+    let record = match read(&settings.state_dir) {
+        Ok(Some(record)) => record,
+        Ok(None) => {
+            tracing::warn!(
+                "no record of when this shutdown started in {}; {from_now} for node {node}",
+                path_in(&settings.state_dir).display()
+            );
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!("{e}; {from_now} for node {node}");
+            return None;
+        }
+    };
+    match crate::node::read_boot_id(&settings.boot_id_path) {
+        Ok(boot_id) if boot_id == record.boot_id => Some(record.at()),
+        Ok(boot_id) => {
+            tracing::warn!(
+                "the recorded shutdown start in {} is from boot {}, not this boot {boot_id}; \
+                 {from_now} for node {node}",
+                path_in(&settings.state_dir).display(),
+                record.boot_id
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("{e}; {from_now} for node {node}");
+            None
+        }
+    }
+}
+
+/// Whether the state directory holds a shutdown record of this boot. A record or boot ID
+/// that cannot be read counts as none (logged): a cancel cannot then be told from a reboot.
+pub fn of_this_boot(settings: &Settings) -> bool {
+    let record = match read(&settings.state_dir) {
+        Ok(Some(record)) => record,
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::warn!("{e}; not restoring node {}", settings.node_name);
+            return false;
+        }
+    };
+    match crate::node::read_boot_id(&settings.boot_id_path) {
+        Ok(boot_id) => boot_id == record.boot_id,
+        Err(e) => {
+            tracing::warn!("{e}; not restoring node {}", settings.node_name);
+            false
+        }
+    }
+}
+
+/// Removes the record of a shutdown that is over without a reboot (cancelled, or gone while
+/// the daemon was away). A failure is only logged: a record of another boot is ignored, and
+/// a stale one of this boot can only make a restarted daemon release sooner, never later.
+pub fn clear_logged(settings: &Settings, why: &str) {
+    match clear(&settings.state_dir) {
+        Ok(true) => tracing::info!(
+            "removed the recorded shutdown start for node {}: {why}",
+            settings.node_name
+        ),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("{e} ({why})"),
     }
 }
 

@@ -1,0 +1,356 @@
+//! Tests of the marker and the patch builders (`marker.rs`): each built patch applied to a node.
+
+use super::*;
+
+const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
+const T0: &str = "2026-11-30T07:00:00Z";
+
+/// A node; cordoned ones have `spec.unschedulable` owned by our field manager.
+fn node(taints: Value, unschedulable: bool, marker: Option<&Marker>) -> Node {
+    node_cordoned_by(taints, unschedulable.then_some(FIELD_MANAGER), marker)
+}
+
+fn owner_entry(manager: &str) -> Value {
+    json!({"manager": manager, "operation": "Update", "apiVersion": "v1",
+           "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:unschedulable": {}}}})
+}
+
+/// A node cordoned by `manager` (per its managedFields), or not cordoned.
+fn node_cordoned_by(taints: Value, manager: Option<&str>, marker: Option<&Marker>) -> Node {
+    let mut n = json!({"metadata": {"name": "n", "resourceVersion": "7"}, "spec": {}});
+    if !taints.is_null() {
+        n["spec"]["taints"] = taints;
+    }
+    if let Some(manager) = manager {
+        n["spec"]["unschedulable"] = json!(true);
+        n["metadata"]["managedFields"] = json!([owner_entry(manager)]);
+    }
+    if let Some(m) = marker {
+        n["metadata"]["annotations"] =
+            json!({MARKER_ANNOTATION: serde_json::to_string(m).unwrap()});
+    }
+    serde_json::from_value(n).unwrap()
+}
+
+fn ours() -> Taint {
+    Taint {
+        key: "k/shutdown".into(),
+        value: Some("true".into()),
+        effect: "PreferNoSchedule".into(),
+        time_added: None,
+    }
+}
+
+fn input(add_taint: bool) -> PrepareInput {
+    PrepareInput {
+        why: "w".into(),
+        boot_id: BOOT.into(),
+        time: T0.into(),
+        taint: Some(ours()),
+        taint_key: "k/shutdown".into(),
+        add_taint,
+    }
+}
+
+/// A marker of ours as written at [`T0`] by [`BOOT`].
+fn marker(cordoned: bool, taints: Vec<MarkerTaint>) -> Marker {
+    Marker {
+        was_unschedulable: false,
+        taint_was_present: false,
+        boot_id: BOOT.into(),
+        time: T0.into(),
+        why: "w".into(),
+        cordoned,
+        cordoned_at: cordoned.then(|| T0.into()),
+        version: MARKER_VERSION,
+        taints,
+    }
+}
+
+fn with_annotation(text: &str) -> Node {
+    let mut n = node(Value::Null, false, None);
+    n.metadata.annotations = Some([(MARKER_ANNOTATION.to_string(), text.to_string())].into());
+    n
+}
+
+fn ops(p: &json_patch::Patch) -> Vec<Value> {
+    serde_json::to_value(p).unwrap().as_array().unwrap().clone()
+}
+
+/// Applies a patch as the server would (the `test` included).
+fn apply(n: &Node, p: &json_patch::Patch) -> Node {
+    let mut v = serde_json::to_value(n).unwrap();
+    json_patch::patch(&mut v, p).expect("the patch applies to the node it was built from");
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn the_prepare_patch_is_guarded_and_records_each_change_it_makes() {
+    let other = json!({"key": "other", "effect": "NoSchedule"});
+    let n = node(json!([other]), false, None);
+    let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    let o = ops(&p);
+    assert_eq!(
+        o[0],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "7"})
+    );
+    assert!(plan.cordons && plan.taints);
+    assert!(plan.marker.cordoned && !plan.marker.was_unschedulable);
+    assert_eq!(plan.marker.taints, vec![MarkerTaint::of(&ours())]);
+    let after = apply(&n, &p);
+    assert!(is_unschedulable(&after));
+    assert_eq!(taints(&after).len(), 2, "appended; the other taint stays");
+    assert_eq!(marker_of(&after, "n").unwrap(), Some(plan.marker));
+    // The guard holds: a node changed since (another resourceVersion) refuses the patch.
+    let mut changed = serde_json::to_value(&n).unwrap();
+    changed["metadata"]["resourceVersion"] = json!("8");
+    assert!(json_patch::patch(&mut changed, &p).is_err());
+}
+
+#[test]
+fn an_admin_cordon_or_taint_is_never_recorded_as_ours() {
+    let n = node(
+        json!([{"key": "k/shutdown", "effect": "PreferNoSchedule", "value": "admin"}]),
+        true,
+        None,
+    );
+    let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(!plan.cordons && !plan.taints);
+    assert!(!plan.marker.cordoned && plan.marker.taints.is_empty());
+    assert!(plan.marker.was_unschedulable && plan.marker.taint_was_present);
+    assert_eq!(ops(&p).len(), 2, "the guard and the marker only");
+}
+
+#[test]
+fn without_taint_rights_the_patch_cordons_and_records_no_taint() {
+    let n = node(Value::Null, false, None);
+    let (p, plan) = prepare_patch(&n, "n", &input(false)).unwrap();
+    assert!(plan.cordons && !plan.taints && plan.marker.taints.is_empty());
+    assert!(!serde_json::to_string(&p).unwrap().contains("/spec/taints"));
+    assert!(is_unschedulable(&apply(&n, &p)));
+}
+
+#[test]
+fn a_second_prepare_keeps_the_first_record_and_adds_a_new_taint() {
+    let first = Marker {
+        boot_id: "0b0e1d00-0000-4000-8000-0000000000aa".into(),
+        why: "drain".into(),
+        taints: vec![MarkerTaint {
+            key: "kube-shutdown-drain/old".into(),
+            effect: "NoSchedule".into(),
+        }],
+        ..marker(true, vec![])
+    };
+    let n = node(
+        json!([{"key": "kube-shutdown-drain/old", "effect": "NoSchedule"}]),
+        true,
+        Some(&first),
+    );
+    let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(plan.marker.cordoned, "still ours");
+    assert_eq!(plan.marker.boot_id, BOOT);
+    assert_eq!(plan.marker.taints.len(), 2);
+    let after = apply(&n, &p);
+    assert_eq!(taints(&after).len(), 2);
+}
+
+#[test]
+fn the_restore_patch_undoes_exactly_what_the_marker_lists() {
+    let marker = marker(true, vec![MarkerTaint::of(&ours())]);
+    let mine = serde_json::to_value(ours()).unwrap();
+    let same_key_other_effect = json!({"key": "k/shutdown", "effect": "NoExecute"});
+    let other = json!({"key": "other", "effect": "NoSchedule"});
+    let n = node(
+        json!([same_key_other_effect, mine, other]),
+        true,
+        Some(&marker),
+    );
+    let (p, plan) = restore_patch(&n, "n", &marker, "k/shutdown", true).unwrap();
+    assert!(plan.uncordons && plan.keeps.is_empty() && plan.removes.len() == 1);
+    assert_eq!(
+        ops(&p)[1],
+        json!({"op": "remove", "path": "/spec/taints/1"})
+    );
+    let after = apply(&n, &p);
+    assert!(!is_unschedulable(&after));
+    assert_eq!(taints(&after).len(), 2, "only our key and effect went");
+    assert_eq!(marker_of(&after, "n").unwrap(), None);
+
+    // Without taint rights: the cordon part done, the taint kept in the marker.
+    let (p, plan) = restore_patch(&n, "n", &marker, "k/shutdown", false).unwrap();
+    assert!(plan.uncordons && plan.keeps.len() == 1);
+    let after = apply(&n, &p);
+    let left = marker_of(&after, "n").unwrap().unwrap();
+    assert!(!left.cordoned && left.taints == vec![MarkerTaint::of(&ours())]);
+
+    // Someone else uncordoned: the cordon is left alone.
+    let n = node(Value::Null, false, Some(&marker));
+    let (_, plan) = restore_patch(&n, "n", &marker, "k/shutdown", true).unwrap();
+    assert!(!plan.uncordons && plan.left_cordon_alone && plan.removes.is_empty());
+}
+
+#[test]
+fn an_old_marker_reads_as_nothing_of_ours() {
+    let old = r#"{"was_unschedulable":false,"taint_was_present":false,"boot_id":"b","time":"t","why":"w","taint_key":"k","taint_effect":"NoSchedule"}"#;
+    let m: Marker = serde_json::from_str(old).unwrap();
+    assert!(!m.cordoned && m.taints.is_empty());
+}
+
+#[test]
+fn unparsable_oversized_misshapen_or_impossible_markers_are_foreign() {
+    let good = serde_json::to_string(&marker(true, vec![])).unwrap();
+    assert_eq!(
+        read_marker(&with_annotation(&good)),
+        MarkerRead::Ours(marker(true, vec![]))
+    );
+    let huge = format!(
+        "{},\"pad\":\"{}\"}}",
+        &good[..good.len() - 1],
+        "x".repeat(5000)
+    );
+    let version = good.replace("\"version\":1", "\"version\":7");
+    let boot = good.replace(BOOT, "../../etc");
+    let cases = [
+        ("{not json", "not a marker of ours"),
+        ("[1,2]", "not a marker of ours"),
+        (r#"{"cordoned":true}"#, "not a marker of ours"),
+        (huge.as_str(), "more than the 4096"),
+        (version.as_str(), "marker version 7"),
+        (boot.as_str(), "is not a boot ID"),
+    ];
+    for (text, why) in cases {
+        match read_marker(&with_annotation(text)) {
+            MarkerRead::Foreign(reason) => {
+                assert!(reason.contains(why), "{text:.40}: {reason}")
+            }
+            other => panic!("{text:.40} read as {other:?}"),
+        }
+        assert!(marker_of(&with_annotation(text), "n").is_err());
+    }
+}
+
+#[test]
+fn prepare_replaces_a_foreign_marker_and_still_taints_and_cordons() {
+    let n = with_annotation("{not json");
+    let (p, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(plan.cordons && plan.taints);
+    assert!(
+        plan.replaced_foreign
+            .unwrap()
+            .contains("not a marker of ours")
+    );
+    let after = apply(&n, &p);
+    assert!(is_unschedulable(&after));
+    assert_eq!(marker_of(&after, "n").unwrap(), Some(plan.marker));
+}
+
+#[test]
+fn clearing_a_foreign_marker_removes_only_the_annotation() {
+    let mut n = with_annotation("{not json");
+    n.spec.as_mut().unwrap().unschedulable = Some(true);
+    n.spec.as_mut().unwrap().taints = Some(vec![ours()]);
+    let (p, plan) = clear_foreign_patch(&n, "n", "garbage").unwrap();
+    assert_eq!(plan.foreign.as_deref(), Some("garbage"));
+    assert_eq!(ops(&p).len(), 2, "the guard and the annotation's removal");
+    let after = apply(&n, &p);
+    assert!(is_unschedulable(&after) && taints(&after).len() == 1);
+    assert_eq!(read_marker(&after), MarkerRead::Absent);
+}
+
+#[test]
+fn restore_never_removes_a_taint_key_that_is_not_ours() {
+    let listed = vec![
+        MarkerTaint {
+            key: "admin/maintenance".into(),
+            effect: "NoExecute".into(),
+        },
+        MarkerTaint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoSchedule".into(),
+        },
+        MarkerTaint {
+            key: "kube-shutdown-drain/extra".into(),
+            effect: "NoSchedule".into(),
+        },
+    ];
+    let m = marker(false, listed);
+    let n = node(
+        json!([
+            {"key": "admin/maintenance", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+            {"key": "kube-shutdown-drain/extra", "effect": "NoSchedule"}
+        ]),
+        false,
+        Some(&m),
+    );
+    let (p, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert_eq!(plan.refused.len(), 2);
+    assert_eq!(plan.removes, vec![m.taints[2].clone()]);
+    let left: Vec<String> = taints(&apply(&n, &p)).into_iter().map(|t| t.key).collect();
+    assert_eq!(
+        left,
+        ["admin/maintenance", "node.kubernetes.io/unreachable"]
+    );
+}
+
+#[test]
+fn a_cordon_is_ours_only_while_our_field_manager_owns_it() {
+    let m = marker(true, vec![]);
+    let n = node_cordoned_by(Value::Null, Some(FIELD_MANAGER), Some(&m));
+    assert_eq!(cordon_is_ours(&n, &m), Ok(()));
+    let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&m));
+    let why = cordon_is_ours(&n, &m).unwrap_err();
+    assert!(why.contains("owned by field manager kubectl"), "{why}");
+    let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert!(!plan.uncordons && plan.cordon_kept.is_some());
+}
+
+#[test]
+fn without_managed_fields_the_lifecycle_taint_time_decides() {
+    let m = marker(true, vec![]);
+    let at = |t: &str| {
+        let mut n = node(
+            json!([{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": t}]),
+            true,
+            Some(&m),
+        );
+        n.metadata.managed_fields = None;
+        n
+    };
+    assert_eq!(cordon_is_ours(&at("2026-11-30T07:00:01Z"), &m), Ok(()));
+    let later = cordon_is_ours(&at("2026-12-03T09:00:00Z"), &m).unwrap_err();
+    assert!(later.contains("a cordon by someone else"), "{later}");
+    let mut bare = node(Value::Null, true, Some(&m));
+    bare.metadata.managed_fields = None;
+    let none = cordon_is_ours(&bare, &m).unwrap_err();
+    assert!(none.contains("cannot be told"), "{none}");
+    let (_, plan) = restore_patch(&bare, "n", &m, "k/shutdown", true).unwrap();
+    assert!(!plan.uncordons);
+}
+
+#[test]
+fn prepare_drops_an_earlier_cordon_that_is_no_longer_ours() {
+    // Drained once; an admin uncordoned and removed our taint by hand; days later kubectl
+    // cordons: the next prepare must not carry "we cordoned" over to that cordon.
+    let stale = marker(true, vec![MarkerTaint::of(&ours())]);
+    let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&stale));
+    let (_, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(!plan.cordons && !plan.marker.cordoned && plan.marker.cordoned_at.is_none());
+    assert!(plan.marker.was_unschedulable);
+    assert_eq!(
+        plan.marker.taints,
+        vec![MarkerTaint::of(&ours())],
+        "added anew"
+    );
+}
+
+#[test]
+fn the_boot_start_is_the_btime_line_of_proc_stat() {
+    let stat = "cpu  1 2 3\nintr 5\nbtime 1764480000\nprocesses 9\n";
+    assert_eq!(
+        super::super::btime(stat),
+        Some(jiff::Timestamp::from_second(1_764_480_000).unwrap())
+    );
+    assert_eq!(super::super::btime("cpu 1\n"), None);
+    assert!(super::super::boot_started().unwrap() < jiff::Timestamp::now());
+}
