@@ -31,6 +31,8 @@ const JITTER: f64 = 0.2;
 #[derive(Debug)]
 pub struct Backoff {
     next: Duration,
+    first: Duration,
+    max: Duration,
     jitter: bool,
 }
 
@@ -42,24 +44,32 @@ impl Default for Backoff {
 
 impl Backoff {
     pub fn new() -> Backoff {
+        Backoff::between(FIRST, MAX)
+    }
+
+    /// The same shape (doubling, jittered) between other bounds: the daemon's waits for logind
+    /// and for a restore that keeps failing, which need no sub-second retries.
+    pub fn between(first: Duration, max: Duration) -> Backoff {
         Backoff {
-            next: FIRST,
+            next: first,
+            first,
+            max,
             jitter: true,
         }
     }
 
-    /// The same curve without jitter (for tests that check exact instants).
+    /// The API curve without jitter (for tests that check exact instants).
     pub fn exact() -> Backoff {
         Backoff {
-            next: FIRST,
             jitter: false,
+            ..Backoff::new()
         }
     }
 
     /// The next pause.
     pub fn next_pause(&mut self) -> Duration {
         let base = self.next;
-        self.next = (self.next * 2).min(MAX);
+        self.next = (self.next * 2).min(self.max);
         if self.jitter {
             base.mul_f64(1.0 - JITTER * random_unit())
         } else {
@@ -69,7 +79,7 @@ impl Backoff {
 
     /// After a success: the next failure starts the curve again.
     pub fn reset(&mut self) {
-        self.next = FIRST;
+        self.next = self.first;
     }
 }
 

@@ -14,6 +14,8 @@ use futures::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedVariant, proxy};
 
+use crate::api::retry::Backoff;
+
 /// What logind's `Inhibit` is asked to block: shutdowns only, never sleep.
 const INHIBIT_WHAT: &str = "shutdown";
 /// A delay lock postpones the shutdown until it is released or logind's timer runs out; a block
@@ -27,7 +29,8 @@ const DEFAULT_SYSTEM_BUS: &str = "unix:path=/run/dbus/system_bus_socket";
 /// Every method call to logind gets an answer within this time or fails; logind answers in
 /// microseconds, so this only bounds a hung bus.
 const METHOD_TIMEOUT: Duration = Duration::from_secs(5);
-/// First wait before reconnecting after the bus went away; doubled after each failure.
+/// First wait before reconnecting after the bus went away; doubled after each failure
+/// (jittered, [`Backoff`]).
 const RECONNECT_FIRST: Duration = Duration::from_millis(250);
 /// Longest wait between reconnect attempts. The kubelet retries every 1 s
 /// (`dbusReconnectPeriod`); 2 s keeps a restarted bus picked up within a few seconds.
@@ -313,14 +316,14 @@ impl Logind {
     /// Connects, retrying with a doubling backoff (250 ms up to 2 s) until it succeeds.
     /// Each failure is logged; the caller bounds the whole wait by dropping the future.
     pub async fn connect_with_backoff(address: &str) -> Logind {
-        let mut wait = RECONNECT_FIRST;
+        let mut backoff = Backoff::between(RECONNECT_FIRST, RECONNECT_MAX);
         loop {
             match Logind::connect_at(address).await {
                 Ok(logind) => return logind,
                 Err(e) => {
+                    let wait = backoff.next_pause();
                     tracing::warn!("{e}; retrying in {} ms", wait.as_millis());
                     tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(RECONNECT_MAX);
                 }
             }
         }

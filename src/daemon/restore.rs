@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::retry::Backoff;
 use crate::config::Settings;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error, RestoreOutcome};
@@ -29,7 +30,7 @@ pub enum Trigger {
 #[tracing::instrument(skip_all, fields(node = %settings.node_name, trigger = ?trigger))]
 pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger: Trigger) {
     let node = settings.node_name.clone();
-    let mut wait = RETRY_FIRST;
+    let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
     loop {
         match attempt(&settings, &status, trigger).await {
             Ok(()) => {
@@ -37,13 +38,13 @@ pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger
                 return;
             }
             Err(e) => {
+                let wait = backoff.next_pause();
                 tracing::warn!(
-                    "restoring node {node} failed: {e}; retrying in {} s",
-                    wait.as_secs()
+                    "restoring node {node} failed: {e}; retrying in {:.1} s",
+                    wait.as_secs_f64()
                 );
                 status.set_restore(Some(format!("restore of node {node} failing: {e}")));
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(RETRY_MAX);
             }
         }
     }

@@ -16,6 +16,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::api::retry::Backoff;
 use crate::config::Settings;
 use crate::daemon::budget::{self, Budget, seconds};
 use crate::daemon::drain::{DrainOutcome, drain_node};
@@ -131,7 +132,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
 
 impl Daemon {
     async fn run(&mut self) -> Result<(), DaemonError> {
-        let mut retry = RETRY_FIRST;
+        let mut retry = Backoff::between(RETRY_FIRST, RETRY_MAX);
         loop {
             let address = self.bus_address.clone();
             let logind = tokio::select! {
@@ -158,11 +159,11 @@ impl Daemon {
                     self.status
                         .set_degraded(Some(format!("logind unreachable: {e}")));
                     if matches!(e, LogindError::Disconnected { .. }) {
-                        retry = RETRY_FIRST;
+                        retry.reset();
                     } else {
                         // Not a lost connection: logind answered badly; do not spin.
                         tokio::select! {
-                            _ = tokio::time::sleep(retry) => {}
+                            _ = tokio::time::sleep(retry.next_pause()) => {}
                             name = self.stop.recv() => {
                                 tracing::info!(
                                     "{name} while logind was unreachable; stopping (node {node})"
@@ -170,7 +171,6 @@ impl Daemon {
                                 return Ok(());
                             }
                         }
-                        retry = (retry * 2).min(RETRY_MAX);
                     }
                 }
             }
