@@ -191,6 +191,13 @@ pub struct DaemonSettings {
     pub restore_ready_timeout: Duration,
 }
 
+/// The `[metrics]` table.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricsSettings {
+    /// The node_exporter textfile to write (`None`: off, the default).
+    pub textfile: Option<PathBuf>,
+}
+
 /// Validated settings. Fields are public so tests and the CLI can override single values
 /// (`--node`, `boot_id_path`) after loading.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,6 +216,7 @@ pub struct Settings {
     pub rules: Vec<Rule>,
     pub drain: DrainSettings,
     pub daemon: DaemonSettings,
+    pub metrics: MetricsSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

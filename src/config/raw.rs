@@ -10,7 +10,7 @@ use toml::Spanned;
 
 use super::values::{
     AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Namespaces, NodeName, Order,
-    PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue,
+    PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
 };
 use super::{OnDeadline, Policy, TaintEffect};
 
@@ -40,6 +40,8 @@ pub struct RawConfig {
     pub drain: RawDrain,
     #[serde(default)]
     pub daemon: RawDaemon,
+    #[serde(default)]
+    pub metrics: RawMetrics,
 }
 
 /// `[taint]`.
@@ -158,4 +160,15 @@ pub struct RawDaemon {
     pub release_margin: Option<ReleaseMargin>,
     /// Default: 10m.
     pub restore_ready_timeout: Option<Positive>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`metrics` to be a [metrics] table (key textfile)"
+)]
+pub struct RawMetrics {
+    /// Default: "" (off).
+    pub textfile: Option<TextfilePath>,
 }

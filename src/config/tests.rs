@@ -596,3 +596,29 @@ fn enum_names_are_listed_once_and_round_trip() {
     }
     assert_eq!(NoExecute.as_str(), "NoExecute");
 }
+
+#[test]
+fn metrics_textfile_is_off_by_default_and_must_be_an_absolute_prom_file() {
+    assert_eq!(parse("").unwrap().metrics.textfile, None);
+    assert_eq!(
+        parse("[metrics]\ntextfile = \"\"").unwrap().metrics.textfile,
+        None
+    );
+    let path = "/var/lib/node_exporter/textfile_collector/k.prom";
+    assert_eq!(
+        parse(&format!("[metrics]\ntextfile = \"{path}\""))
+            .unwrap()
+            .metrics
+            .textfile,
+        Some(std::path::PathBuf::from(path))
+    );
+    for bad in ["\"k.prom\"", "\"/tmp/k.txt\"", "1"] {
+        let e = parse(&format!("[metrics]\ntextfile = {bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("2:12") && e.contains("key `metrics.textfile`") && e.contains(".prom"),
+            "{bad}: {e}"
+        );
+    }
+}

@@ -12,7 +12,8 @@ use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings, FilterSettings,
-    OnDeadline, Policy, Rule, RuleAction, Settings, Source, TaintEffect, TaintSettings,
+    MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings, Source, TaintEffect,
+    TaintSettings,
 };
 use crate::selector::Selector;
 
@@ -100,6 +101,9 @@ pub fn settings(
         rules,
         drain,
         daemon,
+        metrics: MetricsSettings {
+            textfile: raw.metrics.textfile.and_then(|t| t.0),
+        },
     })
 }
 

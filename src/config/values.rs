@@ -238,6 +238,28 @@ impl FromValue for AbsolutePath {
     }
 }
 
+/// `metrics.textfile`: `""` (off) or an absolute path ending in `.prom` (node_exporter's textfile
+/// collector reads only `*.prom` files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextfilePath(pub Option<PathBuf>);
+
+impl FromValue for TextfilePath {
+    fn from_value(value: Value) -> Result<TextfilePath, Invalid> {
+        const ALLOWED: &str = "an absolute path ending in .prom, or \"\" (off)";
+        let p = string(value, ALLOWED)?;
+        if p.is_empty() {
+            Ok(TextfilePath(None))
+        } else if p.starts_with('/') && p.ends_with(".prom") {
+            Ok(TextfilePath(Some(PathBuf::from(p))))
+        } else {
+            Err(Invalid::new(
+                format!("{} is not an absolute path ending in .prom", quote(&p)),
+                ALLOWED,
+            ))
+        }
+    }
+}
+
 /// A Node name: a lower-case DNS subdomain. Checked the same way whether it comes from
 /// `node_name`, the host name or `--node`, so only such a name is ever put in a request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -509,6 +531,7 @@ deserialize_checked!(
     ActionName,
     Flag,
     AbsolutePath,
+    TextfilePath,
     NodeName,
     GracePeriod,
     TaintKey,
