@@ -75,6 +75,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
         perm("create", "", "pods", "eviction", false, true, "evict pods"),
         perm("create", "", "events", "", false, false, "Node Events"),
         perm(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            true,
+            false,
+            "see a live kubelet by its Lease before restoring",
+        ),
+        perm(
             "list",
             "policy",
             "poddisruptionbudgets",

@@ -601,7 +601,10 @@ fn enum_names_are_listed_once_and_round_trip() {
 fn metrics_textfile_is_off_by_default_and_must_be_an_absolute_prom_file() {
     assert_eq!(parse("").unwrap().metrics.textfile, None);
     assert_eq!(
-        parse("[metrics]\ntextfile = \"\"").unwrap().metrics.textfile,
+        parse("[metrics]\ntextfile = \"\"")
+            .unwrap()
+            .metrics
+            .textfile,
         None
     );
     let path = "/var/lib/node_exporter/textfile_collector/k.prom";
