@@ -18,6 +18,13 @@ pub const WATCH_GRACE: Duration = Duration::from_secs(5);
 /// The kubeconfig or the client built from it is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The file itself: missing, unreadable. kube's own text for this repeats the path in Debug
+    /// quotes, so the I/O error is kept alone.
+    #[error("cannot read kubeconfig {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot read kubeconfig {path}: {source}")]
     Kubeconfig {
         path: PathBuf,
@@ -104,9 +111,15 @@ impl Clients {
 
 /// Reads and parses a kubeconfig file (no network I/O).
 pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ClientError> {
-    Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
-        path: path.to_path_buf(),
-        source,
+    Kubeconfig::read_from(path).map_err(|source| match source {
+        kube::config::KubeconfigError::ReadConfig(source, _) => ClientError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        source => ClientError::Kubeconfig {
+            path: path.to_path_buf(),
+            source,
+        },
     })
 }
 

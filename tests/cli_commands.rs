@@ -249,3 +249,75 @@ async fn check_reviews_every_permission() {
         r.stdout
     );
 }
+
+/// Runs the binary with stdout a pipe whose reading end is already closed, as `| head -c N`
+/// leaves it once `head` has read enough: every write gets EPIPE.
+fn run_into_closed_pipe(config: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
+        )
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_command_quietly_with_its_own_exit_code() {
+    let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
+    let config = c.config_file("admin", "");
+    for args in [
+        &["plan", "--output", "json"][..],
+        &["plan"],
+        &["status", "--output", "json"],
+        &["drain", "--dry-run"],
+        &["check"],
+        &["--help"],
+    ] {
+        let (code, stderr) = run_into_closed_pipe(&config, args);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A failing command keeps its code too: the node is missing (3).
+    let (code, _) = run_into_closed_pipe(&config, &["--node", "no-such-node", "plan"]);
+    assert_eq!(code, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_kubeconfig_is_named_once_without_debug_quotes() {
+    let c = Cluster::start(vec![]).await;
+    let missing = c.dir.path().join("no-kubeconfig");
+    let config = c.dir.path().join("missing-kubeconfig.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"node-a\"\nkubeconfig = \"{}\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let r = cli(&config, &["plan"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim(),
+        format!(
+            "error: cannot read kubeconfig {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+}

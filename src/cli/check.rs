@@ -9,7 +9,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE};
+use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
 use crate::config::{OnDeadline, Settings};
 use crate::daemon::budget;
 use crate::daemon::logind::Logind;
@@ -108,7 +108,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
 
 pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node = settings.node_name.clone();
-    println!(
+    outln!(
         "config {}: valid",
         settings
             .source
@@ -116,9 +116,9 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             .map_or("<defaults>".into(), |p| p.display().to_string())
     );
     let engine = Engine::new(settings.clone())?;
-    println!("kubeconfig {}: readable", settings.kubeconfig.display());
+    outln!("kubeconfig {}: readable", settings.kubeconfig.display());
     engine.node().await?;
-    println!("node {node}: exists, the API server answers");
+    outln!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
     let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
     let mut ok = true;
@@ -155,13 +155,14 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             }
             (false, false) => "denied (optional)",
         };
-        println!(
+        outln!(
             "permission {:<6} {resource:<26} {verdict:<17} {}",
-            p.verb, p.what
+            p.verb,
+            p.what
         );
     }
     if settings.taint.enabled {
-        println!(
+        outln!(
             "taint {}:{}: not checkable here; kubelet credentials get 403 under NodeRestriction (the drain then goes on without it)",
             settings.taint.key,
             settings.taint.effect.as_str()
@@ -179,23 +180,23 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
 pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
     match Logind::connect().await {
         Err(e) => {
-            println!("{indent}logind: not reachable ({e}); the daemon needs it");
+            outln!("{indent}logind: not reachable ({e}); the daemon needs it");
             true
         }
         Ok(logind) => match budget::read(&logind, settings).await {
             Err(e) => {
-                println!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
+                outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
                 true
             }
             Ok(b) => {
-                println!(
+                outln!(
                     "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
                     budget::seconds(b.logind_max),
                     budget::seconds(b.drain)
                 );
                 match b.warning {
                     Some(w) => {
-                        println!("{indent}logind: WARNING {w}");
+                        outln!("{indent}logind: WARNING {w}");
                         false
                     }
                     None => true,

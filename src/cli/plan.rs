@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::cli::{CliError, EXIT_DONE, Output, print_json};
+use crate::cli::{CliError, EXIT_DONE, Output, out, print_json};
 use crate::config::Settings;
 use crate::engine::Engine;
 
@@ -13,7 +13,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
     let plan = engine.plan().await?;
     match output {
         Output::Json => print_json(&plan)?,
-        Output::Text => print!("{}", plan.to_text()),
+        Output::Text => out!("{}", plan.to_text()),
     }
     Ok(EXIT_DONE)
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::cli::{CliError, EXIT_DONE};
+use crate::cli::{CliError, EXIT_DONE, outln};
 use crate::config::Settings;
 use crate::engine::Engine;
 
@@ -11,7 +11,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let engine = Engine::new(settings)?;
     let out = engine.restore().await?;
     match &out.marker {
-        None => println!("node {node}: no marker of ours; nothing to restore"),
+        None => outln!("node {node}: no marker of ours; nothing to restore"),
         Some(m) => {
             let cordon = if out.uncordoned {
                 "uncordoned"
@@ -25,7 +25,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             } else {
                 "no taint of ours to remove"
             };
-            println!("node {node}: {cordon}, {taint}, marker cleared");
+            outln!("node {node}: {cordon}, {taint}, marker cleared");
         }
     }
     Ok(EXIT_DONE)
