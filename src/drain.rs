@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -148,11 +149,13 @@ where
                 let left = deadline.saturating_duration_since(Instant::now());
                 if pause < left {
                     tracing::warn!(
-                        "{what} failed (attempt {attempts}), retrying in {pause:?}: {e}"
+                        "{what} failed (attempt {attempts}), retrying in {pause:?}: {}",
+                        said(&e)
                     );
                 } else {
                     tracing::warn!(
-                        "{what} failed (attempt {attempts}), no time left to retry: {e}"
+                        "{what} failed (attempt {attempts}), no time left to retry: {}",
+                        said(&e)
                     );
                 }
                 last = Some(e);
@@ -561,7 +564,8 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
             Ok(l) => l,
             Err(e) if e.is_forbidden() || e.is_not_found() => {
                 tracing::info!(
-                    "cannot watch poddisruptionbudget {namespace}/{name} ({e}); retrying blocked evictions on a timer"
+                    "cannot watch poddisruptionbudget {namespace}/{name} ({}); retrying blocked evictions on a timer",
+                    said(&e)
                 );
                 gate.unavailable.store(true, Ordering::Relaxed);
                 gate.notify.notify_waiters();
@@ -815,7 +819,7 @@ impl Run {
         let retry_interval = self.settings.drain.retry_interval;
         loop {
             if self.tracker.is_gone(&pod.uid) {
-                tracing::info!("pod {key} left before we evicted it");
+                tracing::info!(outcome = "gone", "pod {key} left before we evicted it");
                 return self.finish(idx, Outcome::Gone);
             }
             let answer = {
@@ -832,7 +836,10 @@ impl Run {
             let pause = match answer {
                 Ok(Answer::Accepted) => break,
                 Ok(Answer::Gone) => {
-                    tracing::info!("pod {key} is already gone (or replaced by another uid)");
+                    tracing::info!(
+                        outcome = "gone",
+                        "pod {key} is already gone (or replaced by another uid)"
+                    );
                     return self.finish(idx, Outcome::Gone);
                 }
                 Ok(Answer::Conflict(message)) => {
@@ -865,7 +872,10 @@ impl Run {
                     }
                 }
                 Ok(Answer::Refused { code, message }) => {
-                    tracing::warn!("eviction of pod {key} refused ({code}): {message}");
+                    tracing::warn!(
+                        outcome = "failed",
+                        "eviction of pod {key} refused ({code}): {message}"
+                    );
                     self.update(idx, |p| {
                         p.outcome = Outcome::Failed;
                         p.detail = Some(format!("{code}: {message}"));
@@ -895,7 +905,7 @@ impl Run {
             p.budget = None;
         });
         self.tracker.wait(&pod.uid, false).await;
-        tracing::info!("pod {key} is gone");
+        tracing::info!(outcome = "evicted", "pod {key} is gone");
         self.finish(idx, Outcome::Evicted);
     }
 
@@ -933,7 +943,12 @@ impl Run {
         } else {
             Outcome::Completed
         };
-        tracing::info!("pod {} finished waiting: {outcome:?}", pod.key());
+        tracing::info!(
+            outcome = outcome.as_str(),
+            "pod {} finished waiting: {}",
+            pod.key(),
+            outcome.as_str()
+        );
         self.finish(idx, outcome);
     }
 
@@ -970,6 +985,7 @@ impl Run {
         match result {
             Ok(_) => {
                 tracing::warn!(
+                    outcome = "deleted",
                     "deleted pod {} at the deadline, ignoring its budget",
                     pod.key()
                 );
@@ -1018,12 +1034,12 @@ fn place(
     match (p.action, p.order) {
         (Action::Evict, Some(order)) => match current {
             Some((cur, set)) if order <= *cur => {
-                set.spawn(run.clone().evict(idx, p));
+                set.spawn(run.clone().evict(idx, p).in_current_span());
             }
             _ => pending.entry(order).or_default().push((idx, p)),
         },
         (Action::Wait, _) => {
-            waits.spawn(run.clone().wait_for(idx, p));
+            waits.spawn(run.clone().wait_for(idx, p).in_current_span());
         }
         _ => {}
     }
@@ -1117,7 +1133,7 @@ pub async fn drain(
                 ),
                 None => outage_message(server, &node, &what, started.elapsed(), "no answer", true),
             };
-            tracing::error!(node = %node, "{message}");
+            tracing::error!("{message}");
             report.errors.push(message);
             report.deadline_reached = true;
             report.duration_ms = started.elapsed().as_millis() as u64;
@@ -1184,7 +1200,7 @@ pub async fn drain(
         plan.count(Action::Wait),
         plan.count(Action::Skip)
     );
-    tracing::info!(node = %node, "{started_msg}");
+    tracing::info!("{started_msg}");
     run.post_event(EventReason::DrainStarted, started_msg);
 
     // Index every planned pod in the report; group the evictions.
@@ -1199,10 +1215,13 @@ pub async fn drain(
     loop {
         if current.as_ref().is_none_or(|(_, s)| s.is_empty()) {
             if let Some((order, pods)) = pending.pop_first() {
-                tracing::info!(node = %node, "evicting order group {order} ({} pods) from node {node}", pods.len());
+                tracing::info!(
+                    "evicting order group {order} ({} pods) from node {node}",
+                    pods.len()
+                );
                 let mut set = JoinSet::new();
                 for (idx, p) in pods {
-                    set.spawn(run.clone().evict(idx, p));
+                    set.spawn(run.clone().evict(idx, p).in_current_span());
                 }
                 current = Some((order, set));
                 continue;
@@ -1213,7 +1232,11 @@ pub async fn drain(
                 match new_rx.try_recv() {
                     Ok(pod) => {
                         let p = PlannedPod::for_pod(&settings, &pod);
-                        tracing::info!(node = %node, "pod {} appeared on node {node} during the drain: {:?}", p.key(), p.action);
+                        tracing::info!(
+                            "pod {} appeared on node {node} during the drain: {}",
+                            p.key(),
+                            p.action.as_str()
+                        );
                         place(&run, p, &mut pending, &mut waits, None);
                         continue;
                     }
@@ -1231,7 +1254,11 @@ pub async fn drain(
             Step::Progress => {}
             Step::NewPod(pod) => {
                 let p = PlannedPod::for_pod(&settings, &pod);
-                tracing::info!(node = %node, "pod {} appeared on node {node} during the drain: {:?}", p.key(), p.action);
+                tracing::info!(
+                    "pod {} appeared on node {node} during the drain: {}",
+                    p.key(),
+                    p.action.as_str()
+                );
                 place(&run, p, &mut pending, &mut waits, current.as_mut());
             }
             Step::Deadline => {
@@ -1260,7 +1287,11 @@ pub async fn drain(
             .filter(|(_, p)| !p.outcome.is_done())
             .collect();
         let names: Vec<String> = remaining.iter().map(|(_, p)| p.key()).collect();
-        tracing::warn!(node = %node, "drain deadline reached on node {node}; {} pods remain: {}", names.len(), names.join(", "));
+        tracing::warn!(
+            "drain deadline reached on node {node}; {} pods remain: {}",
+            names.len(),
+            names.join(", ")
+        );
         if settings.drain.on_deadline == OnDeadline::Delete {
             // The planned pod, not the current holder of its name: the delete carries the UID
             // that was planned, so a replacement of the same name is never touched.
@@ -1275,7 +1306,11 @@ pub async fn drain(
                     continue;
                 }
                 if let Some(planned) = plans.get(*idx) {
-                    deletes.spawn(run.clone().delete(*idx, planned.clone(), deadline));
+                    deletes.spawn(
+                        run.clone()
+                            .delete(*idx, planned.clone(), deadline)
+                            .in_current_span(),
+                    );
                 }
             }
             let _ = tokio::time::timeout_at(deadline, async {
@@ -1318,7 +1353,7 @@ pub async fn drain(
                 &o.last,
                 o.unreachable,
             );
-            tracing::error!(node = %node, "{message}");
+            tracing::error!("{message}");
             report.errors.push(message);
         }
     }
@@ -1328,14 +1363,17 @@ pub async fn drain(
     report.deadline_reached = deadline_reached;
     report.duration_ms = started.elapsed().as_millis() as u64;
     report.finish();
-    tracing::info!(node = %node, "{}", report.summary());
+    tracing::info!("{}", report.summary());
     run.post_event(EventReason::DrainFinished, report.summary());
     let mut posts = std::mem::take(&mut *run.event_posts.lock().unwrap_or_else(|p| p.into_inner()));
     let until = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
     let posted =
         tokio::time::timeout_at(until, async { while posts.join_next().await.is_some() {} }).await;
     if posted.is_err() {
-        tracing::warn!(node = %node, "gave up on {} node events of node {node}: no answer from {server} in time", posts.len());
+        tracing::warn!(
+            "gave up on {} node events of node {node}: no answer from {server} in time",
+            posts.len()
+        );
     }
     // Dropping the set aborts the posts still waiting.
     report

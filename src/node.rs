@@ -289,7 +289,7 @@ impl NodeOps<'_> {
                     if !backoff.pause().await {
                         return Err(e);
                     }
-                    tracing::debug!(node = %node, "{what} node {node} failed ({e}); retrying");
+                    tracing::debug!("{what} node {node} failed ({e}); retrying");
                 }
                 r => return r,
             }
@@ -360,7 +360,7 @@ impl NodeOps<'_> {
     /// Writes the marker, then the taint, then the cordon; transient failures are retried until
     /// `deadline`. If the marker cannot be written nothing else is changed. The cordon is
     /// attempted even when the taint failed; that failure is returned after it.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name, boot_id = %boot_id))]
     pub async fn prepare(
         &self,
         why: &str,
@@ -408,7 +408,9 @@ impl NodeOps<'_> {
                     break marker;
                 }
                 Err(e) if e.is_conflict() && attempts < GUARDED_ATTEMPTS => {
-                    tracing::debug!(node = %node_name, "marker write on node {node_name} conflicted; reading it again");
+                    tracing::debug!(
+                        "marker write on node {node_name} conflicted; reading it again"
+                    );
                     tokio::time::sleep(GUARDED_PAUSE).await;
                     node = self.get_by(deadline).await?;
                 }
@@ -427,7 +429,11 @@ impl NodeOps<'_> {
                 }
             }
         };
-        tracing::info!(node = %node_name, was_unschedulable = marker.was_unschedulable, taint_was_present = marker.taint_was_present, "wrote marker on node {node_name}");
+        tracing::info!(
+            was_unschedulable = marker.was_unschedulable,
+            taint_was_present = marker.taint_was_present,
+            "wrote marker on node {node_name}"
+        );
 
         // 2. The taint, recorded in the marker by the same write.
         let (mut tainted, mut taint_forbidden, mut taint_error) = (false, false, None);
@@ -447,11 +453,13 @@ impl NodeOps<'_> {
                     tainted = added;
                 }
                 Err(NodeError::Patch { source, .. }) if source.is_forbidden() => {
-                    tracing::warn!(node = %node_name, "may not taint node {node_name} (403; kubelet credentials?); cordoning without the taint");
+                    tracing::warn!(
+                        "may not taint node {node_name} (403; kubelet credentials?); cordoning without the taint"
+                    );
                     taint_forbidden = true;
                 }
                 Err(e) => {
-                    tracing::error!(node = %node_name, "{e}; cordoning node {node_name} anyway");
+                    tracing::error!("{e}; cordoning node {node_name} anyway");
                     taint_error = Some(e);
                 }
             }
@@ -465,7 +473,7 @@ impl NodeOps<'_> {
             }
             Err(e) => {
                 if let Some(first) = taint_error {
-                    tracing::error!(node = %node_name, "{e}");
+                    tracing::error!("{e}");
                     return Err(first);
                 }
                 return Err(e);
@@ -499,7 +507,10 @@ impl NodeOps<'_> {
                 // `sent`: a cordon of ours that was applied although its answer was lost.
                 let ours_now = sent && marker.cordoned;
                 if !ours_now {
-                    tracing::info!(node = %node_name, recorded_as_ours = marker.cordoned, "node {node_name} is already cordoned");
+                    tracing::info!(
+                        recorded_as_ours = marker.cordoned,
+                        "node {node_name} is already cordoned"
+                    );
                 }
                 return Ok((node, ours_now));
             }
@@ -514,11 +525,11 @@ impl NodeOps<'_> {
             sent = true;
             match self.merge(deadline, "cordoning", patch).await {
                 Ok(n) => {
-                    tracing::info!(node = %node_name, "cordoned node {node_name}");
+                    tracing::info!("cordoned node {node_name}");
                     return Ok((n, true));
                 }
                 Err(e) if e.is_conflict() => {
-                    tracing::debug!(node = %node_name, "node {node_name} changed before the cordon; reading it again");
+                    tracing::debug!("node {node_name} changed before the cordon; reading it again");
                     tokio::time::sleep(GUARDED_PAUSE).await;
                     node = self.get_by(deadline).await?;
                 }
@@ -562,11 +573,13 @@ impl NodeOps<'_> {
                 })?;
             match self.patch_json(deadline, what, patch).await {
                 Ok(n) => {
-                    tracing::info!(node = %node_name, "{}", edit.done(&node_name));
+                    tracing::info!("{}", edit.done(&node_name));
                     return Ok((n, true));
                 }
                 Err(e) if is_guard_failure(&e) => {
-                    tracing::debug!(node = %node_name, "taints or marker of node {node_name} changed under us; retrying");
+                    tracing::debug!(
+                        "taints or marker of node {node_name} changed under us; retrying"
+                    );
                     tokio::time::sleep(GUARDED_PAUSE).await;
                     node = self.get_by(deadline).await?;
                 }
@@ -591,12 +604,13 @@ impl NodeOps<'_> {
     /// the marker says we cordoned and the node is still cordoned. A taint these credentials may
     /// not remove (403) stays listed in the marker (the cordon part done) and is returned as
     /// [`NodeError::TaintLeft`]. Idempotent.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    // No node field: the caller's span names the node (the daemon's restore task).
+    #[tracing::instrument(skip_all)]
     pub async fn restore(&self, deadline: Instant) -> Result<RestoreOutcome, NodeError> {
         let node_name = self.name().to_string();
         let mut node = self.get_by(deadline).await?;
         let Some(marker) = marker_of(&node, &node_name)? else {
-            tracing::info!(node = %node_name, "no marker on node {node_name}; nothing to restore");
+            tracing::info!("no marker on node {node_name}; nothing to restore");
             return Ok(RestoreOutcome {
                 marker: None,
                 uncordoned: false,
@@ -611,7 +625,9 @@ impl NodeOps<'_> {
             left_cordon_alone: false,
         };
         if !marker.cordoned && marker.taints.is_empty() {
-            tracing::info!(node = %node_name, "the marker on node {node_name} records no cordon and no taint of ours; only clearing it");
+            tracing::info!(
+                "the marker on node {node_name} records no cordon and no taint of ours; only clearing it"
+            );
         }
 
         // 1. Each taint we added, its removal recorded in the marker by the same write.
@@ -628,7 +644,9 @@ impl NodeOps<'_> {
                     out.untainted |= removed;
                 }
                 Err(NodeError::Patch { source, .. }) if source.is_forbidden() => {
-                    tracing::warn!(node = %node_name, "may not remove taint {taint} from node {node_name} (403); the marker keeps it");
+                    tracing::warn!(
+                        "may not remove taint {taint} from node {node_name} (403); the marker keeps it"
+                    );
                     left.push((taint.clone(), source));
                 }
                 Err(e) => return Err(e),
@@ -640,14 +658,14 @@ impl NodeOps<'_> {
         let mut done = false;
         for _ in 0..GUARDED_ATTEMPTS {
             let Some(mut current) = marker_of(&node, &node_name)? else {
-                tracing::info!(node = %node_name, "the marker on node {node_name} was cleared by another writer");
+                tracing::info!("the marker on node {node_name} was cleared by another writer");
                 done = true;
                 break;
             };
             let uncordon = current.cordoned && is_unschedulable(&node);
             out.left_cordon_alone = current.cordoned && !is_unschedulable(&node);
             if !current.cordoned && is_unschedulable(&node) {
-                tracing::info!(node = %node_name, "node {node_name} was not cordoned by us; leaving it cordoned");
+                tracing::info!("node {node_name} was not cordoned by us; leaving it cordoned");
             }
             current.taints.retain(|t| left.iter().any(|(l, _)| l == t));
             current.cordoned = false;
@@ -672,13 +690,15 @@ impl NodeOps<'_> {
                 Ok(_) => {
                     if uncordon {
                         out.uncordoned = true;
-                        tracing::info!(node = %node_name, "uncordoned node {node_name}");
+                        tracing::info!("uncordoned node {node_name}");
                     }
                     done = true;
                     break;
                 }
                 Err(e) if e.is_conflict() => {
-                    tracing::debug!(node = %node_name, "node {node_name} changed before the uncordon; reading it again");
+                    tracing::debug!(
+                        "node {node_name} changed before the uncordon; reading it again"
+                    );
                     tokio::time::sleep(GUARDED_PAUSE).await;
                     node = self.get_by(deadline).await?;
                 }
@@ -705,12 +725,12 @@ impl NodeOps<'_> {
                 source,
             });
         }
-        tracing::info!(node = %node_name, "cleared marker on node {node_name}");
+        tracing::info!("cleared marker on node {node_name}");
         Ok(out)
     }
 
     /// Waits until the Node's Ready condition is True, by a watch, until `deadline`.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    #[tracing::instrument(skip_all)]
     pub async fn wait_ready(&self, deadline: Instant) -> Result<(), NodeError> {
         let started = Instant::now();
         let node_name = self.name().to_string();

@@ -139,6 +139,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
         "the kind of shutdown is logged:\n{}",
         world.log()
     );
+    assert_readable_log(&world.log());
     let mut world = world;
     for want in [
         "draining node demo-node-1 before the reboot (budget 15 s)",
@@ -147,6 +148,31 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
     ] {
         if let Err(statuses) = world.notify.wait_status(want, Duration::from_secs(5)).await {
             panic!("STATUS= never carried {want:?}: {statuses:?}");
+        }
+    }
+}
+
+/// The daemon's stderr (a file here, not a terminal) on the normal path of a reboot: one line per
+/// event starting with the wall-clock time, no ANSI escapes, no Debug dumps (`Instant {`,
+/// `Status {`), no span prefixes, nothing at WARN or ERROR.
+fn assert_readable_log(log: &str) {
+    assert!(!log.is_empty());
+    for line in log.lines() {
+        let time = line.split(' ').next().unwrap_or("");
+        assert!(
+            time.parse::<jiff::Timestamp>().is_ok(),
+            "a line without a wall-clock time: {line}"
+        );
+        for never in [
+            "\x1b",
+            "Instant {",
+            "Status {",
+            "{node=",
+            "}:",
+            " WARN ",
+            "ERROR ",
+        ] {
+            assert!(!line.contains(never), "{never:?} in: {line}");
         }
     }
 }

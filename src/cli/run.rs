@@ -19,7 +19,7 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         Some(path) => {
             let mut changed = Settings::clone(&settings);
             changed.boot_id_path = PathBuf::from(path);
-            tracing::warn!(
+            tracing::info!(
                 "reading the boot ID from {} ({BOOT_ID_FILE_ENV} is set; tests only)",
                 changed.boot_id_path.display()
             );

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
@@ -452,6 +453,8 @@ impl Daemon {
         let deadline = started + left;
         // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
         tracing::info!(
+            node = %node,
+            shutdown_kind = %what,
             "logind announced a {what}; draining node {node} within {} (logind allows {})",
             seconds(left),
             seconds(budget.logind_max)
@@ -466,7 +469,8 @@ impl Daemon {
             self.status.clone(),
             format!("{what} of the host"),
             deadline,
-        );
+        )
+        .instrument(tracing::info_span!("shutdown", shutdown_kind = %what));
         tokio::pin!(drain);
         let mut bus_alive = true;
         let outcome = loop {
@@ -559,11 +563,17 @@ impl Daemon {
             DrainOutcome::Drained(report) => {
                 if report.complete {
                     tracing::info!(
+                        node = %node,
+                        shutdown_kind = %what,
+                        outcome = "drained",
                         "drained node {node} for the {what} in {ms} ms; inhibitor released: {}",
                         report.summary()
                     );
                 } else {
                     tracing::error!(
+                        node = %node,
+                        shutdown_kind = %what,
+                        outcome = "incomplete",
                         "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
                          inhibitor released: {}",
                         report.summary()
@@ -571,9 +581,6 @@ impl Daemon {
                 }
                 for error in &report.errors {
                     tracing::error!("drain of node {node}: {error}");
-                }
-                for line in report.to_text().lines() {
-                    tracing::info!("report for node {node}: {line}");
                 }
                 self.status.set(format!(
                     "node {node} drained for the {what}; inhibitor released: {}",
@@ -603,7 +610,9 @@ enum DrainOutcome {
 
 /// Prepare, then drain, both by `deadline`. Never outlives the deadline by more than the
 /// engine's own bound (`Engine::drain` returns by its deadline).
-#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
+// The node field comes from the spans of the prepare and the drain inside; the shutdown kind
+// from the caller's `shutdown` span.
+#[tracing::instrument(skip_all)]
 async fn drain_node(
     settings: Arc<Settings>,
     status: Status,
@@ -622,6 +631,7 @@ async fn drain_node(
     );
     match prepared {
         Ok(Ok(outcome)) => tracing::info!(
+            node = %node,
             "prepared node {node}: marker written{}{}",
             if outcome.tainted {
                 ", tainted"
@@ -636,7 +646,9 @@ async fn drain_node(
                 ", already cordoned"
             }
         ),
-        Ok(Err(e)) => tracing::error!("preparing node {node} failed: {e}; draining it anyway"),
+        Ok(Err(e)) => {
+            tracing::error!(node = %node, "preparing node {node} failed: {e}; draining it anyway")
+        }
         Err(_) => {
             return DrainOutcome::Failed(format!(
                 "preparing node {node} did not finish within the budget"
