@@ -3,6 +3,7 @@
 //! unreachable or node missing).
 
 mod engine_support;
+mod logind;
 
 use engine_support::*;
 use serde_json::{Value, json};
@@ -203,17 +204,19 @@ async fn exit_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_reviews_every_permission() {
+async fn check_reviews_every_permission_and_fails_without_logind() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
+    // No logind on the bus: the daemon could not work, so check fails.
     let r = cli(&config, &["check"]).await;
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     for needle in [
         "config",
         "valid",
         "node node-a: exists",
         "create pods/eviction",
         "patch  nodes",
+        "logind: NOT REACHABLE",
     ] {
         assert!(
             r.stdout.contains(needle),
@@ -222,19 +225,67 @@ async fn check_reviews_every_permission() {
         );
     }
     assert!(!r.stdout.contains("DENIED"), "{}", r.stdout);
-    assert!(r.stdout.contains("logind: not reachable"), "{}", r.stdout);
     let reviews = c
         .server
         .recorder()
         .matching("POST", "selfsubjectaccessreviews");
     assert!(reviews.len() >= 6);
 
-    // Kubelet credentials: the budget watch is denied but optional, so check passes; it never
-    // claims the taint works.
-    let config = c.config_file("system:node:node-a", "");
-    let r = cli(&config, &["check"]).await;
+    let Some(rig) = logind::Rig::start(logind::LogindOptions::default()).await else {
+        println!("skipped the part with logind: dbus-daemon or python3-dbusmock missing");
+        return;
+    };
+    // Admin credentials, logind with a budget that fits: everything passes, and the taint is
+    // answered by a dry-run patch that leaves the node as it was.
+    c.server.recorder().clear();
+    let r = cli_on_bus(&config, &["check"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("not checkable"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("taint kube-shutdown-drain/shutdown:PreferNoSchedule: allowed"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("state dir"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("logind: InhibitDelayMaxSec 20 s"),
+        "{}",
+        r.stdout
+    );
+    let patches = c.server.recorder().matching("PATCH", "/nodes/node-a");
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert!(patches[0].query.contains("dryRun=All"), "{:?}", patches[0]);
+    assert_eq!(patches[0].status, 200);
+    assert!(
+        c.node(NODE)["spec"]["taints"].is_null(),
+        "the dry run stored nothing: {}",
+        c.node(NODE)
+    );
+
+    // Kubelet credentials: NodeRestriction refuses the dry-run taint patch as it would the real
+    // one; the taint and the budget watch are optional, so check still passes.
+    let kubelet = c.config_file("system:node:node-a", "[drain]\ntimeout = \"10s\"\n");
+    c.server.recorder().clear();
+    let r = cli_on_bus(&kubelet, &["check"], rig.address()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let taint_line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("taint kube-shutdown-drain/shutdown"))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(
+        taint_line.contains("denied (optional)")
+            && taint_line.contains("not allowed to modify taints"),
+        "{taint_line}"
+    );
+    let patches = c.server.recorder().matching("PATCH", "/nodes/node-a");
+    assert_eq!(
+        patches
+            .iter()
+            .map(|p| (p.query.contains("dryRun=All"), p.status))
+            .collect::<Vec<_>>(),
+        [(true, 403)]
+    );
     let pdb_line = r
         .stdout
         .lines()
@@ -248,6 +299,77 @@ async fn check_reviews_every_permission() {
         "{}",
         r.stdout
     );
+
+    // A state directory that cannot be written (its parent is a file): exit 1, named.
+    let file = c.dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let unwritable = c.dir.path().join("unwritable.toml");
+    std::fs::write(
+        &unwritable,
+        std::fs::read_to_string(&config).unwrap().replace(
+            &format!("state_dir = \"{}\"", c.dir.path().join("state").display()),
+            &format!("state_dir = \"{}\"", file.join("state").display()),
+        ),
+    )
+    .unwrap();
+    let r = cli_on_bus(&unwritable, &["check"], rig.address()).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "state dir {}: NOT WRITABLE",
+            file.join("state").display()
+        )),
+        "{}",
+        r.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noexecute_taint_is_warned_about_by_check_plan_and_the_daemon() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "[taint]\neffect = \"NoExecute\"\n");
+    let warning = "[taint] effect = \"NoExecute\"";
+    let r = cli(&config, &["check"]).await;
+    assert!(
+        r.stdout.contains(&format!("taint: WARNING {warning}")),
+        "{}",
+        r.stdout
+    );
+    let r = cli(&config, &["plan", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("warning: {warning}"))
+            && r.stderr.contains("PodDisruptionBudgets"),
+        "{}",
+        r.stderr
+    );
+    serde_json::from_str::<Value>(&r.stdout).expect("stdout stays JSON");
+    // The daemon says it at start (it then stops: no logind here; SIGTERM is not needed).
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .args(["--config".as_ref(), config.as_os_str(), "run".as_ref()])
+        .env_remove("JOURNAL_STREAM")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS)
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = out.stderr.unwrap();
+    let mut lines = tokio::io::BufReader::new(stderr);
+    let mut seen = String::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        while lines.read_line(&mut line).await.unwrap_or(0) > 0 {
+            seen.push_str(&line);
+            if line.contains(" WARN ") && line.contains(warning) {
+                return true;
+            }
+            line.clear();
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "{seen}");
 }
 
 /// Runs the binary with stdout a pipe whose reading end is already closed, as `| head -c N`
@@ -287,7 +409,9 @@ async fn a_closed_stdout_ends_the_command_quietly_with_its_own_exit_code() {
         &["--help"],
     ] {
         let (code, stderr) = run_into_closed_pipe(&config, args);
-        assert_eq!(code, 0, "{args:?}: {stderr}");
+        // check exits 1 here (no logind on the test's bus), as it does with a reader.
+        let want = if args[0] == "check" { 1 } else { 0 };
+        assert_eq!(code, want, "{args:?}: {stderr}");
         assert!(
             !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
             "{args:?}: {stderr}"

@@ -1,19 +1,28 @@
-//! `check`: the configuration is valid (it loaded), the API server answers, the node exists, and
-//! every permission the drain uses is granted (SelfSubjectAccessReview). The taint is checked
-//! separately: NodeRestriction is admission, not authorization, so no review can show it.
+//! `check`: the configuration is valid (it loaded), the API server answers, the node exists,
+//! every permission the drain uses is granted (SelfSubjectAccessReview), the taint may be written,
+//! the state directory is writable and logind answers with a budget that fits. Exit 1 when
+//! something the service needs is missing.
+//!
+//! The taint is checked by a server-side dry run of the taint patch (`?dryRun=All`): no review
+//! can show it, because NodeRestriction is admission, not authorization, and a dry-run patch goes
+//! through admission exactly like the real one (kubernetes-api.md, section 5).
 
 use std::sync::Arc;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
-use crate::config::{OnDeadline, Settings};
+use crate::client::{ApiError, Clients};
+use crate::config::{OnDeadline, Settings, TaintEffect};
 use crate::daemon::budget;
 use crate::daemon::logind::Logind;
+use crate::drain::said;
 use crate::engine::Engine;
+use crate::node::FIELD_MANAGER;
 
 /// One permission the drain uses.
 struct Permission {
@@ -162,11 +171,31 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         );
     }
     if settings.taint.enabled {
-        outln!(
-            "taint {}:{}: not checkable here; kubelet credentials get 403 under NodeRestriction (the drain then goes on without it)",
-            settings.taint.key,
-            settings.taint.effect.as_str()
-        );
+        let taint = format!("{}:{}", settings.taint.key, settings.taint.effect.as_str());
+        match taint_dry_run(clients, &settings, &engine.node().await?).await {
+            Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
+            Err(e) if e.is_forbidden() => outln!(
+                "taint {taint}: denied (optional): {}; the drain cordons without it",
+                said(&e)
+            ),
+            Err(e) => {
+                ok = false;
+                outln!("taint {taint}: cannot check: {}", said(&e));
+            }
+        }
+    }
+    if let Some(w) = taint_effect_warning(&settings) {
+        outln!("taint: WARNING {w}");
+    }
+    match state_dir_writable(&settings.state_dir) {
+        Ok(()) => outln!("state dir {}: writable", settings.state_dir.display()),
+        Err(e) => {
+            ok = false;
+            outln!(
+                "state dir {}: NOT WRITABLE ({e}); the report and the shutdown start cannot be kept",
+                settings.state_dir.display()
+            );
+        }
     }
     if !logind_budget(&settings, "").await {
         ok = false;
@@ -174,19 +203,88 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
 }
 
+/// The taint patch the drain would send, as a server-side dry run (`?dryRun=All`): admission
+/// (NodeRestriction, policies) answers it as it would the real one, and nothing is stored. Adds
+/// our taint, or removes it when it is already there, so the patch always changes the taints.
+async fn taint_dry_run(
+    clients: &Clients,
+    settings: &Settings,
+    node: &Node,
+) -> Result<(), ApiError> {
+    let ours =
+        |t: &Taint| t.key == settings.taint.key && t.effect == settings.taint.effect.as_str();
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints.iter().any(ours) {
+        taints.retain(|t| !ours(t));
+    } else {
+        taints.push(Taint {
+            key: settings.taint.key.clone(),
+            value: settings.taint.value.clone(),
+            effect: settings.taint.effect.as_str().to_owned(),
+            time_added: None,
+        });
+    }
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "add", "path": "/spec/taints", "value": taints}
+    ]))
+    .map_err(|e| ApiError::Kube(kube::Error::SerdeError(e)))?;
+    let params = PatchParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let api: Api<Node> = Api::all(clients.api.clone());
+    clients
+        .timed(api.patch(&settings.node_name, &params, &Patch::<()>::Json(patch)))
+        .await
+        .map(|_| ())
+}
+
+/// The advice for a taint effect that defeats the drain: a `NoExecute` taint makes the taint
+/// manager delete every pod that does not tolerate it at once, ignoring PodDisruptionBudgets, the
+/// drain's order and its filters. Said by `check`, `plan` and the daemon at start.
+pub fn taint_effect_warning(settings: &Settings) -> Option<String> {
+    (settings.taint.enabled && settings.taint.effect == TaintEffect::NoExecute).then(|| {
+        format!(
+            "[taint] effect = \"NoExecute\" in {}: Kubernetes deletes every pod on the node that \
+             does not tolerate taint {} at once, ignoring PodDisruptionBudgets and the drain's \
+             order; use \"PreferNoSchedule\" (the default) or \"NoSchedule\"",
+            settings
+                .source
+                .as_ref()
+                .map_or("the built-in defaults".into(), |p| p.display().to_string()),
+            settings.taint.key
+        )
+    })
+}
+
+/// Whether a file can be created (and removed) in the state directory, as the daemon does for
+/// its report and the shutdown start. Creates the directory if it is missing, as the daemon would.
+fn state_dir_writable(dir: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let probe = tempfile::Builder::new()
+        .prefix(".check-")
+        .tempfile_in(dir)?;
+    probe.close()
+}
+
 /// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
-/// system bus). Returns false when logind cuts the configured drain timeout short; an unreachable
-/// logind (a container, a test) is reported and not counted as a failure here.
+/// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
+/// the configured drain timeout short.
 pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
     match Logind::connect().await {
         Err(e) => {
-            outln!("{indent}logind: not reachable ({e}); the daemon needs it");
-            true
+            outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
+            false
         }
         Ok(logind) => match budget::read(&logind, settings).await {
             Err(e) => {
                 outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
-                true
+                false
             }
             Ok(b) => {
                 outln!(

@@ -7,6 +7,9 @@ use crate::config::Settings;
 use crate::engine::Engine;
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
+    if let Some(w) = super::check::taint_effect_warning(&settings) {
+        eprintln!("warning: {w}");
+    }
     let engine = Engine::new(settings)?;
     // The node must exist: a plan of a node that is not there would be an empty list.
     engine.node().await?;
