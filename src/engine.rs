@@ -213,21 +213,10 @@ impl Engine {
         let out = self.ops().await?.restore(deadline).await?;
         if let Some(m) = &out.marker {
             let msg = format!(
-                "node {} restored after {}: {}, {}",
+                "node {} restored after {}: {}",
                 self.settings.node_name,
                 m.why,
-                if out.uncordoned {
-                    "uncordoned"
-                } else if !m.cordoned {
-                    "cordon left as it was (not ours)"
-                } else {
-                    "already uncordoned"
-                },
-                if out.untainted {
-                    "taint removed"
-                } else {
-                    "no taint of ours to remove"
-                }
+                restore_text(&out)
             );
             NodeEvents::new(clients.clone(), &self.settings.node_name)
                 .emit(EventReason::Restored, &msg)
@@ -251,4 +240,29 @@ impl Engine {
     pub fn last_report(&self) -> Result<Option<Report>, Error> {
         Ok(Report::read_last(&self.settings.state_dir)?)
     }
+}
+
+/// What a restore did, in words for a person (the CLI, the journal, the Node Event): "uncordoned,
+/// taint removed", or what there was not to undo. A marker whose cordon is no longer recorded
+/// means an earlier restore already undid it (or the cordon never happened); it is not an
+/// admin's cordon unless the node was cordoned before the drain.
+pub fn restore_text(out: &RestoreOutcome) -> String {
+    let Some(m) = &out.marker else {
+        return "no marker of ours; nothing left to undo".to_owned();
+    };
+    let cordon = if out.uncordoned {
+        "uncordoned"
+    } else if out.left_cordon_alone {
+        "someone else had already uncordoned it"
+    } else if m.was_unschedulable {
+        "cordon left alone (the node was cordoned before the drain)"
+    } else {
+        "no cordon of ours left to undo"
+    };
+    let taint = if out.untainted {
+        "taint removed"
+    } else {
+        "no taint of ours left to remove"
+    };
+    format!("{cordon}, {taint}, marker cleared")
 }

@@ -121,7 +121,75 @@ async fn drain_restore_status_by_hand() {
     assert!(!unschedulable(&c.node(NODE)));
     let r = cli(&config, &["restore"]).await;
     assert_eq!(r.code, 0);
-    assert!(r.stdout.contains("nothing to restore"), "{}", r.stdout);
+    assert!(r.stdout.contains("nothing left to undo"), "{}", r.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_and_restore_say_what_they_would_do_and_did() {
+    let c = Cluster::start(vec![
+        pod(NS, "web", NODE),
+        pod(NS, "api", NODE),
+        daemonset_pod(NS, "ds", NODE),
+        pod_with(
+            NS,
+            "batch",
+            NODE,
+            json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "wait-completed"}}}),
+        ),
+    ])
+    .await;
+    // Short drains: `batch` waits to complete and never does.
+    let admin = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
+    // The dry run counts what plan counts, in plan's words.
+    let plan = cli(&admin, &["plan"]).await;
+    let dry = cli(&admin, &["drain", "--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let counts = "2 to evict, 1 to wait for, 1 skipped";
+    assert!(plan.stdout.contains(counts), "{}", plan.stdout);
+    assert!(
+        dry.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("dry run, nothing changed") && l.contains(counts)),
+        "{}",
+        dry.stdout
+    );
+    assert!(!dry.stdout.contains("evicted"), "{}", dry.stdout);
+
+    // Drained by us, restored with kubelet credentials: the cordon is undone, our taint may not
+    // be removed (403) and stays in the marker.
+    let r = cli(&admin, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 1, "batch waits to complete: {}", r.stderr);
+    let kubelet = c.config_file("system:node:node-a", "");
+    let r = cli(&kubelet, &["restore"]).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(!unschedulable(&c.node(NODE)));
+    // The next restore has only the taint left: it says the cordon was already undone, not
+    // that the cordon was never ours.
+    let r = cli(&admin, &["restore"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout.trim(),
+        "node node-a: no cordon of ours left to undo, taint removed, marker cleared"
+    );
+    let r = cli(&admin, &["restore"]).await;
+    assert_eq!(
+        r.stdout.trim(),
+        "node node-a: no marker of ours; nothing left to undo"
+    );
+
+    // An admin's cordon from before the drain is named as such.
+    cordon_as_admin(c.server.store());
+    let r = cli(&admin, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let r = cli(&admin, &["restore"]).await;
+    assert!(
+        r.stdout
+            .contains("cordon left alone (the node was cordoned before the drain), taint removed"),
+        "{}",
+        r.stdout
+    );
+    assert!(unschedulable(&c.node(NODE)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,23 +10,6 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node = settings.node_name.clone();
     let engine = Engine::new(settings)?;
     let out = engine.restore().await?;
-    match &out.marker {
-        None => outln!("node {node}: no marker of ours; nothing to restore"),
-        Some(m) => {
-            let cordon = if out.uncordoned {
-                "uncordoned"
-            } else if !m.cordoned {
-                "cordon left as it was (we did not cordon it)"
-            } else {
-                "already uncordoned"
-            };
-            let taint = if out.untainted {
-                "taint removed"
-            } else {
-                "no taint of ours to remove"
-            };
-            outln!("node {node}: {cordon}, {taint}, marker cleared");
-        }
-    }
+    outln!("node {node}: {}", crate::engine::restore_text(&out));
     Ok(EXIT_DONE)
 }

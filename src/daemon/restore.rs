@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::config::Settings;
 use crate::daemon::status::Status;
-use crate::engine::{Engine, Error, RestoreOutcome};
+use crate::engine::{Engine, Error};
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -82,29 +82,10 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
     }
     status.set_restore(Some(format!("restoring node {node}")));
     let outcome = engine.restore().await?;
-    tracing::info!("restored node {node}: {}", describe(&outcome));
+    tracing::info!(
+        "restored node {node} (marker of boot {}): {}",
+        marker.boot_id,
+        crate::engine::restore_text(&outcome)
+    );
     Ok(())
-}
-
-/// "uncordoned, taint removed" and the like, for the journal.
-fn describe(outcome: &RestoreOutcome) -> String {
-    let cordon = if outcome.uncordoned {
-        "uncordoned"
-    } else if outcome.left_cordon_alone {
-        "someone else had already uncordoned it"
-    } else {
-        "left cordoned as it was before us"
-    };
-    let taint = if outcome.untainted {
-        "taint removed"
-    } else {
-        "no taint of ours to remove"
-    };
-    match &outcome.marker {
-        Some(marker) => format!(
-            "{cordon}, {taint}, marker from boot {} removed",
-            marker.boot_id
-        ),
-        None => "no marker of ours was left".to_owned(),
-    }
 }
