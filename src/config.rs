@@ -96,6 +96,8 @@ struct RawConfig {
     drain: RawDrain,
     #[serde(default)]
     daemon: RawDaemon,
+    #[serde(default)]
+    metrics: RawMetrics,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +189,15 @@ struct RawDrain {
 struct RawDaemon {
     release_margin: Option<Spanned<Leaf>>,
     restore_ready_timeout: Option<Spanned<Leaf>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`metrics` to be a [metrics] table (key textfile)"
+)]
+struct RawMetrics {
+    textfile: Option<Spanned<Leaf>>,
 }
 
 /// Any TOML value where a single key's value belongs; `validate` checks its type.
@@ -365,6 +376,13 @@ pub struct DaemonSettings {
     pub restore_ready_timeout: Duration,
 }
 
+/// The `[metrics]` table.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricsSettings {
+    /// node_exporter textfile to write (`None`: off, the default).
+    pub textfile: Option<PathBuf>,
+}
+
 /// Validated settings. Fields are public so tests and the CLI can override single values
 /// (`--node`, `boot_id_path`) after loading.
 #[derive(Debug, Clone, PartialEq)]
@@ -382,6 +400,7 @@ pub struct Settings {
     pub rules: Vec<Rule>,
     pub drain: DrainSettings,
     pub daemon: DaemonSettings,
+    pub metrics: MetricsSettings,
 }
 
 /// A configuration that could not be used. Every variant names the file.
@@ -981,6 +1000,30 @@ fn validate(
         )?,
     };
 
+    const TEXTFILE_ALLOWED: &str = "an absolute path ending in .prom, or \"\" (off)";
+    let metrics = MetricsSettings {
+        textfile: match &raw.metrics.textfile {
+            None => None,
+            Some(v) => {
+                let p = src.string(v, "metrics.textfile", TEXTFILE_ALLOWED)?;
+                let text = p.get_ref();
+                if text.is_empty() {
+                    None
+                } else if text.starts_with('/') && text.ends_with(".prom") {
+                    Some(PathBuf::from(text))
+                } else {
+                    // node_exporter reads only *.prom files.
+                    return Err(src.invalid(
+                        p.span(),
+                        "metrics.textfile",
+                        format!("{text:?} is not an absolute path ending in .prom"),
+                        TEXTFILE_ALLOWED,
+                    ));
+                }
+            }
+        },
+    };
+
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
         kubeconfig,
@@ -993,6 +1036,7 @@ fn validate(
         rules,
         drain,
         daemon,
+        metrics,
     })
 }
 
@@ -1407,6 +1451,36 @@ action = "skip"
 
     /// A value of the wrong type, or a table of the wrong shape, names its key and what is
     /// allowed, at the value's line and column, for every key.
+    #[test]
+    fn metrics_textfile_is_off_by_default_and_must_be_an_absolute_prom_file() {
+        assert_eq!(parse("").unwrap().metrics.textfile, None);
+        assert_eq!(
+            parse("[metrics]\ntextfile = \"\"")
+                .unwrap()
+                .metrics
+                .textfile,
+            None
+        );
+        assert_eq!(
+            parse("[metrics]\ntextfile = \"/var/lib/node_exporter/textfile_collector/k.prom\"")
+                .unwrap()
+                .metrics
+                .textfile,
+            Some(PathBuf::from(
+                "/var/lib/node_exporter/textfile_collector/k.prom"
+            ))
+        );
+        for bad in ["\"k.prom\"", "\"/tmp/k.txt\"", "1"] {
+            let e = parse(&format!("[metrics]\ntextfile = {bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("key `metrics.textfile`") && e.contains(".prom"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn wrong_types_name_the_key() {
         let cases: &[(&str, &str, &[&str])] = &[

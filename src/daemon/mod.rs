@@ -2,6 +2,7 @@
 
 pub mod budget;
 pub mod logind;
+pub mod metrics;
 pub mod restore;
 pub mod service;
 pub mod shutdown_start;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::Settings;
+use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
 
@@ -26,16 +27,25 @@ pub enum Trigger {
 
 /// Restores the node, retrying with a doubling backoff until an attempt succeeds.
 #[tracing::instrument(skip_all, fields(node = %settings.node_name, trigger = ?trigger))]
-pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger: Trigger) {
+pub async fn restore_until_done(
+    settings: Arc<Settings>,
+    status: Status,
+    metrics: Metrics,
+    trigger: Trigger,
+) {
     let node = settings.node_name.clone();
     let mut wait = RETRY_FIRST;
     loop {
         match attempt(&settings, &status, trigger).await {
-            Ok(()) => {
+            Ok(restored) => {
                 status.set_restore(None);
+                if restored {
+                    metrics.restored(true);
+                }
                 return;
             }
             Err(e) => {
+                metrics.restored(false);
                 tracing::warn!(
                     "restoring node {node} failed: {e}; retrying in {} s",
                     wait.as_secs()
@@ -48,13 +58,19 @@ pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger
     }
 }
 
-async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) -> Result<(), Error> {
+/// One attempt; `Ok(true)` when a marker was acted on, `Ok(false)` when there was nothing of
+/// ours to undo now.
+async fn attempt(
+    settings: &Arc<Settings>,
+    status: &Status,
+    trigger: Trigger,
+) -> Result<bool, Error> {
     let node = &settings.node_name;
     // A fresh engine per attempt: the client lives only while the restore runs.
     let engine = Engine::new(settings.clone())?;
     let Some(marker) = engine.marker().await? else {
         tracing::info!("node {node} carries no marker of ours; nothing to restore");
-        return Ok(());
+        return Ok(false);
     };
     if trigger == Trigger::Boot {
         let boot_id = engine.boot_id()?;
@@ -63,7 +79,7 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
                 "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
                  that wrote it"
             );
-            return Ok(());
+            return Ok(false);
         }
         let limit = settings.daemon.restore_ready_timeout;
         status.set_restore(Some(format!(
@@ -87,5 +103,5 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
         marker.boot_id,
         crate::engine::restore_text(&outcome)
     );
-    Ok(())
+    Ok(true)
 }

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+use crate::daemon::metrics::Metrics;
+
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -89,6 +91,8 @@ struct Daemon {
     lock: Option<InhibitorLock>,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
+    /// The node_exporter textfile (`[metrics] textfile`; a no-op when off).
+    metrics: Metrics,
     ready_sent: bool,
 }
 
@@ -101,8 +105,14 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     status.set(format!(
         "starting: taking the logind inhibitor for node {node}"
     ));
+    let metrics = Metrics::start(
+        settings.metrics.textfile.clone(),
+        &node,
+        &settings.state_dir,
+    );
     let mut daemon = Daemon {
         restore: None,
+        metrics,
         settings,
         bus_address,
         status,
@@ -117,6 +127,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     if let Some(lock) = daemon.lock.take() {
         lock.release();
     }
+    daemon.metrics.lock_held(false);
     tracing::info!("stopped (node {node})");
     result
 }
@@ -180,6 +191,7 @@ impl Daemon {
         let lock = logind.take_lock(&node).await?;
         // Only now is an old lock (from before a reconnect) released.
         self.lock = Some(lock);
+        self.metrics.lock_held(true);
         self.status.set_degraded(budget.warning.as_ref().map(|w| {
             format!(
                 "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
@@ -251,6 +263,7 @@ impl Daemon {
     /// Reads logind's maximum delay and computes the budget; says so loudly when clamped.
     async fn budget(&self, logind: &Logind) -> Result<Budget, LogindError> {
         let budget = budget::read(logind, &self.settings).await?;
+        self.metrics.budget(budget.drain, budget.logind_max);
         if let Some(warning) = &budget.warning {
             tracing::error!("{warning}");
         }
@@ -365,6 +378,7 @@ impl Daemon {
         self.restore = Some(tokio::spawn(restore::restore_until_done(
             self.settings.clone(),
             self.status.clone(),
+            self.metrics.clone(),
             trigger,
         )));
     }
@@ -439,6 +453,7 @@ impl Daemon {
             if let Some(lock) = self.lock.take() {
                 lock.release();
             }
+            self.metrics.lock_held(false);
             tracing::warn!(
                 "the {} budget for the {what} is already spent; released the inhibitor for node \
                  {node} at once without draining (the node stays as the last drain left it)",
@@ -508,6 +523,7 @@ impl Daemon {
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
+        self.metrics.lock_held(false);
         let took = started.elapsed();
         self.finish_drain(&what, outcome, took);
         if !bus_alive {
@@ -543,6 +559,7 @@ impl Daemon {
                         self.spawn_restore(Trigger::Cancel);
                         let lock = logind.take_lock(&node).await?;
                         self.lock = Some(lock);
+                        self.metrics.lock_held(true);
                         self.set_waiting(budget);
                         return Ok(Flow::Continue);
                     }
@@ -561,6 +578,7 @@ impl Daemon {
         let ms = took.as_millis();
         match outcome {
             DrainOutcome::Drained(report) => {
+                self.metrics.drained(&report);
                 if report.complete {
                     tracing::info!(
                         node = %node,
