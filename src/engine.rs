@@ -183,7 +183,7 @@ impl Engine {
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {
-                    tracing::info!(node = %self.settings.node_name, "wrote report file {}", path.display())
+                    tracing::info!(node = %self.settings.node_name, "wrote report file {} for node {}", path.display(), self.settings.node_name)
                 }
                 Err(e) => tracing::warn!(node = %self.settings.node_name, "{e}"),
             }

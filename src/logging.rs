@@ -2,7 +2,8 @@
 //! `JOURNAL_STREAM` to the device and inode of that stream), else one line per event on stderr.
 //! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`.
 //!
-//! A stderr line is `TIME LEVEL MESSAGE [FIELD=VALUE ...]`: the wall-clock time in UTC, the
+//! A stderr line is `TIME LEVEL MESSAGE [FIELD=VALUE ...]`: the wall-clock time in UTC (to the
+//! microsecond), the
 //! message (which names its object), then only the event's own fields whose value the message
 //! does not already say. Span fields (node, pod, boot ID, shutdown kind) are not repeated on
 //! stderr: they exist for the journal, where every event carries them as `NODE=`, `POD=`,
@@ -105,7 +106,7 @@ where
             (true, _) => ("\x1b[2m", "\x1b[0m"),
         };
         let mut line = format!(
-            "{:.3} {on}{level:>5}{off} {}",
+            "{:.6} {on}{level:>5}{off} {}",
             jiff::Timestamp::now(),
             fields.message
         );
@@ -195,10 +196,10 @@ mod tests {
         let text = formatted(false, a_drain_event);
         assert_eq!(text.lines().count(), 1, "{text:?}");
         let line = text.lines().next().unwrap();
-        // 2026-11-30T07:08:01.673Z
+        // 2026-11-30T07:08:01.673734Z: microseconds, as the demo measures the release from them
         let time = line.split(' ').next().unwrap();
         assert!(
-            time.parse::<jiff::Timestamp>().is_ok() && time.ends_with('Z') && time.len() == 24,
+            time.parse::<jiff::Timestamp>().is_ok() && time.ends_with('Z') && time.len() == 27,
             "{line}"
         );
         assert!(
