@@ -215,16 +215,12 @@ impl Metrics {
     /// Changes the snapshot and rewrites the file. A file that cannot be written is logged, never
     /// an error: metrics must not delay a drain.
     pub fn update(&self, change: impl FnOnce(&mut Snapshot)) {
-        let text = {
-            let mut s = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
-            change(&mut s);
-            if self.path.is_none() {
-                return;
-            }
-            render(&s)
-        };
+        // The lock is held through the write: two updates that rendered in one order must not
+        // rename their files in the other (the older snapshot would win).
+        let mut s = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut s);
         if let Some(path) = &self.path
-            && let Err(e) = write_atomically(path, &text)
+            && let Err(e) = write_atomically(path, &render(&s))
         {
             tracing::warn!("cannot write metrics file {}: {e}", path.display());
         }
