@@ -201,7 +201,7 @@ impl Engine {
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {
-                    tracing::info!(node = %self.settings.node_name, "wrote report file {}", path.display())
+                    tracing::info!(node = %self.settings.node_name, "wrote report file {} for node {}", path.display(), self.settings.node_name)
                 }
                 Err(e) => tracing::warn!(node = %self.settings.node_name, "{e}"),
             }
@@ -243,14 +243,9 @@ impl Engine {
         }
         if let Some(m) = &out.marker {
             let msg = format!(
-                "node {node} restored after {}: {}, {}",
+                "node {node} restored after {}: {}",
                 m.why,
-                describe_cordon(&out, m),
-                if out.untainted {
-                    "taint removed"
-                } else {
-                    "no taint of ours to remove"
-                }
+                restore_text(&out)
             );
             // An Event is for people: at most 500 ms past the restore's deadline.
             events
@@ -310,15 +305,38 @@ impl Engine {
     }
 }
 
-/// What restore did with the cordon, in words (for Events, the CLI and the journal).
+/// What restore did with the cordon, in words for a person (the CLI, the journal, the Node
+/// Event). A marker whose cordon is no longer recorded means an earlier restore already undid it
+/// (or the cordon never happened); it is not an admin's cordon unless the node was cordoned
+/// before the drain.
 pub fn describe_cordon(out: &RestoreOutcome, m: &Marker) -> String {
     if out.uncordoned {
         "uncordoned".to_string()
     } else if let Some(why) = &out.cordon_kept {
         format!("left cordoned ({why})")
-    } else if !m.cordoned {
-        "cordon left as it was (not ours)".to_string()
+    } else if out.left_cordon_alone {
+        "someone else had already uncordoned it".to_string()
+    } else if m.was_unschedulable {
+        "cordon left alone (the node was cordoned before the drain)".to_string()
     } else {
-        "already uncordoned".to_string()
+        "no cordon of ours left to undo".to_string()
     }
+}
+
+/// What a restore did, in words for a person: "uncordoned, taint removed, marker cleared", or
+/// what there was not to undo.
+pub fn restore_text(out: &RestoreOutcome) -> String {
+    let Some(m) = &out.marker else {
+        return if out.foreign_marker.is_some() {
+            "foreign marker cleared; cordon and taints left as they are".to_owned()
+        } else {
+            "no marker of ours; nothing left to undo".to_owned()
+        };
+    };
+    let taint = if out.untainted {
+        "taint removed"
+    } else {
+        "no taint of ours left to remove"
+    };
+    format!("{}, {taint}, marker cleared", describe_cordon(out, m))
 }

@@ -1,8 +1,25 @@
 //! Logging: to the journal with structured fields when stderr is the journal (systemd sets
-//! `JOURNAL_STREAM` to the device and inode of that stream), else human-readable to stderr.
+//! `JOURNAL_STREAM` to the device and inode of that stream), else one line per event on stderr.
 //! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`.
+//!
+//! A stderr line is `TIME LEVEL MESSAGE [FIELD=VALUE ...]`: the wall-clock time in UTC (to the
+//! microsecond), the
+//! message (which names its object), then only the event's own fields whose value the message
+//! does not already say. Span fields (node, pod, boot ID, shutdown kind) are not repeated on
+//! stderr: they exist for the journal, where every event carries them as `NODE=`, `POD=`,
+//! `BUDGET=`, `OUTCOME=`, `SHUTDOWN_KIND=`, `BOOT_ID=` (tracing-journald upper-cases field names;
+//! the field prefix is off). Colour (the level only) only when stderr is a terminal and
+//! `NO_COLOR` is unset or empty (<https://no-color.org>).
 
+use std::fmt::{self, Write as _};
+use std::io::IsTerminal;
 use std::os::fd::AsFd;
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -47,16 +64,171 @@ pub fn init() {
             Err(e) => eprintln!("cannot log to the journal ({e}); logging to stderr"),
         }
     }
+    let colour = std::io::stderr().is_terminal() && !no_color(std::env::var_os("NO_COLOR"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
+        .event_format(Line { colour })
         .init();
+}
+
+/// Whether a `NO_COLOR` value asks for no colour: present and not empty.
+pub fn no_color(value: Option<std::ffi::OsString>) -> bool {
+    value.is_some_and(|v| !v.is_empty())
+}
+
+/// The stderr line format (see the module doc).
+#[derive(Debug, Clone, Copy)]
+pub struct Line {
+    /// Colour the level with ANSI escapes.
+    pub colour: bool,
+}
+
+impl<S, N> FormatEvent<S, N> for Line
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let level = *event.metadata().level();
+        let (on, off) = match (self.colour, level) {
+            (false, _) => ("", ""),
+            (true, Level::ERROR) => ("\x1b[31m", "\x1b[0m"),
+            (true, Level::WARN) => ("\x1b[33m", "\x1b[0m"),
+            (true, Level::INFO) => ("\x1b[32m", "\x1b[0m"),
+            (true, _) => ("\x1b[2m", "\x1b[0m"),
+        };
+        let mut line = format!(
+            "{:.6} {on}{level:>5}{off} {}",
+            jiff::Timestamp::now(),
+            fields.message
+        );
+        for (name, value) in &fields.others {
+            if !fields.message.contains(value.as_str()) {
+                let _ = write!(line, " {name}={value}");
+            }
+        }
+        // One line per event, whatever a message contains.
+        let line: String = line
+            .chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+            .collect();
+        writeln!(w, "{line}")
+    }
+}
+
+/// An event's message and other fields, as text.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    others: Vec<(&'static str, String)>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message = value.to_owned();
+        } else {
+            self.others.push((field.name(), value.to_owned()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `format_args!` messages and `%`-fields arrive here; their Debug is their Display.
+        self.record_str(field, &format!("{value:?}"));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::{Arc, Mutex};
+
+    /// Collects what the formatter writes.
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn formatted(colour: bool, emit: impl FnOnce()) -> String {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .event_format(Line { colour })
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+    }
+
+    /// Spans as the daemon nests them, with the fields the journal wants; one event inside.
+    fn a_drain_event() {
+        let deadline = std::time::Instant::now();
+        let outer = tracing::info_span!("shutdown", shutdown_kind = "reboot");
+        let _o = outer.enter();
+        let span = tracing::info_span!("prepare", node = "node-a", boot_id = "b-1", ?deadline);
+        let _s = span.enter();
+        tracing::info!(
+            pod = "work/web",
+            budget = "work/web-pdb",
+            "eviction of pod work/web refused (429): \nCannot evict"
+        );
+    }
+
+    #[test]
+    fn a_line_has_wall_clock_time_no_span_prefix_no_repeats_and_no_colour_when_asked() {
+        let text = formatted(false, a_drain_event);
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        let line = text.lines().next().unwrap();
+        // 2026-11-30T07:08:01.673734Z: microseconds, as the demo measures the release from them
+        let time = line.split(' ').next().unwrap();
+        assert!(
+            time.parse::<jiff::Timestamp>().is_ok() && time.ends_with('Z') && time.len() == 27,
+            "{line}"
+        );
+        assert!(
+            line.ends_with(
+                " INFO eviction of pod work/web refused (429):  Cannot evict budget=work/web-pdb"
+            ),
+            "{line}"
+        );
+        for never in [
+            "\x1b",
+            "Instant",
+            "node-a",
+            "b-1",
+            "prepare{",
+            "shutdown{",
+            "pod=",
+        ] {
+            assert!(!line.contains(never), "{never:?} in {line}");
+        }
+        let coloured = formatted(true, a_drain_event);
+        assert!(coloured.contains("\x1b[32m INFO\x1b[0m"), "{coloured:?}");
+    }
+
+    #[test]
+    fn no_color_counts_only_when_set_and_not_empty() {
+        assert!(no_color(Some("1".into())));
+        assert!(!no_color(Some("".into())));
+        assert!(!no_color(None));
+    }
 
     #[test]
     fn journal_stream_must_name_the_very_file() {

@@ -254,7 +254,18 @@ impl Report {
     }
 
     /// One line for logs and events: the evicted count, then every other count that is not zero.
+    /// A dry run says what a drain would do, in `plan`'s words.
     pub fn summary(&self) -> String {
+        if self.dry_run {
+            let count = |a: Action| self.pods.iter().filter(|p| p.action == a).count();
+            return format!(
+                "node {} dry run, nothing changed: {} to evict, {} to wait for, {} skipped",
+                self.node,
+                count(Action::Evict),
+                count(Action::Wait),
+                count(Action::Skip)
+            );
+        }
         let c = &self.counts;
         let mut parts = vec![format!("{} evicted", c.evicted)];
         for (n, what) in [
@@ -273,9 +284,7 @@ impl Report {
         format!(
             "node {} {}: {} in {:.1} s",
             self.node,
-            if self.dry_run {
-                "dry run"
-            } else if self.complete {
+            if self.complete {
                 "drained"
             } else {
                 "not drained"

@@ -4,6 +4,7 @@
 //! written through or read, and `check` fails on a state dir it cannot write.
 
 mod engine_support;
+mod logind;
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -126,7 +127,75 @@ async fn drain_restore_status_by_hand() {
     assert!(!unschedulable(&c.node(NODE)));
     let r = cli(&config, &["restore"]).await;
     assert_eq!(r.code, 0);
-    assert!(r.stdout.contains("nothing to restore"), "{}", r.stdout);
+    assert!(r.stdout.contains("nothing left to undo"), "{}", r.stdout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_and_restore_say_what_they_would_do_and_did() {
+    let c = Cluster::start(vec![
+        pod(NS, "web", NODE),
+        pod(NS, "api", NODE),
+        daemonset_pod(NS, "ds", NODE),
+        pod_with(
+            NS,
+            "batch",
+            NODE,
+            json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "wait-completed"}}}),
+        ),
+    ])
+    .await;
+    // Short drains: `batch` waits to complete and never does.
+    let admin = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
+    // The dry run counts what plan counts, in plan's words.
+    let plan = cli(&admin, &["plan"]).await;
+    let dry = cli(&admin, &["drain", "--dry-run"]).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    let counts = "2 to evict, 1 to wait for, 1 skipped";
+    assert!(plan.stdout.contains(counts), "{}", plan.stdout);
+    assert!(
+        dry.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("dry run, nothing changed") && l.contains(counts)),
+        "{}",
+        dry.stdout
+    );
+    assert!(!dry.stdout.contains("evicted"), "{}", dry.stdout);
+
+    // Drained by us, restored with kubelet credentials: the cordon is undone, our taint may not
+    // be removed (403) and stays in the marker.
+    let r = cli(&admin, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 1, "batch waits to complete: {}", r.stderr);
+    let kubelet = c.config_file("system:node:node-a", "");
+    let r = cli(&kubelet, &["restore"]).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(!unschedulable(&c.node(NODE)));
+    // The next restore has only the taint left: it says the cordon was already undone, not
+    // that the cordon was never ours.
+    let r = cli(&admin, &["restore"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        r.stdout.trim(),
+        "node node-a: no cordon of ours left to undo, taint removed, marker cleared"
+    );
+    let r = cli(&admin, &["restore"]).await;
+    assert_eq!(
+        r.stdout.trim(),
+        "node node-a: no marker of ours; nothing left to undo"
+    );
+
+    // An admin's cordon from before the drain is named as such.
+    cordon_as_admin(c.server.store());
+    let r = cli(&admin, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let r = cli(&admin, &["restore"]).await;
+    assert!(
+        r.stdout
+            .contains("cordon left alone (the node was cordoned before the drain), taint removed"),
+        "{}",
+        r.stdout
+    );
+    assert!(unschedulable(&c.node(NODE)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,17 +278,19 @@ async fn exit_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_reviews_every_permission() {
+async fn check_reviews_every_permission_and_fails_without_logind() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
+    // No logind on the bus: the daemon could not work, so check fails.
     let r = cli(&config, &["check"]).await;
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     for needle in [
         "config",
         "valid",
         "node node-a: exists",
         "create pods/eviction",
         "patch  nodes",
+        "logind: NOT REACHABLE",
     ] {
         assert!(
             r.stdout.contains(needle),
@@ -228,19 +299,67 @@ async fn check_reviews_every_permission() {
         );
     }
     assert!(!r.stdout.contains("DENIED"), "{}", r.stdout);
-    assert!(r.stdout.contains("logind: not reachable"), "{}", r.stdout);
     let reviews = c
         .server
         .recorder()
         .matching("POST", "selfsubjectaccessreviews");
     assert!(reviews.len() >= 6);
 
-    // Kubelet credentials: the budget watch is denied but optional, so check passes; it never
-    // claims the taint works.
-    let config = c.config_file("system:node:node-a", "");
-    let r = cli(&config, &["check"]).await;
+    let Some(rig) = logind::Rig::start(logind::LogindOptions::default()).await else {
+        println!("skipped the part with logind: dbus-daemon or python3-dbusmock missing");
+        return;
+    };
+    // Admin credentials, logind with a budget that fits: everything passes, and the taint is
+    // answered by a dry-run patch that leaves the node as it was.
+    c.server.recorder().clear();
+    let r = cli_on_bus(&config, &["check"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("not checkable"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("taint kube-shutdown-drain/shutdown:PreferNoSchedule: allowed"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("state dir"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("logind: InhibitDelayMaxSec 20 s"),
+        "{}",
+        r.stdout
+    );
+    let patches = c.server.recorder().matching("PATCH", "/nodes/node-a");
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert!(patches[0].query.contains("dryRun=All"), "{:?}", patches[0]);
+    assert_eq!(patches[0].status, 200);
+    assert!(
+        c.node(NODE)["spec"]["taints"].is_null(),
+        "the dry run stored nothing: {}",
+        c.node(NODE)
+    );
+
+    // Kubelet credentials: NodeRestriction refuses the dry-run taint patch as it would the real
+    // one; the taint and the budget watch are optional, so check still passes.
+    let kubelet = c.config_file("system:node:node-a", "[drain]\ntimeout = \"10s\"\n");
+    c.server.recorder().clear();
+    let r = cli_on_bus(&kubelet, &["check"], rig.address()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let taint_line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("taint kube-shutdown-drain/shutdown"))
+        .unwrap_or_else(|| panic!("{}", r.stdout));
+    assert!(
+        taint_line.contains("denied (optional)")
+            && taint_line.contains("not allowed to modify taints"),
+        "{taint_line}"
+    );
+    let patches = c.server.recorder().matching("PATCH", "/nodes/node-a");
+    assert_eq!(
+        patches
+            .iter()
+            .map(|p| (p.query.contains("dryRun=All"), p.status))
+            .collect::<Vec<_>>(),
+        [(true, 403)]
+    );
     let pdb_line = r
         .stdout
         .lines()
@@ -253,6 +372,151 @@ async fn check_reviews_every_permission() {
             .any(|l| l.contains("pods/eviction") && l.contains("allowed")),
         "{}",
         r.stdout
+    );
+
+    // A state directory that cannot be written (its parent is a file): exit 1, named.
+    let file = c.dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let unwritable = c.dir.path().join("unwritable.toml");
+    std::fs::write(
+        &unwritable,
+        std::fs::read_to_string(&config).unwrap().replace(
+            &format!("state_dir = \"{}\"", c.dir.path().join("state").display()),
+            &format!("state_dir = \"{}\"", file.join("state").display()),
+        ),
+    )
+    .unwrap();
+    let r = cli_on_bus(&unwritable, &["check"], rig.address()).await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "state dir {}: NOT WRITABLE",
+            file.join("state").display()
+        )),
+        "{}",
+        r.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_noexecute_taint_is_warned_about_by_check_plan_and_the_daemon() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "[taint]\neffect = \"NoExecute\"\n");
+    let warning = "[taint] effect = \"NoExecute\"";
+    let r = cli(&config, &["check"]).await;
+    assert!(
+        r.stdout.contains(&format!("taint: WARNING {warning}")),
+        "{}",
+        r.stdout
+    );
+    let r = cli(&config, &["plan", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("warning: {warning}"))
+            && r.stderr.contains("PodDisruptionBudgets"),
+        "{}",
+        r.stderr
+    );
+    serde_json::from_str::<Value>(&r.stdout).expect("stdout stays JSON");
+    // The daemon says it at start (it then stops: no logind here; SIGTERM is not needed).
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .args(["--config".as_ref(), config.as_os_str(), "run".as_ref()])
+        .env_remove("JOURNAL_STREAM")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS)
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = out.stderr.unwrap();
+    let mut lines = tokio::io::BufReader::new(stderr);
+    let mut seen = String::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        use tokio::io::AsyncBufReadExt;
+        let mut line = String::new();
+        while lines.read_line(&mut line).await.unwrap_or(0) > 0 {
+            seen.push_str(&line);
+            if line.contains(" WARN ") && line.contains(warning) {
+                return true;
+            }
+            line.clear();
+        }
+        false
+    })
+    .await;
+    assert_eq!(found, Ok(true), "{seen}");
+}
+
+/// Runs the binary with stdout a pipe whose reading end is already closed, as `| head -c N`
+/// leaves it once `head` has read enough: every write gets EPIPE.
+fn run_into_closed_pipe(config: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
+        )
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_command_quietly_with_its_own_exit_code() {
+    let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
+    let config = c.config_file("admin", "");
+    for args in [
+        &["plan", "--output", "json"][..],
+        &["plan"],
+        &["status", "--output", "json"],
+        &["drain", "--dry-run"],
+        &["check"],
+        &["--help"],
+    ] {
+        let (code, stderr) = run_into_closed_pipe(&config, args);
+        // check exits 1 here (no logind on the test's bus), as it does with a reader.
+        let want = if args[0] == "check" { 1 } else { 0 };
+        assert_eq!(code, want, "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A failing command keeps its code too: the node is missing (3).
+    let (code, _) = run_into_closed_pipe(&config, &["--node", "no-such-node", "plan"]);
+    assert_eq!(code, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_kubeconfig_is_named_once_without_debug_quotes() {
+    let c = Cluster::start(vec![]).await;
+    let missing = c.dir.path().join("no-kubeconfig");
+    let config = c.dir.path().join("missing-kubeconfig.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"node-a\"\nkubeconfig = \"{}\"\n",
+            missing.display()
+        ),
+    )
+    .unwrap();
+    let r = cli(&config, &["plan"]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(
+        r.stderr.trim(),
+        format!(
+            "error: cannot read kubeconfig {}: No such file or directory (os error 2)",
+            missing.display()
+        )
     );
 }
 

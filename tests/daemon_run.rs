@@ -139,6 +139,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
         "the kind of shutdown is logged:\n{}",
         world.log()
     );
+    assert_readable_log(&world.log());
     let mut world = world;
     for want in [
         "draining node demo-node-1 before the reboot (budget 15 s)",
@@ -147,6 +148,31 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
     ] {
         if let Err(statuses) = world.notify.wait_status(want, Duration::from_secs(5)).await {
             panic!("STATUS= never carried {want:?}: {statuses:?}");
+        }
+    }
+}
+
+/// The daemon's stderr (a file here, not a terminal) on the normal path of a reboot: one line per
+/// event starting with the wall-clock time, no ANSI escapes, no Debug dumps (`Instant {`,
+/// `Status {`), no span prefixes, nothing at WARN or ERROR.
+fn assert_readable_log(log: &str) {
+    assert!(!log.is_empty());
+    for line in log.lines() {
+        let time = line.split(' ').next().unwrap_or("");
+        assert!(
+            time.parse::<jiff::Timestamp>().is_ok(),
+            "a line without a wall-clock time: {line}"
+        );
+        for never in [
+            "\x1b",
+            "Instant {",
+            "Status {",
+            "{node=",
+            "}:",
+            " WARN ",
+            "ERROR ",
+        ] {
+            assert!(!line.contains(never), "{never:?} in: {line}");
         }
     }
 }
@@ -1005,4 +1031,184 @@ async fn a_shutdown_that_starts_between_the_check_and_the_lock_request_is_draine
         world.log()
     );
     drop(kubelet);
+}
+
+/// `promtool check metrics` on the file, when promtool is installed (Debian package
+/// `prometheus`, installed by scripts/install-deps). Returns whether it ran.
+fn promtool_accepts(path: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read(path) else {
+        panic!("no metrics file {}", path.display());
+    };
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "promtool is missing under CI ({e}): scripts/install-deps installs prometheus"
+            );
+            println!("promtool not run ({e}); install the Debian package prometheus");
+            return false;
+        }
+    };
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics:\n{}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&text)
+    );
+    true
+}
+
+/// The value of the sample line that starts with `series` (name and labels).
+fn sample(path: &std::path::Path, series: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
+    let metrics_dir = tempfile::tempdir().unwrap();
+    let prom = metrics_dir.path().join("kube_shutdown_drain.prom");
+    let mut setup = with_config("3s", "2s");
+    setup
+        .config
+        .push_str(&format!("[metrics]\ntextfile = \"{}\"\n", prom.display()));
+    let Some(mut world) = started(setup).await else {
+        return;
+    };
+    let node = "{node=\"demo-node-1\"}";
+    world
+        .expect_until(
+            Duration::from_secs(5),
+            |_| sample(&prom, "kube_shutdown_drain_inhibitor_lock_held") == Some(1.0),
+            "the file says the lock is held",
+        )
+        .await;
+    assert_eq!(
+        sample(
+            &prom,
+            "kube_shutdown_drain_logind_inhibit_delay_max_seconds"
+        ),
+        Some(20.0)
+    );
+    assert_eq!(
+        sample(&prom, "kube_shutdown_drain_drain_budget_seconds"),
+        Some(3.0)
+    );
+    promtool_accepts(&prom);
+
+    // A reboot whose drain the closed `web` budget stops at the deadline.
+    world.rig.reboot().await;
+    world.expect_released(Duration::from_secs(20)).await;
+    world
+        .expect_until(
+            Duration::from_secs(5),
+            |_| {
+                sample(
+                    &prom,
+                    &format!("kube_shutdown_drain_last_drain_deadline_reached{node}"),
+                ) == Some(1.0)
+            },
+            "the file has the last drain",
+        )
+        .await;
+    assert_eq!(
+        sample(&prom, "kube_shutdown_drain_inhibitor_lock_held"),
+        Some(0.0)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(world.dir().join("state/last-report.json")).unwrap())
+            .unwrap();
+    for outcome in ["evicted", "blocked", "skipped"] {
+        assert_eq!(
+            sample(
+                &prom,
+                &format!(
+                    "kube_shutdown_drain_last_drain_pods{{node=\"demo-node-1\",outcome=\"{outcome}\"}}"
+                )
+            ),
+            report["counts"][outcome].as_f64(),
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        sample(
+            &prom,
+            "kube_shutdown_drain_last_drain_budget_blocked_pods{node=\"demo-node-1\",budget=\"shop/web\"}"
+        ),
+        Some(1.0)
+    );
+    let started_at = report["started_at"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap();
+    assert_eq!(
+        sample(
+            &prom,
+            &format!("kube_shutdown_drain_last_drain_start_timestamp_seconds{node}")
+        ),
+        Some(started_at.as_millisecond() as f64 / 1000.0)
+    );
+    assert_eq!(
+        sample(
+            &prom,
+            &format!("kube_shutdown_drain_last_drain_duration_seconds{node}")
+        ),
+        Some(report["duration_ms"].as_f64().unwrap() / 1000.0)
+    );
+    promtool_accepts(&prom);
+
+    // The next boot: the last drain is still exported (read back from the report) and the
+    // restore is added.
+    world.kill_daemon();
+    world.rig.simulate_boot().await;
+    world.new_boot();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_restored(Duration::from_secs(15), "restored in the new boot")
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(5),
+            |_| {
+                sample(
+                    &prom,
+                    &format!("kube_shutdown_drain_last_restore_success{node}"),
+                ) == Some(1.0)
+            },
+            "the file has the restore",
+        )
+        .await;
+    assert!(
+        sample(
+            &prom,
+            &format!("kube_shutdown_drain_last_restore_timestamp_seconds{node}")
+        )
+        .is_some()
+    );
+    assert_eq!(
+        sample(
+            &prom,
+            &format!("kube_shutdown_drain_last_drain_deadline_reached{node}")
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&prom, "kube_shutdown_drain_inhibitor_lock_held"),
+        Some(1.0)
+    );
+    promtool_accepts(&prom);
 }

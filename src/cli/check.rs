@@ -1,17 +1,24 @@
-//! `check`: the configuration is valid (it loaded), the state directory is writable, the API
-//! server answers, the node exists, and every permission the drain uses is granted
-//! (SelfSubjectAccessReview). The taint is checked
-//! separately: NodeRestriction is admission, not authorization, so no review can show it.
+//! `check`: the configuration is valid (it loaded), the API server answers, the node exists,
+//! every permission the drain uses is granted (SelfSubjectAccessReview), the taint may be written,
+//! the state directory is writable and logind answers with a budget that fits. Exit 1 when
+//! something the service needs is missing.
+//!
+//! The taint is checked by a server-side dry run of the taint patch (`?dryRun=All`): no review
+//! can show it, because NodeRestriction is admission, not authorization, and a dry-run patch goes
+//! through admission exactly like the real one (kubernetes-api.md, section 5).
 
 use std::sync::Arc;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
-use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE};
-use crate::config::{OnDeadline, Settings};
+use crate::api::guarded::FIELD_MANAGER;
+use crate::api::{ApiError, Clients};
+use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
+use crate::config::{OnDeadline, Settings, TaintEffect};
 use crate::daemon::budget;
 use crate::daemon::logind::Logind;
 use crate::engine::Engine;
@@ -118,7 +125,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
 
 pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node = settings.node_name.clone();
-    println!(
+    outln!(
         "config {}: valid",
         settings
             .source
@@ -126,22 +133,12 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             .map_or("<defaults>".into(), |p| p.display().to_string())
     );
     let engine = Engine::new(settings.clone())?;
-    println!("kubeconfig {}: readable", settings.kubeconfig.display());
-    let mut ok = true;
-    let state_dir = settings.state_dir.display();
-    match crate::state_file::check_writable(&settings.state_dir) {
-        Ok(()) => println!("state dir {state_dir}: writable"),
-        Err(e) => {
-            ok = false;
-            println!(
-                "state dir {state_dir}: NOT writable ({e}); the last report and the shutdown start cannot be kept"
-            );
-        }
-    }
+    outln!("kubeconfig {}: readable", settings.kubeconfig.display());
     engine.node().await?;
-    println!("node {node}: exists, the API server answers");
+    outln!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
     let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
+    let mut ok = true;
     for p in permissions(&settings) {
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
@@ -181,17 +178,38 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             }
             (false, false) => "denied (optional)",
         };
-        println!(
+        outln!(
             "permission {:<6} {resource:<26} {verdict:<17} {}",
-            p.verb, p.what
+            p.verb,
+            p.what
         );
     }
     if settings.taint.enabled {
-        println!(
-            "taint {}:{}: not checkable here; kubelet credentials get 403 under NodeRestriction (the drain then goes on without it)",
-            settings.taint.key,
-            settings.taint.effect.as_str()
-        );
+        let taint = format!("{}:{}", settings.taint.key, settings.taint.effect.as_str());
+        match taint_dry_run(clients, &settings, &engine.node().await?).await {
+            Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
+            Err(e) if e.is_forbidden() => outln!(
+                "taint {taint}: denied (optional): {}; the drain cordons without it",
+                e.problem()
+            ),
+            Err(e) => {
+                ok = false;
+                outln!("taint {taint}: cannot check: {e}");
+            }
+        }
+    }
+    if let Some(w) = taint_effect_warning(&settings) {
+        outln!("taint: WARNING {w}");
+    }
+    match crate::state_file::check_writable(&settings.state_dir) {
+        Ok(()) => outln!("state dir {}: writable", settings.state_dir.display()),
+        Err(e) => {
+            ok = false;
+            outln!(
+                "state dir {}: NOT WRITABLE ({e}); the report and the shutdown start cannot be kept",
+                settings.state_dir.display()
+            );
+        }
     }
     if !logind_budget(&settings, "").await {
         ok = false;
@@ -199,29 +217,97 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
 }
 
+/// The taint patch the drain would send, as a server-side dry run (`?dryRun=All`): admission
+/// (NodeRestriction, policies) answers it as it would the real one, and nothing is stored. Adds
+/// our taint, or removes it when it is already there, so the patch always changes the taints.
+async fn taint_dry_run(
+    clients: &Clients,
+    settings: &Settings,
+    node: &Node,
+) -> Result<(), ApiError> {
+    let ours =
+        |t: &Taint| t.key == settings.taint.key && t.effect == settings.taint.effect.as_str();
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints.iter().any(ours) {
+        taints.retain(|t| !ours(t));
+    } else {
+        taints.push(Taint {
+            key: settings.taint.key.clone(),
+            value: settings.taint.value.clone(),
+            effect: settings.taint.effect.as_str().to_owned(),
+            time_added: None,
+        });
+    }
+    let object = format!(
+        "a dry run of the taint patch of node {}",
+        settings.node_name
+    );
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "add", "path": "/spec/taints", "value": taints}
+    ]))
+    .map_err(|e| clients.error(&object, kube::Error::SerdeError(e)))?;
+    let params = PatchParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    let api: Api<Node> = Api::all(clients.api.clone());
+    let deadline = tokio::time::Instant::now() + clients.request_timeout;
+    clients
+        .once(
+            deadline,
+            &object,
+            api.patch(&settings.node_name, &params, &Patch::<()>::Json(patch)),
+        )
+        .await
+        .map(|_| ())
+}
+
+/// The advice for a taint effect that defeats the drain: a `NoExecute` taint makes the taint
+/// manager delete every pod that does not tolerate it at once, ignoring PodDisruptionBudgets, the
+/// drain's order and its filters. Said by `check`, `plan` and the daemon at start.
+pub fn taint_effect_warning(settings: &Settings) -> Option<String> {
+    (settings.taint.enabled && settings.taint.effect == TaintEffect::NoExecute).then(|| {
+        format!(
+            "[taint] effect = \"NoExecute\" in {}: Kubernetes deletes every pod on the node that \
+             does not tolerate taint {} at once, ignoring PodDisruptionBudgets and the drain's \
+             order; use \"PreferNoSchedule\" (the default) or \"NoSchedule\"",
+            settings
+                .source
+                .as_ref()
+                .map_or("the built-in defaults".into(), |p| p.display().to_string()),
+            settings.taint.key
+        )
+    })
+}
+
 /// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
-/// system bus). Returns false when logind cuts the configured drain timeout short; an unreachable
-/// logind (a container, a test) is reported and not counted as a failure here.
+/// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
+/// the configured drain timeout short.
 pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
     match Logind::connect().await {
         Err(e) => {
-            println!("{indent}logind: not reachable ({e}); the daemon needs it");
-            true
+            outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
+            false
         }
         Ok(logind) => match budget::read(&logind, settings).await {
             Err(e) => {
-                println!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
-                true
+                outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
+                false
             }
             Ok(b) => {
-                println!(
+                outln!(
                     "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
                     budget::seconds(b.logind_max),
                     budget::seconds(b.drain)
                 );
                 match b.warning {
                     Some(w) => {
-                        println!("{indent}logind: WARNING {w}");
+                        outln!("{indent}logind: WARNING {w}");
                         false
                     }
                     None => true,

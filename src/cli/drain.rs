@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, Output, print_json};
+use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, Output, out, print_json};
 use crate::config::Settings;
 use crate::drain::DrainOptions;
 use crate::engine::Engine;
@@ -37,7 +37,7 @@ pub async fn run(settings: Arc<Settings>, dry_run: bool, output: Output) -> Resu
         .await;
     match output {
         Output::Json => print_json(&report)?,
-        Output::Text => print!("{}", report.to_text()),
+        Output::Text => out!("{}", report.to_text()),
     }
     Ok(if report.complete {
         EXIT_DONE

@@ -10,6 +10,7 @@ use crate::engine;
 
 pub mod check;
 pub mod drain;
+pub mod manual;
 pub mod plan;
 pub mod restore;
 pub mod run;
@@ -31,7 +32,13 @@ Exit codes:
 /// Drains this Kubernetes node through the Eviction API before a shutdown, and restores it on
 /// the next boot.
 #[derive(Debug, Parser)]
-#[command(name = "kube-shutdown-drain", version, about, after_help = EXIT_CODES_HELP)]
+#[command(
+    name = "kube-shutdown-drain",
+    version,
+    about,
+    long_about = DESCRIPTION,
+    after_help = EXIT_CODES_HELP
+)]
 pub struct Cli {
     /// Configuration file [default: /etc/kube-shutdown-drain/config.toml, or the environment
     /// variable KUBE_SHUTDOWN_DRAIN_CONFIG].
@@ -46,39 +53,81 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The main page's DESCRIPTION and `--help` text: what NAME does not already say.
+const DESCRIPTION: &str = "\
+Run as a systemd service (the `run` subcommand), it holds a systemd-logind delay inhibitor. When \
+logind announces a shutdown or reboot, it records on its Node what it will change, adds its taint, \
+cordons the node and evicts its pods through the Eviction API, honouring PodDisruptionBudgets, then \
+releases the inhibitor before logind's InhibitDelayMaxSec runs out. On the next boot it removes \
+only the taint and the cordon it added itself.
+
+The other subcommands are for an administrator: `check` before relying on the service, `plan` to \
+see what a drain would do, `drain` and `restore` for maintenance by hand, `status` to see the \
+node's state and the last report.";
+
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
+    /// Lines for a person.
     #[default]
     Text,
+    /// One pretty-printed JSON document, for scripts.
     Json,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what a drain would do now; changes nothing.
+    #[command(long_about = "\
+Lists every pod on the node with the action a drain would take (evict, wait for it to complete, \
+skip), the reason, and the order in which pods would be evicted. Reads the Node and its pods; \
+writes nothing.")]
     Plan {
+        /// Output format: text for a person, json for scripts.
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
     /// Taint, cordon and drain the node now (maintenance by hand).
+    #[command(long_about = "\
+Does what the service does when a shutdown starts: records on the Node what it changes, adds the \
+taint, cordons, evicts the pods as `plan` lists them and waits until they are gone or \
+drain.timeout has passed. `restore` undoes it. With --dry-run it only reports what it would do, \
+as `plan` does, and changes nothing.")]
     Drain {
-        /// Only list what would be evicted; change nothing.
+        /// Change nothing: report which pods a drain would evict, wait for and skip.
         #[arg(long)]
         dry_run: bool,
+        /// Output format: text for a person, json for scripts (the report).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
     /// Undo what the last prepare changed (taint, cordon) and clear the marker.
+    #[command(long_about = "\
+Removes the taint and the cordon that the marker annotation on the Node says this program added, \
+and clears the marker. A cordon or taint an administrator set is left alone. The service does \
+this by itself on the next boot.")]
     Restore,
     /// Show the marker, the taint, the cordon and the last report.
+    #[command(long_about = "\
+Shows whether the node is cordoned and tainted, what the marker says this program changed, \
+logind's delay budget and a summary of the last drain report.")]
     Status {
+        /// Output format: text for a person, json for scripts.
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
     /// Check the configuration, the connection, the node and every permission used.
+    #[command(long_about = "\
+Checks that the configuration loads, the kubeconfig is readable, the API server answers, the Node \
+exists, every permission the drain uses is granted, the taint may be written (a server-side dry \
+run), the state directory is writable and logind's delay budget fits the drain timeout. Exits 1 \
+when something the service needs is missing.")]
     Check,
     /// Run the daemon (under systemd).
+    #[command(long_about = "\
+The service: started by kube-shutdown-drain.service (Type=notify). Holds the logind delay \
+inhibitor, drains the node when a shutdown starts and restores it on the next boot. Logs to the \
+journal with structured fields when started by systemd, else to stderr.")]
     Run,
 }
 
@@ -168,9 +217,35 @@ fn config_path(
 /// Prints a value as pretty JSON on stdout.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(value).map_err(anyhow::Error::from)?;
-    println!("{text}");
+    outln!("{text}");
     Ok(())
 }
+
+/// Writes a piece of a command's output to stdout. A reader that went away (`plan | head`) is not
+/// the command's failure: the rest of the output is dropped quietly and the command ends with its
+/// own exit code (`println!` would panic, exit 134). Any other write error is said once on stderr.
+pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if let Err(e) = std::io::stdout().lock().write_fmt(args)
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+        && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+    {
+        eprintln!("error: cannot write the output to stdout: {e}");
+    }
+}
+
+/// `print!` through [`emit`].
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::emit(format_args!($($arg)*)) };
+}
+
+/// `println!` through [`emit`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::cli::emit(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {out, outln};
 
 #[cfg(test)]
 mod tests {

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::cli::{CliError, EXIT_DONE};
+use crate::cli::{CliError, EXIT_DONE, outln};
 use crate::config::Settings;
-use crate::engine::{Engine, describe_cordon};
+use crate::engine::Engine;
 
 pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node = settings.node_name.clone();
@@ -20,20 +20,6 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             "warning: node {node}: the marker listed taint {t}, whose key is not ours; left it"
         );
     }
-    match &out.marker {
-        None if out.foreign_marker.is_some() => {
-            println!("node {node}: foreign marker cleared; cordon and taints left as they are")
-        }
-        None => println!("node {node}: no marker of ours; nothing to restore"),
-        Some(m) => {
-            let cordon = describe_cordon(&out, m);
-            let taint = if out.untainted {
-                "taint removed"
-            } else {
-                "no taint of ours to remove"
-            };
-            println!("node {node}: {cordon}, {taint}, marker cleared");
-        }
-    }
+    outln!("node {node}: {}", crate::engine::restore_text(&out));
     Ok(EXIT_DONE)
 }

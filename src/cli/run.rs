@@ -19,7 +19,7 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         Some(path) => {
             let mut changed = Settings::clone(&settings);
             changed.boot_id_path = PathBuf::from(path);
-            tracing::warn!(
+            tracing::info!(
                 "reading the boot ID from {} ({BOOT_ID_FILE_ENV} is set; tests only)",
                 changed.boot_id_path.display()
             );
@@ -36,6 +36,9 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         ),
         logind::system_bus_address()
     );
+    if let Some(w) = crate::cli::check::taint_effect_warning(&settings) {
+        tracing::warn!("{w}");
+    }
     // A kubeconfig that cannot be used is a configuration error now, not at the first shutdown.
     // The engine is dropped again: the client is built only when a restore or drain needs it.
     if let Err(e) = Engine::new(settings.clone()) {

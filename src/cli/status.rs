@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::cli::{CliError, EXIT_DONE, Output, print_json};
+use crate::cli::{CliError, EXIT_DONE, Output, outln, print_json};
 use crate::config::Settings;
 use crate::engine::Engine;
 use crate::node::{Marker, MarkerRead, cordon_is_ours, read_marker};
@@ -54,17 +54,17 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
     match output {
         Output::Json => print_json(&status)?,
         Output::Text => {
-            println!("node {}", status.node);
-            println!("  cordoned:      {}", yes_no(status.cordoned));
-            println!("  our taint:     {}", yes_no(status.taint_present));
+            outln!("node {}", status.node);
+            outln!("  cordoned:      {}", yes_no(status.cordoned));
+            outln!("  our taint:     {}", yes_no(status.taint_present));
             match &status.marker {
-                None if status.foreign_marker.is_some() => println!(
+                None if status.foreign_marker.is_some() => outln!(
                     "  marker:        FOREIGN, not one we wrote ({}); restore clears it and undoes nothing",
                     status.foreign_marker.as_deref().unwrap_or_default()
                 ),
-                None => println!("  marker:        none"),
+                None => outln!("  marker:        none"),
                 Some(m) => {
-                    println!(
+                    outln!(
                         "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
                         m.time,
                         m.boot_id,
@@ -74,7 +74,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     );
                     // What a restore will undo: only what the marker says we did.
                     let taints: Vec<String> = m.taints.iter().map(ToString::to_string).collect();
-                    println!(
+                    outln!(
                         "  we cordoned:   {}; taints we added: {}",
                         yes_no(m.cordoned),
                         if taints.is_empty() {
@@ -86,12 +86,12 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                 }
             }
             if let Some(why) = &status.cordon_kept {
-                println!("  cordon:        not provably ours, restore leaves it: {why}");
+                outln!("  cordon:        not provably ours, restore leaves it: {why}");
             }
             super::check::logind_budget(&settings, "  ").await;
             match &status.last_report {
-                None => println!("  last report:   none"),
-                Some(r) => println!(
+                None => outln!("  last report:   none"),
+                Some(r) => outln!(
                     "  last report:   {} (started {})",
                     r.summary(),
                     r.started_at

@@ -43,7 +43,7 @@ impl std::fmt::Display for BudgetWarning {
         write!(
             f,
             "logind's InhibitDelayMaxSec is {}, below the {} the drain timeout needs; drains are \
-             cut to {}. Fix: put \"[Login]\\nInhibitDelayMaxSec={}\" in {} (or a drop-in in \
+             cut to {}. Fix: set InhibitDelayMaxSec={} in the [Login] section of {} (or of a drop-in in \
              /etc/systemd/logind.conf.d/ that sorts after 99-kubelet.conf) and run \
              \"systemctl kill -s HUP systemd-logind\"",
             seconds(self.logind_max),

@@ -26,7 +26,9 @@ pub(crate) enum DrainOutcome {
 /// once it is over). Never outlives the deadline by more than [`DRAIN_OVERRUN_GUARD`].
 /// `unguarded`: no inhibitor is held; the message goes into a Warning Event on the Node beside
 /// the prepare.
-#[tracing::instrument(skip_all, fields(node = %settings.node_name))]
+// The node field comes from the spans of the prepare and the drain inside; the shutdown kind
+// from the caller's `shutdown` span.
+#[tracing::instrument(skip_all)]
 pub(crate) async fn drain_node(
     settings: Arc<Settings>,
     status: Status,
@@ -66,6 +68,7 @@ pub(crate) async fn drain_node(
         Ok((prepared, report)) => {
             match prepared {
                 Ok(outcome) => tracing::info!(
+                    node = %node,
                     "prepared node {node}: marker written{}{}",
                     if outcome.tainted {
                         ", tainted"
@@ -80,7 +83,10 @@ pub(crate) async fn drain_node(
                         ", already cordoned"
                     }
                 ),
-                Err(e) => tracing::error!("preparing node {node} failed: {e}; drained it anyway"),
+                Err(e) => tracing::error!(
+                    node = %node,
+                    "preparing node {node} failed: {e}; drained it anyway"
+                ),
             }
             DrainOutcome::Drained(report)
         }

@@ -391,7 +391,7 @@ impl Logind {
 
     /// Takes the delay lock for shutdowns; `why` names the node. While a shutdown is under way
     /// logind refuses: that is [`LogindError::ShutdownUnderWay`], never a plain refusal.
-    #[tracing::instrument(skip(self), fields(node = %node))]
+    #[tracing::instrument(skip_all, fields(node = %node))]
     pub async fn take_lock(&self, node: &str) -> Result<InhibitorLock, LogindError> {
         let why = format!("draining Kubernetes node {node} before the shutdown");
         let fd = self

@@ -3,6 +3,7 @@
 pub mod budget;
 mod drain;
 pub mod logind;
+pub mod metrics;
 pub mod restore;
 pub mod service;
 pub mod shutdown_start;

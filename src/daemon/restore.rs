@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::api::retry::Backoff;
 use crate::config::Settings;
+use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
-use crate::engine::{Engine, Error, RestoreOutcome};
+use crate::engine::{Engine, Error};
 use crate::node::MarkerRead;
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
@@ -28,16 +29,25 @@ pub enum Trigger {
 
 /// Restores the node, retrying with a doubling backoff until an attempt succeeds.
 #[tracing::instrument(skip_all, fields(node = %settings.node_name, trigger = ?trigger))]
-pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger: Trigger) {
+pub async fn restore_until_done(
+    settings: Arc<Settings>,
+    status: Status,
+    metrics: Metrics,
+    trigger: Trigger,
+) {
     let node = settings.node_name.clone();
     let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
     loop {
         match attempt(&settings, &status, trigger).await {
-            Ok(()) => {
+            Ok(restored) => {
                 status.set_restore(None);
+                if restored {
+                    metrics.restored(true);
+                }
                 return;
             }
             Err(e) => {
+                metrics.restored(false);
                 let wait = backoff.next_pause();
                 tracing::warn!(
                     "restoring node {node} failed: {e}; retrying in {:.1} s",
@@ -50,14 +60,20 @@ pub async fn restore_until_done(settings: Arc<Settings>, status: Status, trigger
     }
 }
 
-async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) -> Result<(), Error> {
+/// One attempt; `Ok(true)` when a marker was acted on, `Ok(false)` when there was nothing of
+/// ours to undo now.
+async fn attempt(
+    settings: &Arc<Settings>,
+    status: &Status,
+    trigger: Trigger,
+) -> Result<bool, Error> {
     let node = &settings.node_name;
     // A fresh engine per attempt: the client lives only while the restore runs.
     let engine = Engine::new(settings.clone())?;
     let marker = match engine.node().await.map(|n| crate::node::read_marker(&n))? {
         MarkerRead::Absent => {
             tracing::info!("node {node} carries no marker of ours; nothing to restore");
-            return Ok(());
+            return Ok(false);
         }
         MarkerRead::Foreign(why) => {
             // Nothing in it is acted on: restore only clears it (with an Event).
@@ -65,8 +81,11 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
                 "the marker annotation on node {node} is not one we wrote ({why}); clearing it"
             );
             let outcome = engine.restore().await?;
-            tracing::info!("restored node {node}: {}", describe(&outcome));
-            return Ok(());
+            tracing::info!(
+                "restored node {node}: {}",
+                crate::engine::restore_text(&outcome)
+            );
+            return Ok(true);
         }
         MarkerRead::Ours(m) => m,
     };
@@ -77,7 +96,7 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
                 "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
                  that wrote it"
             );
-            return Ok(());
+            return Ok(false);
         }
         let limit = settings.daemon.restore_ready_timeout;
         status.set_restore(Some(format!(
@@ -97,34 +116,10 @@ async fn attempt(settings: &Arc<Settings>, status: &Status, trigger: Trigger) ->
     }
     status.set_restore(Some(format!("restoring node {node}")));
     let outcome = engine.restore().await?;
-    tracing::info!("restored node {node}: {}", describe(&outcome));
-    Ok(())
-}
-
-/// "uncordoned, taint removed" and the like, for the journal.
-fn describe(outcome: &RestoreOutcome) -> String {
-    if let Some(why) = &outcome.foreign_marker {
-        return format!("cleared a foreign marker ({why}); undid nothing");
-    }
-    let cordon = if outcome.uncordoned {
-        "uncordoned".to_string()
-    } else if let Some(why) = &outcome.cordon_kept {
-        format!("left cordoned ({why})")
-    } else if outcome.left_cordon_alone {
-        "someone else had already uncordoned it".to_string()
-    } else {
-        "left cordoned as it was before us".to_string()
-    };
-    let taint = if outcome.untainted {
-        "taint removed"
-    } else {
-        "no taint of ours to remove"
-    };
-    match &outcome.marker {
-        Some(marker) => format!(
-            "{cordon}, {taint}, marker from boot {} removed",
-            marker.boot_id
-        ),
-        None => "no marker of ours was left".to_owned(),
-    }
+    tracing::info!(
+        "restored node {node} (marker of boot {}): {}",
+        marker.boot_id,
+        crate::engine::restore_text(&outcome)
+    );
+    Ok(true)
 }

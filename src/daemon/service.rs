@@ -11,6 +11,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
+
+use crate::daemon::metrics::Metrics;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinHandle;
@@ -92,6 +95,8 @@ struct Daemon {
     lock: Option<InhibitorLock>,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
+    /// The node_exporter textfile (`[metrics] textfile`; a no-op when off).
+    metrics: Metrics,
     ready_sent: bool,
 }
 
@@ -110,8 +115,14 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     status.set(format!(
         "starting: taking the logind inhibitor for node {node}"
     ));
+    let metrics = Metrics::start(
+        settings.metrics.textfile.clone(),
+        &node,
+        &settings.state_dir,
+    );
     let mut daemon = Daemon {
         restore: None,
+        metrics,
         settings,
         bus_address,
         status,
@@ -126,6 +137,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     if let Some(lock) = daemon.lock.take() {
         lock.release();
     }
+    daemon.metrics.lock_held(false);
     tracing::info!("stopped (node {node})");
     result
 }
@@ -191,7 +203,10 @@ impl Daemon {
         if under_way.is_none() {
             match logind.take_lock(&node).await {
                 // Only now is an old lock (from before a reconnect) released.
-                Ok(lock) => self.lock = Some(lock),
+                Ok(lock) => {
+                    self.lock = Some(lock);
+                    self.metrics.lock_held(true);
+                }
                 Err(e @ LogindError::ShutdownUnderWay { .. }) => {
                     // The shutdown started between the read and the call: the same as a
                     // shutdown under way at start, never "logind unavailable".
@@ -284,6 +299,7 @@ impl Daemon {
     /// Reads logind's maximum delay and computes the budget; says so loudly when clamped.
     async fn budget(&self, logind: &Logind) -> Result<Budget, LogindError> {
         let budget = budget::read(logind, &self.settings).await?;
+        self.metrics.budget(budget.drain, budget.logind_max);
         if let Some(warning) = &budget.warning {
             tracing::error!("{warning}");
         }
@@ -304,6 +320,7 @@ impl Daemon {
         self.restore = Some(tokio::spawn(restore::restore_until_done(
             self.settings.clone(),
             self.status.clone(),
+            self.metrics.clone(),
             trigger,
         )));
     }
@@ -391,6 +408,7 @@ impl Daemon {
                 }
                 None => "holding no inhibitor",
             };
+            self.metrics.lock_held(false);
             tracing::warn!(
                 "the {} budget for the {what} is already spent; {released} for node {node} \
                  without draining (the node stays as the last drain left it)",
@@ -405,6 +423,8 @@ impl Daemon {
         let deadline = started + left;
         // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
         tracing::info!(
+            node = %node,
+            shutdown_kind = %what,
             "logind announced a {what}; draining node {node} within {} (logind allows {})",
             seconds(left),
             seconds(budget.logind_max)
@@ -438,7 +458,8 @@ impl Daemon {
             format!("{what} of the host"),
             deadline,
             unguarded,
-        );
+        )
+        .instrument(tracing::info_span!("shutdown", shutdown_kind = %what));
         tokio::pin!(drain);
         let mut bus_alive = true;
         let outcome = loop {
@@ -476,6 +497,7 @@ impl Daemon {
         if let Some(lock) = self.lock.take() {
             lock.release();
         }
+        self.metrics.lock_held(false);
         let took = started.elapsed();
         self.finish_drain(&what, outcome, took, held);
         if !bus_alive {
@@ -510,7 +532,10 @@ impl Daemon {
                         shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
                         self.spawn_restore(Trigger::Cancel);
                         match logind.take_lock(&node).await {
-                            Ok(lock) => self.lock = Some(lock),
+                            Ok(lock) => {
+                                self.lock = Some(lock);
+                                self.metrics.lock_held(true);
+                            }
                             // Another shutdown began right after the cancel: its signal is
                             // queued behind this one and starts a drain without the lock.
                             Err(e @ LogindError::ShutdownUnderWay { .. }) => {
@@ -542,13 +567,20 @@ impl Daemon {
         };
         match outcome {
             DrainOutcome::Drained(report) => {
+                self.metrics.drained(&report);
                 if report.complete {
                     tracing::info!(
+                        node = %node,
+                        shutdown_kind = %what,
+                        outcome = "drained",
                         "drained node {node} for the {what} in {ms} ms; {released}: {}",
                         report.summary()
                     );
                 } else {
                     tracing::error!(
+                        node = %node,
+                        shutdown_kind = %what,
+                        outcome = "incomplete",
                         "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
                          {released}: {}",
                         report.summary()
@@ -556,9 +588,6 @@ impl Daemon {
                 }
                 for error in &report.errors {
                     tracing::error!("drain of node {node}: {error}");
-                }
-                for line in report.to_text().lines() {
-                    tracing::info!("report for node {node}: {line}");
                 }
                 self.status.set(format!(
                     "node {node} drained for the {what}; {released}: {}",

@@ -33,6 +33,7 @@ use kube::api::{Api, ListParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use self::health::{ServerHealth, outage_message};
 use self::run::{RowId, Run};
@@ -181,13 +182,13 @@ pub async fn drain(
     let pods = match listed {
         Ok(Ok(Ok(pods))) => pods,
         Ok(Ok(Err(e))) => {
-            tracing::error!(node = %node, "cannot list {e}");
+            tracing::error!("cannot list {e}");
             report.errors.push(format!("cannot list {e}"));
             return finished(report, started);
         }
         Ok(Err(_)) | Err(_) => {
             let message = no_list(&node, &clients.server, &health);
-            tracing::error!(node = %node, "{message}");
+            tracing::error!("{message}");
             report.deadline_reached = true;
             report.errors.push(message);
             return finished(report, started);
@@ -227,12 +228,12 @@ pub async fn drain(
         plan.count(Action::Wait),
         plan.count(Action::Skip)
     );
-    tracing::info!(node = %node, "{started_msg}");
+    tracing::info!("{started_msg}");
     run.post_event(EventReason::DrainStarted, started_msg);
 
     // The caller's prepare (cordon) must be over before the first eviction.
     if tokio::time::timeout_at(work_deadline, ready).await.is_err() {
-        tracing::warn!(node = %node, "the prepare of node {node} was not over by the drain deadline");
+        tracing::warn!("the prepare of node {node} was not over by the drain deadline");
     }
     let mut schedule = Schedule::default();
     for p in plan.pods {
@@ -251,14 +252,18 @@ pub async fn drain(
     report.pods = run.take_reports();
     report.deadline_reached = reached;
     let report = finished(report, started);
-    tracing::info!(node = %node, "{}", report.summary());
+    tracing::info!("{}", report.summary());
     run.post_event(EventReason::DrainFinished, report.summary());
     let mut posts = run.take_event_posts();
     let until = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
     let posted =
         tokio::time::timeout_at(until, async { while posts.join_next().await.is_some() {} }).await;
     if posted.is_err() {
-        tracing::warn!(node = %node, "gave up on {} node events of node {node}: no answer from {} in time", posts.len(), clients.server);
+        tracing::warn!(
+            "gave up on {} node events of node {node}: no answer from {} in time",
+            posts.len(),
+            clients.server
+        );
     }
     // Dropping the set aborts the posts still waiting.
     report
@@ -288,12 +293,13 @@ impl Schedule {
         match (p.action, p.order) {
             (Action::Evict, Some(order)) => match self.current.as_mut() {
                 Some((cur, set)) if order <= *cur => {
-                    set.spawn(run.clone().evict(id, p));
+                    set.spawn(run.clone().evict(id, p).in_current_span());
                 }
                 _ => self.pending.entry(order).or_default().push((id, p)),
             },
             (Action::Wait, _) => {
-                self.waits.spawn(run.clone().wait_for(id, p));
+                self.waits
+                    .spawn(run.clone().wait_for(id, p).in_current_span());
             }
             _ => {}
         }
@@ -304,12 +310,16 @@ impl Schedule {
         let node = &run.settings.node_name;
         if let Some(part) = missing_part(pod) {
             let message = malformed_message(pod, part);
-            tracing::error!(node = %node, "{message}");
+            tracing::error!("{message}");
             errors.push(message);
             return;
         }
         let p = PlannedPod::for_pod(&run.settings, pod);
-        tracing::info!(node = %node, "pod {} appeared on node {node} during the drain: {:?}", p.key(), p.action);
+        tracing::info!(
+            "pod {} appeared on node {node} during the drain: {}",
+            p.key(),
+            p.action.as_str()
+        );
         self.place(run, p);
     }
 
@@ -321,10 +331,13 @@ impl Schedule {
             return false;
         };
         let node = &run.settings.node_name;
-        tracing::info!(node = %node, "evicting order group {order} ({} pods) from node {node}", pods.len());
+        tracing::info!(
+            "evicting order group {order} ({} pods) from node {node}",
+            pods.len()
+        );
         let mut set = JoinSet::new();
         for (id, p) in pods {
-            set.spawn(run.clone().evict(id, p));
+            set.spawn(run.clone().evict(id, p).in_current_span());
         }
         self.current = Some((order, set));
         true
@@ -381,7 +394,11 @@ async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline
         .filter(|(_, r)| !r.report.outcome.is_done())
         .collect();
     let names: Vec<String> = remaining.iter().map(|(_, r)| r.report.key()).collect();
-    tracing::warn!(node = %node, "drain deadline reached on node {node}; {} pods remain: {}", names.len(), names.join(", "));
+    tracing::warn!(
+        "drain deadline reached on node {node}; {} pods remain: {}",
+        names.len(),
+        names.join(", ")
+    );
     let budgets: Vec<String> = remaining
         .iter()
         .filter(|(_, r)| r.report.outcome == Outcome::Blocked)
@@ -399,7 +416,7 @@ async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline
         let mut deletes = JoinSet::new();
         for (id, r) in remaining {
             if r.plan.action == Action::Evict {
-                deletes.spawn(run.clone().delete(id, r.plan, deadline));
+                deletes.spawn(run.clone().delete(id, r.plan, deadline).in_current_span());
             }
         }
         let _ = tokio::time::timeout_at(deadline, async {
@@ -420,7 +437,7 @@ async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline
     // Pods remain; when the server stopped answering, that is the reason to name.
     if let Some(o) = run.health.outage() {
         let message = outage_message(server, node, &format!("{} pods remain", names.len()), &o);
-        tracing::error!(node = %node, "{message}");
+        tracing::error!("{message}");
         report.errors.push(message);
     }
 }

@@ -186,7 +186,7 @@ impl Run {
         let mut backoff = Backoff::new();
         loop {
             if self.tracker.is_gone(&pod.uid) {
-                tracing::info!("pod {key} left before we evicted it");
+                tracing::info!(outcome = "gone", "pod {key} left before we evicted it");
                 return self.finish(id, Outcome::Gone);
             }
             let answer = {
@@ -201,7 +201,10 @@ impl Run {
             let pause = match answer {
                 Ok(Answer::Accepted) => break,
                 Ok(Answer::Gone) => {
-                    tracing::info!("pod {key} is already gone (or replaced by another uid)");
+                    tracing::info!(
+                        outcome = "gone",
+                        "pod {key} is already gone (or replaced by another uid)"
+                    );
                     return self.finish(id, Outcome::Gone);
                 }
                 Ok(answer) => self
@@ -232,7 +235,7 @@ impl Run {
             p.budget = None;
         });
         self.tracker.wait(&pod.uid, false).await;
-        tracing::info!("pod {key} is gone");
+        tracing::info!(outcome = "evicted", "pod {key} is gone");
         self.finish(id, Outcome::Evicted);
     }
 
@@ -277,7 +280,10 @@ impl Run {
                 }
             }
             Answer::Refused { code, message } => {
-                tracing::warn!("eviction of pod {key} refused ({code}): {message}");
+                tracing::warn!(
+                    outcome = "failed",
+                    "eviction of pod {key} refused ({code}): {message}"
+                );
                 self.update(id, |p| {
                     p.outcome = Outcome::Failed;
                     p.detail = Some(format!("{code}: {message}"));
@@ -323,7 +329,12 @@ impl Run {
         } else {
             Outcome::Completed
         };
-        tracing::info!("pod {} finished waiting: {outcome:?}", pod.key());
+        tracing::info!(
+            outcome = outcome.as_str(),
+            "pod {} finished waiting: {}",
+            pod.key(),
+            outcome.as_str()
+        );
         self.finish(id, outcome);
     }
 
@@ -357,6 +368,7 @@ impl Run {
         match result {
             Ok(_) => {
                 tracing::warn!(
+                    outcome = "deleted",
                     "deleted pod {} at the deadline, ignoring its budget",
                     pod.key()
                 );

@@ -112,7 +112,7 @@ impl NodeOps<'_> {
     /// retried until `deadline`. When the taint is refused (403: credentials that may not change
     /// taints; or another final answer) the marker and the cordon are written without it, and a
     /// refusal other than 403 is returned after that. If nothing can be written, nothing changed.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name, boot_id = %boot_id))]
     pub async fn prepare(
         &self,
         why: &str,
@@ -141,7 +141,9 @@ impl NodeOps<'_> {
             MarkerRead::Ours(m) => Some(m),
             MarkerRead::Absent => None,
             MarkerRead::Foreign(why) => {
-                tracing::warn!(node = %name, "the marker annotation on node {name} is not one we wrote ({why}); replacing it, and tainting and cordoning the node as for no marker");
+                tracing::warn!(
+                    "the marker annotation on node {name} is not one we wrote ({why}); replacing it, and tainting and cordoning the node as for no marker"
+                );
                 None
             }
         };
@@ -160,10 +162,13 @@ impl NodeOps<'_> {
                     .await
                     .map_err(|e| self.failed("prepare", e))?;
                 if e.is_forbidden() {
-                    tracing::warn!(node = %name, "may not taint node {name} ({}; kubelet credentials?); cordoned without the taint", e.problem());
+                    tracing::warn!(
+                        "may not taint node {name} ({}; kubelet credentials?); cordoned without the taint",
+                        e.problem()
+                    );
                     (w, true, None)
                 } else {
-                    tracing::error!(node = %name, "cannot taint {e}; cordoned node {name} anyway");
+                    tracing::error!("cannot taint {e}; cordoned node {name} anyway");
                     let error = NodeError::Patch {
                         what: "taint",
                         source: e,
@@ -201,7 +206,18 @@ impl NodeOps<'_> {
             marker,
             replaced_foreign,
         };
-        tracing::info!(node = %name, cordoned = outcome.cordoned, tainted = outcome.tainted, was_unschedulable = outcome.marker.was_unschedulable, "wrote marker on node {name}{}{}", if outcome.tainted { ", tainted it" } else { "" }, if outcome.cordoned { ", cordoned it" } else { "" });
+        tracing::info!(
+            cordoned = outcome.cordoned,
+            tainted = outcome.tainted,
+            was_unschedulable = outcome.marker.was_unschedulable,
+            "wrote marker on node {name}{}{}",
+            if outcome.tainted { ", tainted it" } else { "" },
+            if outcome.cordoned {
+                ", cordoned it"
+            } else {
+                ""
+            }
+        );
         match taint_error {
             Some(e) => Err(e),
             None => Ok(outcome),
@@ -232,22 +248,26 @@ impl NodeOps<'_> {
     /// else leaves it and says why. A foreign marker is cleared and nothing undone. A taint these
     /// credentials may not remove (403) stays listed in the marker (the cordon part done) and is
     /// returned as [`NodeError::TaintLeft`]. Idempotent.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name))]
     pub async fn restore(&self, deadline: Instant) -> Result<RestoreOutcome, NodeError> {
         let name = self.name().to_string();
         let node = self.get_by(deadline).await?;
         let marker = match read_marker(&node) {
             MarkerRead::Absent => {
-                tracing::info!(node = %name, "no marker on node {name}; nothing to restore");
+                tracing::info!("no marker on node {name}; nothing to restore");
                 return Ok(RestoreOutcome::nothing(None));
             }
             MarkerRead::Foreign(why) => {
-                tracing::warn!(node = %name, "the marker annotation on node {name} is not one we wrote ({why}); clearing it and undoing nothing");
+                tracing::warn!(
+                    "the marker annotation on node {name} is not one we wrote ({why}); clearing it and undoing nothing"
+                );
                 None
             }
             MarkerRead::Ours(m) => {
                 if !m.cordoned && m.taints.is_empty() {
-                    tracing::info!(node = %name, "the marker on node {name} records no cordon and no taint of ours; only clearing it");
+                    tracing::info!(
+                        "the marker on node {name} records no cordon and no taint of ours; only clearing it"
+                    );
                 }
                 Some(m)
             }
@@ -256,7 +276,10 @@ impl NodeOps<'_> {
         let (written, refused) = match self.write_restore(&node, true, deadline).await {
             Ok(w) => (w, None),
             Err(GuardedError::Api(e)) if e.is_forbidden() && has_taints => {
-                tracing::warn!(node = %name, "may not remove taints from node {name} ({}); the marker keeps them", e.problem());
+                tracing::warn!(
+                    "may not remove taints from node {name} ({}); the marker keeps them",
+                    e.problem()
+                );
                 let w = self
                     .write_restore(&node, false, deadline)
                     .await
@@ -266,28 +289,32 @@ impl NodeOps<'_> {
             Err(e) => return Err(self.failed("restore", e)),
         };
         let Some(plan) = written.applied else {
-            tracing::info!(node = %name, "the marker on node {name} was cleared by another writer");
+            tracing::info!("the marker on node {name} was cleared by another writer");
             return Ok(RestoreOutcome::nothing(marker));
         };
         if let Some(why) = &plan.foreign {
-            tracing::warn!(node = %name, "cleared the foreign marker on node {name} ({why}); left its cordon and taints as they are");
+            tracing::warn!(
+                "cleared the foreign marker on node {name} ({why}); left its cordon and taints as they are"
+            );
             return Ok(RestoreOutcome {
                 foreign_marker: Some(why.clone()),
                 ..RestoreOutcome::nothing(None)
             });
         }
         if plan.uncordons {
-            tracing::info!(node = %name, "uncordoned node {name}");
+            tracing::info!("uncordoned node {name}");
         } else if let Some(why) = &plan.cordon_kept {
-            tracing::warn!(node = %name, "left node {name} cordoned: {why}");
+            tracing::warn!("left node {name} cordoned: {why}");
         } else if is_unschedulable(&node) {
-            tracing::info!(node = %name, "node {name} was not cordoned by us; leaving it cordoned");
+            tracing::info!("node {name} was not cordoned by us; leaving it cordoned");
         }
         for t in &plan.removes {
-            tracing::info!(node = %name, "removed taint {t} from node {name}");
+            tracing::info!("removed taint {t} from node {name}");
         }
         for t in &plan.refused {
-            tracing::warn!(node = %name, "the marker on node {name} lists taint {t}, whose key is not ours; left it");
+            tracing::warn!(
+                "the marker on node {name} lists taint {t}, whose key is not ours; left it"
+            );
         }
         if let (Some(source), Some(t)) = (refused, plan.keeps.first()) {
             return Err(NodeError::TaintLeft {
@@ -296,7 +323,7 @@ impl NodeOps<'_> {
                 source,
             });
         }
-        tracing::info!(node = %name, "cleared marker on node {name}");
+        tracing::info!("cleared marker on node {name}");
         Ok(RestoreOutcome {
             marker,
             uncordoned: plan.uncordons,
@@ -313,7 +340,7 @@ impl NodeOps<'_> {
     /// later than `since` (read every [`LEASE_POLL`]). A Ready=True left by the previous boot's
     /// kubelet stays for ~40 s after it stopped (kubernetes-api.md section 5) and is not enough.
     /// By kube's watcher (its backoff after errors, watch requests paced), until `deadline`.
-    #[tracing::instrument(skip(self), fields(node = %self.settings.node_name))]
+    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name))]
     pub async fn wait_ready(
         &self,
         deadline: Instant,
@@ -342,7 +369,7 @@ impl NodeOps<'_> {
                             ready = is_ready(&n);
                             match heartbeat(&n) {
                                 Some(at) if ready && at > since => {
-                                    tracing::info!(node = %name, "node {name} is Ready with a heartbeat at {at}, after this boot began at {since}");
+                                    tracing::info!("node {name} is Ready with a heartbeat at {at}, after this boot began at {since}");
                                     return Ok(());
                                 }
                                 Some(at) if ready => *last.lock().unwrap_or_else(|p| p.into_inner()) = format!("Ready=True, but its last heartbeat at {at} is from before this boot began at {since}"),
@@ -355,18 +382,18 @@ impl NodeOps<'_> {
                             return Err(NodeError::Missing { node: name.clone() });
                         }
                         Some(Ok(_)) => {}
-                        Some(Err(e)) => tracing::debug!(node = %name, "watch of node {name}: {e}"),
+                        Some(Err(e)) => tracing::debug!("watch of node {name}: {e}"),
                     },
                     _ = poll.tick(), if ready => match leases.get_opt(&name).await {
                         Ok(Some(lease)) => {
                             let renewed = lease.spec.and_then(|s| s.renew_time).map(|t| t.0);
                             if let Some(at) = renewed.filter(|at| *at > since) {
-                                tracing::info!(node = %name, "node {name} is Ready and its Lease was renewed at {at}, after this boot began at {since}");
+                                tracing::info!("node {name} is Ready and its Lease was renewed at {at}, after this boot began at {since}");
                                 return Ok(());
                             }
                         }
                         Ok(None) => {}
-                        Err(e) => tracing::debug!(node = %name, "cannot read the Lease of node {name}: {e}"),
+                        Err(e) => tracing::debug!("cannot read the Lease of node {name}: {e}"),
                     },
                 }
             }

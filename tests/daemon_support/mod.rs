@@ -93,6 +93,9 @@ impl Default for Setup {
 }
 
 /// The fake world and the daemon under test.
+/// Builds the command that runs the binary (first argument), given its log file.
+pub type Wrap<'a> = dyn Fn(&Path, &std::fs::File) -> Command + 'a;
+
 pub struct World {
     pub rig: Rig,
     pub api: FakeApiServer,
@@ -174,17 +177,31 @@ impl World {
 
     /// Starts `kube-shutdown-drain run` (the real binary).
     pub fn spawn_daemon(&mut self) {
+        self.spawn_daemon_into(None);
+    }
+
+    /// Starts the daemon; `wrap` builds the command around the binary from the log file it
+    /// writes to (`tests/journal`'s `Journal::command`: the daemon logs to a test's journal).
+    pub fn spawn_daemon_into(&mut self, wrap: Option<&Wrap<'_>>) {
         assert!(self.daemon.is_none(), "a daemon is already running");
         self.runs += 1;
         let log = std::fs::File::create(self.log_path()).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        let bin = Path::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"));
+        let mut command = match wrap {
+            None => {
+                let mut c = Command::new(bin);
+                c.env_remove("JOURNAL_STREAM");
+                c
+            }
+            Some(wrap) => wrap(bin, &log),
+        };
+        let child = command
             .arg("run")
             .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config_path())
             .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
             .env("NOTIFY_SOCKET", self.notify.path())
             .env(BOOT_ID_ENV, self.boot_id_path())
             .env("RUST_LOG", "info")
-            .env_remove("JOURNAL_STREAM")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

@@ -178,6 +178,14 @@ pub struct Run {
 /// Runs the binary with `config` and `args`, never against the machine's logind (`check` and
 /// `status` read its InhibitDelayMaxUSec).
 pub async fn cli(config: &Path, args: &[&str]) -> Run {
+    cli_on_bus(config, args, NO_BUS).await
+}
+
+/// A system bus address where nothing listens: logind is unreachable.
+pub const NO_BUS: &str = "unix:path=/nonexistent/kube-shutdown-drain-test-bus";
+
+/// [`cli`] with logind on the bus at `bus` (a test's private bus).
+pub async fn cli_on_bus(config: &Path, args: &[&str], bus: &str) -> Run {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
         .arg("--config")
         .arg(config)
@@ -186,10 +194,7 @@ pub async fn cli(config: &Path, args: &[&str]) -> Run {
         // A run that outlives its test (a timeout around `cli`) is killed, not left running.
         .kill_on_drop(true)
         .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
-        .env(
-            "DBUS_SYSTEM_BUS_ADDRESS",
-            "unix:path=/nonexistent/kube-shutdown-drain-test-bus",
-        )
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
         .output()
         .await
         .expect("the binary runs");

@@ -1,0 +1,322 @@
+//! Metrics for node_exporter's textfile collector (`[metrics] textfile`): the daemon's facts as a
+//! Prometheus text exposition file, rewritten whole and atomically (a temporary file in the same
+//! directory, then a rename, so node_exporter never reads half a file) whenever one changes.
+//!
+//! Names follow Prometheus' conventions (<https://prometheus.io/docs/practices/naming/>): the
+//! `kube_shutdown_drain_` prefix, base units in the name (`_seconds`), `_timestamp_seconds` for
+//! Unix times, booleans as 0/1 gauges, and no `_total`: every value is a gauge about the last drain
+//! or restore, not a counter. The last drain is read back from `last-report.json` at start, so the
+//! drain before a reboot is still exported after it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::report::Report;
+
+const PREFIX: &str = "kube_shutdown_drain";
+
+/// What the file says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub node: String,
+    pub lock_held: bool,
+    /// The drain budget and logind's InhibitDelayMaxSec, once logind was read.
+    pub budget: Option<(Duration, Duration)>,
+    pub last_drain: Option<Report>,
+    /// When the last restore finished (Unix seconds) and whether it succeeded.
+    pub last_restore: Option<(f64, bool)>,
+}
+
+/// Renders the exposition text. Pure.
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {PREFIX}_{name} {help}");
+        let _ = writeln!(out, "# TYPE {PREFIX}_{name} gauge");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{PREFIX}_{name}{labels} {value}");
+        }
+    };
+    let bool_value = |b: bool| if b { 1.0 } else { 0.0 };
+    let node = format!("{{node=\"{}\"}}", escape(&s.node));
+    family(
+        "info",
+        "The node this daemon drains, and its version.",
+        &[(
+            format!(
+                "{{node=\"{}\",version=\"{}\"}}",
+                escape(&s.node),
+                env!("CARGO_PKG_VERSION")
+            ),
+            1.0,
+        )],
+    );
+    family(
+        "inhibitor_lock_held",
+        "Whether the daemon holds its logind delay inhibitor (1) or not (0).",
+        &[(String::new(), bool_value(s.lock_held))],
+    );
+    if let Some((drain, logind_max)) = s.budget {
+        family(
+            "drain_budget_seconds",
+            "How long a shutdown drain may take: min(drain.timeout, InhibitDelayMaxSec - release_margin).",
+            &[(String::new(), drain.as_secs_f64())],
+        );
+        family(
+            "logind_inhibit_delay_max_seconds",
+            "logind's InhibitDelayMaxSec: how long logind waits for delay inhibitors.",
+            &[(String::new(), logind_max.as_secs_f64())],
+        );
+    }
+    if let Some(r) = &s.last_drain {
+        let started = r
+            .started_at
+            .parse::<jiff::Timestamp>()
+            .map(|t| t.as_millisecond() as f64 / 1000.0)
+            .unwrap_or(f64::NAN);
+        family(
+            "last_drain_start_timestamp_seconds",
+            "When the last drain started, Unix time.",
+            &[(node.clone(), started)],
+        );
+        family(
+            "last_drain_duration_seconds",
+            "How long the last drain took.",
+            &[(node.clone(), r.duration_ms as f64 / 1000.0)],
+        );
+        family(
+            "last_drain_complete",
+            "Whether every pod of the last drain went and nothing failed (1) or not (0).",
+            &[(node.clone(), bool_value(r.complete))],
+        );
+        family(
+            "last_drain_deadline_reached",
+            "Whether the last drain ran out of its budget (1) or not (0).",
+            &[(node.clone(), bool_value(r.deadline_reached))],
+        );
+        let c = &r.counts;
+        let outcomes = [
+            ("evicted", c.evicted),
+            ("deleted", c.deleted),
+            ("gone", c.gone),
+            ("completed", c.completed),
+            ("skipped", c.skipped),
+            ("blocked", c.blocked),
+            ("failed", c.failed),
+            ("pending", c.pending),
+        ];
+        family(
+            "last_drain_pods",
+            "Pods of the last drain by outcome.",
+            &outcomes
+                .iter()
+                .map(|(o, n)| {
+                    (
+                        format!("{{node=\"{}\",outcome=\"{o}\"}}", escape(&s.node)),
+                        *n as f64,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        family(
+            "last_drain_budget_blocked_pods",
+            "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
+            &r.blocked_by
+                .iter()
+                .map(|b| {
+                    (
+                        format!(
+                            "{{node=\"{}\",budget=\"{}\"}}",
+                            escape(&s.node),
+                            escape(&b.budget)
+                        ),
+                        b.pods.len() as f64,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
+    if let Some((at, ok)) = s.last_restore {
+        family(
+            "last_restore_timestamp_seconds",
+            "When the last restore (uncordon, untaint) finished, Unix time.",
+            &[(node.clone(), at)],
+        );
+        family(
+            "last_restore_success",
+            "Whether the last restore undid everything it had to (1) or failed (0).",
+            &[(node, bool_value(ok))],
+        );
+    }
+    out
+}
+
+/// A label value as the exposition format wants it: `\`, `"` and newlines escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kube_shutdown_drain.")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    // node_exporter runs as its own user: the file must be readable by others (tempfile
+    // creates 0600).
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The daemon's handle: a snapshot shared by the service loop and the restore task, written
+/// after every change when a textfile is configured.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    path: Option<PathBuf>,
+    snapshot: Arc<Mutex<Snapshot>>,
+}
+
+impl Metrics {
+    /// Starts from the last report in `state_dir` (if any) and writes the file once.
+    pub fn start(path: Option<PathBuf>, node: &str, state_dir: &Path) -> Metrics {
+        let last_drain = match Report::read_last(state_dir) {
+            Ok(r) => r,
+            Err(e) => {
+                if path.is_some() {
+                    tracing::info!("metrics start without the last drain: {e}");
+                }
+                None
+            }
+        };
+        let m = Metrics {
+            path,
+            snapshot: Arc::new(Mutex::new(Snapshot {
+                node: node.to_owned(),
+                last_drain: last_drain.filter(|r| !r.dry_run),
+                ..Snapshot::default()
+            })),
+        };
+        m.update(|_| {});
+        m
+    }
+
+    /// Changes the snapshot and rewrites the file. A file that cannot be written is logged, never
+    /// an error: metrics must not delay a drain.
+    pub fn update(&self, change: impl FnOnce(&mut Snapshot)) {
+        // The lock is held through the write: two updates that rendered in one order must not
+        // rename their files in the other (the older snapshot would win).
+        let mut s = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        change(&mut s);
+        if let Some(path) = &self.path
+            && let Err(e) = write_atomically(path, &render(&s))
+        {
+            tracing::warn!("cannot write metrics file {}: {e}", path.display());
+        }
+    }
+
+    pub fn lock_held(&self, held: bool) {
+        self.update(|s| s.lock_held = held);
+    }
+
+    pub fn budget(&self, drain: Duration, logind_max: Duration) {
+        self.update(|s| s.budget = Some((drain, logind_max)));
+    }
+
+    pub fn drained(&self, report: &Report) {
+        self.update(|s| s.last_drain = Some(report.clone()));
+    }
+
+    pub fn restored(&self, ok: bool) {
+        let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+        self.update(|s| s.last_restore = Some((now, ok)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        serde_json::from_value(serde_json::json!({
+            "node": "node-a", "why": "reboot of the host", "started_at": "2026-11-30T07:00:00.5Z",
+            "duration_ms": 12500, "complete": false, "deadline_reached": true, "dry_run": false,
+            "counts": {"evicted": 3, "deleted": 0, "gone": 1, "completed": 0, "skipped": 5,
+                       "blocked": 2, "failed": 0, "pending": 0},
+            "pods": [],
+            "blocked_by": [{"budget": "shop/web", "message": "needs 2", "pods": ["shop/a", "shop/b"]}],
+            "errors": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_file_says_every_fact_under_its_conventional_name() {
+        let text = render(&Snapshot {
+            node: "node-a".into(),
+            lock_held: true,
+            budget: Some((Duration::from_secs(120), Duration::from_secs(150))),
+            last_drain: Some(report()),
+            last_restore: Some((1_764_486_000.0, true)),
+        });
+        for line in [
+            "kube_shutdown_drain_inhibitor_lock_held 1",
+            "kube_shutdown_drain_drain_budget_seconds 120",
+            "kube_shutdown_drain_logind_inhibit_delay_max_seconds 150",
+            "kube_shutdown_drain_last_drain_start_timestamp_seconds{node=\"node-a\"} 1796022000.5",
+            "kube_shutdown_drain_last_drain_duration_seconds{node=\"node-a\"} 12.5",
+            "kube_shutdown_drain_last_drain_deadline_reached{node=\"node-a\"} 1",
+            "kube_shutdown_drain_last_drain_complete{node=\"node-a\"} 0",
+            "kube_shutdown_drain_last_drain_pods{node=\"node-a\",outcome=\"evicted\"} 3",
+            "kube_shutdown_drain_last_drain_pods{node=\"node-a\",outcome=\"blocked\"} 2",
+            "kube_shutdown_drain_last_drain_budget_blocked_pods{node=\"node-a\",budget=\"shop/web\"} 2",
+            "kube_shutdown_drain_last_restore_timestamp_seconds{node=\"node-a\"} 1764486000",
+            "kube_shutdown_drain_last_restore_success{node=\"node-a\"} 1",
+            "# TYPE kube_shutdown_drain_last_drain_pods gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} missing:\n{text}");
+        }
+        // Before anything happened: only what is known.
+        let empty = render(&Snapshot::default());
+        assert!(empty.contains("kube_shutdown_drain_inhibitor_lock_held 0"));
+        assert!(!empty.contains("last_drain"), "{empty}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn the_file_is_replaced_whole_and_readable_by_node_exporter() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kube_shutdown_drain.prom");
+        let m = Metrics::start(Some(path.clone()), "node-a", dir.path());
+        m.lock_held(true);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("kube_shutdown_drain_inhibitor_lock_held 1"),
+            "{text}"
+        );
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+        // Only the file itself is left in the directory: no temporary files.
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["kube_shutdown_drain.prom"]);
+    }
+}
