@@ -766,7 +766,7 @@ async fn check_fails_on_a_state_dir_it_cannot_write() {
         .find(|l| l.starts_with("state dir"))
         .unwrap_or_else(|| panic!("no state dir line:\n{}", r.stdout));
     assert!(
-        line.contains(&blocker.display().to_string()) && line.contains("NOT writable"),
+        line.contains(&blocker.display().to_string()) && line.contains("NOT WRITABLE"),
         "{line}"
     );
     assert!(

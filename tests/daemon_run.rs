@@ -245,7 +245,7 @@ async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budg
     );
     assert!(
         log.lines().any(
-            |l| l.contains("report for node demo-node-1: blocked by budget shop/web:")
+            |l| l.contains("drain of node demo-node-1: blocked by budget shop/web:")
                 && l.contains(WEB_POD)
         ),
         "the logged report names the budget and the pod:\n{log}"

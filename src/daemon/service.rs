@@ -380,24 +380,7 @@ impl Daemon {
         let what = kind
             .as_ref()
             .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
-        let left = match counted_from.map(|from| (from, shutdown_start::boottime_now())) {
-            None => budget.drain,
-            Some((from, Ok(now))) => {
-                let left = budget::remaining(from, now, budget.drain);
-                tracing::info!(
-                    "logind's timer for the {what} started {} ago; {} of the {} budget is left \
-                     for node {node}",
-                    seconds(now.saturating_sub(from)),
-                    seconds(left),
-                    seconds(budget.drain)
-                );
-                left
-            }
-            Some((_, Err(e))) => {
-                tracing::warn!("{e}; counting the drain budget from now for node {node}");
-                budget.drain
-            }
-        };
+        let left = self.budget_left(counted_from, &budget, &what);
         let held = self.lock.is_some();
         if left.is_zero() {
             // The budget ran out while the daemon was away: hold logind no longer.
@@ -421,37 +404,7 @@ impl Daemon {
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let deadline = started + left;
-        // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
-        tracing::info!(
-            node = %node,
-            shutdown_kind = %what,
-            "logind announced a {what}; draining node {node} within {} (logind allows {})",
-            seconds(left),
-            seconds(budget.logind_max)
-        );
-        let unguarded = (!held).then(|| {
-            format!(
-                "logind refuses new delay inhibitors while a {what} is under way and this daemon \
-                 holds none: logind will not wait for this drain of node {node}; draining best \
-                 effort within {}, the machine may go down first",
-                seconds(left)
-            )
-        });
-        match &unguarded {
-            Some(why) => {
-                tracing::error!("{why}");
-                self.status.set(format!(
-                    "draining node {node} without an inhibitor before the {what}: logind will \
-                     not wait for it (budget {})",
-                    seconds(left)
-                ));
-            }
-            None => self.status.set(format!(
-                "draining node {node} before the {what} (budget {})",
-                seconds(left)
-            )),
-        }
-
+        let unguarded = self.announce(&what, left, held, &budget);
         let drain = drain_node(
             self.settings.clone(),
             self.status.clone(),
@@ -506,6 +459,67 @@ impl Daemon {
             });
         }
         self.after_release(logind, signals, &what, &budget).await
+    }
+
+    /// What is left of the drain budget: all of it, or, for a shutdown under way at start, the
+    /// rest counted from the recorded moment logind's timer started.
+    fn budget_left(&self, counted_from: Option<Duration>, budget: &Budget, what: &str) -> Duration {
+        let node = &self.settings.node_name;
+        match counted_from.map(|from| (from, shutdown_start::boottime_now())) {
+            None => budget.drain,
+            Some((from, Ok(now))) => {
+                let left = budget::remaining(from, now, budget.drain);
+                tracing::info!(
+                    "logind's timer for the {what} started {} ago; {} of the {} budget is left \
+                     for node {node}",
+                    seconds(now.saturating_sub(from)),
+                    seconds(left),
+                    seconds(budget.drain)
+                );
+                left
+            }
+            Some((_, Err(e))) => {
+                tracing::warn!("{e}; counting the drain budget from now for node {node}");
+                budget.drain
+            }
+        }
+    }
+
+    /// Says the drain starts (log, `STATUS=`); without an inhibitor, loudly. Returns the warning
+    /// that goes into a Node Event when no inhibitor is held.
+    fn announce(&self, what: &str, left: Duration, held: bool, budget: &Budget) -> Option<String> {
+        let node = &self.settings.node_name;
+        // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
+        tracing::info!(
+            node = %node,
+            shutdown_kind = %what,
+            "logind announced a {what}; draining node {node} within {} (logind allows {})",
+            seconds(left),
+            seconds(budget.logind_max)
+        );
+        let unguarded = (!held).then(|| {
+            format!(
+                "logind refuses new delay inhibitors while a {what} is under way and this daemon \
+                 holds none: logind will not wait for this drain of node {node}; draining best \
+                 effort within {}, the machine may go down first",
+                seconds(left)
+            )
+        });
+        match &unguarded {
+            Some(why) => {
+                tracing::error!("{why}");
+                self.status.set(format!(
+                    "draining node {node} without an inhibitor before the {what}: logind will \
+                     not wait for it (budget {})",
+                    seconds(left)
+                ));
+            }
+            None => self.status.set(format!(
+                "draining node {node} before the {what} (budget {})",
+                seconds(left)
+            )),
+        }
+        unguarded
     }
 
     /// The lock is released: wait for the end (SIGTERM) or a cancel (restore, lock again).
@@ -588,6 +602,17 @@ impl Daemon {
                 }
                 for error in &report.errors {
                     tracing::error!("drain of node {node}: {error}");
+                }
+                // The one thing an admin must act on after an incomplete drain: which budget
+                // kept which pods (the whole table is in the report file).
+                for b in &report.blocked_by {
+                    tracing::warn!(
+                        budget = %b.budget,
+                        "drain of node {node}: blocked by budget {}: {} ({})",
+                        b.budget,
+                        b.pods.join(", "),
+                        b.message
+                    );
                 }
                 self.status.set(format!(
                     "node {node} drained for the {what}; {released}: {}",
