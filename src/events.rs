@@ -27,6 +27,8 @@ pub enum Reason {
     ForeignMarker,
     /// Restore left a cordon it cannot prove is ours.
     CordonKept,
+    /// `[shutdown]` says to cordon only, or to do nothing, for this kind of shutdown.
+    DrainSkipped,
 }
 
 impl Reason {
@@ -40,6 +42,7 @@ impl Reason {
             Reason::NoInhibitor => "DrainWithoutInhibitor",
             Reason::ForeignMarker => "ForeignMarker",
             Reason::CordonKept => "CordonLeftInPlace",
+            Reason::DrainSkipped => "DrainSkipped",
         }
     }
 

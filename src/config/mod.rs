@@ -129,8 +129,27 @@ macro_rules! named_enum {
         }
     )*};
 }
-named_enum!(TaintEffect, Policy, OnDeadline);
-deserialize_checked!(TaintEffect, Policy, OnDeadline);
+/// What the daemon does for one kind of shutdown (`[shutdown]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownPolicy {
+    /// Taint, cordon and drain (the default).
+    Drain,
+    /// Taint and cordon, evict nothing.
+    Cordon,
+    /// Change nothing and release the inhibitor at once.
+    None,
+}
+
+impl Named for ShutdownPolicy {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("drain", ShutdownPolicy::Drain),
+        ("cordon", ShutdownPolicy::Cordon),
+        ("none", ShutdownPolicy::None),
+    ];
+}
+
+named_enum!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
+deserialize_checked!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
 
 /// What a matching rule does with a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +217,31 @@ pub struct MetricsSettings {
     pub textfile: Option<PathBuf>,
 }
 
+/// The `[shutdown]` table: one policy per kind of shutdown, as logind names it in
+/// `PrepareForShutdownWithMetadata` (`unknown`: a logind that sends no kind, systemd < 255).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShutdownSettings {
+    pub reboot: ShutdownPolicy,
+    pub poweroff: ShutdownPolicy,
+    pub halt: ShutdownPolicy,
+    pub kexec: ShutdownPolicy,
+    pub soft_reboot: ShutdownPolicy,
+    pub unknown: ShutdownPolicy,
+}
+
+impl Default for ShutdownSettings {
+    fn default() -> Self {
+        ShutdownSettings {
+            reboot: ShutdownPolicy::Drain,
+            poweroff: ShutdownPolicy::Drain,
+            halt: ShutdownPolicy::Drain,
+            kexec: ShutdownPolicy::Drain,
+            soft_reboot: ShutdownPolicy::Drain,
+            unknown: ShutdownPolicy::Drain,
+        }
+    }
+}
+
 /// Validated settings. Fields are public so tests and the CLI can override single values
 /// (`--node`, `boot_id_path`) after loading.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,6 +261,7 @@ pub struct Settings {
     pub drain: DrainSettings,
     pub daemon: DaemonSettings,
     pub metrics: MetricsSettings,
+    pub shutdown: ShutdownSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

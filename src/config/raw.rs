@@ -12,7 +12,7 @@ use super::values::{
     AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Namespaces, NodeName, Order,
     PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
 };
-use super::{OnDeadline, Policy, TaintEffect};
+use super::{OnDeadline, Policy, ShutdownPolicy, TaintEffect};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +42,8 @@ pub struct RawConfig {
     pub daemon: RawDaemon,
     #[serde(default)]
     pub metrics: RawMetrics,
+    #[serde(default)]
+    pub shutdown: RawShutdown,
 }
 
 /// `[taint]`.
@@ -171,4 +173,20 @@ pub struct RawDaemon {
 pub struct RawMetrics {
     /// Default: "" (off).
     pub textfile: Option<TextfilePath>,
+}
+
+/// `[shutdown]`: every key defaults to "drain".
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`shutdown` to be a [shutdown] table (keys reboot, poweroff, halt, kexec, \
+                 soft_reboot, unknown)"
+)]
+pub struct RawShutdown {
+    pub reboot: Option<ShutdownPolicy>,
+    pub poweroff: Option<ShutdownPolicy>,
+    pub halt: Option<ShutdownPolicy>,
+    pub kexec: Option<ShutdownPolicy>,
+    pub soft_reboot: Option<ShutdownPolicy>,
+    pub unknown: Option<ShutdownPolicy>,
 }

@@ -12,8 +12,8 @@ use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings, FilterSettings,
-    MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings, Source, TaintEffect,
-    TaintSettings,
+    MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings, ShutdownSettings, Source,
+    TaintEffect, TaintSettings,
 };
 use crate::selector::Selector;
 
@@ -103,6 +103,18 @@ pub fn settings(
         daemon,
         metrics: MetricsSettings {
             textfile: raw.metrics.textfile.and_then(|t| t.0),
+        },
+        shutdown: {
+            let s = raw.shutdown;
+            let d = ShutdownSettings::default();
+            ShutdownSettings {
+                reboot: s.reboot.unwrap_or(d.reboot),
+                poweroff: s.poweroff.unwrap_or(d.poweroff),
+                halt: s.halt.unwrap_or(d.halt),
+                kexec: s.kexec.unwrap_or(d.kexec),
+                soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
+                unknown: s.unknown.unwrap_or(d.unknown),
+            }
         },
     })
 }

@@ -67,6 +67,13 @@ pub struct Marker {
     /// exactly these, even if the configuration changed in between.
     #[serde(default)]
     pub taints: Vec<MarkerTaint>,
+    /// The kind of shutdown the prepare was for, as logind named it ("reboot", "soft-reboot",
+    /// ...; "unknown" where logind named none); absent for a prepare by hand and in markers of
+    /// older builds. Optional, so the format stays version 1: older builds ignore it, and this
+    /// build reads their markers as kind unknown. A soft-reboot keeps the boot ID: this field
+    /// is how the next start tells that the node must still be restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 fn first_version() -> u32 {
@@ -306,6 +313,8 @@ pub struct PrepareInput {
     pub taint_key: String,
     /// Add the taint in this write (false: these credentials may not change taints).
     pub add_taint: bool,
+    /// The kind of shutdown, for the marker (`None`: a prepare by hand).
+    pub kind: Option<String>,
 }
 
 /// What a prepare write does.
@@ -383,6 +392,7 @@ pub fn prepare_patch(
         },
         version: MARKER_VERSION,
         taints: kept_taints,
+        kind: input.kind.clone(),
     };
     let add = input.taint.as_ref().filter(|_| input.add_taint && !present);
     if let Some(t) = add

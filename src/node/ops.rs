@@ -24,6 +24,8 @@ use crate::config::Settings;
 pub struct NodeOps<'a> {
     pub clients: &'a Clients,
     pub settings: &'a Settings,
+    /// The kind of shutdown a prepare is for, recorded in the marker (`None`: by hand).
+    pub kind: Option<&'a str>,
 }
 
 type Write<P> = Result<Written<Node, P>, GuardedError<NodeError>>;
@@ -134,6 +136,7 @@ impl NodeOps<'_> {
             }),
             taint_key: t.key.clone(),
             add_taint: true,
+            kind: self.kind.map(str::to_owned),
         };
         // What was ours before this prepare, to tell what this prepare changed (a write applied
         // although its answer was lost shows up only in the node read again).
