@@ -254,6 +254,10 @@ impl Engine {
             let msg = format!("node {node} left cordoned: {reason}");
             events.emit(EventReason::CordonKept, &msg).await;
         }
+        if let Some(reason) = &out.lb_label_kept {
+            let msg = format!("node {node} left excluded from external load balancers: {reason}");
+            events.emit(EventReason::LabelKept, &msg).await;
+        }
         if let Some(m) = &out.marker {
             let msg = format!(
                 "node {node} restored after {}: {}",
@@ -351,5 +355,15 @@ pub fn restore_text(out: &RestoreOutcome) -> String {
     } else {
         "no taint of ours left to remove"
     };
-    format!("{}, {taint}, marker cleared", describe_cordon(out, m))
+    let label = if out.lb_label_removed {
+        ", load-balancer exclusion label removed".to_owned()
+    } else if let Some(why) = &out.lb_label_kept {
+        format!(", load-balancer exclusion label left ({why})")
+    } else {
+        String::new()
+    };
+    format!(
+        "{}, {taint}{label}, marker cleared",
+        describe_cordon(out, m)
+    )
 }

@@ -27,6 +27,8 @@ pub enum Reason {
     ForeignMarker,
     /// Restore left a cordon it cannot prove is ours.
     CordonKept,
+    /// Restore left the load-balancer exclusion label it cannot prove is ours.
+    LabelKept,
     /// `[shutdown]` says to cordon only, or to do nothing, for this kind of shutdown.
     DrainSkipped,
 }
@@ -43,6 +45,7 @@ impl Reason {
             Reason::ForeignMarker => "ForeignMarker",
             Reason::CordonKept => "CordonLeftInPlace",
             Reason::DrainSkipped => "DrainSkipped",
+            Reason::LabelKept => "LoadBalancerExclusionLeftInPlace",
         }
     }
 
@@ -52,7 +55,8 @@ impl Reason {
             | Reason::DrainDeadline
             | Reason::NoInhibitor
             | Reason::ForeignMarker
-            | Reason::CordonKept => "Warning",
+            | Reason::CordonKept
+            | Reason::LabelKept => "Warning",
             _ => "Normal",
         }
     }

@@ -201,6 +201,9 @@ pub struct DrainSettings {
     pub retry_interval: Duration,
     pub timeout: Duration,
     pub on_deadline: OnDeadline,
+    /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers=true` during
+    /// the prepare (and remove it at restore while it is still ours).
+    pub exclude_from_load_balancers: bool,
 }
 
 /// The `[daemon]` table.

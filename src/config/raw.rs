@@ -136,7 +136,7 @@ impl<'de> Deserialize<'de> for RawRules {
 #[serde(
     deny_unknown_fields,
     expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline)"
+                 timeout, on_deadline, exclude_from_load_balancers)"
 )]
 pub struct RawDrain {
     /// Default: 10.
@@ -149,6 +149,8 @@ pub struct RawDrain {
     pub timeout: Option<Positive>,
     /// Default: report.
     pub on_deadline: Option<OnDeadline>,
+    /// Default: true.
+    pub exclude_from_load_balancers: Option<Flag>,
 }
 
 /// `[daemon]`.

@@ -50,6 +50,7 @@ fn input(add_taint: bool) -> PrepareInput {
         taint_key: "k/shutdown".into(),
         add_taint,
         kind: None,
+        exclude_from_load_balancers: false,
     }
 }
 
@@ -66,6 +67,7 @@ fn marker(cordoned: bool, taints: Vec<MarkerTaint>) -> Marker {
         version: MARKER_VERSION,
         taints,
         kind: None,
+        excluded_from_load_balancers: false,
     }
 }
 
@@ -196,6 +198,7 @@ fn an_old_marker_reads_as_nothing_of_ours() {
     let old = r#"{"was_unschedulable":false,"taint_was_present":false,"boot_id":"b","time":"t","why":"w","taint_key":"k","taint_effect":"NoSchedule"}"#;
     let m: Marker = serde_json::from_str(old).unwrap();
     assert!(!m.cordoned && m.taints.is_empty());
+    assert!(!m.excluded_from_load_balancers && m.kind.is_none());
 }
 
 #[test]
