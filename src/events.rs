@@ -27,6 +27,8 @@ pub enum Reason {
     ForeignMarker,
     /// Restore left a cordon it cannot prove is ours.
     CordonKept,
+    /// The kubelet holds its own delay inhibitor (Graceful Node Shutdown) beside ours.
+    KubeletShutdown,
     /// Restore left the load-balancer exclusion label it cannot prove is ours.
     LabelKept,
     /// `[shutdown]` says to cordon only, or to do nothing, for this kind of shutdown.
@@ -46,6 +48,7 @@ impl Reason {
             Reason::CordonKept => "CordonLeftInPlace",
             Reason::DrainSkipped => "DrainSkipped",
             Reason::LabelKept => "LoadBalancerExclusionLeftInPlace",
+            Reason::KubeletShutdown => "KubeletGracefulShutdownActive",
         }
     }
 
@@ -56,7 +59,8 @@ impl Reason {
             | Reason::NoInhibitor
             | Reason::ForeignMarker
             | Reason::CordonKept
-            | Reason::LabelKept => "Warning",
+            | Reason::LabelKept
+            | Reason::KubeletShutdown => "Warning",
             _ => "Normal",
         }
     }

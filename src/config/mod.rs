@@ -46,6 +46,8 @@ pub const CONFIG_ENV: &str = "KUBE_SHUTDOWN_DRAIN_CONFIG";
 pub const DEFAULT_KUBECONFIG: &str = "/etc/kube-shutdown-drain/kubeconfig";
 /// The state directory (last report); the deb/rpm create it.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-shutdown-drain";
+/// The kubelet's config file as kubeadm writes it (`--config`), read for `shutdownGracePeriod`.
+pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
 /// The kernel's boot ID: a new random UUID every boot.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
@@ -211,6 +213,8 @@ pub struct DrainSettings {
 pub struct DaemonSettings {
     pub release_margin: Duration,
     pub restore_ready_timeout: Duration,
+    /// The kubelet's config file, read (when readable) for its `shutdownGracePeriod`.
+    pub kubelet_config: PathBuf,
 }
 
 /// The `[metrics]` table.

@@ -157,13 +157,16 @@ pub struct RawDrain {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout)"
+    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
+                 kubelet_config)"
 )]
 pub struct RawDaemon {
     /// Default: 5s.
     pub release_margin: Option<ReleaseMargin>,
     /// Default: 10m.
     pub restore_ready_timeout: Option<Positive>,
+    /// Default: [`super::DEFAULT_KUBELET_CONFIG`].
+    pub kubelet_config: Option<AbsolutePath>,
 }
 
 /// `[metrics]`.

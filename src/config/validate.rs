@@ -10,10 +10,10 @@ use toml::Spanned;
 use super::raw::{RawConfig, RawRule};
 use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
 use super::{
-    ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings, FilterSettings,
-    MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings, ShutdownSettings, Source,
-    TaintEffect, TaintSettings,
+    ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings,
+    FilterSettings, MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings,
+    ShutdownSettings, Source, TaintEffect, TaintSettings,
 };
 use crate::selector::Selector;
 
@@ -83,6 +83,10 @@ pub fn settings(
             .daemon
             .restore_ready_timeout
             .map_or(Duration::from_secs(600), |DurationIn(d)| d),
+        kubelet_config: raw
+            .daemon
+            .kubelet_config
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
     };
     Ok(Settings {
         source: Some(src.path.to_path_buf()),

@@ -146,16 +146,21 @@ pub(crate) async fn cordon_node(
 /// `[shutdown]` policy "none": a `DrainSkipped` Event, bounded by the request timeout; posted
 /// after the inhibitor is released.
 pub(crate) async fn post_skipped(settings: Arc<Settings>, kind: String, key: &'static str) {
-    let node = settings.node_name.clone();
+    let message = format!(
+        "the {kind} of the host: [shutdown] {key} = \"none\": left node {} as it is and \
+         released the inhibitor at once",
+        settings.node_name
+    );
+    post_event(settings, EventReason::DrainSkipped, message).await;
+}
+
+/// One Node Event, bounded by the request timeout; a failure is only logged (by the engine).
+pub(crate) async fn post_event(settings: Arc<Settings>, reason: EventReason, message: String) {
     let within = settings.request_timeout;
     let Ok(engine) = Engine::new(settings) else {
         return;
     };
-    let message = format!(
-        "the {kind} of the host: [shutdown] {key} = \"none\": left node {node} as it is and \
-         released the inhibitor at once"
-    );
-    let _ = tokio::time::timeout(within, engine.event(EventReason::DrainSkipped, &message)).await;
+    let _ = tokio::time::timeout(within, engine.event(reason, &message)).await;
 }
 
 /// Logs what the prepare changed; the error when it failed.

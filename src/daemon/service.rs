@@ -23,12 +23,14 @@ use crate::api::retry::Backoff;
 use crate::config::{Settings, ShutdownPolicy};
 use crate::daemon::budget::{self, Budget, seconds};
 use crate::daemon::drain::{self, DrainOutcome, drain_node};
+use crate::daemon::kubelet;
 use crate::daemon::logind::{
     InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start;
 use crate::daemon::status::Status;
+use crate::events::Reason as EventReason;
 
 /// First wait before trying logind again after a failure that was not a lost connection
 /// (logind absent, lock refused); doubled up to [`RETRY_MAX`].
@@ -239,6 +241,7 @@ impl Daemon {
         if !self.ready_sent {
             self.status.ready();
             self.ready_sent = true;
+            self.check_kubelet(logind).await;
         }
         self.quiet.send_replace(under_way.is_none());
         if let Some(UnderWay { kind }) = under_way {
@@ -309,6 +312,38 @@ impl Daemon {
             tracing::error!("{warning}");
         }
         Ok(budget)
+    }
+
+    /// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
+    /// inhibitor for shutdowns, with its grace period where its config file can be read.
+    async fn check_kubelet(&self, logind: &Logind) {
+        let node = &self.settings.node_name;
+        let holds = match logind.list_inhibitors().await {
+            Ok(list) => kubelet::kubelet_holds_delay(&list),
+            Err(e) => {
+                tracing::warn!(
+                    "{e}; cannot tell whether the kubelet on node {node} holds a shutdown \
+                     inhibitor"
+                );
+                return;
+            }
+        };
+        let grace = if holds {
+            kubelet::grace_period(&self.settings.daemon.kubelet_config)
+        } else {
+            Ok(None)
+        };
+        if !holds {
+            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns");
+        }
+        if let Some(warning) = kubelet::warning(node, holds, &grace) {
+            tracing::warn!("{warning}");
+            tokio::spawn(drain::post_event(
+                self.settings.clone(),
+                EventReason::KubeletShutdown,
+                warning,
+            ));
+        }
     }
 
     fn set_waiting(&self, budget: &Budget) {
