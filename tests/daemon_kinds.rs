@@ -163,6 +163,13 @@ async fn policy_cordon_for_a_power_off_taints_and_cordons_but_evicts_nothing() {
         world.node_events("DrainStarted").is_empty(),
         "no drain started"
     );
+    assert!(
+        world
+            .log()
+            .contains("logind announced a power-off; cordoning node demo-node-1"),
+        "{}",
+        world.log()
+    );
 }
 
 #[tokio::test]

@@ -470,7 +470,12 @@ impl Daemon {
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let deadline = started + left;
-        let unguarded = self.announce(&what, left, held, &budget);
+        let doing = if policy == ShutdownPolicy::Cordon {
+            "cordoning"
+        } else {
+            "draining"
+        };
+        let unguarded = self.announce(&what, doing, left, held, &budget);
         let why = format!("{what} of the host");
         let settings = self.settings.clone();
         let status = self.status.clone();
@@ -561,13 +566,21 @@ impl Daemon {
 
     /// Says the drain starts (log, `STATUS=`); without an inhibitor, loudly. Returns the warning
     /// that goes into a Node Event when no inhibitor is held.
-    fn announce(&self, what: &str, left: Duration, held: bool, budget: &Budget) -> Option<String> {
+    /// `doing`: "draining", or "cordoning" under the `[shutdown]` policy "cordon".
+    fn announce(
+        &self,
+        what: &str,
+        doing: &str,
+        left: Duration,
+        held: bool,
+        budget: &Budget,
+    ) -> Option<String> {
         let node = &self.settings.node_name;
         // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
         tracing::info!(
             node = %node,
             shutdown_kind = %what,
-            "logind announced a {what}; draining node {node} within {} (logind allows {})",
+            "logind announced a {what}; {doing} node {node} within {} (logind allows {})",
             seconds(left),
             seconds(budget.logind_max)
         );
@@ -589,7 +602,7 @@ impl Daemon {
                 ));
             }
             None => self.status.set(format!(
-                "draining node {node} before the {what} (budget {})",
+                "{doing} node {node} before the {what} (budget {})",
                 seconds(left)
             )),
         }
