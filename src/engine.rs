@@ -60,6 +60,8 @@ pub struct Engine {
     settings: Arc<Settings>,
     kubeconfig: Kubeconfig,
     clients: OnceCell<Clients>,
+    /// The kind of shutdown this engine prepares and drains for (marker and report).
+    kind: Option<String>,
 }
 
 impl Engine {
@@ -70,7 +72,15 @@ impl Engine {
             settings,
             kubeconfig,
             clients: OnceCell::new(),
+            kind: None,
         })
+    }
+
+    /// The same engine, recording `kind` (the kind of shutdown, "reboot", "soft-reboot", ...)
+    /// in the marker its prepare writes and in the report its drain stores.
+    pub fn for_shutdown_kind(mut self, kind: &str) -> Engine {
+        self.kind = Some(kind.to_owned());
+        self
     }
 
     pub fn settings(&self) -> &Arc<Settings> {
@@ -95,6 +105,7 @@ impl Engine {
         Ok(NodeOps {
             clients: self.clients().await?,
             settings: &self.settings,
+            kind: self.kind.as_deref(),
         })
     }
 
@@ -197,7 +208,8 @@ impl Engine {
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
         let settings = self.settings.clone();
-        let report = drain::drain(clients, settings, events, options, deadline, ready).await;
+        let mut report = drain::drain(clients, settings, events, options, deadline, ready).await;
+        report.kind = self.kind.clone();
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
                 Ok(path) => {
@@ -211,6 +223,7 @@ impl Engine {
 
     fn failed_report(&self, options: &DrainOptions, error: String) -> Report {
         let mut r = drain::empty_report(&self.settings, options, jiff::Timestamp::now());
+        r.kind = self.kind.clone();
         r.errors.push(error);
         r.finish();
         r
@@ -240,6 +253,10 @@ impl Engine {
         if let Some(reason) = &out.cordon_kept {
             let msg = format!("node {node} left cordoned: {reason}");
             events.emit(EventReason::CordonKept, &msg).await;
+        }
+        if let Some(reason) = &out.lb_label_kept {
+            let msg = format!("node {node} left excluded from external load balancers: {reason}");
+            events.emit(EventReason::LabelKept, &msg).await;
         }
         if let Some(m) = &out.marker {
             let msg = format!(
@@ -338,5 +355,15 @@ pub fn restore_text(out: &RestoreOutcome) -> String {
     } else {
         "no taint of ours left to remove"
     };
-    format!("{}, {taint}, marker cleared", describe_cordon(out, m))
+    let label = if out.lb_label_removed {
+        ", load-balancer exclusion label removed".to_owned()
+    } else if let Some(why) = &out.lb_label_kept {
+        format!(", load-balancer exclusion label left ({why})")
+    } else {
+        String::new()
+    };
+    format!(
+        "{}, {taint}{label}, marker cleared",
+        describe_cordon(out, m)
+    )
 }

@@ -27,6 +27,12 @@ pub enum Reason {
     ForeignMarker,
     /// Restore left a cordon it cannot prove is ours.
     CordonKept,
+    /// The kubelet holds its own delay inhibitor (Graceful Node Shutdown) beside ours.
+    KubeletShutdown,
+    /// Restore left the load-balancer exclusion label it cannot prove is ours.
+    LabelKept,
+    /// `[shutdown]` says to cordon only, or to do nothing, for this kind of shutdown.
+    DrainSkipped,
 }
 
 impl Reason {
@@ -40,6 +46,9 @@ impl Reason {
             Reason::NoInhibitor => "DrainWithoutInhibitor",
             Reason::ForeignMarker => "ForeignMarker",
             Reason::CordonKept => "CordonLeftInPlace",
+            Reason::DrainSkipped => "DrainSkipped",
+            Reason::LabelKept => "LoadBalancerExclusionLeftInPlace",
+            Reason::KubeletShutdown => "KubeletGracefulShutdownActive",
         }
     }
 
@@ -49,7 +58,9 @@ impl Reason {
             | Reason::DrainDeadline
             | Reason::NoInhibitor
             | Reason::ForeignMarker
-            | Reason::CordonKept => "Warning",
+            | Reason::CordonKept
+            | Reason::LabelKept
+            | Reason::KubeletShutdown => "Warning",
             _ => "Normal",
         }
     }

@@ -159,6 +159,10 @@ pub struct Report {
     /// Errors that concern the run rather than one pod (e.g. the pod list failed).
     #[serde(default)]
     pub errors: Vec<String>,
+    /// The kind of shutdown the drain ran for ("reboot", "power-off", "soft-reboot", ...,
+    /// "unknown"); absent for a drain by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// The report could not be stored or read.
@@ -374,6 +378,7 @@ mod tests {
             pods,
             blocked_by: vec![],
             errors: vec![],
+            kind: None,
         };
         r.finish();
         r

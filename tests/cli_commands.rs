@@ -775,3 +775,45 @@ async fn check_fails_on_a_state_dir_it_cannot_write() {
         r.stdout
     );
 }
+
+/// `check` and `status` warn when the kubelet holds its own delay inhibitor for shutdowns,
+/// naming its `shutdownGracePeriod` from `[daemon] kubelet_config` (issue 11, item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_status_warn_about_a_kubelet_shutdown_lock_with_its_grace() {
+    let Some(rig) = logind::Rig::start(logind::LogindOptions::default()).await else {
+        println!("skipped: dbus-daemon or python3-dbusmock missing");
+        return;
+    };
+    let c = Cluster::start(vec![]).await;
+    let kubelet = rig.dir().join("kubelet-config.yaml");
+    std::fs::write(
+        &kubelet,
+        "kind: KubeletConfiguration\nshutdownGracePeriod: 45s\n",
+    )
+    .unwrap();
+    let config = c.config_file(
+        "admin",
+        &format!(
+            "[drain]\ntimeout = \"10s\"\n[daemon]\nkubelet_config = \"{}\"\n",
+            kubelet.display()
+        ),
+    );
+    let r = cli_on_bus(&config, &["check"], rig.address()).await;
+    assert!(
+        r.stdout.contains("kubelet: holds no shutdown inhibitor"),
+        "{}",
+        r.stdout
+    );
+    let _lock = rig.foreign_lock("kubelet").await;
+    for args in [&["check"][..], &["status"][..]] {
+        let r = cli_on_bus(&config, args, rig.address()).await;
+        assert!(
+            r.stdout.contains("kubelet: WARNING")
+                && r.stdout.contains("shutdownGracePeriod 45s")
+                && r.stdout.contains("shutdownGracePeriod: 0"),
+            "{args:?}:\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}

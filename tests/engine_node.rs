@@ -293,9 +293,10 @@ async fn prepare_writes_marker_taint_and_cordon_in_one_guarded_patch_and_restore
         [
             "/spec/taints/1",
             "/spec/unschedulable",
+            "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers",
             "/metadata/annotations/kube-shutdown-drain~1marker"
         ],
-        "our taint (after the other one), the cordon, the marker: {}",
+        "our taint (after the other one), the cordon, the load-balancer label, the marker: {}",
         p.body
     );
     let node = c.node(NODE);
@@ -1102,12 +1103,17 @@ async fn a_changed_taint_configuration_is_recorded_and_restored() {
 
 /// With the taint disabled our prepare write is the marker and the cordon; an admin cordons
 /// while it is held: it fails its guard and the re-sent write is the marker alone, recording no
-/// cordon of ours; restore only clears the marker and the node stays cordoned.
+/// cordon of ours; restore only clears the marker and the node stays cordoned. (The
+/// load-balancer label is off here, so the writes hold only what the race is about.)
 #[tokio::test]
 async fn an_admin_cordon_racing_our_cordon_write_wins() {
     let c = Cluster::start(vec![]).await;
-    let (engine, out) =
-        prepare_racing(&c, "[taint]\nenabled = false\n", |c| c.cordon_as_admin()).await;
+    let (engine, out) = prepare_racing(
+        &c,
+        "[taint]\nenabled = false\n[drain]\nexclude_from_load_balancers = false\n",
+        |c| c.cordon_as_admin(),
+    )
+    .await;
     let out = out.unwrap();
     let patches = patch_log(&c);
     let (held, resent) = (&patches[0], &patches[1]);

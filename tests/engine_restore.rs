@@ -531,3 +531,153 @@ async fn a_lease_renewed_in_this_boot_proves_a_live_kubelet() {
         "the Lease was read"
     );
 }
+
+// The load-balancer exclusion label (issue 11, item 6): added by the prepare in its one guarded
+// write, recorded in the marker, removed by restore only while our field manager owns it.
+
+const LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+fn lb_label(node: &Value) -> Option<String> {
+    node.pointer("/metadata/labels")
+        .and_then(|l| l.get(LB_LABEL))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// The managers owning the label in the node's managedFields.
+fn lb_label_owners(node: &Value) -> Vec<String> {
+    let field = format!(
+        "/fieldsV1/f:metadata/f:labels/f:{}",
+        LB_LABEL.replace('/', "~1")
+    );
+    node.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| e.pointer(&field).is_some())
+                .filter_map(|e| e["manager"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `kubectl label node node-a LB_LABEL=VALUE --overwrite` (`None`: `LB_LABEL-`).
+async fn admin_labels(c: &Cluster, value: Option<&str>) {
+    kubectl(c)
+        .await
+        .patch(
+            NODE,
+            &as_kubectl(),
+            &Patch::Merge(json!({"metadata": {"labels": {LB_LABEL: value}}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn prepare_labels_the_node_out_of_load_balancers_in_its_one_write_and_restore_removes_it() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("shutdown").await.unwrap();
+    let patches: Vec<_> = c
+        .server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a")
+        .into_iter()
+        .filter(|r| r.status < 300)
+        .collect();
+    assert_eq!(patches.len(), 1, "one write: {patches:?}");
+    let body = &patches[0].body;
+    assert!(
+        body.contains("resourceVersion")
+            && body.contains("unschedulable")
+            && body.contains("exclude-from-external-load-balancers"),
+        "the guarded prepare patch carries the label: {body}"
+    );
+    let node = c.node(NODE);
+    assert_eq!(lb_label(&node).as_deref(), Some("true"));
+    assert_eq!(lb_label_owners(&node), ["kube-shutdown-drain"]);
+    assert_eq!(
+        stored_marker(&node).unwrap()["excluded_from_load_balancers"],
+        true
+    );
+    let out = engine.restore().await.unwrap();
+    assert!(
+        out.lb_label_removed && out.lb_label_kept.is_none(),
+        "{out:?}"
+    );
+    let node = c.node(NODE);
+    assert_eq!(lb_label(&node), None);
+    assert!(stored_marker(&node).is_none());
+    assert!(
+        kube_shutdown_drain::engine::restore_text(&out)
+            .contains("load-balancer exclusion label removed")
+    );
+}
+
+#[tokio::test]
+async fn an_admin_label_is_never_recorded_as_ours_nor_removed() {
+    let c = Cluster::start(vec![]).await;
+    admin_labels(&c, Some("true")).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("shutdown").await.unwrap();
+    assert_eq!(
+        stored_marker(&c.node(NODE)).unwrap()["excluded_from_load_balancers"],
+        false
+    );
+    let out = engine.restore().await.unwrap();
+    assert!(!out.lb_label_removed, "{out:?}");
+    let node = c.node(NODE);
+    assert_eq!(lb_label(&node).as_deref(), Some("true"));
+    assert_eq!(lb_label_owners(&node), ["kubectl"]);
+}
+
+#[tokio::test]
+async fn a_label_set_again_by_an_admin_after_ours_stays_at_restore() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("shutdown").await.unwrap();
+    // The admin removes our label and sets it again (for maintenance of their own).
+    admin_labels(&c, None).await;
+    admin_labels(&c, Some("true")).await;
+    assert_eq!(lb_label_owners(&c.node(NODE)), ["kubectl"]);
+    let out = engine.restore().await.unwrap();
+    assert!(!out.lb_label_removed, "{out:?}");
+    let why = out.lb_label_kept.clone().expect("says why the label stays");
+    assert!(why.contains("kubectl"), "{why}");
+    assert!(out.uncordoned, "the rest is restored: {out:?}");
+    assert_eq!(lb_label(&c.node(NODE)).as_deref(), Some("true"));
+}
+
+#[tokio::test]
+async fn without_managed_fields_the_label_stays_and_restore_says_why() {
+    let c = Cluster::start(vec![]).await;
+    c.server.store().set_managed_fields(false);
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    assert_eq!(lb_label(&c.node(NODE)).as_deref(), Some("true"));
+    let out = engine.restore().await.unwrap();
+    assert!(!out.lb_label_removed, "{out:?}");
+    assert!(out.lb_label_kept.unwrap().contains("cannot be told"));
+    assert_eq!(lb_label(&c.node(NODE)).as_deref(), Some("true"));
+    assert!(
+        event_messages(&c, "LoadBalancerExclusionLeftInPlace")
+            .iter()
+            .any(|m| m.contains("cannot be told"))
+    );
+}
+
+#[tokio::test]
+async fn exclude_from_load_balancers_false_adds_no_label() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("[drain]\nexclude_from_load_balancers = false\n")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    let node = c.node(NODE);
+    assert_eq!(lb_label(&node), None);
+    assert_eq!(
+        stored_marker(&node).unwrap()["excluded_from_load_balancers"],
+        false
+    );
+    assert!(unschedulable(&node));
+}

@@ -305,6 +305,7 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
                     budget::seconds(b.logind_max),
                     budget::seconds(b.drain)
                 );
+                kubelet_lock(&logind, settings, indent).await;
                 match b.warning {
                     Some(w) => {
                         outln!("{indent}logind: WARNING {w}");
@@ -314,5 +315,23 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
                 }
             }
         },
+    }
+}
+
+/// Warns when the kubelet holds its own delay inhibitor for shutdowns (Graceful Node Shutdown):
+/// it acts at the same moment as the daemon (README "Living with the kubelet's Graceful Node
+/// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
+/// kubelet kills first.
+async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
+    use crate::daemon::kubelet;
+    match logind.list_inhibitors().await {
+        Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
+        Ok(list) if kubelet::kubelet_holds_delay(&list) => {
+            let grace = kubelet::grace_period(&settings.daemon.kubelet_config);
+            if let Some(w) = kubelet::warning(&settings.node_name, true, &grace) {
+                outln!("{indent}kubelet: WARNING {w}");
+            }
+        }
+        Ok(_) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
     }
 }

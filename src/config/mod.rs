@@ -46,6 +46,8 @@ pub const CONFIG_ENV: &str = "KUBE_SHUTDOWN_DRAIN_CONFIG";
 pub const DEFAULT_KUBECONFIG: &str = "/etc/kube-shutdown-drain/kubeconfig";
 /// The state directory (last report); the deb/rpm create it.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-shutdown-drain";
+/// The kubelet's config file as kubeadm writes it (`--config`), read for `shutdownGracePeriod`.
+pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
 /// The kernel's boot ID: a new random UUID every boot.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
@@ -129,8 +131,27 @@ macro_rules! named_enum {
         }
     )*};
 }
-named_enum!(TaintEffect, Policy, OnDeadline);
-deserialize_checked!(TaintEffect, Policy, OnDeadline);
+/// What the daemon does for one kind of shutdown (`[shutdown]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownPolicy {
+    /// Taint, cordon and drain (the default).
+    Drain,
+    /// Taint and cordon, evict nothing.
+    Cordon,
+    /// Change nothing and release the inhibitor at once.
+    None,
+}
+
+impl Named for ShutdownPolicy {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("drain", ShutdownPolicy::Drain),
+        ("cordon", ShutdownPolicy::Cordon),
+        ("none", ShutdownPolicy::None),
+    ];
+}
+
+named_enum!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
+deserialize_checked!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
 
 /// What a matching rule does with a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +203,9 @@ pub struct DrainSettings {
     pub retry_interval: Duration,
     pub timeout: Duration,
     pub on_deadline: OnDeadline,
+    /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers=true` during
+    /// the prepare (and remove it at restore while it is still ours).
+    pub exclude_from_load_balancers: bool,
 }
 
 /// The `[daemon]` table.
@@ -189,6 +213,8 @@ pub struct DrainSettings {
 pub struct DaemonSettings {
     pub release_margin: Duration,
     pub restore_ready_timeout: Duration,
+    /// The kubelet's config file, read (when readable) for its `shutdownGracePeriod`.
+    pub kubelet_config: PathBuf,
 }
 
 /// The `[metrics]` table.
@@ -196,6 +222,31 @@ pub struct DaemonSettings {
 pub struct MetricsSettings {
     /// The node_exporter textfile to write (`None`: off, the default).
     pub textfile: Option<PathBuf>,
+}
+
+/// The `[shutdown]` table: one policy per kind of shutdown, as logind names it in
+/// `PrepareForShutdownWithMetadata` (`unknown`: a logind that sends no kind, systemd < 255).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShutdownSettings {
+    pub reboot: ShutdownPolicy,
+    pub poweroff: ShutdownPolicy,
+    pub halt: ShutdownPolicy,
+    pub kexec: ShutdownPolicy,
+    pub soft_reboot: ShutdownPolicy,
+    pub unknown: ShutdownPolicy,
+}
+
+impl Default for ShutdownSettings {
+    fn default() -> Self {
+        ShutdownSettings {
+            reboot: ShutdownPolicy::Drain,
+            poweroff: ShutdownPolicy::Drain,
+            halt: ShutdownPolicy::Drain,
+            kexec: ShutdownPolicy::Drain,
+            soft_reboot: ShutdownPolicy::Drain,
+            unknown: ShutdownPolicy::Drain,
+        }
+    }
 }
 
 /// Validated settings. Fields are public so tests and the CLI can override single values
@@ -217,6 +268,7 @@ pub struct Settings {
     pub drain: DrainSettings,
     pub daemon: DaemonSettings,
     pub metrics: MetricsSettings,
+    pub shutdown: ShutdownSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

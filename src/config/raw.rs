@@ -12,7 +12,7 @@ use super::values::{
     AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Namespaces, NodeName, Order,
     PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
 };
-use super::{OnDeadline, Policy, TaintEffect};
+use super::{OnDeadline, Policy, ShutdownPolicy, TaintEffect};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -42,6 +42,8 @@ pub struct RawConfig {
     pub daemon: RawDaemon,
     #[serde(default)]
     pub metrics: RawMetrics,
+    #[serde(default)]
+    pub shutdown: RawShutdown,
 }
 
 /// `[taint]`.
@@ -134,7 +136,7 @@ impl<'de> Deserialize<'de> for RawRules {
 #[serde(
     deny_unknown_fields,
     expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline)"
+                 timeout, on_deadline, exclude_from_load_balancers)"
 )]
 pub struct RawDrain {
     /// Default: 10.
@@ -147,19 +149,24 @@ pub struct RawDrain {
     pub timeout: Option<Positive>,
     /// Default: report.
     pub on_deadline: Option<OnDeadline>,
+    /// Default: true.
+    pub exclude_from_load_balancers: Option<Flag>,
 }
 
 /// `[daemon]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout)"
+    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
+                 kubelet_config)"
 )]
 pub struct RawDaemon {
     /// Default: 5s.
     pub release_margin: Option<ReleaseMargin>,
     /// Default: 10m.
     pub restore_ready_timeout: Option<Positive>,
+    /// Default: [`super::DEFAULT_KUBELET_CONFIG`].
+    pub kubelet_config: Option<AbsolutePath>,
 }
 
 /// `[metrics]`.
@@ -171,4 +178,20 @@ pub struct RawDaemon {
 pub struct RawMetrics {
     /// Default: "" (off).
     pub textfile: Option<TextfilePath>,
+}
+
+/// `[shutdown]`: every key defaults to "drain".
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "`shutdown` to be a [shutdown] table (keys reboot, poweroff, halt, kexec, \
+                 soft_reboot, unknown)"
+)]
+pub struct RawShutdown {
+    pub reboot: Option<ShutdownPolicy>,
+    pub poweroff: Option<ShutdownPolicy>,
+    pub halt: Option<ShutdownPolicy>,
+    pub kexec: Option<ShutdownPolicy>,
+    pub soft_reboot: Option<ShutdownPolicy>,
+    pub unknown: Option<ShutdownPolicy>,
 }

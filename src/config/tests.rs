@@ -625,3 +625,59 @@ fn metrics_textfile_is_off_by_default_and_must_be_an_absolute_prom_file() {
         );
     }
 }
+
+#[test]
+fn shutdown_policies_default_to_drain_and_each_kind_is_set_on_its_own() {
+    let s = parse("").unwrap().shutdown;
+    for p in [
+        s.reboot,
+        s.poweroff,
+        s.halt,
+        s.kexec,
+        s.soft_reboot,
+        s.unknown,
+    ] {
+        assert_eq!(p, ShutdownPolicy::Drain);
+    }
+    let s = parse(
+        "[shutdown]\nreboot = \"none\"\npoweroff = \"cordon\"\nsoft_reboot = \"none\"\n\
+         unknown = \"cordon\"",
+    )
+    .unwrap()
+    .shutdown;
+    assert_eq!(
+        (
+            s.reboot,
+            s.poweroff,
+            s.halt,
+            s.kexec,
+            s.soft_reboot,
+            s.unknown
+        ),
+        (
+            ShutdownPolicy::None,
+            ShutdownPolicy::Cordon,
+            ShutdownPolicy::Drain,
+            ShutdownPolicy::Drain,
+            ShutdownPolicy::None,
+            ShutdownPolicy::Cordon
+        )
+    );
+}
+
+#[test]
+fn a_bad_shutdown_policy_or_kind_names_the_key_and_the_choices() {
+    let e = parse("[shutdown]\nhalt = \"evict\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("2:8")
+            && e.contains("key `shutdown.halt`")
+            && e.contains("\"drain\", \"cordon\", \"none\""),
+        "{e}"
+    );
+    let e = parse("[shutdown]\npower_off = \"none\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("power_off") && e.contains("soft_reboot"), "{e}");
+}

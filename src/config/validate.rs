@@ -10,10 +10,10 @@ use toml::Spanned;
 use super::raw::{RawConfig, RawRule};
 use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
 use super::{
-    ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_REQUEST_TIMEOUT,
-    DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings, FilterSettings,
-    MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings, Source, TaintEffect,
-    TaintSettings,
+    ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings,
+    FilterSettings, MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings,
+    ShutdownSettings, Source, TaintEffect, TaintSettings,
 };
 use crate::selector::Selector;
 
@@ -72,6 +72,7 @@ pub fn settings(
             .timeout
             .map_or(Duration::from_secs(120), |DurationIn(d)| d),
         on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
+        exclude_from_load_balancers: flag(d.exclude_from_load_balancers, true),
     };
     let daemon = DaemonSettings {
         release_margin: raw
@@ -82,6 +83,10 @@ pub fn settings(
             .daemon
             .restore_ready_timeout
             .map_or(Duration::from_secs(600), |DurationIn(d)| d),
+        kubelet_config: raw
+            .daemon
+            .kubelet_config
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
     };
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
@@ -103,6 +108,18 @@ pub fn settings(
         daemon,
         metrics: MetricsSettings {
             textfile: raw.metrics.textfile.and_then(|t| t.0),
+        },
+        shutdown: {
+            let s = raw.shutdown;
+            let d = ShutdownSettings::default();
+            ShutdownSettings {
+                reboot: s.reboot.unwrap_or(d.reboot),
+                poweroff: s.poweroff.unwrap_or(d.poweroff),
+                halt: s.halt.unwrap_or(d.halt),
+                kexec: s.kexec.unwrap_or(d.kexec),
+                soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
+                unknown: s.unknown.unwrap_or(d.unknown),
+            }
         },
     })
 }

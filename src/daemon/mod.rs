@@ -2,6 +2,7 @@
 
 pub mod budget;
 mod drain;
+pub mod kubelet;
 pub mod logind;
 pub mod metrics;
 pub mod restore;

@@ -1,9 +1,17 @@
 //! Undoing what a prepare did: after a reboot (the marker names another boot ID) and after a
 //! cancelled shutdown. Runs as its own task beside the lock, retries until it succeeds, and is
 //! aborted when a new shutdown starts (the drain then owns the node).
+//!
+//! A soft-reboot (`systemctl soft-reboot`) restarts userspace but keeps the kernel and so the
+//! boot ID: its marker is of this boot. The marker records the kind, and the boot restore undoes
+//! a this-boot marker of kind "soft-reboot" once the daemon has read from logind that no
+//! shutdown is being prepared (a daemon merely restarted during the soft-reboot's own drain sees
+//! it still under way, and the drain, not the restore, gets the node).
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use crate::api::retry::Backoff;
 use crate::config::Settings;
@@ -17,6 +25,9 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between restore attempts: an API server that is down for long is retried twice
 /// a minute, which costs nothing and puts the node back soon after it returns.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The kind a soft-reboot's marker records (logind's `type`, `ShutdownKind::SoftReboot`).
+const SOFT_REBOOT: &str = "soft-reboot";
 
 /// Why a restore runs; it decides which markers are ours to undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +45,12 @@ pub async fn restore_until_done(
     status: Status,
     metrics: Metrics,
     trigger: Trigger,
+    mut quiet: watch::Receiver<bool>,
 ) {
     let node = settings.node_name.clone();
     let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
     loop {
-        match attempt(&settings, &status, trigger).await {
+        match attempt(&settings, &status, trigger, &mut quiet).await {
             Ok(restored) => {
                 status.set_restore(None);
                 if restored {
@@ -61,11 +73,13 @@ pub async fn restore_until_done(
 }
 
 /// One attempt; `Ok(true)` when a marker was acted on, `Ok(false)` when there was nothing of
-/// ours to undo now.
+/// ours to undo now. `quiet` turns true once the daemon read from logind that no shutdown is
+/// being prepared.
 async fn attempt(
     settings: &Arc<Settings>,
     status: &Status,
     trigger: Trigger,
+    quiet: &mut watch::Receiver<bool>,
 ) -> Result<bool, Error> {
     let node = &settings.node_name;
     // A fresh engine per attempt: the client lives only while the restore runs.
@@ -92,11 +106,24 @@ async fn attempt(
     if trigger == Trigger::Boot {
         let boot_id = engine.boot_id()?;
         if marker.boot_id == boot_id {
+            if marker.kind.as_deref() != Some(SOFT_REBOOT) {
+                tracing::info!(
+                    "the marker on node {node} is from this boot ({boot_id}); left for the \
+                     shutdown that wrote it"
+                );
+                return Ok(false);
+            }
             tracing::info!(
-                "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
-                 that wrote it"
+                "the marker on node {node} is from a soft-reboot of this boot ({boot_id}); \
+                 restoring it once logind says no shutdown is being prepared"
             );
-            return Ok(false);
+            // Never resolves while a shutdown is under way: that shutdown aborts this task.
+            if quiet.wait_for(|q| *q).await.is_err() {
+                return Ok(false);
+            }
+            tracing::info!(
+                "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
+            );
         }
         let limit = settings.daemon.restore_ready_timeout;
         status.set_restore(Some(format!(
@@ -104,8 +131,10 @@ async fn attempt(
             limit.as_secs()
         )));
         tracing::info!(
-            "node {node} carries our marker from boot {}; waiting up to {} s for it to be Ready",
+            "node {node} carries our marker from boot {} ({}); waiting up to {} s for it to be \
+             Ready",
             marker.boot_id,
+            marker.kind.as_deref().unwrap_or("kind not recorded"),
             limit.as_secs()
         );
         let deadline = tokio::time::Instant::now() + limit;

@@ -20,15 +20,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::api::retry::Backoff;
-use crate::config::Settings;
+use crate::config::{Settings, ShutdownPolicy};
 use crate::daemon::budget::{self, Budget, seconds};
-use crate::daemon::drain::{DrainOutcome, drain_node};
+use crate::daemon::drain::{self, DrainOutcome, drain_node};
+use crate::daemon::kubelet;
 use crate::daemon::logind::{
     InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start;
 use crate::daemon::status::Status;
+use crate::events::Reason as EventReason;
 
 /// First wait before trying logind again after a failure that was not a lost connection
 /// (logind absent, lock refused); doubled up to [`RETRY_MAX`].
@@ -98,6 +100,9 @@ struct Daemon {
     /// The node_exporter textfile (`[metrics] textfile`; a no-op when off).
     metrics: Metrics,
     ready_sent: bool,
+    /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
+    /// soft-reboot's marker waits for it (`restore::attempt`).
+    quiet: tokio::sync::watch::Sender<bool>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
@@ -129,6 +134,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         stop,
         lock: None,
         ready_sent: false,
+        quiet: tokio::sync::watch::Sender::new(false),
     };
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
@@ -235,7 +241,9 @@ impl Daemon {
         if !self.ready_sent {
             self.status.ready();
             self.ready_sent = true;
+            self.check_kubelet(logind).await;
         }
+        self.quiet.send_replace(under_way.is_none());
         if let Some(UnderWay { kind }) = under_way {
             let what = kind
                 .as_ref()
@@ -306,6 +314,38 @@ impl Daemon {
         Ok(budget)
     }
 
+    /// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
+    /// inhibitor for shutdowns, with its grace period where its config file can be read.
+    async fn check_kubelet(&self, logind: &Logind) {
+        let node = &self.settings.node_name;
+        let holds = match logind.list_inhibitors().await {
+            Ok(list) => kubelet::kubelet_holds_delay(&list),
+            Err(e) => {
+                tracing::warn!(
+                    "{e}; cannot tell whether the kubelet on node {node} holds a shutdown \
+                     inhibitor"
+                );
+                return;
+            }
+        };
+        let grace = if holds {
+            kubelet::grace_period(&self.settings.daemon.kubelet_config)
+        } else {
+            Ok(None)
+        };
+        if !holds {
+            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns");
+        }
+        if let Some(warning) = kubelet::warning(node, holds, &grace) {
+            tracing::warn!("{warning}");
+            tokio::spawn(drain::post_event(
+                self.settings.clone(),
+                EventReason::KubeletShutdown,
+                warning,
+            ));
+        }
+    }
+
     fn set_waiting(&self, budget: &Budget) {
         self.status.set(format!(
             "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
@@ -322,6 +362,7 @@ impl Daemon {
             self.status.clone(),
             self.metrics.clone(),
             trigger,
+            self.quiet.subscribe(),
         )));
     }
 
@@ -368,6 +409,7 @@ impl Daemon {
             }
         };
         let node = self.settings.node_name.clone();
+        self.quiet.send_replace(false);
         self.abort_restore("a shutdown starts");
         // Read again: an admin may have raised InhibitDelayMaxSec since the start.
         let budget = match self.budget(logind).await {
@@ -380,6 +422,30 @@ impl Daemon {
         let what = kind
             .as_ref()
             .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
+        let kind_name = drain::kind_name(kind.as_ref());
+        let (key, policy) = drain::policy_for(&self.settings.shutdown, kind.as_ref());
+        if policy == ShutdownPolicy::None {
+            let released = match self.lock.take() {
+                Some(lock) => {
+                    lock.release();
+                    "released the inhibitor at once"
+                }
+                None => "holding no inhibitor",
+            };
+            self.metrics.lock_held(false);
+            tracing::info!(
+                node = %node,
+                shutdown_kind = %what,
+                "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as \
+                 it is; {released}"
+            );
+            self.status.set(format!(
+                "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
+                 {released}"
+            ));
+            tokio::spawn(drain::post_skipped(self.settings.clone(), kind_name, key));
+            return self.after_release(logind, signals, &what, &budget).await;
+        }
         let left = self.budget_left(counted_from, &budget, &what);
         let held = self.lock.is_some();
         if left.is_zero() {
@@ -404,14 +470,27 @@ impl Daemon {
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let deadline = started + left;
-        let unguarded = self.announce(&what, left, held, &budget);
-        let drain = drain_node(
-            self.settings.clone(),
-            self.status.clone(),
-            format!("{what} of the host"),
-            deadline,
-            unguarded,
-        )
+        let doing = if policy == ShutdownPolicy::Cordon {
+            "cordoning"
+        } else {
+            "draining"
+        };
+        let unguarded = self.announce(&what, doing, left, held, &budget);
+        let why = format!("{what} of the host");
+        let settings = self.settings.clone();
+        let status = self.status.clone();
+        let drain = async move {
+            if policy == ShutdownPolicy::Cordon {
+                tracing::info!(
+                    "[shutdown] {key} = \"cordon\": tainting and cordoning node {}, evicting no \
+                     pods",
+                    settings.node_name
+                );
+                drain::cordon_node(settings, why, kind_name, key, deadline).await
+            } else {
+                drain_node(settings, status, why, kind_name, deadline, unguarded).await
+            }
+        }
         .instrument(tracing::info_span!("shutdown", shutdown_kind = %what));
         tokio::pin!(drain);
         let mut bus_alive = true;
@@ -487,13 +566,21 @@ impl Daemon {
 
     /// Says the drain starts (log, `STATUS=`); without an inhibitor, loudly. Returns the warning
     /// that goes into a Node Event when no inhibitor is held.
-    fn announce(&self, what: &str, left: Duration, held: bool, budget: &Budget) -> Option<String> {
+    /// `doing`: "draining", or "cordoning" under the `[shutdown]` policy "cordon".
+    fn announce(
+        &self,
+        what: &str,
+        doing: &str,
+        left: Duration,
+        held: bool,
+        budget: &Budget,
+    ) -> Option<String> {
         let node = &self.settings.node_name;
         // `left`, not the whole budget: a daemon (re)connected mid-shutdown has only the rest.
         tracing::info!(
             node = %node,
             shutdown_kind = %what,
-            "logind announced a {what}; draining node {node} within {} (logind allows {})",
+            "logind announced a {what}; {doing} node {node} within {} (logind allows {})",
             seconds(left),
             seconds(budget.logind_max)
         );
@@ -515,7 +602,7 @@ impl Daemon {
                 ));
             }
             None => self.status.set(format!(
-                "draining node {node} before the {what} (budget {})",
+                "{doing} node {node} before the {what} (budget {})",
                 seconds(left)
             )),
         }
@@ -617,6 +704,18 @@ impl Daemon {
                 self.status.set(format!(
                     "node {node} drained for the {what}; {released}: {}",
                     report.summary()
+                ));
+            }
+            DrainOutcome::Cordoned => {
+                tracing::info!(
+                    node = %node,
+                    shutdown_kind = %what,
+                    outcome = "cordoned",
+                    "tainted and cordoned node {node} for the {what} in {ms} ms, evicting no pods \
+                     ([shutdown] policy \"cordon\"); {released}"
+                );
+                self.status.set(format!(
+                    "node {node} cordoned for the {what} without a drain; {released}"
                 ));
             }
             DrainOutcome::Failed(why) => {

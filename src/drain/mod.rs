@@ -80,6 +80,7 @@ pub(crate) fn empty_report(
         pods: Vec::new(),
         blocked_by: Vec::new(),
         errors: Vec::new(),
+        kind: None,
     }
 }
 

@@ -26,6 +26,16 @@ pub const MARKER_MAX_BYTES: usize = 4096;
 pub const MARKER_VERSION: u32 = 1;
 /// Every taint key under this prefix is ours (besides the configured `[taint] key`).
 pub const OUR_TAINT_PREFIX: &str = "kube-shutdown-drain/";
+/// The well-known label that takes a node out of external load balancers (the service
+/// controller's `node.kubernetes.io/exclude-from-external-load-balancers`; set the same way by
+/// aws-node-termination-handler and bottlerocket-update-operator while they drain).
+pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// [`EXCLUDE_LB_LABEL`] as a JSON pointer under `/metadata/labels` (RFC 6901: `/` is `~1`).
+const EXCLUDE_LB_POINTER: &str =
+    "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers";
+/// Its field in managedFields' `fieldsV1`, as a JSON pointer.
+const EXCLUDE_LB_FIELD: &str =
+    "/f:metadata/f:labels/f:node.kubernetes.io~1exclude-from-external-load-balancers";
 /// The taint the node-lifecycle controller adds on every cordon, with `timeAdded` = when it saw
 /// the cordon (kubernetes-api.md section 5).
 pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
@@ -67,6 +77,17 @@ pub struct Marker {
     /// exactly these, even if the configuration changed in between.
     #[serde(default)]
     pub taints: Vec<MarkerTaint>,
+    /// The kind of shutdown the prepare was for, as logind named it ("reboot", "soft-reboot",
+    /// ...; "unknown" where logind named none); absent for a prepare by hand and in markers of
+    /// older builds. Optional, so the format stays version 1: older builds ignore it, and this
+    /// build reads their markers as kind unknown. A soft-reboot keeps the boot ID: this field
+    /// is how the next start tells that the node must still be restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// We added [`EXCLUDE_LB_LABEL`]: set by the same write that added it. Absent in markers of
+    /// older builds (read as false: restore removes no label for them).
+    #[serde(default)]
+    pub excluded_from_load_balancers: bool,
 }
 
 fn first_version() -> u32 {
@@ -261,6 +282,53 @@ pub fn cordon_is_ours(node: &Node, marker: &Marker) -> Result<(), String> {
     }
 }
 
+/// The value of [`EXCLUDE_LB_LABEL`] on `node`, if it has the label.
+pub fn lb_label(node: &Node) -> Option<&str> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(EXCLUDE_LB_LABEL))
+        .map(String::as_str)
+}
+
+/// Whether [`EXCLUDE_LB_LABEL`] on `node` is still the one we added; `Err` says why not. The
+/// same rule as for the cordon ([`cordon_is_ours`]): our field manager must own
+/// `f:metadata.f:labels.f:node.kubernetes.io/exclude-from-external-load-balancers` (a removal
+/// drops the ownership, a later write of the label by anyone takes it over). A server that sends
+/// no managedFields gives no other evidence (a label has no time): the label is then not ours,
+/// and stays.
+pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
+    let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
+    if managed.is_empty() {
+        return Err(format!(
+            "the server sends no managedFields, so whose label {EXCLUDE_LB_LABEL} is cannot be told"
+        ));
+    }
+    let owners: Vec<&str> = managed
+        .iter()
+        .filter(|e| {
+            e.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.pointer(EXCLUDE_LB_FIELD))
+                .is_some()
+        })
+        .map(|e| e.manager.as_deref().unwrap_or("?"))
+        .collect();
+    if owners.contains(&FIELD_MANAGER) {
+        Ok(())
+    } else if owners.is_empty() {
+        Err(format!(
+            "field manager {FIELD_MANAGER} no longer owns label {EXCLUDE_LB_LABEL} (someone \
+             removed and set it again since)"
+        ))
+    } else {
+        Err(format!(
+            "label {EXCLUDE_LB_LABEL} is owned by field manager {} now, not by {FIELD_MANAGER}",
+            owners.join(", ")
+        ))
+    }
+}
+
 fn build_error<'a>(
     name: &'a str,
     what: &'static str,
@@ -306,6 +374,10 @@ pub struct PrepareInput {
     pub taint_key: String,
     /// Add the taint in this write (false: these credentials may not change taints).
     pub add_taint: bool,
+    /// The kind of shutdown, for the marker (`None`: a prepare by hand).
+    pub kind: Option<String>,
+    /// Add [`EXCLUDE_LB_LABEL`] unless the node has it (`[drain] exclude_from_load_balancers`).
+    pub exclude_from_load_balancers: bool,
 }
 
 /// What a prepare write does.
@@ -317,6 +389,8 @@ pub struct PreparePlan {
     pub cordons: bool,
     /// The write adds the configured taint.
     pub taints: bool,
+    /// The write adds [`EXCLUDE_LB_LABEL`].
+    pub excludes: bool,
     /// The marker found was foreign (why): this write replaces it.
     pub replaced_foreign: Option<String>,
 }
@@ -383,7 +457,17 @@ pub fn prepare_patch(
         },
         version: MARKER_VERSION,
         taints: kept_taints,
+        kind: input.kind.clone(),
+        excluded_from_load_balancers: false,
     };
+    // The label: an earlier prepare's stays ours while our field manager still owns it; one
+    // found otherwise (an admin's, any value) is never recorded as ours.
+    let labelled = lb_label(node).is_some();
+    let kept_label = earlier.as_ref().is_some_and(|m| {
+        m.excluded_from_load_balancers && labelled && lb_label_is_ours(node).is_ok()
+    });
+    let excludes = input.exclude_from_load_balancers && !labelled;
+    marker.excluded_from_load_balancers = excludes || kept_label;
     let add = input.taint.as_ref().filter(|_| input.add_taint && !present);
     if let Some(t) = add
         && !marker.taints.contains(&MarkerTaint::of(t))
@@ -406,6 +490,13 @@ pub fn prepare_patch(
     if cordons {
         ops.push(json!({"op": "add", "path": "/spec/unschedulable", "value": true}));
     }
+    if excludes {
+        ops.push(if node.metadata.labels.is_some() {
+            json!({"op": "add", "path": EXCLUDE_LB_POINTER, "value": "true"})
+        } else {
+            json!({"op": "add", "path": "/metadata/labels", "value": {EXCLUDE_LB_LABEL: "true"}})
+        });
+    }
     let patch = patch_of(ops).map_err(build_error(name, "prepare"))?;
     Ok((
         patch,
@@ -413,6 +504,7 @@ pub fn prepare_patch(
             marker,
             cordons,
             taints: add.is_some(),
+            excludes,
             replaced_foreign,
         },
     ))
@@ -435,6 +527,11 @@ pub struct RestorePlan {
     pub cordon_kept: Option<String>,
     /// The marker was foreign (why): the write only removes it.
     pub foreign: Option<String>,
+    /// The write removes [`EXCLUDE_LB_LABEL`] (ours, still owned by us).
+    pub includes: bool,
+    /// The marker says we added the label and it is there, but it is not provably ours (why):
+    /// it stays.
+    pub label_kept: Option<String>,
 }
 
 /// The write clearing a foreign marker and nothing else.
@@ -490,6 +587,12 @@ pub fn restore_patch(
     } else {
         None
     };
+    let labelled = marker.excluded_from_load_balancers && lb_label(node).is_some();
+    let label_kept = if labelled {
+        lb_label_is_ours(node).err()
+    } else {
+        None
+    };
     let plan = RestorePlan {
         uncordons: marker.cordoned && unschedulable && cordon_kept.is_none(),
         removes,
@@ -498,6 +601,8 @@ pub fn restore_patch(
         left_cordon_alone: marker.cordoned && !unschedulable,
         cordon_kept,
         foreign: None,
+        includes: labelled && label_kept.is_none(),
+        label_kept,
     };
     let mut ops = vec![guard(node)];
     ops.extend(
@@ -508,9 +613,13 @@ pub fn restore_patch(
     if plan.uncordons {
         ops.push(json!({"op": "remove", "path": "/spec/unschedulable"}));
     }
+    if plan.includes {
+        ops.push(json!({"op": "remove", "path": EXCLUDE_LB_POINTER}));
+    }
     let rest = Marker {
         cordoned: false,
         cordoned_at: None,
+        excluded_from_load_balancers: false,
         taints: plan.keeps.clone(),
         ..marker.clone()
     };

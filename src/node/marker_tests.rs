@@ -49,6 +49,8 @@ fn input(add_taint: bool) -> PrepareInput {
         taint: Some(ours()),
         taint_key: "k/shutdown".into(),
         add_taint,
+        kind: None,
+        exclude_from_load_balancers: false,
     }
 }
 
@@ -64,6 +66,8 @@ fn marker(cordoned: bool, taints: Vec<MarkerTaint>) -> Marker {
         cordoned_at: cordoned.then(|| T0.into()),
         version: MARKER_VERSION,
         taints,
+        kind: None,
+        excluded_from_load_balancers: false,
     }
 }
 
@@ -194,6 +198,7 @@ fn an_old_marker_reads_as_nothing_of_ours() {
     let old = r#"{"was_unschedulable":false,"taint_was_present":false,"boot_id":"b","time":"t","why":"w","taint_key":"k","taint_effect":"NoSchedule"}"#;
     let m: Marker = serde_json::from_str(old).unwrap();
     assert!(!m.cordoned && m.taints.is_empty());
+    assert!(!m.excluded_from_load_balancers && m.kind.is_none());
 }
 
 #[test]
@@ -353,4 +358,31 @@ fn the_boot_start_is_the_btime_line_of_proc_stat() {
     );
     assert_eq!(super::super::btime("cpu 1\n"), None);
     assert!(super::super::boot_started().unwrap() < jiff::Timestamp::now());
+}
+
+#[test]
+fn the_kind_of_shutdown_is_recorded_and_markers_without_it_stay_readable() {
+    let soft = PrepareInput {
+        kind: Some("soft-reboot".into()),
+        ..input(true)
+    };
+    let (p, plan) = prepare_patch(&node(json!([]), false, None), "n", &soft).unwrap();
+    assert_eq!(plan.marker.kind.as_deref(), Some("soft-reboot"));
+    let written = marker_of(&apply(&node(json!([]), false, None), &p), "n")
+        .unwrap()
+        .expect("a marker");
+    assert_eq!(written.kind.as_deref(), Some("soft-reboot"));
+    assert_eq!(
+        written.version, MARKER_VERSION,
+        "an optional field: still version 1"
+    );
+    // A marker of an earlier build has no `kind`: read as ours, kind not recorded.
+    let old = serde_json::to_value(marker(true, vec![])).unwrap();
+    assert!(old.get("kind").is_none(), "an absent kind is not written");
+    let read = check_marker(&old.to_string()).unwrap();
+    assert_eq!(read.kind, None);
+    assert!(read.cordoned);
+    // A prepare by hand records no kind.
+    let (_, plan) = prepare_patch(&node(json!([]), false, None), "n", &input(true)).unwrap();
+    assert_eq!(plan.marker.kind, None);
 }

@@ -23,8 +23,8 @@ use k8s_openapi::api::core::v1::Node;
 use crate::api::ApiError;
 
 pub use marker::{
-    MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours, is_our_taint_key,
-    marker_of, read_marker,
+    EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours,
+    is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
 };
 pub use ops::NodeOps;
 
@@ -127,6 +127,10 @@ pub struct RestoreOutcome {
     pub foreign_marker: Option<String>,
     /// Taints the marker listed under keys that are not ours (`key:effect`): never removed.
     pub refused_taints: Vec<String>,
+    /// We removed the load-balancer exclusion label we had added.
+    pub lb_label_removed: bool,
+    /// The marker said we added the label, but it is not provably ours (why): left in place.
+    pub lb_label_kept: Option<String>,
 }
 
 impl RestoreOutcome {
@@ -139,6 +143,8 @@ impl RestoreOutcome {
             cordon_kept: None,
             foreign_marker: None,
             refused_taints: Vec::new(),
+            lb_label_removed: false,
+            lb_label_kept: None,
         }
     }
 }

@@ -10,8 +10,8 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use tokio::time::Instant;
 
 use super::marker::{
-    MarkerRead, PrepareInput, PreparePlan, RestorePlan, clear_foreign_patch, is_unschedulable,
-    prepare_patch, read_marker, restore_patch,
+    EXCLUDE_LB_LABEL, MarkerRead, PrepareInput, PreparePlan, RestorePlan, clear_foreign_patch,
+    is_unschedulable, prepare_patch, read_marker, restore_patch,
 };
 use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
@@ -24,6 +24,8 @@ use crate::config::Settings;
 pub struct NodeOps<'a> {
     pub clients: &'a Clients,
     pub settings: &'a Settings,
+    /// The kind of shutdown a prepare is for, recorded in the marker (`None`: by hand).
+    pub kind: Option<&'a str>,
 }
 
 type Write<P> = Result<Written<Node, P>, GuardedError<NodeError>>;
@@ -134,6 +136,8 @@ impl NodeOps<'_> {
             }),
             taint_key: t.key.clone(),
             add_taint: true,
+            kind: self.kind.map(str::to_owned),
+            exclude_from_load_balancers: self.settings.drain.exclude_from_load_balancers,
         };
         // What was ours before this prepare, to tell what this prepare changed (a write applied
         // although its answer was lost shows up only in the node read again).
@@ -308,6 +312,11 @@ impl NodeOps<'_> {
         } else if is_unschedulable(&node) {
             tracing::info!("node {name} was not cordoned by us; leaving it cordoned");
         }
+        if plan.includes {
+            tracing::info!("removed label {EXCLUDE_LB_LABEL} from node {name}");
+        } else if let Some(why) = &plan.label_kept {
+            tracing::warn!("left label {EXCLUDE_LB_LABEL} on node {name}: {why}");
+        }
         for t in &plan.removes {
             tracing::info!("removed taint {t} from node {name}");
         }
@@ -332,6 +341,8 @@ impl NodeOps<'_> {
             cordon_kept: plan.cordon_kept,
             foreign_marker: None,
             refused_taints: plan.refused.iter().map(ToString::to_string).collect(),
+            lb_label_removed: plan.includes,
+            lb_label_kept: plan.label_kept,
         })
     }
 

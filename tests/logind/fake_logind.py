@@ -19,7 +19,9 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   "released ELAPSED kind=KIND locks=N", "timeout ELAPSED kind=KIND locks=N" or
   "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal).
 * On the mock interface: CancelShutdown() emits PrepareForShutdown(false) and appends
-  "cancelled ELAPSED ..."; SimulateBoot() clears the shutdown state as a fresh boot would;
+  "cancelled ELAPSED ..."; StartShutdown(s) starts a delayed shutdown of the kind given (the
+  `type` in the metadata signal: "reboot", "power-off", "halt", "kexec", "soft-reboot", as
+  systemd's handle_action_to_string names them), as Reboot/PowerOff do; SimulateBoot() clears the shutdown state as a fresh boot would;
   Outcomes() returns the lines written so far; Refused() and Granted() the refused and the
   granted Inhibit calls;
   RebootOnNextInhibit() stages the race of a reboot that starts between a client's read of
@@ -218,6 +220,11 @@ def Reboot(self, _interactive):
 @dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
 def PowerOff(self, _interactive):
     start_shutdown(self, 'power-off')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='s', out_signature='')
+def StartShutdown(self, kind):
+    start_shutdown(self, str(kind))
 
 
 @dbus.service.method(MOCK_IFACE, in_signature='', out_signature='')

@@ -264,6 +264,12 @@ impl Rig {
         self.call(MANAGER, "PowerOff", &(false,)).await;
     }
 
+    /// Starts the fake's delayed shutdown of `kind` (the metadata's `type`: "halt", "kexec",
+    /// "soft-reboot", ...), as `reboot` and `power_off` do for theirs.
+    pub async fn start_shutdown(&self, kind: &str) {
+        self.call(MOCK, "StartShutdown", &(kind,)).await;
+    }
+
     /// Emits `PrepareForShutdown(false)`.
     pub async fn cancel(&self) {
         self.call(MOCK, "CancelShutdown", &()).await;

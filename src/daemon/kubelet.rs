@@ -1,0 +1,106 @@
+//! The kubelet's Graceful Node Shutdown beside us: whether the kubelet holds its own logind
+//! delay inhibitor for `shutdown`, and its `shutdownGracePeriod` where its config file can be
+//! read. logind signals every lock holder at the same moment (systemd `send_prepare_for`), so
+//! with both on the kubelet kills pods locally, ignoring disruption budgets, while we evict
+//! (kubernetes#96129): worth one warning.
+
+use std::path::Path;
+
+/// The `who` the kubelet's inhibitor carries (kubelet `nodeshutdown/systemd` `InhibitShutdown`).
+pub const KUBELET_WHO: &str = "kubelet";
+
+/// Whether logind's inhibitor list holds a delay lock on `shutdown` taken by the kubelet. Each
+/// entry is logind's `ListInhibitors` tuple (what, who, why, mode, uid, pid); `what` is a
+/// colon-separated list.
+pub fn kubelet_holds_delay(inhibitors: &[(String, String, String, String, u32, u32)]) -> bool {
+    inhibitors.iter().any(|(what, who, _, mode, _, _)| {
+        who == KUBELET_WHO && mode == "delay" && what.split(':').any(|w| w == "shutdown")
+    })
+}
+
+/// `shutdownGracePeriod` from the kubelet's config file: `Ok(None)` when the file does not set
+/// it (the kubelet's default, 0: Graceful Node Shutdown off), `Err` naming the file when it
+/// cannot be read or is not a YAML map.
+pub fn grace_period(path: &Path) -> Result<Option<String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the kubelet config {}: {e}", path.display()))?;
+    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
+        .map_err(|e| format!("the kubelet config {} is not YAML: {e}", path.display()))?;
+    match doc.get("shutdownGracePeriod") {
+        None | Some(serde_yaml::Value::Null) => Ok(None),
+        Some(serde_yaml::Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!(
+            "the kubelet config {}: shutdownGracePeriod is {other:?}, not a duration string",
+            path.display()
+        )),
+    }
+}
+
+/// The warning for a kubelet delay inhibitor on `node`, naming the grace period where it was
+/// read; `None` when the kubelet holds none.
+pub fn warning(node: &str, holds: bool, grace: &Result<Option<String>, String>) -> Option<String> {
+    if !holds {
+        return None;
+    }
+    let grace = match grace {
+        Ok(Some(g)) => format!("shutdownGracePeriod {g}"),
+        Ok(None) => "shutdownGracePeriod not set in its config file".to_owned(),
+        Err(e) => format!("its grace period unknown: {e}"),
+    };
+    Some(format!(
+        "the kubelet on node {node} holds a delay inhibitor for shutdowns (Graceful Node \
+         Shutdown, {grace}): logind signals it at the same moment as us, and it kills pods \
+         locally, ignoring disruption budgets, while we evict them; set shutdownGracePeriod: 0 \
+         (README \"Living with the kubelet's Graceful Node Shutdown\")"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(what: &str, who: &str, mode: &str) -> (String, String, String, String, u32, u32) {
+        (what.into(), who.into(), "why".into(), mode.into(), 0, 1)
+    }
+
+    #[test]
+    fn only_a_kubelet_delay_lock_on_shutdown_counts() {
+        assert!(kubelet_holds_delay(&[lock("shutdown", "kubelet", "delay")]));
+        assert!(kubelet_holds_delay(&[lock(
+            "sleep:shutdown",
+            "kubelet",
+            "delay"
+        )]));
+        assert!(!kubelet_holds_delay(&[lock(
+            "shutdown", "kubelet", "block"
+        )]));
+        assert!(!kubelet_holds_delay(&[lock("sleep", "kubelet", "delay")]));
+        assert!(!kubelet_holds_delay(&[lock(
+            "shutdown",
+            "kube-shutdown-drain",
+            "delay"
+        )]));
+    }
+
+    #[test]
+    fn the_grace_period_is_read_from_the_config_file_and_errors_name_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "kind: KubeletConfiguration\nshutdownGracePeriod: 30s\n",
+        )
+        .unwrap();
+        assert_eq!(grace_period(&path), Ok(Some("30s".into())));
+        std::fs::write(&path, "kind: KubeletConfiguration\n").unwrap();
+        assert_eq!(grace_period(&path), Ok(None));
+        let missing = dir.path().join("nope.yaml");
+        assert!(grace_period(&missing).unwrap_err().contains("nope.yaml"));
+        let w = warning("n1", true, &Ok(Some("30s".into()))).unwrap();
+        assert!(
+            w.contains("node n1") && w.contains("shutdownGracePeriod 30s"),
+            "{w}"
+        );
+        assert_eq!(warning("n1", false, &Ok(Some("30s".into()))), None);
+    }
+}
