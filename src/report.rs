@@ -126,6 +126,31 @@ pub struct BlockedBudget {
     pub pods: Vec<String>,
 }
 
+/// A persistent volume of an evicted pod that was attached to the node when its pods were gone,
+/// and when it was detached (its VolumeAttachment gone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeReport {
+    /// The PersistentVolume.
+    pub volume: String,
+    /// `namespace/name` of the claim the evicted pod mounted it through.
+    pub claim: String,
+    /// The VolumeAttachment that was waited for.
+    pub attachment: String,
+    /// Milliseconds after the drain started at which the attachment was seen gone; `null`: still
+    /// attached at the deadline.
+    pub detached_ms: Option<u64>,
+}
+
+impl VolumeReport {
+    /// The text form of the detach time.
+    pub fn state(&self) -> String {
+        match self.detached_ms {
+            Some(ms) => format!("detached at {:.2} s", ms as f64 / 1000.0),
+            None => "still attached at the deadline".to_string(),
+        }
+    }
+}
+
 /// Counts for the finished event and the text summary.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
@@ -156,6 +181,9 @@ pub struct Report {
     pub pods: Vec<PodReport>,
     #[serde(default)]
     pub blocked_by: Vec<BlockedBudget>,
+    /// The evicted pods' volumes whose detach the drain waited for (`drain.wait_for_detach`).
+    #[serde(default)]
+    pub volumes: Vec<VolumeReport>,
     /// Errors that concern the run rather than one pod (e.g. the pod list failed).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -220,7 +248,9 @@ impl Report {
         }
         self.counts = c;
         self.blocked_by = budgets;
-        self.complete = self.errors.is_empty() && self.pods.iter().all(|p| p.outcome.is_done());
+        self.complete = self.errors.is_empty()
+            && self.pods.iter().all(|p| p.outcome.is_done())
+            && self.volumes.iter().all(|v| v.detached_ms.is_some());
     }
 
     /// The path of the last report in a state directory.
@@ -268,7 +298,14 @@ impl Report {
         }
         let c = &self.counts;
         let mut parts = vec![format!("{} evicted", c.evicted)];
+        let attached = self
+            .volumes
+            .iter()
+            .filter(|v| v.detached_ms.is_none())
+            .count();
         for (n, what) in [
+            (self.volumes.len() - attached, "volumes detached"),
+            (attached, "volumes still attached"),
             (c.deleted, "deleted"),
             (c.gone, "gone"),
             (c.completed, "completed"),
@@ -332,6 +369,16 @@ impl Report {
                 b.pods.join(", ")
             );
         }
+        for v in &self.volumes {
+            let _ = writeln!(
+                out,
+                "volume {} (claim {}, attachment {}): {}",
+                v.volume,
+                v.claim,
+                v.attachment,
+                v.state()
+            );
+        }
         for e in &self.errors {
             let _ = writeln!(out, "error: {e}");
         }
@@ -373,6 +420,7 @@ mod tests {
             counts: Counts::default(),
             pods,
             blocked_by: vec![],
+            volumes: vec![],
             errors: vec![],
         };
         r.finish();

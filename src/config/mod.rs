@@ -182,6 +182,9 @@ pub struct DrainSettings {
     pub retry_interval: Duration,
     pub timeout: Duration,
     pub on_deadline: OnDeadline,
+    /// After the evicted pods are gone, wait (until the deadline) for the VolumeAttachments of
+    /// their persistent volumes on this node to go.
+    pub wait_for_detach: bool,
 }
 
 /// The `[daemon]` table.

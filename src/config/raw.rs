@@ -134,7 +134,7 @@ impl<'de> Deserialize<'de> for RawRules {
 #[serde(
     deny_unknown_fields,
     expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline)"
+                 timeout, on_deadline, wait_for_detach)"
 )]
 pub struct RawDrain {
     /// Default: 10.
@@ -147,6 +147,8 @@ pub struct RawDrain {
     pub timeout: Option<Positive>,
     /// Default: report.
     pub on_deadline: Option<OnDeadline>,
+    /// Default: true.
+    pub wait_for_detach: Option<Flag>,
 }
 
 /// `[daemon]`.

@@ -72,6 +72,7 @@ pub fn settings(
             .timeout
             .map_or(Duration::from_secs(120), |DurationIn(d)| d),
         on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
+        wait_for_detach: flag(d.wait_for_detach, true),
     };
     let daemon = DaemonSettings {
         release_margin: raw

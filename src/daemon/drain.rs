@@ -15,6 +15,10 @@ use crate::filters::Action;
 use crate::report::Report;
 
 /// How a drain ended.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one value per shutdown, moved once; boxing the report buys nothing"
+)]
 pub(crate) enum DrainOutcome {
     /// The engine ran; the report says how far it got.
     Drained(Report),

@@ -175,6 +175,7 @@ mod tests {
             action: crate::policy::filters::Action::Evict,
             reason: crate::policy::filters::Reason::Priority,
             order: Some(0),
+            claims: Vec::new(),
         };
         let v = serde_json::to_value(eviction_body(&pod, Some(Duration::from_secs(7)))).unwrap();
         assert_eq!(

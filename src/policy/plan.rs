@@ -22,6 +22,10 @@ pub struct PlannedPod {
     pub reason: Reason,
     /// The order group of an evicted pod (lower first); `null` otherwise.
     pub order: Option<i32>,
+    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount; the drain waits
+    /// for their volumes to detach.
+    #[serde(skip)]
+    pub claims: Vec<String>,
 }
 
 impl PlannedPod {
@@ -35,6 +39,13 @@ impl PlannedPod {
             action: v.action,
             reason: v.reason,
             order: v.order,
+            claims: pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| c.claim_name.clone())
+                .collect(),
         }
     }
 
