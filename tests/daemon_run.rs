@@ -143,7 +143,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
     let mut world = world;
     for want in [
         "draining node demo-node-1 before the reboot (budget 15 s)",
-        "draining 3 pods from node demo-node-1",
+        "draining 4 pods from node demo-node-1",
         "node demo-node-1 drained for the reboot; inhibitor released",
     ] {
         if let Err(statuses) = world.notify.wait_status(want, Duration::from_secs(5)).await {
