@@ -91,6 +91,19 @@ pub struct PodReport {
     /// Milliseconds after the drain started at which the pod was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<u64>,
+    /// Set when the eviction's grace period was shortened to fit the deadline
+    /// (`drain.fit_grace_to_deadline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_fit: Option<GraceFit>,
+}
+
+/// A grace period shortened to the time left before the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraceFit {
+    /// The grace period the pod would have had (its own, or `drain.grace_period`).
+    pub from_seconds: i64,
+    /// The grace period the (last) eviction asked for.
+    pub to_seconds: i64,
 }
 
 impl PodReport {
@@ -108,6 +121,7 @@ impl PodReport {
             attempts: 0,
             started_ms: None,
             finished_ms: None,
+            grace_fit: None,
         }
     }
 
@@ -350,6 +364,13 @@ impl Report {
             if let Some(d) = &p.detail {
                 let _ = write!(why, ": {d}");
             }
+            if let Some(g) = &p.grace_fit {
+                let _ = write!(
+                    why,
+                    " (grace period cut from {} s to {} s to fit the deadline)",
+                    g.from_seconds, g.to_seconds
+                );
+            }
             let _ = writeln!(
                 out,
                 "{:<width$}  {:<6}  {:<9}  {:>9}  {}",
@@ -405,6 +426,7 @@ mod tests {
             attempts: 1,
             started_ms: Some(1),
             finished_ms: None,
+            grace_fit: None,
         }
     }
 

@@ -811,8 +811,14 @@ fn slow_cart_pod(seconds: u32) -> serde_json::Value {
 #[tokio::test]
 async fn the_bus_dies_during_the_drain_which_goes_on_and_after_the_reconnect_drains_again_without_a_lock()
  {
-    // A 12 s budget; logind allows 20 s.
-    let Some(mut world) = started(with_config("12s", "1s")).await else {
+    // A 12 s budget; logind allows 20 s. The late slow pod must outlast the budget, so its grace
+    // period is not cut to fit the deadline (the fake kubelet honours a shorter one).
+    let setup = Setup {
+        config: config("12s", "1s")
+            .replace("[drain]\n", "[drain]\nfit_grace_to_deadline = false\n"),
+        ..Setup::default()
+    };
+    let Some(mut world) = started(setup).await else {
         return;
     };
     let rebooted = Instant::now();

@@ -185,6 +185,8 @@ pub struct DrainSettings {
     /// After the evicted pods are gone, wait (until the deadline) for the VolumeAttachments of
     /// their persistent volumes on this node to go.
     pub wait_for_detach: bool,
+    /// Evict a pod whose grace period is longer than the time left with that time instead.
+    pub fit_grace_to_deadline: bool,
 }
 
 /// The `[daemon]` table.

@@ -134,7 +134,8 @@ impl<'de> Deserialize<'de> for RawRules {
 #[serde(
     deny_unknown_fields,
     expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline, wait_for_detach)"
+                 timeout, on_deadline, wait_for_detach, \
+                 fit_grace_to_deadline)"
 )]
 pub struct RawDrain {
     /// Default: 10.
@@ -149,6 +150,8 @@ pub struct RawDrain {
     pub on_deadline: Option<OnDeadline>,
     /// Default: true.
     pub wait_for_detach: Option<Flag>,
+    /// Default: true.
+    pub fit_grace_to_deadline: Option<Flag>,
 }
 
 /// `[daemon]`.
