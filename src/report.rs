@@ -91,6 +91,19 @@ pub struct PodReport {
     /// Milliseconds after the drain started at which the pod was done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<u64>,
+    /// Set when the eviction's grace period was shortened to fit the deadline
+    /// (`drain.fit_grace_to_deadline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_fit: Option<GraceFit>,
+}
+
+/// A grace period shortened to the time left before the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraceFit {
+    /// The grace period the pod would have had (its own, or `drain.grace_period`).
+    pub from_seconds: i64,
+    /// The grace period the (last) eviction asked for.
+    pub to_seconds: i64,
 }
 
 impl PodReport {
@@ -108,6 +121,7 @@ impl PodReport {
             attempts: 0,
             started_ms: None,
             finished_ms: None,
+            grace_fit: None,
         }
     }
 
@@ -124,6 +138,31 @@ pub struct BlockedBudget {
     /// The API server's message, e.g. "The disruption budget web needs 2 healthy pods and has 2 currently".
     pub message: String,
     pub pods: Vec<String>,
+}
+
+/// A persistent volume of an evicted pod that was attached to the node when its pods were gone,
+/// and when it was detached (its VolumeAttachment gone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeReport {
+    /// The PersistentVolume.
+    pub volume: String,
+    /// `namespace/name` of the claim the evicted pod mounted it through.
+    pub claim: String,
+    /// The VolumeAttachment that was waited for.
+    pub attachment: String,
+    /// Milliseconds after the drain started at which the attachment was seen gone; `null`: still
+    /// attached at the deadline.
+    pub detached_ms: Option<u64>,
+}
+
+impl VolumeReport {
+    /// The text form of the detach time.
+    pub fn state(&self) -> String {
+        match self.detached_ms {
+            Some(ms) => format!("detached at {:.2} s", ms as f64 / 1000.0),
+            None => "still attached at the deadline".to_string(),
+        }
+    }
 }
 
 /// Counts for the finished event and the text summary.
@@ -156,6 +195,9 @@ pub struct Report {
     pub pods: Vec<PodReport>,
     #[serde(default)]
     pub blocked_by: Vec<BlockedBudget>,
+    /// The evicted pods' volumes whose detach the drain waited for (`drain.wait_for_detach`).
+    #[serde(default)]
+    pub volumes: Vec<VolumeReport>,
     /// Errors that concern the run rather than one pod (e.g. the pod list failed).
     #[serde(default)]
     pub errors: Vec<String>,
@@ -224,7 +266,9 @@ impl Report {
         }
         self.counts = c;
         self.blocked_by = budgets;
-        self.complete = self.errors.is_empty() && self.pods.iter().all(|p| p.outcome.is_done());
+        self.complete = self.errors.is_empty()
+            && self.pods.iter().all(|p| p.outcome.is_done())
+            && self.volumes.iter().all(|v| v.detached_ms.is_some());
     }
 
     /// The path of the last report in a state directory.
@@ -272,7 +316,14 @@ impl Report {
         }
         let c = &self.counts;
         let mut parts = vec![format!("{} evicted", c.evicted)];
+        let attached = self
+            .volumes
+            .iter()
+            .filter(|v| v.detached_ms.is_none())
+            .count();
         for (n, what) in [
+            (self.volumes.len() - attached, "volumes detached"),
+            (attached, "volumes still attached"),
             (c.deleted, "deleted"),
             (c.gone, "gone"),
             (c.completed, "completed"),
@@ -317,6 +368,13 @@ impl Report {
             if let Some(d) = &p.detail {
                 let _ = write!(why, ": {d}");
             }
+            if let Some(g) = &p.grace_fit {
+                let _ = write!(
+                    why,
+                    " (grace period cut from {} s to {} s to fit the deadline)",
+                    g.from_seconds, g.to_seconds
+                );
+            }
             let _ = writeln!(
                 out,
                 "{:<width$}  {:<6}  {:<9}  {:>9}  {}",
@@ -334,6 +392,16 @@ impl Report {
                 b.budget,
                 b.message,
                 b.pods.join(", ")
+            );
+        }
+        for v in &self.volumes {
+            let _ = writeln!(
+                out,
+                "volume {} (claim {}, attachment {}): {}",
+                v.volume,
+                v.claim,
+                v.attachment,
+                v.state()
             );
         }
         for e in &self.errors {
@@ -362,6 +430,7 @@ mod tests {
             attempts: 1,
             started_ms: Some(1),
             finished_ms: None,
+            grace_fit: None,
         }
     }
 
@@ -377,6 +446,7 @@ mod tests {
             counts: Counts::default(),
             pods,
             blocked_by: vec![],
+            volumes: vec![],
             errors: vec![],
             kind: None,
         };

@@ -109,6 +109,26 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "retry a blocked eviction as soon as its budget opens",
         ),
     ];
+    if settings.drain.wait_for_detach {
+        p.push(perm(
+            "get",
+            "",
+            "persistentvolumeclaims",
+            "",
+            false,
+            false,
+            "find the volumes of evicted pods",
+        ));
+        p.push(perm(
+            "list",
+            "storage.k8s.io",
+            "volumeattachments",
+            "",
+            false,
+            false,
+            "wait for evicted pods' volumes to detach",
+        ));
+    }
     if settings.drain.on_deadline == OnDeadline::Delete {
         p.push(perm(
             "delete",

@@ -206,6 +206,11 @@ pub struct DrainSettings {
     /// Label the node `node.kubernetes.io/exclude-from-external-load-balancers=true` during
     /// the prepare (and remove it at restore while it is still ours).
     pub exclude_from_load_balancers: bool,
+    /// After the evicted pods are gone, wait (until the deadline) for the VolumeAttachments of
+    /// their persistent volumes on this node to go.
+    pub wait_for_detach: bool,
+    /// Evict a pod whose grace period is longer than the time left with that time instead.
+    pub fit_grace_to_deadline: bool,
 }
 
 /// The `[daemon]` table.

@@ -136,7 +136,8 @@ impl<'de> Deserialize<'de> for RawRules {
 #[serde(
     deny_unknown_fields,
     expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline, exclude_from_load_balancers)"
+                 timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
+                 fit_grace_to_deadline)"
 )]
 pub struct RawDrain {
     /// Default: 10.
@@ -151,6 +152,10 @@ pub struct RawDrain {
     pub on_deadline: Option<OnDeadline>,
     /// Default: true.
     pub exclude_from_load_balancers: Option<Flag>,
+    /// Default: true.
+    pub wait_for_detach: Option<Flag>,
+    /// Default: true.
+    pub fit_grace_to_deadline: Option<Flag>,
 }
 
 /// `[daemon]`.

@@ -73,6 +73,8 @@ pub fn settings(
             .map_or(Duration::from_secs(120), |DurationIn(d)| d),
         on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
         exclude_from_load_balancers: flag(d.exclude_from_load_balancers, true),
+        wait_for_detach: flag(d.wait_for_detach, true),
+        fit_grace_to_deadline: flag(d.fit_grace_to_deadline, true),
     };
     let daemon = DaemonSettings {
         release_margin: raw

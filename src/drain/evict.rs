@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::api::client::Kind;
 use crate::api::{ApiError, Clients};
 use crate::policy::plan::PlannedPod;
+use crate::report::GraceFit;
 
 /// The server's answer to an eviction.
 #[derive(Debug, PartialEq, Eq)]
@@ -60,6 +61,33 @@ pub fn eviction_body(pod: &PlannedPod, grace: Option<Duration>) -> Eviction {
             ..DeleteOptions::default()
         }),
     }
+}
+
+/// The grace period to send when `fit` (`drain.fit_grace_to_deadline`) is on and `left` is the
+/// time left to the work deadline: the configured one, else none (the pod's own `pod_seconds`);
+/// when that is longer than `left`, `left` in whole seconds (at least 1 s, since 0 would mean a
+/// force deletion) and the [`GraceFit`] to report. Pure.
+pub fn fitted_grace(
+    configured: Option<Duration>,
+    pod_seconds: i64,
+    left: Duration,
+    fit: bool,
+) -> (Option<Duration>, Option<GraceFit>) {
+    let wanted = configured.map_or(pod_seconds, |g| {
+        i64::try_from(g.as_secs()).unwrap_or(i64::MAX)
+    });
+    let room = i64::try_from(left.as_secs()).unwrap_or(i64::MAX).max(1);
+    if !fit || wanted <= room {
+        return (configured, None);
+    }
+    let to = u64::try_from(room).unwrap_or(1);
+    (
+        Some(Duration::from_secs(to)),
+        Some(GraceFit {
+            from_seconds: wanted,
+            to_seconds: room,
+        }),
+    )
 }
 
 /// What an eviction answer means, from its status code, its Retry-After header (seconds) and
@@ -167,6 +195,43 @@ mod tests {
     }
 
     #[test]
+    fn a_grace_period_longer_than_the_time_left_is_cut_to_it() {
+        let s = Duration::from_secs;
+        // The pod's own 300 s with 12.9 s left: 12 s (whole seconds, rounded down).
+        assert_eq!(
+            fitted_grace(None, 300, Duration::from_millis(12_900), true),
+            (
+                Some(s(12)),
+                Some(GraceFit {
+                    from_seconds: 300,
+                    to_seconds: 12
+                })
+            )
+        );
+        // Fits: the pod's own period stays (nothing sent), a configured one is sent as is.
+        assert_eq!(fitted_grace(None, 30, s(30), true), (None, None));
+        assert_eq!(
+            fitted_grace(Some(s(5)), 300, s(10), true),
+            (Some(s(5)), None)
+        );
+        // A configured period is what gets cut.
+        assert_eq!(
+            fitted_grace(Some(s(60)), 5, s(20), true).1,
+            Some(GraceFit {
+                from_seconds: 60,
+                to_seconds: 20
+            })
+        );
+        // Never below 1 s (0 would be a force deletion).
+        assert_eq!(
+            fitted_grace(None, 30, Duration::from_millis(200), true).0,
+            Some(s(1))
+        );
+        // Off: untouched.
+        assert_eq!(fitted_grace(None, 300, s(3), false), (None, None));
+    }
+
+    #[test]
     fn eviction_body_carries_delete_options_in_camel_case() {
         let pod = PlannedPod {
             namespace: "work".into(),
@@ -175,6 +240,8 @@ mod tests {
             action: crate::policy::filters::Action::Evict,
             reason: crate::policy::filters::Reason::Priority,
             order: Some(0),
+            claims: Vec::new(),
+            grace_seconds: 30,
         };
         let v = serde_json::to_value(eviction_body(&pod, Some(Duration::from_secs(7)))).unwrap();
         assert_eq!(

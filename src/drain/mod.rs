@@ -14,6 +14,8 @@
 //!   retried until the deadline and never past it: a control plane that restarts during the
 //!   node's shutdown delays the drain instead of cancelling it. When the API server still does
 //!   not answer at the deadline, the report says so and names the server and the node.
+//! - [`volumes`]: with `wait_for_detach`, once the evicted pods are gone the drain holds until
+//!   the VolumeAttachments of their volumes on the node are gone, or the deadline.
 //! - At the deadline every task stops; the remaining pods are reported with the budgets that
 //!   blocked them, and with `on_deadline = "delete"` deleted, ignoring their budgets (the report
 //!   keeps the budget). The final Node Events get at most [`FINAL_EVENTS_MAX`].
@@ -23,6 +25,7 @@ pub mod evict;
 pub mod health;
 pub mod run;
 pub mod tracker;
+pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -79,6 +82,7 @@ pub(crate) fn empty_report(
         counts: Counts::default(),
         pods: Vec::new(),
         blocked_by: Vec::new(),
+        volumes: Vec::new(),
         errors: Vec::new(),
         kind: None,
     }
@@ -250,6 +254,22 @@ pub async fn drain(
     }
     watch.abort_all();
 
+    let mut reached = reached;
+    if !reached && settings.drain.wait_for_detach {
+        let claims = volumes::claims_to_wait_for(&run.snapshot());
+        if !claims.is_empty() {
+            report.volumes = volumes::wait_for_detach(
+                clients,
+                &node,
+                &claims,
+                started,
+                work_deadline,
+                &mut report.errors,
+            )
+            .await;
+            reached = report.volumes.iter().any(|v| v.detached_ms.is_none());
+        }
+    }
     report.pods = run.take_reports();
     report.deadline_reached = reached;
     let report = finished(report, started);

@@ -193,7 +193,23 @@ impl Run {
                 let Ok(_permit) = self.requests.acquire().await else {
                     return;
                 };
-                let grace = self.settings.drain.grace_period;
+                let drain = &self.settings.drain;
+                let left = self.work_deadline.saturating_duration_since(Instant::now());
+                let (grace, fit) = evict::fitted_grace(
+                    drain.grace_period,
+                    pod.grace_seconds,
+                    left,
+                    drain.fit_grace_to_deadline,
+                );
+                if let Some(f) = fit {
+                    tracing::info!(
+                        "evicting pod {key} with a grace period of {} s instead of {} s: {} s left before the drain deadline",
+                        f.to_seconds,
+                        f.from_seconds,
+                        f.to_seconds
+                    );
+                }
+                self.update(id, |p| p.grace_fit = fit);
                 evict::post(&self.clients, &pod, grace, self.work_deadline).await
             };
             self.health.record(&answer);

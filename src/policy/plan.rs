@@ -10,6 +10,9 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::policy::filters::{Action, Reason, verdict};
 
+/// The API's default `terminationGracePeriodSeconds`.
+pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+
 /// One pod and what the drain does with it. The JSON shape is part of the CLI contract.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedPod {
@@ -22,6 +25,13 @@ pub struct PlannedPod {
     pub reason: Reason,
     /// The order group of an evicted pod (lower first); `null` otherwise.
     pub order: Option<i32>,
+    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount; the drain waits
+    /// for their volumes to detach.
+    #[serde(skip)]
+    pub claims: Vec<String>,
+    /// The pod's own grace period (`spec.terminationGracePeriodSeconds`, default 30).
+    #[serde(skip)]
+    pub grace_seconds: i64,
 }
 
 impl PlannedPod {
@@ -35,6 +45,18 @@ impl PlannedPod {
             action: v.action,
             reason: v.reason,
             order: v.order,
+            claims: pod
+                .spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .filter_map(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| c.claim_name.clone())
+                .collect(),
+            grace_seconds: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(DEFAULT_GRACE_SECONDS),
         }
     }
 

@@ -61,9 +61,10 @@ pub const STAYING: [&str; 5] = [
 ];
 
 /// Pods a drain of the demo node evicts once the `web` budget is open (sorted).
-pub const EVICTED: [&str; 3] = [
+pub const EVICTED: [&str; 4] = [
     "default/debug-shell",
     "shop/cart-7f9b8c6d5-x2k4f",
+    "shop/orders-db-0",
     "shop/web-6d4cf56db6-2xk9p",
 ];
 

@@ -1,0 +1,172 @@
+//! The engine against the fake API server's attach-detach controller: with `wait_for_detach`
+//! the drain returns only once the VolumeAttachments of the evicted pods' volumes on the node
+//! are gone (or at the deadline, reported as still attached); volumes of pods left on the node
+//! are not waited for; `wait_for_detach = false` does not look at attachments at all.
+
+mod engine_support;
+
+use std::time::Duration;
+
+use engine_support::*;
+use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::report::Outcome;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// A claim `claim` in `NS` bound to `pv`, the volume, and its attachment `va` on `NODE`.
+fn volume(claim: &str, pv: &str, va: &str) -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": NS}, "spec": {"volumeName": pv}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv}, "spec": {}}),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": va},
+            "spec": {"attacher": "csi.example.com", "nodeName": NODE,
+                     "source": {"persistentVolumeName": pv}}}),
+    ]
+}
+
+/// `pod` mounting `claim`.
+fn mounting(pod: Value, claim: &str) -> Value {
+    merged(
+        pod,
+        json!({"spec": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}),
+    )
+}
+
+/// A StatefulSet pod `db-0` with claim `data-db-0` (pv-db, va-db), and a storage DaemonSet pod
+/// `agent` on the node with claim `agent` (pv-agent, va-agent).
+async fn cluster(detach_after: Option<Duration>) -> Cluster {
+    let mut db = mounting(pod(NS, "db-0", NODE), "data-db-0");
+    db["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "name": "db", "uid": "db-uid", "controller": true}]);
+    let mut objects = vec![db, mounting(daemonset_pod(NS, "agent", NODE), "agent")];
+    objects.extend(volume("data-db-0", "pv-db", "va-db"));
+    objects.extend(volume("agent", "pv-agent", "va-agent"));
+    let c = Cluster::start(objects).await;
+    let mut t = c.server.controllers().timings();
+    t.detach_after = detach_after;
+    c.server.controllers().set_timings(t);
+    c
+}
+
+fn attached(c: &Cluster, va: &str) -> bool {
+    c.server.store().get("VolumeAttachment", None, va).is_some()
+}
+
+/// The drain does not return before the evicted pod's attachment is gone; the storage agent's
+/// attachment (its pod stays) is neither waited for nor reported.
+#[tokio::test]
+async fn the_drain_returns_only_after_the_evicted_pods_volume_detached() {
+    let c = cluster(Some(Duration::from_secs(2))).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("test").await.unwrap();
+    c.server.recorder().clear();
+    let report = engine.drain(Instant::now() + Duration::from_secs(30)).await;
+    // Read at once: the controller detaches 2 s after the pod went, so a drain that returned
+    // when the pod went would still find the attachment.
+    assert!(!attached(&c, "va-db"), "{}", report.to_text());
+    assert!(report.complete, "{}", report.to_text());
+    assert!(!report.deadline_reached);
+    assert!(
+        attached(&c, "va-agent"),
+        "the agent's volume stays attached"
+    );
+    let db = report.pods.iter().find(|p| p.name == "db-0").unwrap();
+    assert_eq!(db.outcome, Outcome::Evicted);
+    assert_eq!(report.volumes.len(), 1, "{:?}", report.volumes);
+    let v = &report.volumes[0];
+    assert_eq!(
+        (v.volume.as_str(), v.claim.as_str(), v.attachment.as_str()),
+        ("pv-db", "work/data-db-0", "va-db")
+    );
+    let detached = v.detached_ms.expect("a detach time");
+    assert!(detached >= db.finished_ms.unwrap(), "{detached} ms");
+    let text = report.to_text();
+    assert!(
+        text.contains("volume pv-db (claim work/data-db-0, attachment va-db): detached at"),
+        "{text}"
+    );
+    assert!(report.summary().contains("1 volumes detached"), "{text}");
+    // The attachments were listed after the claim was read, and the agent's claim was not read.
+    let requests = c.server.recorder().requests();
+    let claim = requests
+        .iter()
+        .position(|r| r.uri().contains("/persistentvolumeclaims/data-db-0"))
+        .expect("the claim was read");
+    let lists = requests
+        .iter()
+        .filter(|r| r.uri().contains("/volumeattachments"))
+        .count();
+    assert!(lists >= 2, "listed until it was gone: {lists}");
+    assert!(
+        requests[claim..]
+            .iter()
+            .any(|r| r.uri().contains("/volumeattachments"))
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.uri().contains("/persistentvolumeclaims/agent")),
+        "the kept pod's claim is not looked up"
+    );
+}
+
+/// A detach that never comes ends the drain at the deadline, incomplete, with the volume
+/// reported as still attached.
+#[tokio::test]
+async fn a_volume_that_never_detaches_ends_the_drain_at_the_deadline() {
+    let c = cluster(None).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("test").await.unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(6)).await;
+    let text = report.to_text();
+    assert_eq!(
+        report
+            .pods
+            .iter()
+            .find(|p| p.name == "db-0")
+            .unwrap()
+            .outcome,
+        Outcome::Evicted,
+        "{text}"
+    );
+    assert!(!report.complete, "{text}");
+    assert!(report.deadline_reached, "{text}");
+    assert_eq!(report.volumes.len(), 1, "{text}");
+    assert_eq!(report.volumes[0].detached_ms, None);
+    assert!(
+        text.contains(
+            "volume pv-db (claim work/data-db-0, attachment va-db): still attached at the deadline"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("not drained"), "{text}");
+    assert!(attached(&c, "va-db"));
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["volumes"][0]["detached_ms"], Value::Null);
+}
+
+/// `wait_for_detach = false`: no claim is read, no attachment listed, no volume reported.
+#[tokio::test]
+async fn wait_for_detach_false_does_not_wait() {
+    let c = cluster(None).await;
+    let engine = Engine::new(c.settings("[drain]\nwait_for_detach = false\n")).unwrap();
+    engine.prepare("test").await.unwrap();
+    c.server.recorder().clear();
+    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert!(report.volumes.is_empty());
+    assert!(
+        attached(&c, "va-db"),
+        "never detaches, and was not waited for"
+    );
+    let requests = c.server.recorder().requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.uri().contains("persistentvolumeclaims")
+                || r.uri().contains("volumeattachments")),
+        "no volume requests"
+    );
+}
