@@ -5,6 +5,12 @@
 //! (kubernetes#96129): worth one warning.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::daemon::drain;
+use crate::daemon::logind::Logind;
+use crate::events::Reason as EventReason;
 
 /// The `who` the kubelet's inhibitor carries (kubelet `nodeshutdown/systemd` `InhibitShutdown`).
 pub const KUBELET_WHO: &str = "kubelet";
@@ -53,6 +59,38 @@ pub fn warning(node: &str, holds: bool, grace: &Result<Option<String>, String>) 
          locally, ignoring disruption budgets, while we evict them; set shutdownGracePeriod: 0 \
          (README \"Living with the kubelet's Graceful Node Shutdown\")"
     ))
+}
+
+/// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
+/// inhibitor for shutdowns, with its grace period where its config file can be read.
+pub(crate) async fn check(settings: &Arc<Settings>, logind: &Logind) {
+    let node = &settings.node_name;
+    let holds = match logind.list_inhibitors().await {
+        Ok(list) => kubelet_holds_delay(&list),
+        Err(e) => {
+            tracing::warn!(
+                "{e}; cannot tell whether the kubelet on node {node} holds a shutdown \
+                 inhibitor"
+            );
+            return;
+        }
+    };
+    let grace = if holds {
+        grace_period(&settings.daemon.kubelet_config)
+    } else {
+        Ok(None)
+    };
+    if !holds {
+        tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns");
+    }
+    if let Some(warning) = warning(node, holds, &grace) {
+        tracing::warn!("{warning}");
+        tokio::spawn(drain::post_event(
+            settings.clone(),
+            EventReason::KubeletShutdown,
+            warning,
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -15,22 +15,22 @@ use tracing::Instrument;
 
 use crate::daemon::metrics::Metrics;
 
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use crate::daemon::signals::StopSignals;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::api::retry::Backoff;
 use crate::config::{Settings, ShutdownPolicy};
 use crate::daemon::budget::{self, Budget, seconds};
-use crate::daemon::drain::{self, DrainOutcome, drain_node};
+use crate::daemon::drain::{self, drain_node};
 use crate::daemon::kubelet;
 use crate::daemon::logind::{
     InhibitorLock, Logind, LogindError, ShutdownKind, ShutdownSignal, ShutdownSignals, UnderWay,
 };
+use crate::daemon::outcome;
 use crate::daemon::restore::{self, Trigger};
 use crate::daemon::shutdown_start;
 use crate::daemon::status::Status;
-use crate::events::Reason as EventReason;
 
 /// First wait before trying logind again after a failure that was not a lost connection
 /// (logind absent, lock refused); doubled up to [`RETRY_MAX`].
@@ -60,30 +60,6 @@ enum Origin {
     /// `OperationInProgress`: the budget counts from the recorded start of this boot's shutdown,
     /// else from now (and now is recorded).
     UnderWay,
-}
-
-/// SIGTERM or SIGINT: the service manager (or a terminal) wants the daemon gone.
-struct StopSignals {
-    term: Signal,
-    int: Signal,
-}
-
-impl StopSignals {
-    fn install() -> Result<StopSignals, DaemonError> {
-        let term =
-            signal(SignalKind::terminate()).map_err(|source| DaemonError::Signals { source })?;
-        let int =
-            signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signals { source })?;
-        Ok(StopSignals { term, int })
-    }
-
-    /// Resolves with the signal's name.
-    async fn recv(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "sigterm",
-            _ = self.int.recv() => "sigint",
-        }
-    }
 }
 
 /// The loop's state across bus connections.
@@ -241,7 +217,7 @@ impl Daemon {
         if !self.ready_sent {
             self.status.ready();
             self.ready_sent = true;
-            self.check_kubelet(logind).await;
+            kubelet::check(&self.settings, logind).await;
         }
         self.quiet.send_replace(under_way.is_none());
         if let Some(UnderWay { kind }) = under_way {
@@ -314,38 +290,6 @@ impl Daemon {
         Ok(budget)
     }
 
-    /// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
-    /// inhibitor for shutdowns, with its grace period where its config file can be read.
-    async fn check_kubelet(&self, logind: &Logind) {
-        let node = &self.settings.node_name;
-        let holds = match logind.list_inhibitors().await {
-            Ok(list) => kubelet::kubelet_holds_delay(&list),
-            Err(e) => {
-                tracing::warn!(
-                    "{e}; cannot tell whether the kubelet on node {node} holds a shutdown \
-                     inhibitor"
-                );
-                return;
-            }
-        };
-        let grace = if holds {
-            kubelet::grace_period(&self.settings.daemon.kubelet_config)
-        } else {
-            Ok(None)
-        };
-        if !holds {
-            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns");
-        }
-        if let Some(warning) = kubelet::warning(node, holds, &grace) {
-            tracing::warn!("{warning}");
-            tokio::spawn(drain::post_event(
-                self.settings.clone(),
-                EventReason::KubeletShutdown,
-                warning,
-            ));
-        }
-    }
-
     fn set_waiting(&self, budget: &Budget) {
         self.status.set(format!(
             "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
@@ -393,21 +337,7 @@ impl Daemon {
         // moment for a daemon that restarts before the shutdown ends. Under way at start: count
         // from the recorded moment.
         let started = Instant::now();
-        let counted_from = match origin {
-            Origin::Signal => {
-                shutdown_start::record_now(&self.settings);
-                None
-            }
-            Origin::UnderWay => {
-                let from = shutdown_start::recorded(&self.settings);
-                if from.is_none() {
-                    // Counted from now, and recorded so: a later restart counts from here, and
-                    // a cancel missed while away is seen as one (the node gets restored).
-                    shutdown_start::record_now(&self.settings);
-                }
-                from
-            }
-        };
+        let counted_from = self.counted_from(origin);
         let node = self.settings.node_name.clone();
         self.quiet.send_replace(false);
         self.abort_restore("a shutdown starts");
@@ -425,14 +355,7 @@ impl Daemon {
         let kind_name = drain::kind_name(kind.as_ref());
         let (key, policy) = drain::policy_for(&self.settings.shutdown, kind.as_ref());
         if policy == ShutdownPolicy::None {
-            let released = match self.lock.take() {
-                Some(lock) => {
-                    lock.release();
-                    "released the inhibitor at once"
-                }
-                None => "holding no inhibitor",
-            };
-            self.metrics.lock_held(false);
+            let released = self.release("released the inhibitor at once");
             tracing::info!(
                 node = %node,
                 shutdown_kind = %what,
@@ -450,14 +373,7 @@ impl Daemon {
         let held = self.lock.is_some();
         if left.is_zero() {
             // The budget ran out while the daemon was away: hold logind no longer.
-            let released = match self.lock.take() {
-                Some(lock) => {
-                    lock.release();
-                    "released the inhibitor"
-                }
-                None => "holding no inhibitor",
-            };
-            self.metrics.lock_held(false);
+            let released = self.release("released the inhibitor");
             tracing::warn!(
                 "the {} budget for the {what} is already spent; {released} for node {node} \
                  without draining (the node stays as the last drain left it)",
@@ -526,18 +442,56 @@ impl Daemon {
             }
         };
         // Release first: logind must not wait for our logging, report or events.
-        if let Some(lock) = self.lock.take() {
-            lock.release();
-        }
-        self.metrics.lock_held(false);
+        self.release("released the inhibitor");
         let took = started.elapsed();
-        self.finish_drain(&what, outcome, took, held);
+        outcome::log_outcome(
+            &self.settings,
+            &self.status,
+            &self.metrics,
+            &what,
+            outcome,
+            took,
+            held,
+        );
         if !bus_alive {
             return Err(LogindError::Disconnected {
                 address: logind.address().to_owned(),
             });
         }
         self.after_release(logind, signals, &what, &budget).await
+    }
+
+    /// Releases the inhibitor if one is held; returns `released`, or says none was held.
+    fn release(&mut self, released: &'static str) -> &'static str {
+        self.metrics.lock_held(false);
+        match self.lock.take() {
+            Some(lock) => {
+                lock.release();
+                released
+            }
+            None => "holding no inhibitor",
+        }
+    }
+
+    /// Where logind's one timer started: `None` for now (a signal: the moment is recorded for a
+    /// daemon that restarts before the shutdown ends), else the recorded moment of a shutdown
+    /// already under way at start.
+    fn counted_from(&self, origin: Origin) -> Option<Duration> {
+        match origin {
+            Origin::Signal => {
+                shutdown_start::record_now(&self.settings);
+                None
+            }
+            Origin::UnderWay => {
+                let from = shutdown_start::recorded(&self.settings);
+                if from.is_none() {
+                    // Counted from now, and recorded so: a later restart counts from here, and
+                    // a cancel missed while away is seen as one (the node gets restored).
+                    shutdown_start::record_now(&self.settings);
+                }
+                from
+            }
+        }
     }
 
     /// What is left of the drain budget: all of it, or, for a shutdown under way at start, the
@@ -651,81 +605,6 @@ impl Daemon {
                         "logind announced another shutdown; node {node} is already drained"
                     ),
                 },
-            }
-        }
-    }
-
-    /// Logs the report and updates the status line. Runs after the release. The engine has
-    /// already stored the report in the state directory and posted the Node Events. `held`: an
-    /// inhibitor was held during the drain (and is released now).
-    fn finish_drain(&self, what: &str, outcome: DrainOutcome, took: Duration, held: bool) {
-        let node = &self.settings.node_name;
-        let ms = took.as_millis();
-        let released = if held {
-            "inhibitor released"
-        } else {
-            "no inhibitor was held"
-        };
-        match outcome {
-            DrainOutcome::Drained(report) => {
-                self.metrics.drained(&report);
-                if report.complete {
-                    tracing::info!(
-                        node = %node,
-                        shutdown_kind = %what,
-                        outcome = "drained",
-                        "drained node {node} for the {what} in {ms} ms; {released}: {}",
-                        report.summary()
-                    );
-                } else {
-                    tracing::error!(
-                        node = %node,
-                        shutdown_kind = %what,
-                        outcome = "incomplete",
-                        "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
-                         {released}: {}",
-                        report.summary()
-                    );
-                }
-                for error in &report.errors {
-                    tracing::error!("drain of node {node}: {error}");
-                }
-                // The one thing an admin must act on after an incomplete drain: which budget
-                // kept which pods (the whole table is in the report file).
-                for b in &report.blocked_by {
-                    tracing::warn!(
-                        budget = %b.budget,
-                        "drain of node {node}: blocked by budget {}: {} ({})",
-                        b.budget,
-                        b.pods.join(", "),
-                        b.message
-                    );
-                }
-                self.status.set(format!(
-                    "node {node} drained for the {what}; {released}: {}",
-                    report.summary()
-                ));
-            }
-            DrainOutcome::Cordoned => {
-                tracing::info!(
-                    node = %node,
-                    shutdown_kind = %what,
-                    outcome = "cordoned",
-                    "tainted and cordoned node {node} for the {what} in {ms} ms, evicting no pods \
-                     ([shutdown] policy \"cordon\"); {released}"
-                );
-                self.status.set(format!(
-                    "node {node} cordoned for the {what} without a drain; {released}"
-                ));
-            }
-            DrainOutcome::Failed(why) => {
-                tracing::error!(
-                    "the drain of node {node} for the {what} failed after {ms} ms; {released}: \
-                     {why}"
-                );
-                self.status.set(format!(
-                    "the drain of node {node} failed; {released}: {why}"
-                ));
             }
         }
     }
