@@ -1188,7 +1188,7 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
         .await;
     world
         .expect_until(
-            Duration::from_secs(5),
+            Duration::from_secs(20),
             |_| {
                 sample(
                     &prom,

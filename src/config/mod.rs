@@ -444,4 +444,6 @@ impl Settings {
 }
 
 #[cfg(test)]
+mod test_cases;
+#[cfg(test)]
 mod tests;

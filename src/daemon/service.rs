@@ -355,34 +355,13 @@ impl Daemon {
         let kind_name = drain::kind_name(kind.as_ref());
         let (key, policy) = drain::policy_for(&self.settings.shutdown, kind.as_ref());
         if policy == ShutdownPolicy::None {
-            let released = self.release("released the inhibitor at once");
-            tracing::info!(
-                node = %node,
-                shutdown_kind = %what,
-                "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as \
-                 it is; {released}"
-            );
-            self.status.set(format!(
-                "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
-                 {released}"
-            ));
-            tokio::spawn(drain::post_skipped(self.settings.clone(), kind_name, key));
+            self.leave_as_is(&what, key, kind_name);
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let left = self.budget_left(counted_from, &budget, &what);
         let held = self.lock.is_some();
         if left.is_zero() {
-            // The budget ran out while the daemon was away: hold logind no longer.
-            let released = self.release("released the inhibitor");
-            tracing::warn!(
-                "the {} budget for the {what} is already spent; {released} for node {node} \
-                 without draining (the node stays as the last drain left it)",
-                seconds(budget.drain)
-            );
-            self.status.set(format!(
-                "budget for the {what} already spent when the daemon started; {released} without \
-                 draining node {node}"
-            ));
+            self.budget_spent(&what, &budget);
             return self.after_release(logind, signals, &what, &budget).await;
         }
         let deadline = started + left;
@@ -459,6 +438,38 @@ impl Daemon {
             });
         }
         self.after_release(logind, signals, &what, &budget).await
+    }
+
+    /// `[shutdown] KIND = "none"`: the inhibitor goes at once, the node is left as it is.
+    fn leave_as_is(&mut self, what: &str, key: &'static str, kind_name: String) {
+        let node = self.settings.node_name.clone();
+        let released = self.release("released the inhibitor at once");
+        tracing::info!(
+            node = %node,
+            shutdown_kind = %what,
+            "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as \
+             it is; {released}"
+        );
+        self.status.set(format!(
+            "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
+             {released}"
+        ));
+        tokio::spawn(drain::post_skipped(self.settings.clone(), kind_name, key));
+    }
+
+    /// The budget ran out while the daemon was away: hold logind no longer.
+    fn budget_spent(&mut self, what: &str, budget: &Budget) {
+        let node = self.settings.node_name.clone();
+        let released = self.release("released the inhibitor");
+        tracing::warn!(
+            "the {} budget for the {what} is already spent; {released} for node {node} \
+             without draining (the node stays as the last drain left it)",
+            seconds(budget.drain)
+        );
+        self.status.set(format!(
+            "budget for the {what} already spent when the daemon started; {released} without \
+             draining node {node}"
+        ));
     }
 
     /// Releases the inhibitor if one is held; returns `released`, or says none was held.

@@ -205,17 +205,7 @@ pub async fn drain(
     // The plan holds what the drain needs; the pods themselves need not stay in memory.
     drop(pods);
     if options.dry_run {
-        report.pods = plan
-            .pods
-            .iter()
-            .map(|p| {
-                let outcome = match p.action {
-                    Action::Skip => Outcome::Skipped,
-                    _ => Outcome::DryRun,
-                };
-                PodReport::from_plan(p, outcome)
-            })
-            .collect();
+        report.pods = dry_run_rows(&plan);
         return finished(report, started);
     }
     let run = Arc::new(Run::new(
@@ -256,25 +246,59 @@ pub async fn drain(
 
     let mut reached = reached;
     if !reached && settings.drain.wait_for_detach {
-        let claims = volumes::claims_to_wait_for(&run.snapshot());
-        if !claims.is_empty() {
-            report.volumes = volumes::wait_for_detach(
-                clients,
-                &node,
-                &claims,
-                started,
-                work_deadline,
-                &mut report.errors,
-            )
-            .await;
-            reached = report.volumes.iter().any(|v| v.detached_ms.is_none());
-        }
+        reached = wait_for_volumes(clients, &run, &mut report, started, work_deadline).await;
     }
     report.pods = run.take_reports();
     report.deadline_reached = reached;
     let report = finished(report, started);
     tracing::info!("{}", report.summary());
     run.post_event(EventReason::DrainFinished, report.summary());
+    post_final_events(&run, clients, &node, deadline).await;
+    report
+}
+
+/// The rows of a dry run: what each planned pod would get, nothing sent.
+fn dry_run_rows(plan: &Plan) -> Vec<PodReport> {
+    plan.pods
+        .iter()
+        .map(|p| {
+            let outcome = match p.action {
+                Action::Skip => Outcome::Skipped,
+                _ => Outcome::DryRun,
+            };
+            PodReport::from_plan(p, outcome)
+        })
+        .collect()
+}
+
+/// Waits (until `work_deadline`) for the VolumeAttachments of the evicted pods' volumes on the
+/// node to go, into `report.volumes`; returns whether one was still attached at the deadline.
+async fn wait_for_volumes(
+    clients: &Clients,
+    run: &Run,
+    report: &mut Report,
+    started: Instant,
+    work_deadline: Instant,
+) -> bool {
+    let claims = volumes::claims_to_wait_for(&run.snapshot());
+    if claims.is_empty() {
+        return false;
+    }
+    report.volumes = volumes::wait_for_detach(
+        clients,
+        &run.settings.node_name,
+        &claims,
+        started,
+        work_deadline,
+        &mut report.errors,
+    )
+    .await;
+    report.volumes.iter().any(|v| v.detached_ms.is_none())
+}
+
+/// Waits for the Node Events still being posted, at most [`FINAL_EVENTS_MAX`] and never past
+/// `deadline`; dropping the set then aborts the posts still waiting.
+async fn post_final_events(run: &Run, clients: &Clients, node: &str, deadline: Instant) {
     let mut posts = run.take_event_posts();
     let until = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
     let posted =
@@ -286,8 +310,6 @@ pub async fn drain(
             clients.server
         );
     }
-    // Dropping the set aborts the posts still waiting.
-    report
 }
 
 /// The evictions waiting for their order group, the group under way, and the `wait` pods.

@@ -1,6 +1,7 @@
 //! Tests of the marker and the patch builders (`marker.rs`): each built patch applied to a node.
 
 use super::*;
+use crate::api::guarded::FIELD_MANAGER;
 
 const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
 const T0: &str = "2026-11-30T07:00:00Z";

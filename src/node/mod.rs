@@ -14,6 +14,7 @@
 
 pub mod marker;
 pub mod ops;
+pub mod ownership;
 
 use std::path::Path;
 use std::time::Duration;
