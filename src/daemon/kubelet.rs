@@ -30,16 +30,21 @@ pub fn kubelet_holds_delay(inhibitors: &[(String, String, String, String, u32, u
 pub fn grace_period(path: &Path) -> Result<Option<String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the kubelet config {}: {e}", path.display()))?;
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text)
-        .map_err(|e| format!("the kubelet config {} is not YAML: {e}", path.display()))?;
-    match doc.get("shutdownGracePeriod") {
-        None | Some(serde_yaml::Value::Null) => Ok(None),
-        Some(serde_yaml::Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(format!(
-            "the kubelet config {}: shutdownGracePeriod is {other:?}, not a duration string",
+    // serde-saphyr, the pure-Rust YAML parser kube already uses: no libyaml in the binary.
+    let doc: KubeletConfig = serde_saphyr::from_str(&text).map_err(|_| {
+        format!(
+            "the kubelet config {} is not a YAML map with a string shutdownGracePeriod",
             path.display()
-        )),
-    }
+        )
+    })?;
+    Ok(doc.shutdown_grace_period)
+}
+
+/// The one key of the kubelet's config file we read; every other key is ignored.
+#[derive(serde::Deserialize)]
+struct KubeletConfig {
+    #[serde(rename = "shutdownGracePeriod", default)]
+    shutdown_grace_period: Option<String>,
 }
 
 /// The warning for a kubelet delay inhibitor on `node`, naming the grace period where it was
