@@ -142,7 +142,11 @@ async fn daemon_prepare() -> String {
         }
     });
     let (_, report) = engine
-        .prepare_and_drain("reboot of the host", started + Duration::from_secs(10))
+        .prepare_and_drain(
+            "reboot of the host",
+            started + Duration::from_secs(10),
+            |_| {},
+        )
         .await;
     let took = started.elapsed();
     let cordoned_at = tokio::time::timeout(Duration::from_millis(10), cordoned)

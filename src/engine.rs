@@ -128,18 +128,30 @@ impl Engine {
 
     /// [`Engine::prepare`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn prepare_by(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
-        let boot_id = self.boot_id()?;
-        let out = self.ops().await?.prepare(why, &boot_id, deadline).await?;
-        if let Some(reason) = &out.replaced_foreign {
-            let msg = format!(
-                "node {}: replaced a marker annotation we did not write ({reason}); tainted and cordoned as for no marker",
-                self.settings.node_name
-            );
-            NodeEvents::new(self.clients().await?.clone(), &self.settings.node_name)
-                .emit(EventReason::ForeignMarker, &msg)
-                .await;
-        }
+        let out = self.prepare_write(why, deadline).await?;
+        self.say_foreign_replaced(&out, deadline).await;
         Ok(out)
+    }
+
+    /// The prepare's one guarded write (marker, taint, cordon), without the Events about it.
+    async fn prepare_write(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
+        let boot_id = self.boot_id()?;
+        Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
+    }
+
+    /// The `ForeignMarker` Event when the prepare replaced a marker we did not write; by
+    /// `deadline`.
+    async fn say_foreign_replaced(&self, out: &PrepareOutcome, deadline: Instant) {
+        let (Some(reason), Ok(clients)) = (&out.replaced_foreign, self.clients().await) else {
+            return;
+        };
+        let msg = format!(
+            "node {}: replaced a marker annotation we did not write ({reason}); tainted and cordoned as for no marker",
+            self.settings.node_name
+        );
+        NodeEvents::new(clients.clone(), &self.settings.node_name)
+            .emit_by(EventReason::ForeignMarker, &msg, deadline)
+            .await;
     }
 
     /// What a drain would do now. Changes nothing.
@@ -165,7 +177,7 @@ impl Engine {
 
     /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report).
     pub async fn drain_with(&self, deadline: Instant, options: DrainOptions) -> Report {
-        self.drain_after(deadline, options, std::future::ready(()))
+        self.drain_after(deadline, options, std::future::ready(()), |_| {})
             .await
     }
 
@@ -173,24 +185,36 @@ impl Engine {
     /// the prepare writes the marker, the taint and the cordon, and starts evicting once the
     /// prepare is over (done or failed: a shutdown drains anyway). Under a slow API server this
     /// saves the list's round trip from the budget.
+    /// `on_plan` sees the drain's plan as soon as its one list is in (the daemon's `STATUS=`
+    /// line), so nobody lists the pods a second time for it.
     pub async fn prepare_and_drain(
         &self,
         why: &str,
         deadline: Instant,
+        on_plan: impl FnOnce(&Plan),
     ) -> (Result<PrepareOutcome, Error>, Report) {
         let (done, prepared) = tokio::sync::oneshot::channel::<()>();
         let prepare = async {
-            let outcome = self.prepare_by(why, deadline).await;
+            let outcome = self.prepare_write(why, deadline).await;
+            // The evictions start now; an Event about a replaced marker must not hold them.
             let _ = done.send(());
+            if let Ok(out) = &outcome {
+                self.say_foreign_replaced(out, deadline).await;
+            }
             outcome
         };
         let options = DrainOptions {
             why: why.to_string(),
             dry_run: false,
         };
-        let drain = self.drain_after(deadline, options, async {
-            let _ = prepared.await;
-        });
+        let drain = self.drain_after(
+            deadline,
+            options,
+            async {
+                let _ = prepared.await;
+            },
+            on_plan,
+        );
         tokio::join!(prepare, drain)
     }
 
@@ -200,6 +224,7 @@ impl Engine {
         deadline: Instant,
         options: DrainOptions,
         ready: impl std::future::Future<Output = ()>,
+        on_plan: impl FnOnce(&Plan),
     ) -> Report {
         let clients = match tokio::time::timeout_at(deadline, self.clients()).await {
             Ok(Ok(c)) => c,
@@ -208,7 +233,8 @@ impl Engine {
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
         let settings = self.settings.clone();
-        let mut report = drain::drain(clients, settings, events, options, deadline, ready).await;
+        let mut report =
+            drain::drain(clients, settings, events, options, deadline, ready, on_plan).await;
         report.kind = self.kind.clone();
         if !report.dry_run {
             match report.write_to(&self.settings.state_dir) {
@@ -244,34 +270,38 @@ impl Engine {
         let out = self.ops().await?.restore(deadline).await?;
         let node = &self.settings.node_name;
         let events = NodeEvents::new(clients.clone(), node);
-        if let Some(reason) = &out.foreign_marker {
-            let msg = format!(
-                "node {node}: cleared a marker annotation we did not write ({reason}); undid nothing"
-            );
-            events.emit(EventReason::ForeignMarker, &msg).await;
-        }
-        if let Some(reason) = &out.cordon_kept {
-            let msg = format!("node {node} left cordoned: {reason}");
-            events.emit(EventReason::CordonKept, &msg).await;
-        }
-        if let Some(reason) = &out.lb_label_kept {
-            let msg = format!("node {node} left excluded from external load balancers: {reason}");
-            events.emit(EventReason::LabelKept, &msg).await;
-        }
-        if let Some(m) = &out.marker {
-            let msg = format!(
-                "node {node} restored after {}: {}",
-                m.why,
-                restore_text(&out)
-            );
-            // An Event is for people: at most 500 ms past the restore's deadline.
-            events
-                .emit_by(
-                    EventReason::Restored,
-                    &msg,
-                    deadline + Duration::from_millis(500),
+        let said = [
+            out.foreign_marker.as_ref().map(|reason| {
+                (
+                    EventReason::ForeignMarker,
+                    format!(
+                        "node {node}: cleared a marker annotation we did not write ({reason}); undid nothing"
+                    ),
                 )
-                .await;
+            }),
+            out.cordon_kept.as_ref().map(|reason| {
+                (
+                    EventReason::CordonKept,
+                    format!("node {node} left cordoned: {reason}"),
+                )
+            }),
+            out.lb_label_kept.as_ref().map(|reason| {
+                (
+                    EventReason::LabelKept,
+                    format!("node {node} left excluded from external load balancers: {reason}"),
+                )
+            }),
+            out.marker.as_ref().map(|m| {
+                (
+                    EventReason::Restored,
+                    format!("node {node} restored after {}: {}", m.why, restore_text(&out)),
+                )
+            }),
+        ];
+        // Events are for people: all of them at most 500 ms past the restore's deadline.
+        let until = deadline + Duration::from_millis(500);
+        for (reason, msg) in said.into_iter().flatten() {
+            events.emit_by(reason, &msg, until).await;
         }
         Ok(out)
     }

@@ -206,14 +206,6 @@ impl ApiError {
         }
     }
 
-    /// The server's message, when it answered.
-    pub fn message(&self) -> Option<&str> {
-        match &self.0.kind {
-            Kind::Status { message, .. } => Some(message),
-            _ => None,
-        }
-    }
-
     /// The server asked us to wait this long (429, 503).
     pub fn retry_after(&self) -> Option<Duration> {
         match self.0.kind {

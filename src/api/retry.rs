@@ -83,14 +83,6 @@ impl Backoff {
     }
 }
 
-impl Iterator for Backoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.next_pause())
-    }
-}
-
 /// How long a watch must go without a pause before its backoff starts again from [`FIRST`].
 const WATCH_RESET: Duration = Duration::from_secs(10);
 

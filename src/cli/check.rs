@@ -154,7 +154,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     );
     let engine = Engine::new(settings.clone())?;
     outln!("kubeconfig {}: readable", settings.kubeconfig.display());
-    engine.node().await?;
+    let node_object = engine.node().await?;
     outln!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
     let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
@@ -206,7 +206,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     }
     if settings.taint.enabled {
         let taint = format!("{}:{}", settings.taint.key, settings.taint.effect.as_str());
-        match taint_dry_run(clients, &settings, &engine.node().await?).await {
+        match taint_dry_run(clients, &settings, &node_object).await {
             Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
             Err(e) if e.is_forbidden() => outln!(
                 "taint {taint}: denied (optional): {}; the drain cordons without it",
@@ -343,15 +343,9 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
 /// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
 /// kubelet kills first.
 async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
-    use crate::daemon::kubelet;
-    match logind.list_inhibitors().await {
+    match crate::daemon::kubelet::inspect(settings, logind).await {
         Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
-        Ok(list) if kubelet::kubelet_holds_delay(&list) => {
-            let grace = kubelet::grace_period(&settings.daemon.kubelet_config);
-            if let Some(w) = kubelet::warning(&settings.node_name, true, &grace) {
-                outln!("{indent}kubelet: WARNING {w}");
-            }
-        }
-        Ok(_) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
+        Ok(Some(w)) => outln!("{indent}kubelet: WARNING {w}"),
+        Ok(None) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
     }
 }

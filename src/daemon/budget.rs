@@ -101,6 +101,29 @@ pub fn seconds(d: Duration) -> String {
     }
 }
 
+/// What is left of the drain budget: all of it, or, for a shutdown under way at start, the
+/// rest counted from the recorded moment logind's timer started.
+pub fn left(node: &str, counted_from: Option<Duration>, budget: &Budget, what: &str) -> Duration {
+    match counted_from.map(|from| (from, crate::daemon::shutdown_start::boottime_now())) {
+        None => budget.drain,
+        Some((from, Ok(now))) => {
+            let left = remaining(from, now, budget.drain);
+            tracing::info!(
+                "logind's timer for the {what} started {} ago; {} of the {} budget is left \
+                 for node {node}",
+                seconds(now.saturating_sub(from)),
+                seconds(left),
+                seconds(budget.drain)
+            );
+            left
+        }
+        Some((_, Err(e))) => {
+            tracing::warn!("{e}; counting the drain budget from now for node {node}");
+            budget.drain
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

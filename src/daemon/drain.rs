@@ -14,6 +14,7 @@ use crate::engine::{Engine, Error as EngineError};
 use crate::events::Reason as EventReason;
 use crate::filters::Action;
 use crate::node::PrepareOutcome;
+use crate::plan::Plan;
 use crate::report::Report;
 
 /// How a drain ended.
@@ -68,17 +69,15 @@ pub(crate) async fn drain_node(
         Ok(engine) => engine.for_shutdown_kind(&kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    // The plan for the status line and the Event are sent beside the prepare and the drain's own
-    // list: they cost the drain no time.
-    let plan = async {
-        if let Ok(Ok(plan)) = tokio::time::timeout_at(deadline, engine.plan()).await {
-            status.set(format!(
-                "draining {} pods from node {node} (waiting for {} more, {} left alone)",
-                plan.count(Action::Evict),
-                plan.count(Action::Wait),
-                plan.count(Action::Skip)
-            ));
-        }
+    // The status line comes from the drain's own plan (no second list of the pods); the Event is
+    // sent beside the prepare: neither costs the drain time.
+    let on_plan = |plan: &Plan| {
+        status.set(format!(
+            "draining {} pods from node {node} (waiting for {} more, {} left alone)",
+            plan.count(Action::Evict),
+            plan.count(Action::Wait),
+            plan.count(Action::Skip)
+        ));
     };
     let event = async {
         if let Some(message) = &unguarded {
@@ -90,7 +89,7 @@ pub(crate) async fn drain_node(
     // Prepare and drain at once: the drain lists while the prepare cordons, and evicts after.
     // `Engine::prepare_and_drain` returns by its deadline; this guard makes that a property of
     // the daemon too, so a fault in the engine cannot hold the lock past the budget.
-    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline), plan, event).0 };
+    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline, on_plan), event).0 };
     match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, work).await {
         Ok((prepared, report)) => {
             if let Err(e) = log_prepared(&node, &prepared) {

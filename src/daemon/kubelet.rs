@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::daemon::drain;
-use crate::daemon::logind::Logind;
+use crate::daemon::logind::{Logind, LogindError};
 use crate::events::Reason as EventReason;
 
 /// The `who` the kubelet's inhibitor carries (kubelet `nodeshutdown/systemd` `InhibitShutdown`).
@@ -28,8 +28,9 @@ pub fn kubelet_holds_delay(inhibitors: &[(String, String, String, String, u32, u
 /// it (the kubelet's default, 0: Graceful Node Shutdown off), `Err` naming the file when it
 /// cannot be read or is not a YAML map.
 pub fn grace_period(path: &Path) -> Result<Option<String>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the kubelet config {}: {e}", path.display()))?;
+    // The same limits as our own config: a regular file of at most 1 MiB.
+    let text =
+        crate::config::file::read_text(path, "the kubelet config").map_err(|e| e.to_string())?;
     // serde-saphyr, the pure-Rust YAML parser kube already uses: no libyaml in the binary.
     let doc: KubeletConfig = serde_saphyr::from_str(&text).map_err(|_| {
         format!(
@@ -66,35 +67,39 @@ pub fn warning(node: &str, holds: bool, grace: &Result<Option<String>, String>) 
     ))
 }
 
+/// The warning about the kubelet's own delay inhibitor for shutdowns, with its grace period
+/// where its config file can be read; `None` when the kubelet holds none. What `check`, `status`
+/// and the daemon say.
+pub(crate) async fn inspect(
+    settings: &Settings,
+    logind: &Logind,
+) -> Result<Option<String>, LogindError> {
+    if !kubelet_holds_delay(&logind.list_inhibitors().await?) {
+        return Ok(None);
+    }
+    let grace = grace_period(&settings.daemon.kubelet_config);
+    Ok(warning(&settings.node_name, true, &grace))
+}
+
 /// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
-/// inhibitor for shutdowns, with its grace period where its config file can be read.
+/// inhibitor for shutdowns.
 pub(crate) async fn check(settings: &Arc<Settings>, logind: &Logind) {
     let node = &settings.node_name;
-    let holds = match logind.list_inhibitors().await {
-        Ok(list) => kubelet_holds_delay(&list),
-        Err(e) => {
-            tracing::warn!(
-                "{e}; cannot tell whether the kubelet on node {node} holds a shutdown \
-                 inhibitor"
-            );
-            return;
+    match inspect(settings, logind).await {
+        Err(e) => tracing::warn!(
+            "{e}; cannot tell whether the kubelet on node {node} holds a shutdown inhibitor"
+        ),
+        Ok(None) => {
+            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns")
         }
-    };
-    let grace = if holds {
-        grace_period(&settings.daemon.kubelet_config)
-    } else {
-        Ok(None)
-    };
-    if !holds {
-        tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns");
-    }
-    if let Some(warning) = warning(node, holds, &grace) {
-        tracing::warn!("{warning}");
-        tokio::spawn(drain::post_event(
-            settings.clone(),
-            EventReason::KubeletShutdown,
-            warning,
-        ));
+        Ok(Some(warning)) => {
+            tracing::warn!("{warning}");
+            tokio::spawn(drain::post_event(
+                settings.clone(),
+                EventReason::KubeletShutdown,
+                warning,
+            ));
+        }
     }
 }
 

@@ -337,7 +337,7 @@ impl Daemon {
         // moment for a daemon that restarts before the shutdown ends. Under way at start: count
         // from the recorded moment.
         let started = Instant::now();
-        let counted_from = self.counted_from(origin);
+        let counted_from = shutdown_start::counted_from(&self.settings, origin == Origin::Signal);
         let node = self.settings.node_name.clone();
         self.quiet.send_replace(false);
         self.abort_restore("a shutdown starts");
@@ -358,7 +358,7 @@ impl Daemon {
             self.leave_as_is(&what, key, kind_name);
             return self.after_release(logind, signals, &what, &budget).await;
         }
-        let left = self.budget_left(counted_from, &budget, &what);
+        let left = budget::left(&node, counted_from, &budget, &what);
         let held = self.lock.is_some();
         if left.is_zero() {
             self.budget_spent(&what, &budget);
@@ -481,51 +481,6 @@ impl Daemon {
                 released
             }
             None => "holding no inhibitor",
-        }
-    }
-
-    /// Where logind's one timer started: `None` for now (a signal: the moment is recorded for a
-    /// daemon that restarts before the shutdown ends), else the recorded moment of a shutdown
-    /// already under way at start.
-    fn counted_from(&self, origin: Origin) -> Option<Duration> {
-        match origin {
-            Origin::Signal => {
-                shutdown_start::record_now(&self.settings);
-                None
-            }
-            Origin::UnderWay => {
-                let from = shutdown_start::recorded(&self.settings);
-                if from.is_none() {
-                    // Counted from now, and recorded so: a later restart counts from here, and
-                    // a cancel missed while away is seen as one (the node gets restored).
-                    shutdown_start::record_now(&self.settings);
-                }
-                from
-            }
-        }
-    }
-
-    /// What is left of the drain budget: all of it, or, for a shutdown under way at start, the
-    /// rest counted from the recorded moment logind's timer started.
-    fn budget_left(&self, counted_from: Option<Duration>, budget: &Budget, what: &str) -> Duration {
-        let node = &self.settings.node_name;
-        match counted_from.map(|from| (from, shutdown_start::boottime_now())) {
-            None => budget.drain,
-            Some((from, Ok(now))) => {
-                let left = budget::remaining(from, now, budget.drain);
-                tracing::info!(
-                    "logind's timer for the {what} started {} ago; {} of the {} budget is left \
-                     for node {node}",
-                    seconds(now.saturating_sub(from)),
-                    seconds(left),
-                    seconds(budget.drain)
-                );
-                left
-            }
-            Some((_, Err(e))) => {
-                tracing::warn!("{e}; counting the drain budget from now for node {node}");
-                budget.drain
-            }
         }
     }
 

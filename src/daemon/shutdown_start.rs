@@ -203,6 +203,23 @@ pub fn clear_logged(settings: &Settings, why: &str) {
     }
 }
 
+/// Where logind's one timer started: `None` for now (`announced_now`: the signal just came; the
+/// moment is recorded for a daemon that restarts before the shutdown ends), else the recorded
+/// moment of a shutdown already under way at start (recorded now if there is none).
+pub fn counted_from(settings: &Settings, announced_now: bool) -> Option<Duration> {
+    let from = if announced_now {
+        None
+    } else {
+        recorded(settings)
+    };
+    if from.is_none() {
+        // Counted from now, and recorded so: a later restart counts from here, and a cancel
+        // missed while away is seen as one (the node gets restored).
+        record_now(settings);
+    }
+    from
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,6 +161,7 @@ pub async fn drain(
     options: DrainOptions,
     deadline: Instant,
     ready: impl std::future::Future<Output = ()>,
+    on_plan: impl FnOnce(&Plan),
 ) -> Report {
     let started = Instant::now();
     let node = settings.node_name.clone();
@@ -204,6 +205,7 @@ pub async fn drain(
     let plan = Plan::build(&settings, &pods);
     // The plan holds what the drain needs; the pods themselves need not stay in memory.
     drop(pods);
+    on_plan(&plan);
     if options.dry_run {
         report.pods = dry_run_rows(&plan);
         return finished(report, started);

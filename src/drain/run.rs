@@ -189,6 +189,11 @@ impl Run {
                 tracing::info!(outcome = "gone", "pod {key} left before we evicted it");
                 return self.finish(id, Outcome::Gone);
             }
+            if Instant::now() >= self.work_deadline {
+                // No time left for an attempt: one sent now would time out at once and read as
+                // a server outage. The row keeps what the last answer said (e.g. its budget).
+                return;
+            }
             let answer = {
                 let Ok(_permit) = self.requests.acquire().await else {
                     return;

@@ -19,6 +19,7 @@ use super::health::ServerHealth;
 use crate::api::client::{Kind, WATCH_SECONDS};
 use crate::api::retry;
 use crate::api::{ApiError, Clients};
+use crate::policy::filters::is_completed;
 
 pub fn field_selector(node: &str) -> String {
     format!("spec.nodeName={node}")
@@ -59,13 +60,6 @@ fn key_of(pod: &Pod) -> String {
 
 fn uid_of(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
-}
-
-fn is_completed(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 #[derive(Default)]

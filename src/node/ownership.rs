@@ -30,19 +30,7 @@ pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
 /// them). Without: the node-lifecycle controller's [`UNSCHEDULABLE_TAINT`] must have been added
 /// when we cordoned ([`Marker::cordoned_at`]). Without both, it is not ours.
 pub fn cordon_is_ours(node: &Node, marker: &Marker) -> Result<(), String> {
-    let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
-    if !managed.is_empty() {
-        let owns = |e: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
-            e.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.pointer("/f:spec/f:unschedulable"))
-                .is_some()
-        };
-        let owners: Vec<&str> = managed
-            .iter()
-            .filter(owns)
-            .map(|e| e.manager.as_deref().unwrap_or("?"))
-            .collect();
+    if let Some(owners) = owners(node, "/f:spec/f:unschedulable") {
         if owners.contains(&FIELD_MANAGER) {
             return Ok(());
         }
@@ -103,22 +91,11 @@ pub fn lb_label(node: &Node) -> Option<&str> {
 /// no managedFields gives no other evidence (a label has no time): the label is then not ours,
 /// and stays.
 pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
-    let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
-    if managed.is_empty() {
+    let Some(owners) = owners(node, EXCLUDE_LB_FIELD) else {
         return Err(format!(
             "the server sends no managedFields, so whose label {EXCLUDE_LB_LABEL} is cannot be told"
         ));
-    }
-    let owners: Vec<&str> = managed
-        .iter()
-        .filter(|e| {
-            e.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.pointer(EXCLUDE_LB_FIELD))
-                .is_some()
-        })
-        .map(|e| e.manager.as_deref().unwrap_or("?"))
-        .collect();
+    };
     if owners.contains(&FIELD_MANAGER) {
         Ok(())
     } else if owners.is_empty() {
@@ -132,4 +109,22 @@ pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
             owners.join(", ")
         ))
     }
+}
+
+/// The field managers owning the field at `pointer` (in managedFields' `fieldsV1`); `None` when
+/// the server sends no managedFields at all.
+fn owners<'a>(node: &'a Node, pointer: &str) -> Option<Vec<&'a str>> {
+    let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
+    (!managed.is_empty()).then(|| {
+        managed
+            .iter()
+            .filter(|e| {
+                e.fields_v1
+                    .as_ref()
+                    .and_then(|f| f.0.pointer(pointer))
+                    .is_some()
+            })
+            .map(|e| e.manager.as_deref().unwrap_or("?"))
+            .collect()
+    })
 }

@@ -171,7 +171,9 @@ fn namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-fn is_completed(pod: &Pod) -> bool {
+/// Phase Succeeded or Failed: the pod has ended (also what the drain's pod tracker counts as
+/// "completed").
+pub(crate) fn is_completed(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
