@@ -207,25 +207,8 @@ pub struct Report {
     pub kind: Option<String>,
 }
 
-/// The report could not be stored or read.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    #[error("cannot write report file {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read report file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("report file {path} is not a report: {source}")]
-    Parse {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-}
+/// The report could not be stored or read (the error names the file).
+pub type ReportError = crate::state_file::JsonError;
 
 impl Report {
     /// Recomputes `counts`, `blocked_by` and `complete` from the pods. Called once at the end.
@@ -279,26 +262,13 @@ impl Report {
     /// Writes the report as the last report (atomically, never through a symlink: see
     /// [`crate::state_file::write`]).
     pub fn write_to(&self, state_dir: &Path) -> Result<PathBuf, ReportError> {
-        let path = Report::path_in(state_dir);
-        let write = || -> std::io::Result<PathBuf> {
-            let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-            crate::state_file::write(state_dir, LAST_REPORT_FILE, &json)
-        };
-        write().map_err(|source| ReportError::Write { path, source })
+        crate::state_file::write_json(state_dir, LAST_REPORT_FILE, self)
     }
 
     /// Reads the last report, `None` when there is none yet; refuses anything but a regular file
     /// of at most 1 MiB (see [`crate::state_file::read`]).
     pub fn read_last(state_dir: &Path) -> Result<Option<Report>, ReportError> {
-        let path = Report::path_in(state_dir);
-        let bytes = match crate::state_file::read(&path) {
-            Ok(Some(b)) => b,
-            Ok(None) => return Ok(None),
-            Err(source) => return Err(ReportError::Read { path, source }),
-        };
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|source| ReportError::Parse { path, source })
+        crate::state_file::read_json(&Report::path_in(state_dir))
     }
 
     /// One line for logs and events: the evicted count, then every other count that is not zero.

@@ -98,6 +98,62 @@ pub fn check_writable(dir: &Path) -> std::io::Result<()> {
         .close()
 }
 
+/// A JSON state file could not be read, parsed or written; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Reads `path` as JSON through [`read`]; `None` when it does not exist.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, JsonError> {
+    let bytes = match read(path) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(source) => {
+            return Err(JsonError::Read {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| JsonError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Writes `value` as JSON to `dir/name` through [`write`].
+pub fn write_json<T: serde::Serialize>(
+    dir: &Path,
+    name: &str,
+    value: &T,
+) -> Result<PathBuf, JsonError> {
+    let write = || -> std::io::Result<PathBuf> {
+        let json = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+        write(dir, name, &json)
+    };
+    write().map_err(|source| JsonError::Write {
+        path: dir.join(name),
+        source,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

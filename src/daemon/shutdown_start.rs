@@ -38,21 +38,8 @@ impl ShutdownStart {
 pub enum RecordError {
     #[error("cannot read CLOCK_BOOTTIME: {source}")]
     Clock { source: nix::Error },
-    #[error("cannot write the shutdown start to {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot read the shutdown start from {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the shutdown start in {path} is not valid: {source}")]
-    Parse {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    #[error(transparent)]
+    File(#[from] crate::state_file::JsonError),
     #[error("cannot remove the shutdown start {path}: {source}")]
     Remove {
         path: PathBuf,
@@ -75,26 +62,13 @@ pub fn path_in(state_dir: &Path) -> PathBuf {
 /// Writes the record atomically and never through a symlink ([`crate::state_file::write`]),
 /// creating the state directory (0700) when it is missing.
 pub fn write(state_dir: &Path, start: &ShutdownStart) -> Result<PathBuf, RecordError> {
-    let path = path_in(state_dir);
-    let write = || -> std::io::Result<PathBuf> {
-        let json = serde_json::to_vec(start).map_err(std::io::Error::other)?;
-        crate::state_file::write(state_dir, FILE, &json)
-    };
-    write().map_err(|source| RecordError::Write { path, source })
+    Ok(crate::state_file::write_json(state_dir, FILE, start)?)
 }
 
 /// Reads the record, `None` when there is none; refuses anything but a small regular file
 /// ([`crate::state_file::read`]).
 pub fn read(state_dir: &Path) -> Result<Option<ShutdownStart>, RecordError> {
-    let path = path_in(state_dir);
-    let bytes = match crate::state_file::read(&path) {
-        Ok(Some(bytes)) => bytes,
-        Ok(None) => return Ok(None),
-        Err(source) => return Err(RecordError::Read { path, source }),
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|source| RecordError::Parse { path, source })
+    Ok(crate::state_file::read_json(&path_in(state_dir))?)
 }
 
 /// Removes the record; a missing one is not an error. Returns whether one was removed.
