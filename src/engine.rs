@@ -32,6 +32,8 @@ pub enum Error {
     ListPods { node: String, source: ApiError },
     #[error(transparent)]
     Report(#[from] ReportError),
+    #[error("cannot write {0}")]
+    Event(ApiError),
 }
 
 impl Error {
@@ -322,6 +324,17 @@ impl Engine {
                 self.settings.node_name
             ),
         }
+    }
+
+    /// Writes one Event on the Node within the request timeout, saying why when it could not
+    /// (for an Event that must not be lost: the caller retries).
+    pub async fn try_event(&self, reason: EventReason, message: &str) -> Result<(), Error> {
+        let clients = self.clients().await?;
+        let deadline = Instant::now() + clients.request_timeout;
+        NodeEvents::new(clients.clone(), &self.settings.node_name)
+            .try_emit_by(reason, message, deadline)
+            .await
+            .map_err(Error::Event)
     }
 
     /// The marker on the Node, if any.

@@ -33,6 +33,10 @@ pub enum Reason {
     LabelKept,
     /// `[shutdown]` says to cordon only, or to do nothing, for this kind of shutdown.
     DrainSkipped,
+    /// The previous boot ended with no shutdown announced to us (power loss, `reboot -f`).
+    ShutdownWithoutDrain,
+    /// The previous boot ended during, or after an incomplete, drain of ours.
+    DrainIncomplete,
 }
 
 impl Reason {
@@ -49,6 +53,8 @@ impl Reason {
             Reason::DrainSkipped => "DrainSkipped",
             Reason::LabelKept => "LoadBalancerExclusionLeftInPlace",
             Reason::KubeletShutdown => "KubeletGracefulShutdownActive",
+            Reason::ShutdownWithoutDrain => "ShutdownWithoutDrain",
+            Reason::DrainIncomplete => "DrainIncomplete",
         }
     }
 
@@ -60,7 +66,9 @@ impl Reason {
             | Reason::ForeignMarker
             | Reason::CordonKept
             | Reason::LabelKept
-            | Reason::KubeletShutdown => "Warning",
+            | Reason::KubeletShutdown
+            | Reason::ShutdownWithoutDrain
+            | Reason::DrainIncomplete => "Warning",
             _ => "Normal",
         }
     }
@@ -132,20 +140,29 @@ impl NodeEvents {
 
     /// [`Self::emit`], giving up at `deadline`.
     pub async fn emit_by(&self, reason: Reason, message: &str, deadline: tokio::time::Instant) {
-        let api: Api<Event> = Api::namespaced(self.clients.api.clone(), EVENT_NAMESPACE);
-        let ev = self.event(reason, message);
-        let object = format!("event {} on node {}", reason.as_str(), self.node);
-        match self
-            .clients
-            .once(deadline, &object, api.create(&PostParams::default(), &ev))
-            .await
-        {
-            Ok(_) => {
+        match self.try_emit_by(reason, message, deadline).await {
+            Ok(()) => {
                 tracing::debug!(node = %self.node, "event {} on node {}: {message}", reason.as_str(), self.node)
             }
             Err(e) => {
                 tracing::warn!(node = %self.node, "cannot write {e}")
             }
         }
+    }
+
+    /// Writes one Event by `deadline`; the error names the Event and the node.
+    pub async fn try_emit_by(
+        &self,
+        reason: Reason,
+        message: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), crate::api::ApiError> {
+        let api: Api<Event> = Api::namespaced(self.clients.api.clone(), EVENT_NAMESPACE);
+        let ev = self.event(reason, message);
+        let object = format!("event {} on node {}", reason.as_str(), self.node);
+        self.clients
+            .once(deadline, &object, api.create(&PostParams::default(), &ev))
+            .await
+            .map(|_| ())
     }
 }

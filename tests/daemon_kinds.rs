@@ -255,6 +255,24 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
             "the log says why a marker of this boot is restored",
         )
         .await;
+    // The boot record judges the userspace before the soft-reboot like a boot: its drain was
+    // complete, so no Warning Event.
+    let boot = std::fs::read_to_string(world.boot_id_path()).unwrap();
+    world
+        .expect_log(
+            &format!(
+                "the userspace of boot {} ended after a complete drain of node demo-node-1 for \
+                 the soft-reboot",
+                boot.trim()
+            ),
+            Duration::from_secs(5),
+            "the soft-reboot is judged as the end of a userspace",
+        )
+        .await;
+    assert!(
+        world.node_events("DrainIncomplete").is_empty()
+            && world.node_events("ShutdownWithoutDrain").is_empty()
+    );
 }
 
 #[tokio::test]

@@ -1112,6 +1112,17 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
         sample(&prom, "kube_shutdown_drain_drain_budget_seconds"),
         Some(3.0)
     );
+    let unclean = |reason: &str| {
+        sample(
+            &prom,
+            &format!(
+                "kube_shutdown_drain_unclean_shutdowns_total{{node=\"demo-node-1\",reason=\"{reason}\"}}"
+            ),
+        )
+    };
+    // Known from READY=1 on, zero in the first boot this state dir saw.
+    assert_eq!(unclean("DrainIncomplete"), Some(0.0));
+    assert_eq!(unclean("ShutdownWithoutDrain"), Some(0.0));
     promtool_accepts(&prom);
 
     // A reboot whose drain the closed `web` budget stops at the deadline.
@@ -1216,5 +1227,8 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
         sample(&prom, "kube_shutdown_drain_inhibitor_lock_held"),
         Some(1.0)
     );
+    // The boot before ended after a drain the deadline cut short.
+    assert_eq!(unclean("DrainIncomplete"), Some(1.0));
+    assert_eq!(unclean("ShutdownWithoutDrain"), Some(0.0));
     promtool_accepts(&prom);
 }

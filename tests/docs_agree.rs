@@ -79,6 +79,7 @@ fn the_readme_lists_exactly_the_metrics_the_daemon_writes() {
         budget: Some((Duration::from_secs(1), Duration::from_secs(2))),
         last_drain: Some(report),
         last_restore: Some((1.0, true)),
+        unclean: Some(Default::default()),
     });
     let written: BTreeSet<String> = text
         .lines()

@@ -82,8 +82,9 @@ The service does not start until this file exists.
 The node's credentials. The service does not start until this file exists.
 .TP
 \fI/var/lib/kube\-shutdown\-drain/\fR
-State: the report of the last drain (\fIlast\-report.json\fR) and the moment the current shutdown
-was announced (\fIshutdown\-started\fR).
+State: the report of the last drain (\fIlast\-report.json\fR), the moment the current shutdown
+was announced (\fIshutdown\-started\fR) and the record of this boot (\fIboot\-record\fR), from
+which the next start tells whether the boot ended with a complete drain.
 .TP
 \fI/usr/lib/systemd/system/kube\-shutdown\-drain.service\fR
 The daemon's unit (\fBkube\-shutdown\-drain run\fR).

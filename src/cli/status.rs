@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::cli::{CliError, EXIT_DONE, Output, outln, print_json};
 use crate::config::Settings;
+use crate::daemon::boot_record::{self, PreviousBoot};
 use crate::engine::Engine;
 use crate::node::{Marker, MarkerRead, cordon_is_ours, read_marker};
 use crate::report::Report;
@@ -23,6 +24,8 @@ struct Status {
     /// ours (why): restore will leave it.
     cordon_kept: Option<String>,
     last_report: Option<Report>,
+    /// How the boot before this one ended, as the daemon judged it at its start (`boot-record`).
+    previous_boot: Option<PreviousBoot>,
 }
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
@@ -50,6 +53,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         foreign_marker,
         cordon_kept,
         last_report: engine.last_report()?,
+        previous_boot: previous_boot(&settings),
     };
     match output {
         Output::Json => print_json(&status)?,
@@ -97,9 +101,37 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     r.started_at
                 ),
             }
+            match &status.previous_boot {
+                None => outln!(
+                    "  previous boot: not judged (no earlier boot recorded in the state dir)"
+                ),
+                Some(p) => match p.unclean {
+                    None => outln!("  previous boot: {}", p.message),
+                    Some(reason) => outln!(
+                        "  previous boot: UNCLEAN ({reason:?}): {}; Event {}",
+                        p.message,
+                        if p.event_posted {
+                            "written"
+                        } else {
+                            "not written yet (the daemon retries)"
+                        }
+                    ),
+                },
+            }
         }
     }
     Ok(EXIT_DONE)
+}
+
+/// The daemon's verdict on the previous boot; a record that cannot be read is said on stderr.
+fn previous_boot(settings: &Settings) -> Option<PreviousBoot> {
+    match boot_record::read(&settings.state_dir) {
+        Ok(record) => record.and_then(|r| r.previous),
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    }
 }
 
 fn yes_no(b: bool) -> &'static str {

@@ -4,15 +4,17 @@
 //!
 //! Names follow Prometheus' conventions (<https://prometheus.io/docs/practices/naming/>): the
 //! `kube_shutdown_drain_` prefix, base units in the name (`_seconds`), `_timestamp_seconds` for
-//! Unix times, booleans as 0/1 gauges, and no `_total`: every value is a gauge about the last drain
-//! or restore, not a counter. The last drain is read back from `last-report.json` at start, so the
-//! drain before a reboot is still exported after it.
+//! Unix times, booleans as 0/1 gauges, and `_total` only on the one counter: the boots that ended
+//! without a drain of ours, carried across boots in the state directory's `boot-record`. Every
+//! other value is a gauge about the last drain or restore. The last drain is read back from
+//! `last-report.json` at start, so the drain before a reboot is still exported after it.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::daemon::boot_record::UncleanCounts;
 use crate::report::Report;
 
 const PREFIX: &str = "kube_shutdown_drain";
@@ -27,14 +29,21 @@ pub struct Snapshot {
     pub last_drain: Option<Report>,
     /// When the last restore finished (Unix seconds) and whether it succeeded.
     pub last_restore: Option<(f64, bool)>,
+    /// Boots that ended unclean, once this boot's record is read.
+    pub unclean: Option<UncleanCounts>,
 }
 
 /// Renders the exposition text. Pure.
 pub fn render(s: &Snapshot) -> String {
     let mut out = String::new();
     let mut family = |name: &str, help: &str, samples: &[(String, f64)]| {
+        let type_ = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
         let _ = writeln!(out, "# HELP {PREFIX}_{name} {help}");
-        let _ = writeln!(out, "# TYPE {PREFIX}_{name} gauge");
+        let _ = writeln!(out, "# TYPE {PREFIX}_{name} {type_}");
         for (labels, value) in samples {
             let _ = writeln!(out, "{PREFIX}_{name}{labels} {value}");
         }
@@ -138,6 +147,22 @@ pub fn render(s: &Snapshot) -> String {
                 .collect::<Vec<_>>(),
         );
     }
+    if let Some(u) = s.unclean {
+        let sample = |reason: &str, n: u64| {
+            (
+                format!("{{node=\"{}\",reason=\"{reason}\"}}", escape(&s.node)),
+                n as f64,
+            )
+        };
+        family(
+            "unclean_shutdowns_total",
+            "Boots that ended without a complete drain of ours, by the Node Event's reason: no shutdown announced (ShutdownWithoutDrain), or a drain cut short or incomplete (DrainIncomplete).",
+            &[
+                sample("ShutdownWithoutDrain", u.shutdown_without_drain),
+                sample("DrainIncomplete", u.drain_incomplete),
+            ],
+        );
+    }
     if let Some((at, ok)) = s.last_restore {
         family(
             "last_restore_timestamp_seconds",
@@ -238,6 +263,10 @@ impl Metrics {
         self.update(|s| s.last_drain = Some(report.clone()));
     }
 
+    pub fn unclean(&self, counts: UncleanCounts) {
+        self.update(|s| s.unclean = Some(counts));
+    }
+
     pub fn restored(&self, ok: bool) {
         let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
         self.update(|s| s.last_restore = Some((now, ok)));
@@ -269,6 +298,10 @@ mod tests {
             budget: Some((Duration::from_secs(120), Duration::from_secs(150))),
             last_drain: Some(report()),
             last_restore: Some((1_764_486_000.0, true)),
+            unclean: Some(UncleanCounts {
+                shutdown_without_drain: 2,
+                drain_incomplete: 0,
+            }),
         });
         for line in [
             "kube_shutdown_drain_inhibitor_lock_held 1",
@@ -284,6 +317,9 @@ mod tests {
             "kube_shutdown_drain_last_restore_timestamp_seconds{node=\"node-a\"} 1764486000",
             "kube_shutdown_drain_last_restore_success{node=\"node-a\"} 1",
             "# TYPE kube_shutdown_drain_last_drain_pods gauge",
+            "kube_shutdown_drain_unclean_shutdowns_total{node=\"node-a\",reason=\"ShutdownWithoutDrain\"} 2",
+            "kube_shutdown_drain_unclean_shutdowns_total{node=\"node-a\",reason=\"DrainIncomplete\"} 0",
+            "# TYPE kube_shutdown_drain_unclean_shutdowns_total counter",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} missing:\n{text}");
         }

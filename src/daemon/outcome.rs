@@ -4,9 +4,24 @@
 use std::time::Duration;
 
 use crate::config::Settings;
+use crate::daemon::boot_record::EndOutcome;
 use crate::daemon::drain::DrainOutcome;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
+
+/// How the drain ended, for the boot record: the outcome and the report's summary (or why no
+/// drain ran).
+pub(crate) fn end_of(outcome: &DrainOutcome) -> (EndOutcome, String) {
+    match outcome {
+        DrainOutcome::Drained(report) if report.complete => (EndOutcome::Drained, report.summary()),
+        DrainOutcome::Drained(report) => (EndOutcome::Incomplete, report.summary()),
+        DrainOutcome::Cordoned => (
+            EndOutcome::Cordoned,
+            "[shutdown] policy \"cordon\"".to_owned(),
+        ),
+        DrainOutcome::Failed(why) => (EndOutcome::Failed, why.clone()),
+    }
+}
 
 /// Logs the report and updates the status line. Runs after the release. The engine has
 /// already stored the report in the state directory and posted the Node Events. `held`: an

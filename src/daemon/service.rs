@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::api::retry::Backoff;
 use crate::config::{Settings, ShutdownPolicy};
+use crate::daemon::boot_record::{self, BootLog, EndOutcome};
 use crate::daemon::budget::{self, Budget, seconds};
 use crate::daemon::drain::{self, drain_node};
 use crate::daemon::kubelet;
@@ -79,6 +80,9 @@ struct Daemon {
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
     /// soft-reboot's marker waits for it (`restore::attempt`).
     quiet: tokio::sync::watch::Sender<bool>,
+    /// This boot's record (`boot-record`), opened at the first connection to logind.
+    boot_log: BootLog,
+    boot_log_opened: bool,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
@@ -111,6 +115,8 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         lock: None,
         ready_sent: false,
         quiet: tokio::sync::watch::Sender::new(false),
+        boot_log: BootLog::default(),
+        boot_log_opened: false,
     };
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
@@ -211,6 +217,11 @@ impl Daemon {
                 seconds(w.clamped_to)
             )
         }));
+        // The previous boot is judged (and this boot's record started) before READY=1.
+        if !self.boot_log_opened {
+            self.boot_log_opened = true;
+            self.open_boot_log(under_way.is_some());
+        }
         // The shutdown state was read before READY=1: once systemd (or a test) sees READY, every
         // later shutdown reaches us as a signal.
         self.set_waiting(&budget);
@@ -244,6 +255,7 @@ impl Daemon {
             // down, daemon restarting): its signal was lost, so undo the prepare as on a cancel.
             let cancelled_while_away = shutdown_start::of_this_boot(&self.settings);
             shutdown_start::clear_logged(&self.settings, "no shutdown is under way");
+            self.boot_log.shutdown_cancelled();
             if cancelled_while_away {
                 tracing::info!(
                     "the recorded shutdown of node {node} ended without a reboot while the daemon \
@@ -258,6 +270,7 @@ impl Daemon {
                     tracing::info!(
                         "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
                     );
+                    self.boot_log.stopped();
                     return Ok(());
                 }
                 signal = signals.next() => match signal? {
@@ -297,6 +310,21 @@ impl Daemon {
             seconds(budget.drain),
             seconds(budget.logind_max)
         ));
+    }
+
+    /// Reads the record of the previous boot, starts this boot's, and posts the Event about an
+    /// unclean end (retried in its own task until written).
+    fn open_boot_log(&mut self, under_way: bool) {
+        if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
+            tokio::spawn(boot_record::post_until_done(
+                self.settings.clone(),
+                self.boot_log.clone(),
+                previous,
+            ));
+        }
+        if let Some(record) = self.boot_log.record() {
+            self.metrics.unclean(record.unclean);
+        }
     }
 
     fn spawn_restore(&mut self, trigger: Trigger) {
@@ -354,6 +382,7 @@ impl Daemon {
             .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
         let kind_name = drain::kind_name(kind.as_ref());
         let (key, policy) = drain::policy_for(&self.settings.shutdown, kind.as_ref());
+        self.boot_log.shutdown_started(&kind_name);
         if policy == ShutdownPolicy::None {
             self.leave_as_is(&what, key, kind_name);
             return self.after_release(logind, signals, &what, &budget).await;
@@ -400,6 +429,7 @@ impl Daemon {
                         );
                         // The lock is still held: only the node needs undoing.
                         shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
+                        self.boot_log.shutdown_cancelled();
                         self.spawn_restore(Trigger::Cancel);
                         self.set_waiting(&budget);
                         return Ok(Flow::Continue);
@@ -423,6 +453,8 @@ impl Daemon {
         // Release first: logind must not wait for our logging, report or events.
         self.release("released the inhibitor");
         let took = started.elapsed();
+        let (end, detail) = outcome::end_of(&outcome);
+        self.boot_log.shutdown_ended(end, detail);
         outcome::log_outcome(
             &self.settings,
             &self.status,
@@ -444,6 +476,8 @@ impl Daemon {
     fn leave_as_is(&mut self, what: &str, key: &'static str, kind_name: String) {
         let node = self.settings.node_name.clone();
         let released = self.release("released the inhibitor at once");
+        self.boot_log
+            .shutdown_ended(EndOutcome::LeftAsIs, format!("[shutdown] {key} = \"none\""));
         tracing::info!(
             node = %node,
             shutdown_kind = %what,
@@ -461,6 +495,13 @@ impl Daemon {
     fn budget_spent(&mut self, what: &str, budget: &Budget) {
         let node = self.settings.node_name.clone();
         let released = self.release("released the inhibitor");
+        self.boot_log.shutdown_ended(
+            EndOutcome::Failed,
+            format!(
+                "its {} budget was already spent when the daemon started",
+                seconds(budget.drain)
+            ),
+        );
         tracing::warn!(
             "the {} budget for the {what} is already spent; {released} for node {node} \
              without draining (the node stays as the last drain left it)",
@@ -551,6 +592,7 @@ impl Daemon {
                              inhibitor again"
                         );
                         shutdown_start::clear_logged(&self.settings, "the shutdown was cancelled");
+                        self.boot_log.shutdown_cancelled();
                         self.spawn_restore(Trigger::Cancel);
                         match logind.take_lock(&node).await {
                             Ok(lock) => {
