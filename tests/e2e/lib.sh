@@ -17,6 +17,9 @@ E2E_MACHINE_ID=4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e
 
 log() { printf 'e2e %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
+# passed MESSAGE: one scenario passed; the count goes into the last line.
+PASSED=0
+passed() { PASSED=$((PASSED + 1)); log "$*"; }
 
 # A missing prerequisite skips the test, except in CI (CI=true), where it fails.
 skip_or_fail() {
