@@ -642,6 +642,13 @@ async fn a_label_set_again_by_an_admin_after_ours_stays_at_restore() {
     admin_labels(&c, None).await;
     admin_labels(&c, Some("true")).await;
     assert_eq!(lb_label_owners(&c.node(NODE)), ["kubectl"]);
+    // `status` says so before the restore.
+    let config = c.config_file("admin", "");
+    let run = cli(&config, &["status", "--output", "json"]).await;
+    let v: Value = serde_json::from_str(&run.stdout).expect(&run.stderr);
+    assert!(v["label_kept"].as_str().unwrap().contains("kubectl"), "{v}");
+    let text = cli(&config, &["status"]).await.stdout;
+    assert!(text.contains("lb exclusion:  not provably ours"), "{text}");
     let out = engine.restore().await.unwrap();
     assert!(!out.lb_label_removed, "{out:?}");
     let why = out.lb_label_kept.clone().expect("says why the label stays");

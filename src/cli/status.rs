@@ -8,6 +8,7 @@ use crate::cli::{CliError, EXIT_DONE, Output, outln, print_json};
 use crate::config::Settings;
 use crate::daemon::boot_record::{self, PreviousBoot};
 use crate::engine::Engine;
+use crate::node::marker::{lb_label, lb_label_is_ours};
 use crate::node::{Marker, MarkerRead, cordon_is_ours, read_marker};
 use crate::report::Report;
 
@@ -23,6 +24,9 @@ struct Status {
     /// The marker says we cordoned and the node is cordoned, but the cordon is not provably
     /// ours (why): restore will leave it.
     cordon_kept: Option<String>,
+    /// The marker says we added the load-balancer exclusion label and it is there, but it is not
+    /// provably ours any more (why): restore will leave it.
+    label_kept: Option<String>,
     last_report: Option<Report>,
     /// How the boot before this one ended, as the daemon judged it at its start (`boot-record`).
     previous_boot: Option<PreviousBoot>,
@@ -40,6 +44,10 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         .as_ref()
         .filter(|m| m.cordoned && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
         .and_then(|m| cordon_is_ours(&node, m).err());
+    let label_kept = marker
+        .as_ref()
+        .filter(|m| m.excluded_from_load_balancers && lb_label(&node).is_some())
+        .and_then(|_| lb_label_is_ours(&node).err());
     let spec = node.spec.unwrap_or_default();
     let status = Status {
         node: settings.node_name.clone(),
@@ -52,6 +60,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         marker,
         foreign_marker,
         cordon_kept,
+        label_kept,
         last_report: engine.last_report()?,
         previous_boot: previous_boot(&settings),
     };
@@ -91,6 +100,9 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             }
             if let Some(why) = &status.cordon_kept {
                 outln!("  cordon:        not provably ours, restore leaves it: {why}");
+            }
+            if let Some(why) = &status.label_kept {
+                outln!("  lb exclusion:  not provably ours, restore leaves it: {why}");
             }
             super::check::logind_budget(&settings, "  ").await;
             match &status.last_report {
