@@ -95,9 +95,12 @@ in_root() {
 # (--volatile=overlay: every boot starts from the same disk). The host directory JOURNAL is
 # bound to /var/log/journal, so the boot's journal outlives the overlay (read it with
 # `journalctl -D JOURNAL`). Sets CT_PID (nspawn), CT_INIT (PID 1 inside), and CT_RC_FILE,
-# where the exit code and the exit time land.
+# where the exit code and the exit time land. STATE (optional): a host directory bound to
+# /var/lib/kube-shutdown-drain, so the daemon's state outlives the overlay as on a real disk.
 boot() {
-  local dir=$1 name=$2 logfile=$3 journal=$4
+  local dir=$1 name=$2 logfile=$3 journal=$4 state=${5:-}
+  local binds=(--bind="$journal:/var/log/journal")
+  [ -z "$state" ] || { mkdir -p -m 700 "$state"; binds+=(--bind="$state:/var/lib/kube-shutdown-drain"); }
   mkdir -p "$journal"
   CT_RC_FILE=$(mktemp)
   rm -f "$CT_RC_FILE"
@@ -105,7 +108,7 @@ boot() {
     # `|| rc=$?`: under set -e a non-zero exit (133 is a reboot) would end the subshell here.
     rc=0
     systemd-nspawn -D "$dir" --machine="$name" --boot --volatile=overlay --register=no \
-      --keep-unit --console=pipe --bind="$journal:/var/log/journal" > "$logfile" 2>&1 < /dev/null || rc=$?
+      --keep-unit --console=pipe "${binds[@]}" > "$logfile" 2>&1 < /dev/null || rc=$?
     echo "$rc $(date +%s.%N)" > "$CT_RC_FILE"
   ) &
   CT_SUBSHELL=$!
@@ -166,10 +169,16 @@ stop_container() {
 
 # wait_for DESCRIPTION TIMEOUT_SECS CMD...: polls CMD every 0.2 s until it succeeds.
 wait_for() {
-  local what=$1 limit=$2 i; shift 2
+  local what=$1; shift
+  wait_for_quietly "$@" || fail "timed out after ${1}s waiting for: $what"
+}
+
+# wait_for_quietly LIMIT_SECS CMD...: as wait_for, returning 1 at the limit (the caller says why).
+wait_for_quietly() {
+  local limit=$1 i; shift
   for i in $(seq 1 $((limit * 5))); do
     if "$@" > /dev/null 2>&1; then return 0; fi
     sleep 0.2
   done
-  fail "timed out after ${limit}s waiting for: $what"
+  return 1
 }
