@@ -35,147 +35,161 @@ pub struct Snapshot {
 
 /// Renders the exposition text. Pure.
 pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, help: &str, samples: &[(String, f64)]| {
-        let type_ = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(out, "# HELP {PREFIX}_{name} {help}");
-        let _ = writeln!(out, "# TYPE {PREFIX}_{name} {type_}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{PREFIX}_{name}{labels} {value}");
-        }
+    let mut out = Exposition {
+        text: String::new(),
+        node: s.node.clone(),
     };
-    let bool_value = |b: bool| if b { 1.0 } else { 0.0 };
-    let node = format!("{{node=\"{}\"}}", escape(&s.node));
-    family(
+    out.family(
         "info",
         "The node this daemon drains, and its version.",
-        &[(
-            format!(
-                "{{node=\"{}\",version=\"{}\"}}",
-                escape(&s.node),
-                env!("CARGO_PKG_VERSION")
-            ),
-            1.0,
-        )],
+        &[(out.labels(&[("version", env!("CARGO_PKG_VERSION"))]), 1.0)],
     );
-    family(
+    out.family(
         "inhibitor_lock_held",
         "Whether the daemon holds its logind delay inhibitor (1) or not (0).",
         &[(String::new(), bool_value(s.lock_held))],
     );
     if let Some((drain, logind_max)) = s.budget {
-        family(
+        out.family(
             "drain_budget_seconds",
             "How long a shutdown drain may take: min(drain.timeout, InhibitDelayMaxSec - release_margin).",
             &[(String::new(), drain.as_secs_f64())],
         );
-        family(
+        out.family(
             "logind_inhibit_delay_max_seconds",
             "logind's InhibitDelayMaxSec: how long logind waits for delay inhibitors.",
             &[(String::new(), logind_max.as_secs_f64())],
         );
     }
     if let Some(r) = &s.last_drain {
-        let started = r
-            .started_at
-            .parse::<jiff::Timestamp>()
-            .map(|t| t.as_millisecond() as f64 / 1000.0)
-            .unwrap_or(f64::NAN);
-        family(
-            "last_drain_start_timestamp_seconds",
-            "When the last drain started, Unix time.",
-            &[(node.clone(), started)],
-        );
-        family(
-            "last_drain_duration_seconds",
-            "How long the last drain took.",
-            &[(node.clone(), r.duration_ms as f64 / 1000.0)],
-        );
-        family(
-            "last_drain_complete",
-            "Whether every pod of the last drain went and nothing failed (1) or not (0).",
-            &[(node.clone(), bool_value(r.complete))],
-        );
-        family(
-            "last_drain_deadline_reached",
-            "Whether the last drain ran out of its budget (1) or not (0).",
-            &[(node.clone(), bool_value(r.deadline_reached))],
-        );
-        let c = &r.counts;
-        let outcomes = [
-            ("evicted", c.evicted),
-            ("deleted", c.deleted),
-            ("gone", c.gone),
-            ("completed", c.completed),
-            ("skipped", c.skipped),
-            ("blocked", c.blocked),
-            ("failed", c.failed),
-            ("pending", c.pending),
-        ];
-        family(
-            "last_drain_pods",
-            "Pods of the last drain by outcome.",
-            &outcomes
-                .iter()
-                .map(|(o, n)| {
-                    (
-                        format!("{{node=\"{}\",outcome=\"{o}\"}}", escape(&s.node)),
-                        *n as f64,
-                    )
-                })
-                .collect::<Vec<_>>(),
-        );
-        family(
-            "last_drain_budget_blocked_pods",
-            "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
-            &r.blocked_by
-                .iter()
-                .map(|b| {
-                    (
-                        format!(
-                            "{{node=\"{}\",budget=\"{}\"}}",
-                            escape(&s.node),
-                            escape(&b.budget)
-                        ),
-                        b.pods.len() as f64,
-                    )
-                })
-                .collect::<Vec<_>>(),
-        );
+        last_drain(&mut out, r);
     }
     if let Some(u) = s.unclean {
-        let sample = |reason: &str, n: u64| {
-            (
-                format!("{{node=\"{}\",reason=\"{reason}\"}}", escape(&s.node)),
-                n as f64,
-            )
-        };
-        family(
+        out.family(
             "unclean_shutdowns_total",
             "Boots that ended without a complete drain of ours, by the Node Event's reason: no shutdown announced (ShutdownWithoutDrain), or a drain cut short or incomplete (DrainIncomplete).",
             &[
-                sample("ShutdownWithoutDrain", u.shutdown_without_drain),
-                sample("DrainIncomplete", u.drain_incomplete),
+                (
+                    out.labels(&[("reason", "ShutdownWithoutDrain")]),
+                    u.shutdown_without_drain as f64,
+                ),
+                (
+                    out.labels(&[("reason", "DrainIncomplete")]),
+                    u.drain_incomplete as f64,
+                ),
             ],
         );
     }
     if let Some((at, ok)) = s.last_restore {
-        family(
+        let node = out.labels(&[]);
+        out.family(
             "last_restore_timestamp_seconds",
             "When the last restore (uncordon, untaint) finished, Unix time.",
             &[(node.clone(), at)],
         );
-        family(
+        out.family(
             "last_restore_success",
             "Whether the last restore undid everything it had to (1) or failed (0).",
             &[(node, bool_value(ok))],
         );
     }
-    out
+    out.text
+}
+
+/// The families about the last drain.
+fn last_drain(out: &mut Exposition, r: &Report) {
+    let node = out.labels(&[]);
+    let started = r
+        .started_at
+        .parse::<jiff::Timestamp>()
+        .map(|t| t.as_millisecond() as f64 / 1000.0)
+        .unwrap_or(f64::NAN);
+    out.family(
+        "last_drain_start_timestamp_seconds",
+        "When the last drain started, Unix time.",
+        &[(node.clone(), started)],
+    );
+    out.family(
+        "last_drain_duration_seconds",
+        "How long the last drain took.",
+        &[(node.clone(), r.duration_ms as f64 / 1000.0)],
+    );
+    out.family(
+        "last_drain_complete",
+        "Whether every pod of the last drain went and nothing failed (1) or not (0).",
+        &[(node.clone(), bool_value(r.complete))],
+    );
+    out.family(
+        "last_drain_deadline_reached",
+        "Whether the last drain ran out of its budget (1) or not (0).",
+        &[(node, bool_value(r.deadline_reached))],
+    );
+    let c = &r.counts;
+    let outcomes = [
+        ("evicted", c.evicted),
+        ("deleted", c.deleted),
+        ("gone", c.gone),
+        ("completed", c.completed),
+        ("skipped", c.skipped),
+        ("blocked", c.blocked),
+        ("failed", c.failed),
+        ("pending", c.pending),
+    ];
+    let samples: Vec<_> = outcomes
+        .iter()
+        .map(|(o, n)| (out.labels(&[("outcome", o)]), *n as f64))
+        .collect();
+    out.family(
+        "last_drain_pods",
+        "Pods of the last drain by outcome.",
+        &samples,
+    );
+    let samples: Vec<_> = r
+        .blocked_by
+        .iter()
+        .map(|b| (out.labels(&[("budget", &b.budget)]), b.pods.len() as f64))
+        .collect();
+    out.family(
+        "last_drain_budget_blocked_pods",
+        "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
+        &samples,
+    );
+}
+
+/// The text being written, and the node every labelled sample names.
+struct Exposition {
+    text: String,
+    node: String,
+}
+
+impl Exposition {
+    /// One family: HELP, TYPE (a counter when the name ends in `_total`, else a gauge), samples.
+    fn family(&mut self, name: &str, help: &str, samples: &[(String, f64)]) {
+        let type_ = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(self.text, "# HELP {PREFIX}_{name} {help}");
+        let _ = writeln!(self.text, "# TYPE {PREFIX}_{name} {type_}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.text, "{PREFIX}_{name}{labels} {value}");
+        }
+    }
+
+    /// `{node="...",k="v",...}`, values escaped.
+    fn labels(&self, more: &[(&str, &str)]) -> String {
+        let mut labels = format!("{{node=\"{}\"", escape(&self.node));
+        for (k, v) in more {
+            let _ = write!(labels, ",{k}=\"{}\"", escape(v));
+        }
+        labels.push('}');
+        labels
+    }
+}
+
+fn bool_value(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
 }
 
 /// A label value as the exposition format wants it: `\`, `"` and newlines escaped.
