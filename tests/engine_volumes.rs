@@ -88,17 +88,19 @@ async fn the_drain_returns_only_after_the_evicted_pods_volume_detached() {
         "{text}"
     );
     assert!(report.summary().contains("1 volumes detached"), "{text}");
-    // The attachments were listed after the claim was read, and the agent's claim was not read.
+    // The attachments were listed once, after the claim was read, then watched (no polling);
+    // the agent's claim was not read.
     let requests = c.server.recorder().requests();
     let claim = requests
         .iter()
         .position(|r| r.uri().contains("/persistentvolumeclaims/data-db-0"))
         .expect("the claim was read");
-    let lists = requests
+    let (watches, lists): (Vec<_>, Vec<_>) = requests
         .iter()
         .filter(|r| r.uri().contains("/volumeattachments"))
-        .count();
-    assert!(lists >= 2, "listed until it was gone: {lists}");
+        .partition(|r| r.uri().contains("watch=true"));
+    assert_eq!(lists.len(), 1, "one list, then the watch: {lists:?}");
+    assert!(!watches.is_empty(), "the detach is seen on the watch");
     assert!(
         requests[claim..]
             .iter()
@@ -145,6 +147,33 @@ async fn a_volume_that_never_detaches_ends_the_drain_at_the_deadline() {
     assert!(attached(&c, "va-db"));
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["volumes"][0]["detached_ms"], Value::Null);
+}
+
+/// Credentials that may not list VolumeAttachments (403): the drain does not wait for the
+/// deadline; the report names what could not be read and is not complete.
+#[tokio::test]
+async fn attachments_that_cannot_be_listed_end_the_wait_at_once_with_an_error() {
+    let c = cluster(None).await;
+    c.server.faults().fail_next(
+        fake_apiserver::faults::Route::new("GET", "/volumeattachments"),
+        1,
+        403,
+    );
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("test").await.unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(20)).await;
+    let text = report.to_text();
+    // Not held to the deadline by attachments it may not see.
+    assert!(!report.complete && !report.deadline_reached, "{text}");
+    assert!(report.volumes.is_empty(), "{text}");
+    assert!(
+        report
+            .errors
+            .iter()
+            .any(|e| e.contains("cannot list volumeattachments of node node-a")),
+        "{:?}",
+        report.errors
+    );
 }
 
 /// `wait_for_detach = false`: no claim is read, no attachment listed, no volume reported.

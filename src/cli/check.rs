@@ -119,6 +119,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             false,
             "find the volumes of evicted pods",
         ));
+        // Two calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
         p.push(perm(
             "list",
             "storage.k8s.io",
@@ -127,6 +128,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             false,
             false,
             "wait for evicted pods' volumes to detach",
+        ));
+        p.push(perm(
+            "watch",
+            "storage.k8s.io",
+            "volumeattachments",
+            "",
+            false,
+            false,
+            "see evicted pods' volumes detach",
         ));
     }
     if settings.drain.on_deadline == OnDeadline::Delete {

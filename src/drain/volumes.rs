@@ -8,20 +8,26 @@
 //! Multi-Attach error (aws-ebs-csi-driver FAQ). Claims still mounted by a pod left on the node
 //! (a storage DaemonSet, a skipped pod) are not waited for: their attachment stays.
 //!
-//! The attachments are polled with bounded lists paced by the project's one backoff
-//! ([`crate::api::retry::Backoff`], at most 2 s apart): a handful of requests during the seconds
-//! a detach takes, and no watch to keep alive at the end of the drain.
+//! The attachments are followed with one watch (kube's watcher, like the pods and the budgets:
+//! relists after 410, the project's backoff after errors, watch requests paced), so the lock is
+//! released the moment the last attachment is deleted rather than at the next poll. There is no
+//! field selector on `spec.nodeName` for VolumeAttachments; the watch covers all of them and
+//! keeps only this node's attachments of the claims' volumes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::run::Row;
-use crate::api::Clients;
-use crate::api::retry::Backoff;
+use super::tracker::watch_error;
+use crate::api::client::WATCH_SECONDS;
+use crate::api::{ApiError, Clients, retry};
 use crate::policy::filters::Action;
 use crate::report::{Outcome, VolumeReport};
 
@@ -47,20 +53,18 @@ pub fn claims_to_wait_for(rows: &[Row]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// The attachments on `node` of `volumes` in an attachment list: name -> volume.
-fn attachments_of(
-    list: &[VolumeAttachment],
+/// `va` when it attaches one of `volumes` to `node`: (attachment name, volume).
+fn of_interest(
+    va: &VolumeAttachment,
     node: &str,
     volumes: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    list.iter()
-        .filter(|va| va.spec.node_name == node)
-        .filter_map(|va| {
-            let pv = va.spec.source.persistent_volume_name.as_ref()?;
-            let name = va.metadata.name.clone()?;
-            volumes.contains_key(pv).then(|| (name, pv.clone()))
-        })
-        .collect()
+) -> Option<(String, String)> {
+    if va.spec.node_name != node {
+        return None;
+    }
+    let pv = va.spec.source.persistent_volume_name.as_ref()?;
+    let name = va.metadata.name.clone()?;
+    volumes.contains_key(pv).then(|| (name, pv.clone()))
 }
 
 /// Waits until the attachments on `node` of `claims`' volumes are gone or `deadline`; each
@@ -101,45 +105,55 @@ pub async fn wait_for_detach(
     if volumes.is_empty() {
         return Vec::new();
     }
-    let api: Api<VolumeAttachment> = Api::all(clients.api.clone());
+    let api: Api<VolumeAttachment> = Api::all(clients.watch.clone());
     let object = format!("volumeattachments of node {node}");
-    let mut backoff = Backoff::new();
-    let mut reports: Vec<VolumeReport> = Vec::new();
-    let mut first = true;
-    let lp = ListParams::default();
-    loop {
-        let list = match clients.retry(deadline, &object, || api.list(&lp)).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                let message = format!(
-                    "cannot list {e}; the detach of the evicted pods' volumes is not known"
-                );
-                tracing::warn!("{message}");
-                errors.push(message);
-                return reports;
+    let config = watcher::Config::default().timeout(WATCH_SECONDS);
+    let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+    let mut stream = std::pin::pin!(stream);
+    // The attachments of interest as the first complete list found them, each with its detach
+    // time once it is gone; `None` until that list is in.
+    let mut reports: Option<Vec<VolumeReport>> = None;
+    // attachment -> volume: during a (re)list, and as the watch keeps it current.
+    let mut listing = BTreeMap::new();
+    let mut attached = BTreeMap::new();
+    let mut last_error: Option<ApiError> = None;
+    // The watcher never ends by itself: only the deadline or the last detach end the wait.
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
+        match event {
+            Ok(Event::Init) => listing.clear(),
+            Ok(Event::InitApply(va)) => listing.extend(of_interest(&va, node, &volumes)),
+            Ok(Event::InitDone) => {
+                attached = std::mem::take(&mut listing);
+                if reports.is_none() {
+                    reports = Some(first_reports(node, &attached, &volumes));
+                }
             }
-        };
-        let attached = attachments_of(&list, node, &volumes);
-        if first {
-            first = false;
-            reports = attached
-                .iter()
-                .map(|(va, pv)| VolumeReport {
-                    volume: pv.clone(),
-                    claim: volumes[pv].clone(),
-                    attachment: va.clone(),
-                    detached_ms: None,
-                })
-                .collect();
-            if !reports.is_empty() {
-                let names: Vec<&str> = reports.iter().map(|r| r.volume.as_str()).collect();
-                tracing::info!(
-                    "waiting for {} volumes of the evicted pods to detach from node {node}: {}",
-                    names.len(),
-                    names.join(", ")
-                );
+            Ok(Event::Apply(va)) => match of_interest(&va, node, &volumes) {
+                Some((name, pv)) => {
+                    attached.insert(name, pv);
+                }
+                None => {
+                    va.metadata.name.as_ref().map(|n| attached.remove(n));
+                }
+            },
+            Ok(Event::Delete(va)) => {
+                va.metadata.name.as_ref().map(|n| attached.remove(n));
+            }
+            Err(e) => {
+                let e = watch_error(clients, &object, e);
+                tracing::debug!(node = %node, "volumeattachment watch: {e}");
+                // Before the first list, a final answer (403, ...) ends the wait at once.
+                if reports.is_none() && !e.is_transient() && e.code() != Some(410) {
+                    last_error = Some(e);
+                    break;
+                }
+                last_error = Some(e);
+                continue;
             }
         }
+        let Some(reports) = reports.as_mut() else {
+            continue;
+        };
         let ms = started.elapsed().as_millis() as u64;
         for r in reports.iter_mut().filter(|r| r.detached_ms.is_none()) {
             if !attached.contains_key(&r.attachment) {
@@ -153,21 +167,54 @@ pub async fn wait_for_detach(
             }
         }
         if reports.iter().all(|r| r.detached_ms.is_some()) {
-            return reports;
-        }
-        let wake = (Instant::now() + backoff.next_pause()).min(deadline);
-        tokio::time::sleep_until(wake).await;
-        if wake >= deadline {
-            let still: Vec<&str> = reports
-                .iter()
-                .filter(|r| r.detached_ms.is_none())
-                .map(|r| r.volume.as_str())
-                .collect();
-            tracing::warn!(
-                "volumes still attached to node {node} at the drain deadline: {}",
-                still.join(", ")
-            );
-            return reports;
+            return std::mem::take(reports);
         }
     }
+    let Some(reports) = reports else {
+        let why = last_error.map_or_else(
+            || format!("{object}: no complete list before the drain deadline"),
+            |e| e.to_string(),
+        );
+        let message =
+            format!("cannot list {why}; the detach of the evicted pods' volumes is not known");
+        tracing::warn!("{message}");
+        errors.push(message);
+        return Vec::new();
+    };
+    let still: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.detached_ms.is_none())
+        .map(|r| r.volume.as_str())
+        .collect();
+    tracing::warn!(
+        "volumes still attached to node {node} at the drain deadline: {}",
+        still.join(", ")
+    );
+    reports
+}
+
+/// The reports of the attachments the first list found, each still attached; logged.
+fn first_reports(
+    node: &str,
+    attached: &BTreeMap<String, String>,
+    volumes: &BTreeMap<String, String>,
+) -> Vec<VolumeReport> {
+    let reports: Vec<VolumeReport> = attached
+        .iter()
+        .map(|(va, pv)| VolumeReport {
+            volume: pv.clone(),
+            claim: volumes[pv].clone(),
+            attachment: va.clone(),
+            detached_ms: None,
+        })
+        .collect();
+    if !reports.is_empty() {
+        let names: Vec<&str> = reports.iter().map(|r| r.volume.as_str()).collect();
+        tracing::info!(
+            "waiting for {} volumes of the evicted pods to detach from node {node}: {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    reports
 }
