@@ -8,9 +8,9 @@
 //! Multi-Attach error (aws-ebs-csi-driver FAQ). Claims still mounted by a pod left on the node
 //! (a storage DaemonSet, a skipped pod) are not waited for: their attachment stays.
 //!
-//! The attachments are followed with one watch (kube's watcher, like the pods and the budgets:
-//! relists after 410, the project's backoff after errors, watch requests paced), so the lock is
-//! released the moment the last attachment is deleted rather than at the next poll. There is no
+//! The attachments are followed with one watch into kube's reflector store (the watcher: relists
+//! after 410, the project's backoff after errors, watch requests paced), so the lock is released
+//! the moment the last attachment is deleted rather than at the next poll. There is no
 //! field selector on `spec.nodeName` for VolumeAttachments; the watch covers all of them and
 //! keeps only this node's attachments of the claims' volumes.
 
@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, reflector};
 use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
@@ -50,6 +51,19 @@ pub fn claims_to_wait_for(rows: &[Row]) -> BTreeSet<(String, String)> {
         .filter(|r| left(r))
         .flat_map(claims)
         .filter(|c| !kept.contains(c))
+        .collect()
+}
+
+/// The attachments in `store` of `volumes` on `node`: attachment name -> volume.
+fn attached(
+    store: &reflector::Store<VolumeAttachment>,
+    node: &str,
+    volumes: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    store
+        .state()
+        .iter()
+        .filter_map(|va| of_interest(va, node, volumes))
         .collect()
 }
 
@@ -108,52 +122,44 @@ pub async fn wait_for_detach(
     let api: Api<VolumeAttachment> = Api::all(clients.watch.clone());
     let object = format!("volumeattachments of node {node}");
     let config = watcher::Config::default().timeout(WATCH_SECONDS);
-    let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+    let (store, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher::watcher(api, config).backoff(retry::for_watches()),
+    );
     let mut stream = std::pin::pin!(stream);
     // The attachments of interest as the first complete list found them, each with its detach
     // time once it is gone; `None` until that list is in.
     let mut reports: Option<Vec<VolumeReport>> = None;
-    // attachment -> volume: during a (re)list, and as the watch keeps it current.
-    let mut listing = BTreeMap::new();
-    let mut attached = BTreeMap::new();
     let mut last_error: Option<ApiError> = None;
     // The watcher never ends by itself: only the deadline or the last detach end the wait.
     while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
         match event {
-            Ok(Event::Init) => listing.clear(),
-            Ok(Event::InitApply(va)) => listing.extend(of_interest(&va, node, &volumes)),
-            Ok(Event::InitDone) => {
-                attached = std::mem::take(&mut listing);
-                if reports.is_none() {
-                    reports = Some(first_reports(node, &attached, &volumes));
-                }
+            // The store holds the complete list from here on.
+            Ok(Event::InitDone) if reports.is_none() => {
+                reports = Some(first_reports(
+                    node,
+                    &attached(&store, node, &volumes),
+                    &volumes,
+                ));
             }
-            Ok(Event::Apply(va)) => match of_interest(&va, node, &volumes) {
-                Some((name, pv)) => {
-                    attached.insert(name, pv);
-                }
-                None => {
-                    va.metadata.name.as_ref().map(|n| attached.remove(n));
-                }
-            },
-            Ok(Event::Delete(va)) => {
-                va.metadata.name.as_ref().map(|n| attached.remove(n));
-            }
+            Ok(_) => {}
             Err(e) => {
                 let e = watch_error(clients, &object, e);
                 tracing::debug!(node = %node, "volumeattachment watch: {e}");
                 // Before the first list, a final answer (403, ...) ends the wait at once.
-                if reports.is_none() && !e.is_transient() && e.code() != Some(410) {
-                    last_error = Some(e);
+                let fatal = reports.is_none() && !e.is_transient() && e.code() != Some(410);
+                last_error = Some(e);
+                if fatal {
                     break;
                 }
-                last_error = Some(e);
                 continue;
             }
         }
         let Some(reports) = reports.as_mut() else {
             continue;
         };
+        let attached = attached(&store, node, &volumes);
         let ms = started.elapsed().as_millis() as u64;
         for r in reports.iter_mut().filter(|r| r.detached_ms.is_none()) {
             if !attached.contains_key(&r.attachment) {
