@@ -98,6 +98,15 @@ pub fn check_writable(dir: &Path) -> std::io::Result<()> {
         .close()
 }
 
+/// Whether `dir` lives in memory (tmpfs or ramfs), so nothing written there survives a reboot.
+/// `false` when it cannot be told (e.g. `dir` missing).
+pub fn is_volatile(dir: &Path) -> bool {
+    use nix::sys::statfs::{FsType, TMPFS_MAGIC, statfs};
+    // linux/magic.h; nix names no constant for it.
+    const RAMFS_MAGIC: FsType = FsType(0x8584_58f6);
+    statfs(dir).is_ok_and(|s| [TMPFS_MAGIC, RAMFS_MAGIC].contains(&s.filesystem_type()))
+}
+
 /// A JSON state file could not be read, parsed or written; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum JsonError {
@@ -212,6 +221,15 @@ mod tests {
         assert!(err.to_string().contains("larger than 1024 KiB"), "{err}");
         std::fs::write(&large, vec![b' '; MAX_LEN as usize]).unwrap();
         assert!(read(&large).unwrap().is_some(), "exactly the limit is read");
+    }
+
+    #[test]
+    fn a_state_dir_in_memory_is_told_from_one_on_disk() {
+        // /dev/shm is a tmpfs on every systemd machine; the checkout is on a disk.
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        assert!(is_volatile(shm.path()));
+        assert!(!is_volatile(Path::new(env!("CARGO_MANIFEST_DIR"))));
+        assert!(!is_volatile(Path::new("/nonexistent/state")));
     }
 
     #[test]

@@ -278,7 +278,7 @@ async fn exit_codes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_reviews_every_permission_and_fails_without_logind() {
+async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fails_without_logind() {
     let c = Cluster::start(vec![]).await;
     let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
     // No logind on the bus: the daemon could not work, so check fails.
@@ -392,6 +392,28 @@ async fn check_reviews_every_permission_and_fails_without_logind() {
         r.stdout.contains(&format!(
             "state dir {}: NOT WRITABLE",
             file.join("state").display()
+        )),
+        "{}",
+        r.stdout
+    );
+
+    // A state directory in memory: writable, so not a failure, but the boot record would not
+    // survive a reboot; check says so.
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let in_memory = c.dir.path().join("in-memory.toml");
+    std::fs::write(
+        &in_memory,
+        std::fs::read_to_string(&config).unwrap().replace(
+            &format!("state_dir = \"{}\"", c.dir.path().join("state").display()),
+            &format!("state_dir = \"{}\"", shm.path().display()),
+        ),
+    )
+    .unwrap();
+    let r = cli_on_bus(&in_memory, &["check"], rig.address()).await;
+    assert!(
+        r.stdout.contains(&format!(
+            "state dir {}: writable; WARNING it is in memory (tmpfs)",
+            shm.path().display()
         )),
         "{}",
         r.stdout

@@ -765,7 +765,7 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
         return;
     };
     // A file where the state directory should be: nothing can be written under it.
-    let state = world.dir().join("state");
+    let state = world.state_dir();
     std::fs::remove_dir_all(&state).expect("remove the state dir");
     std::fs::write(&state, "").expect("a file in its place");
     world.rig.reboot().await;
@@ -776,7 +776,7 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
         .expect_drained(Duration::from_secs(5), "drained all the same")
         .await;
     let log = world.log();
-    for record in ["state/shutdown-started", "state/boot-record"] {
+    for record in ["/shutdown-started", "/boot-record"] {
         assert!(
             log.lines()
                 .any(|l| l.contains("WARN") && l.contains("cannot write") && l.contains(record)),
@@ -1147,7 +1147,7 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
         Some(0.0)
     );
     let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(world.dir().join("state/last-report.json")).unwrap())
+        serde_json::from_slice(&std::fs::read(world.state_dir().join("last-report.json")).unwrap())
             .unwrap();
     for outcome in ["evicted", "blocked", "skipped"] {
         assert_eq!(

@@ -232,6 +232,11 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         outln!("taint: WARNING {w}");
     }
     match crate::state_file::check_writable(&settings.state_dir) {
+        Ok(()) if crate::state_file::is_volatile(&settings.state_dir) => outln!(
+            "state dir {}: writable; WARNING it is in memory (tmpfs): the boot record is lost at \
+             every reboot, so the next boot cannot tell whether this one ended with a drain",
+            settings.state_dir.display()
+        ),
         Ok(()) => outln!("state dir {}: writable", settings.state_dir.display()),
         Err(e) => {
             ok = false;

@@ -96,6 +96,12 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
             "state dir {} is not writable ({e}); the last report and the shutdown start will not be kept",
             settings.state_dir.display()
         );
+    } else if crate::state_file::is_volatile(&settings.state_dir) {
+        tracing::warn!(
+            "state dir {} is in memory (tmpfs): the boot record of node {node} is lost at every \
+             reboot, so the next boot cannot tell whether this one ended with a drain",
+            settings.state_dir.display()
+        );
     }
     status.set(format!(
         "starting: taking the logind inhibitor for node {node}"

@@ -102,6 +102,7 @@ pub struct World {
     pub api: FakeApiServer,
     pub notify: NotifySocket,
     dir: tempfile::TempDir,
+    state: tempfile::TempDir,
     daemon: Option<Child>,
     runs: usize,
 }
@@ -123,12 +124,17 @@ impl World {
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig, ADMIN_TOKEN)
             .expect("write the kubeconfig");
-        let state = dir.path().join("state");
-        std::fs::create_dir_all(&state).expect("state dir");
+        // The state directory on the target's disk, never a tmpfs /tmp: on a tmpfs the daemon
+        // warns that its boot record will not survive a reboot, which is right there and noise
+        // here.
+        let state = tempfile::Builder::new()
+            .prefix("ksd-state-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a state dir");
         let config = format!(
             "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n{}\n",
             kubeconfig.display(),
-            state.display(),
+            state.path().display(),
             setup.config
         );
         std::fs::write(dir.path().join("config.toml"), config).expect("write the config");
@@ -138,6 +144,7 @@ impl World {
             api,
             notify,
             dir,
+            state,
             daemon: None,
             runs: 0,
         };
@@ -147,6 +154,11 @@ impl World {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The daemon's state directory (`state_dir`).
+    pub fn state_dir(&self) -> PathBuf {
+        self.state.path().to_path_buf()
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -323,7 +335,7 @@ impl World {
 
     /// The record of the shutdown under way, in the state directory.
     pub fn shutdown_record(&self) -> PathBuf {
-        self.dir.path().join("state").join("shutdown-started")
+        self.state_dir().join("shutdown-started")
     }
 
     /// Kills the daemon (SIGKILL) and starts it again at once, as systemd's restart would.
@@ -510,8 +522,7 @@ impl World {
 
     /// The last report the daemon wrote to its state directory, as JSON.
     pub fn last_report(&self) -> Option<Value> {
-        let text =
-            std::fs::read_to_string(self.dir.path().join("state").join("last-report.json")).ok()?;
+        let text = std::fs::read_to_string(self.state_dir().join("last-report.json")).ok()?;
         Some(serde_json::from_str(&text).expect("last-report.json is JSON"))
     }
 
