@@ -12,7 +12,7 @@ use std::sync::Arc;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::api::guarded::FIELD_MANAGER;
@@ -215,7 +215,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         );
     }
     if settings.taint.enabled {
-        let taint = format!("{}:{}", settings.taint.key, settings.taint.effect.as_str());
+        let taint = settings.taint.to_string();
         match taint_dry_run(clients, &settings, &node_object).await {
             Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
             Err(e) if e.is_forbidden() => outln!(
@@ -260,22 +260,15 @@ async fn taint_dry_run(
     settings: &Settings,
     node: &Node,
 ) -> Result<(), ApiError> {
-    let ours =
-        |t: &Taint| t.key == settings.taint.key && t.effect == settings.taint.effect.as_str();
     let mut taints = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    if taints.iter().any(ours) {
-        taints.retain(|t| !ours(t));
+    if taints.iter().any(|t| settings.taint.matches(t)) {
+        taints.retain(|t| !settings.taint.matches(t));
     } else {
-        taints.push(Taint {
-            key: settings.taint.key.clone(),
-            value: settings.taint.value.clone(),
-            effect: settings.taint.effect.as_str().to_owned(),
-            time_added: None,
-        });
+        taints.push(settings.taint.taint());
     }
     let object = format!(
         "a dry run of the taint patch of node {}",

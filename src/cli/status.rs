@@ -56,7 +56,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             .taints
             .unwrap_or_default()
             .iter()
-            .any(|t| t.key == settings.taint.key && t.effect == settings.taint.effect.as_str()),
+            .any(|t| settings.taint.matches(t)),
         marker,
         foreign_marker,
         cordon_kept,

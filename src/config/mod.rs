@@ -183,6 +183,30 @@ pub struct TaintSettings {
     pub effect: TaintEffect,
 }
 
+impl TaintSettings {
+    /// The taint the prepare adds (without `timeAdded`).
+    pub fn taint(&self) -> k8s_openapi::api::core::v1::Taint {
+        k8s_openapi::api::core::v1::Taint {
+            key: self.key.clone(),
+            value: self.value.clone(),
+            effect: self.effect.as_str().to_owned(),
+            time_added: None,
+        }
+    }
+
+    /// Whether `t` is the configured taint (a node holds one taint per key and effect).
+    pub fn matches(&self, t: &k8s_openapi::api::core::v1::Taint) -> bool {
+        t.key == self.key && t.effect == self.effect.as_str()
+    }
+}
+
+impl std::fmt::Display for TaintSettings {
+    /// `key:effect`, as kubectl writes a taint.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.key, self.effect.as_str())
+    }
+}
+
 /// The `[filters]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterSettings {

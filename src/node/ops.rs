@@ -3,7 +3,7 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
@@ -128,12 +128,7 @@ impl NodeOps<'_> {
             why: why.to_string(),
             boot_id: boot_id.to_string(),
             time: jiff::Timestamp::now().to_string(),
-            taint: t.enabled.then(|| Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: t.effect.as_str().to_string(),
-                time_added: None,
-            }),
+            taint: t.enabled.then(|| t.taint()),
             taint_key: t.key.clone(),
             add_taint: true,
             kind: self.kind.map(str::to_owned),
