@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::budgets::Budgets;
 use super::evict::{self, Answer};
 use super::health::ServerHealth;
-use super::tracker::Tracker;
+use super::tracker::{Finished, Tracker};
 use crate::api::Clients;
 use crate::api::retry::Backoff;
 use crate::config::Settings;
@@ -344,11 +344,9 @@ impl Run {
     /// Waits for a `wait` pod to complete or go.
     pub async fn wait_for(self: Arc<Self>, id: RowId, pod: PlannedPod) {
         self.update(id, |p| p.started_ms = Some(self.ms()));
-        self.tracker.wait(&pod.uid, true).await;
-        let outcome = if self.tracker.is_gone(&pod.uid) {
-            Outcome::Gone
-        } else {
-            Outcome::Completed
+        let outcome = match self.tracker.wait(&pod.uid, true).await {
+            Finished::Gone => Outcome::Gone,
+            Finished::Completed => Outcome::Completed,
         };
         tracing::info!(
             outcome = outcome.as_str(),

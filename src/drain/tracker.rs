@@ -72,7 +72,19 @@ struct TrackState {
     known: HashSet<String>,
     /// Malformed pods already handed on, by their message.
     malformed: HashSet<String>,
+    /// Every UID seen Succeeded or Failed: a pod that completed and then went counts as
+    /// completed, even when its deletion arrived before its waiter looked.
+    completed: HashSet<String>,
     notify: HashMap<String, Arc<Notify>>,
+}
+
+/// How a waited-for pod finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    /// Deleted, replaced by another UID, or bound elsewhere, without being seen completed.
+    Gone,
+    /// Seen Succeeded or Failed (only when waited for with `or_completed`).
+    Completed,
 }
 
 /// What the pod watch knows about the node's pods.
@@ -128,6 +140,9 @@ impl Tracker {
             Self::wake(&mut s, &old);
         }
         let before = s.present.insert(uid.clone(), (key, completed));
+        if completed {
+            s.completed.insert(uid.clone());
+        }
         if completed && before.is_none_or(|(_, c)| !c) {
             Self::wake(&mut s, &uid);
         }
@@ -168,10 +183,16 @@ impl Tracker {
         !self.lock().present.contains_key(uid)
     }
 
-    fn is_finished(&self, uid: &str, or_completed: bool) -> bool {
-        match self.lock().present.get(uid) {
-            None => true,
-            Some((_, completed)) => or_completed && *completed,
+    /// How the pod finished, if it has: with `or_completed`, a pod ever seen Succeeded or
+    /// Failed is `Completed` (gone since or not), else one no longer on the node is `Gone`.
+    fn finished(&self, uid: &str, or_completed: bool) -> Option<Finished> {
+        let s = self.lock();
+        if or_completed && s.completed.contains(uid) {
+            Some(Finished::Completed)
+        } else if s.present.contains_key(uid) {
+            None
+        } else {
+            Some(Finished::Gone)
         }
     }
 
@@ -183,15 +204,16 @@ impl Tracker {
             .clone()
     }
 
-    /// Resolves when the pod has gone (or, with `or_completed`, reached Succeeded/Failed).
-    pub async fn wait(&self, uid: &str, or_completed: bool) {
+    /// Resolves when the pod has gone (or, with `or_completed`, reached Succeeded/Failed), saying
+    /// which.
+    pub async fn wait(&self, uid: &str, or_completed: bool) -> Finished {
         loop {
             let notify = self.notify_for(uid);
             let notified = notify.notified();
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
-            if self.is_finished(uid, or_completed) {
-                return;
+            if let Some(finished) = self.finished(uid, or_completed) {
+                return finished;
             }
             notified.await;
         }
@@ -282,6 +304,31 @@ mod tests {
             "status": {"phase": phase}
         }))
         .unwrap()
+    }
+
+    /// Under load the pod watch may deliver a pod's completion and its deletion before the
+    /// waiter runs: it still counts as completed (the terminating pod of the fake's replay of
+    /// real-server scenario S1, `tests/real_server_replay.rs` p1, went "gone" so under load); a
+    /// pod deleted without completing is gone.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_that_completed_then_went_before_its_waiter_looked_counts_as_completed() {
+        let t = Tracker::new(
+            "n1",
+            &[
+                pod("a", "ua", "n1", "Running"),
+                pod("b", "ub", "n1", "Running"),
+            ],
+        );
+        t.observe(&pod("a", "ua", "n1", "Succeeded"));
+        t.remove("ua");
+        t.remove("ub");
+        assert_eq!(t.wait("ua", true).await, Finished::Completed);
+        assert_eq!(t.wait("ub", true).await, Finished::Gone);
+        assert_eq!(
+            t.wait("ua", false).await,
+            Finished::Gone,
+            "waited for going only"
+        );
     }
 
     #[tokio::test(start_paused = true)]
