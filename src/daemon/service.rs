@@ -456,11 +456,13 @@ impl Daemon {
                 }
             }
         };
-        // Release first: logind must not wait for our logging, report or events.
-        self.release("released the inhibitor");
-        let took = started.elapsed();
+        // The boot record first (one small write, like the report the drain has just stored):
+        // the machine may go down the moment the lock goes. Then the release: logind must not
+        // wait for our logging or events.
         let (end, detail) = outcome::end_of(&outcome);
         self.boot_log.shutdown_ended(end, detail);
+        self.release("released the inhibitor");
+        let took = started.elapsed();
         outcome::log_outcome(
             &self.settings,
             &self.status,
@@ -481,9 +483,9 @@ impl Daemon {
     /// `[shutdown] KIND = "none"`: the inhibitor goes at once, the node is left as it is.
     fn leave_as_is(&mut self, what: &str, key: &'static str, kind_name: String) {
         let node = self.settings.node_name.clone();
-        let released = self.release("released the inhibitor at once");
         self.boot_log
             .shutdown_ended(EndOutcome::LeftAsIs, format!("[shutdown] {key} = \"none\""));
+        let released = self.release("released the inhibitor at once");
         tracing::info!(
             node = %node,
             shutdown_kind = %what,
@@ -500,7 +502,6 @@ impl Daemon {
     /// The budget ran out while the daemon was away: hold logind no longer.
     fn budget_spent(&mut self, what: &str, budget: &Budget) {
         let node = self.settings.node_name.clone();
-        let released = self.release("released the inhibitor");
         self.boot_log.shutdown_ended(
             EndOutcome::Failed,
             format!(
@@ -508,6 +509,7 @@ impl Daemon {
                 seconds(budget.drain)
             ),
         );
+        let released = self.release("released the inhibitor");
         tracing::warn!(
             "the {} budget for the {what} is already spent; {released} for node {node} \
              without draining (the node stays as the last drain left it)",
