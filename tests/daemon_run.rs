@@ -681,6 +681,20 @@ async fn restarted_after_the_budget_is_spent_does_not_drain_again_nor_ask_for_a_
             "says why it does not drain",
         )
         .await;
+    // The boot record keeps the shutdown the first daemon recorded, ended without a drain by the
+    // second: the next boot reports it as DrainIncomplete.
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(world.state_dir().join("boot-record")).unwrap())
+            .unwrap();
+    assert_eq!(record["shutdown"]["kind"], "reboot", "{record}");
+    assert_eq!(record["shutdown"]["end"]["outcome"], "failed", "{record}");
+    assert!(
+        record["shutdown"]["end"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already spent"),
+        "{record}"
+    );
     // The line is written instead of a drain: nothing of a second drain reached the API.
     let writes_after = (
         world.api.recorder().count("POST", "/eviction"),

@@ -283,14 +283,18 @@ impl BootLog {
         self.lock().as_ref().map(|o| o.record.clone())
     }
 
-    /// logind announced a shutdown of `kind`.
-    pub fn shutdown_started(&self, kind: &str) {
+    /// logind announced a shutdown of `kind`. `announced_now`: its signal just came; else the
+    /// daemon (re)started while it was under way, and a shutdown already recorded in this boot is
+    /// that same one: kept as it is, with how an earlier daemon's drain for it ended.
+    pub fn shutdown_started(&self, kind: &str, announced_now: bool) {
         self.change(|r| {
-            r.shutdown = Some(ShutdownSeen {
-                kind: kind.to_owned(),
-                at: jiff::Timestamp::now().to_string(),
-                end: None,
-            });
+            if announced_now || r.shutdown.is_none() {
+                r.shutdown = Some(ShutdownSeen {
+                    kind: kind.to_owned(),
+                    at: jiff::Timestamp::now().to_string(),
+                    end: None,
+                });
+            }
         });
     }
 
@@ -298,6 +302,18 @@ impl BootLog {
     pub fn shutdown_ended(&self, outcome: EndOutcome, detail: String) {
         self.change(|r| {
             if let Some(s) = &mut r.shutdown {
+                s.end = Some(ShutdownEnd { outcome, detail });
+            }
+        });
+    }
+
+    /// No drain ran (the budget was spent before this daemon started): recorded only when no
+    /// earlier daemon recorded how its drain for this shutdown ended.
+    pub fn shutdown_ended_unless_recorded(&self, outcome: EndOutcome, detail: String) {
+        self.change(|r| {
+            if let Some(s) = &mut r.shutdown
+                && s.end.is_none()
+            {
                 s.end = Some(ShutdownEnd { outcome, detail });
             }
         });
@@ -536,7 +552,7 @@ mod tests {
 
         // This boot drains completely for a reboot: the next boot finds nothing to say, and the
         // count stays.
-        log.shutdown_started("reboot");
+        log.shutdown_started("reboot", true);
         log.shutdown_ended(EndOutcome::Drained, "2 evicted".into());
         let third = settings(dir.path(), "7c1f0d4e-0000-4000-8000-000000000003");
         assert_eq!(BootLog::default().open(&third, false), None);
@@ -546,13 +562,57 @@ mod tests {
         assert_eq!(rec.unclean.shutdown_without_drain, 1);
     }
 
+    /// A daemon restarted while the shutdown it drained is still under way (an upgrade, a crash)
+    /// finds the budget spent: the earlier daemon's complete drain stands.
+    #[test]
+    fn a_restart_during_the_same_shutdown_keeps_the_earlier_drains_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), OLD);
+        let log = BootLog::default();
+        log.open(&s, false);
+        log.shutdown_started("reboot", true);
+        log.shutdown_ended(EndOutcome::Drained, "4 evicted".into());
+        let again = BootLog::default();
+        assert_eq!(again.open(&s, true), None);
+        again.shutdown_started("reboot", false);
+        again.shutdown_ended_unless_recorded(EndOutcome::Failed, "budget spent".into());
+        let end = read(&s.state_dir)
+            .unwrap()
+            .unwrap()
+            .shutdown
+            .unwrap()
+            .end
+            .unwrap();
+        assert_eq!(
+            (end.outcome, end.detail.as_str()),
+            (EndOutcome::Drained, "4 evicted")
+        );
+        // Without an earlier end (the first daemon died mid-drain), the restart's is recorded.
+        let next = settings(dir.path(), NEW);
+        let log = BootLog::default();
+        log.open(&next, false);
+        log.shutdown_started("reboot", true);
+        let again = BootLog::default();
+        again.open(&next, true);
+        again.shutdown_started("reboot", false);
+        again.shutdown_ended_unless_recorded(EndOutcome::Failed, "budget spent".into());
+        let end = read(&s.state_dir)
+            .unwrap()
+            .unwrap()
+            .shutdown
+            .unwrap()
+            .end
+            .unwrap();
+        assert_eq!(end.outcome, EndOutcome::Failed);
+    }
+
     #[test]
     fn a_cancel_and_a_stop_are_recorded_and_a_restart_clears_the_stop() {
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), OLD);
         let log = BootLog::default();
         log.open(&s, false);
-        log.shutdown_started("reboot");
+        log.shutdown_started("reboot", true);
         log.shutdown_cancelled();
         log.stopped();
         let rec = read(&s.state_dir).unwrap().unwrap();
@@ -569,7 +629,7 @@ mod tests {
         let s = settings(dir.path(), OLD);
         let log = BootLog::default();
         log.open(&s, false);
-        log.shutdown_started("soft-reboot");
+        log.shutdown_started("soft-reboot", true);
         // Restarted while the soft-reboot is still being prepared: the record is kept as it is.
         assert_eq!(BootLog::default().open(&s, true), None);
         let rec = read(&s.state_dir).unwrap().unwrap();
@@ -602,7 +662,7 @@ mod tests {
         let log = BootLog::default();
         assert_eq!(log.open(&s, false), None);
         assert_eq!(log.record(), None, "inactive");
-        log.shutdown_started("reboot");
+        log.shutdown_started("reboot", true);
         assert_eq!(
             read(&s.state_dir).unwrap().unwrap().shutdown,
             None,

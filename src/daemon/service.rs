@@ -388,7 +388,8 @@ impl Daemon {
             .map_or_else(|| "shutdown".to_owned(), ShutdownKind::to_string);
         let kind_name = drain::kind_name(kind.as_ref());
         let (key, policy) = drain::policy_for(&self.settings.shutdown, kind.as_ref());
-        self.boot_log.shutdown_started(&kind_name);
+        self.boot_log
+            .shutdown_started(&kind_name, origin == Origin::Signal);
         if policy == ShutdownPolicy::None {
             self.leave_as_is(&what, key, kind_name);
             return self.after_release(logind, signals, &what, &budget).await;
@@ -502,7 +503,7 @@ impl Daemon {
     /// The budget ran out while the daemon was away: hold logind no longer.
     fn budget_spent(&mut self, what: &str, budget: &Budget) {
         let node = self.settings.node_name.clone();
-        self.boot_log.shutdown_ended(
+        self.boot_log.shutdown_ended_unless_recorded(
             EndOutcome::Failed,
             format!(
                 "its {} budget was already spent when the daemon started",
