@@ -8,7 +8,7 @@ mod logind;
 
 use std::time::Duration;
 
-use daemon_support::{EVICTED, NODE, STAYING, Setup, World, demo_seed, open_seed};
+use daemon_support::{EVICTED, NODE, STAYING, Setup, World, demo_seed, open_seed, started};
 use logind::LogindOptions;
 use serde_json::Value;
 
@@ -46,23 +46,7 @@ fn setup(shutdown: &str) -> Setup {
     }
 }
 
-async fn started(setup: Setup) -> Option<World> {
-    let mut world = World::start(setup).await?;
-    world.spawn_daemon();
-    world.wait_ready().await;
-    Some(world)
-}
-
 /// The marker annotation on the node, parsed; `None` when there is none.
-fn marker(world: &World) -> Option<Value> {
-    let text = world
-        .node()
-        .pointer("/metadata/annotations/kube-shutdown-drain~1marker")?
-        .as_str()?
-        .to_owned();
-    Some(serde_json::from_str(&text).expect("the marker is JSON"))
-}
-
 /// Accepted eviction requests the fake API server recorded.
 fn evictions(world: &World) -> usize {
     world
@@ -116,7 +100,7 @@ async fn policy_none_for_a_halt_releases_at_once_and_leaves_the_node_alone() {
     );
     assert_eq!(node_patches(&world), 0, "the node was never written");
     assert_eq!(evictions(&world), 0, "nothing was evicted");
-    assert!(!world.is_cordoned() && !world.is_tainted() && marker(&world).is_none());
+    assert!(!world.is_cordoned() && !world.is_tainted() && world.marker().is_none());
     let mut pods = world.pods_on_node();
     pods.sort();
     assert_eq!(pods, all_pods());
@@ -143,7 +127,7 @@ async fn policy_cordon_for_a_power_off_taints_and_cordons_but_evicts_nothing() {
     let mut pods = world.pods_on_node();
     pods.sort();
     assert_eq!(pods, all_pods());
-    let m = marker(&world).expect("the marker records the prepare");
+    let m = world.marker().expect("the marker records the prepare");
     assert_eq!(m["kind"], "power-off", "{m}");
     assert_eq!(m["cordoned"], true, "{m}");
     world
@@ -189,7 +173,7 @@ async fn policy_drain_for_a_kexec_records_the_kind_in_marker_report_and_events()
     pods.sort();
     assert_eq!(pods, STAYING, "log:\n{}", world.log());
     world.assert_drain_requests(&EVICTED);
-    assert_eq!(marker(&world).expect("a marker")["kind"], "kexec");
+    assert_eq!(world.marker().expect("a marker")["kind"], "kexec");
     let report = world.last_report().expect("a report");
     assert_eq!(report["kind"], "kexec", "{report}");
     let said = messages(&world, "DrainStarted");
@@ -215,7 +199,7 @@ async fn a_logind_that_names_no_kind_gets_the_unknown_policy() {
     world.expect_released(Duration::from_secs(10)).await;
     assert!(world.is_cordoned(), "log:\n{}", world.log());
     assert_eq!(evictions(&world), 0, "the unknown policy (cordon) applied");
-    assert_eq!(marker(&world).expect("a marker")["kind"], "unknown");
+    assert_eq!(world.marker().expect("a marker")["kind"], "unknown");
     assert!(
         world.log().contains("[shutdown] unknown = \"cordon\""),
         "{}",
@@ -231,7 +215,7 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
     world.rig.start_shutdown("soft-reboot").await;
     world.expect_released(Duration::from_secs(15)).await;
     assert!(world.is_cordoned() && world.is_drained(), "{}", world.log());
-    assert_eq!(marker(&world).expect("a marker")["kind"], "soft-reboot");
+    assert_eq!(world.marker().expect("a marker")["kind"], "soft-reboot");
     // The soft-reboot stops userspace and starts it again: logind forgets the shutdown, the
     // kernel and so the boot ID stay. The shutdown-started record of this boot would also get
     // the node restored (as a cancel missed while away); it is removed here, as where the state
@@ -244,7 +228,7 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
     world
         .expect_until(
             Duration::from_secs(15),
-            |w| w.is_restored() && marker(w).is_none(),
+            |w| w.is_restored() && w.marker().is_none(),
             "restored after the soft-reboot (uncordoned, untainted, marker removed)",
         )
         .await;
@@ -284,7 +268,7 @@ async fn a_reboot_marker_of_this_boot_is_left_alone_at_start() {
     };
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(15)).await;
-    assert_eq!(marker(&world).expect("a marker")["kind"], "reboot");
+    assert_eq!(world.marker().expect("a marker")["kind"], "reboot");
     world.kill_daemon();
     std::fs::remove_file(world.shutdown_record()).expect("the shutdown was recorded");
     world.rig.simulate_boot().await;
@@ -297,5 +281,5 @@ async fn a_reboot_marker_of_this_boot_is_left_alone_at_start() {
             "the boot restore leaves a this-boot reboot marker",
         )
         .await;
-    assert!(world.is_cordoned() && marker(&world).is_some());
+    assert!(world.is_cordoned() && world.marker().is_some());
 }

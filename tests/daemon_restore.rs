@@ -8,7 +8,7 @@ mod logind;
 
 use std::time::Duration;
 
-use daemon_support::{NODE, Setup, World, open_seed};
+use daemon_support::{NODE, Setup, World, open_seed, started};
 use fake_apiserver::RecordedRequest;
 use kube_shutdown_drain::node::MARKER_ANNOTATION;
 use serde_json::{Value, json};
@@ -21,12 +21,6 @@ fn setup() -> Setup {
             .to_string(),
         ..Setup::default()
     }
-}
-
-fn marker_text(world: &World) -> Option<String> {
-    world.node()["metadata"]["annotations"][MARKER_ANNOTATION]
-        .as_str()
-        .map(str::to_string)
 }
 
 fn node_patches(world: &World) -> Vec<RecordedRequest> {
@@ -56,11 +50,9 @@ async fn until(world: &mut World, within: Duration, check: impl Fn(&World) -> bo
 #[tokio::test]
 async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_and_tainted_before_evictions()
  {
-    let Some(mut world) = World::start(setup()).await else {
+    let Some(mut world) = started(setup()).await else {
         return;
     };
-    world.spawn_daemon();
-    world.wait_ready().await;
     // The boot restore has looked and found nothing; the garbage lands after it.
     world
         .expect_log(
@@ -87,7 +79,7 @@ async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_an
     assert!(world.is_cordoned(), "cordoned; log:\n{}", world.log());
     assert!(world.is_tainted(), "tainted; log:\n{}", world.log());
     let marker: Value =
-        serde_json::from_str(&marker_text(&world).expect("a marker")).expect("ours, valid JSON");
+        serde_json::from_str(&world.marker_text().expect("a marker")).expect("ours, valid JSON");
     assert_eq!(marker["cordoned"], json!(true), "{marker}");
     // The cordon and taint were written before the first eviction.
     let requests = world.api.recorder().requests();
@@ -130,11 +122,9 @@ fn stale_ready(world: &World) {
 
 #[tokio::test]
 async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbeat() {
-    let Some(mut world) = World::start(setup()).await else {
+    let Some(mut world) = started(setup()).await else {
         return;
     };
-    world.spawn_daemon();
-    world.wait_ready().await;
     world.rig.reboot().await;
     assert!(
         until(&mut world, Duration::from_secs(20), World::is_drained).await,
@@ -179,7 +169,7 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
             .map(|r| &r.body)
             .collect::<Vec<_>>()
     );
-    assert!(marker_text(&world).is_some());
+    assert!(world.marker_text().is_some());
 
     // The kubelet comes up and heartbeats: the next attempt restores.
     world.api.kubelets().start(NODE).unwrap();
@@ -188,7 +178,7 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
         "restored after the heartbeat; log:\n{}",
         world.log()
     );
-    assert!(marker_text(&world).is_none());
+    assert!(world.marker_text().is_none());
     world
         .expect_log(
             "restored node demo-node-1",

@@ -6,7 +6,7 @@ mod logind;
 
 use std::time::{Duration, Instant};
 
-use daemon_support::{EVICTED, NODE, STAYING, Setup, World, open_seed};
+use daemon_support::{EVICTED, NODE, STAYING, Setup, World, open_seed, started};
 use logind::LogindOptions;
 use nix::sys::signal::Signal;
 
@@ -47,13 +47,6 @@ fn preparing() -> LogindOptions {
         preparing_for_shutdown: true,
         ..LogindOptions::default()
     }
-}
-
-async fn started(setup: Setup) -> Option<World> {
-    let mut world = World::start(setup).await?;
-    world.spawn_daemon();
-    world.wait_ready().await;
-    Some(world)
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ mod logind;
 
 use std::time::Duration;
 
-use daemon_support::{BOOT_ID_ENV, Setup, World, open_seed};
+use daemon_support::{BOOT_ID_ENV, Setup, World, open_seed, started};
 use fake_apiserver::faults::Route;
 use serde_json::Value;
 
@@ -42,9 +42,7 @@ fn boot_id(world: &World) -> String {
 
 /// A world with the daemon ready; the boot ID it runs in.
 async fn running(setup: Setup) -> Option<(World, String)> {
-    let mut world = World::start(setup).await?;
-    world.spawn_daemon();
-    world.wait_ready().await;
+    let world = started(setup).await?;
     let boot = boot_id(&world);
     Some((world, boot))
 }

@@ -22,16 +22,6 @@ use tokio::time::Instant;
 const OUR_TAINT: (&str, &str) = ("kube-shutdown-drain/shutdown", "PreferNoSchedule");
 const NODE_PATH: &str = "/api/v1/nodes/node-a";
 
-/// The marker annotation as stored on the node, parsed.
-fn stored_marker(node: &Value) -> Option<Value> {
-    node.pointer(&format!(
-        "/metadata/annotations/{}",
-        MARKER_ANNOTATION.replace('/', "~1")
-    ))
-    .and_then(|v| v.as_str())
-    .map(|t| serde_json::from_str(t).expect("the marker is JSON"))
-}
-
 fn has_taint(node: &Value, key: &str, effect: &str) -> bool {
     taints(node).contains(&(key.to_string(), effect.to_string()))
 }

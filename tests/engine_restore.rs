@@ -20,19 +20,6 @@ use tokio::time::Instant;
 const OUR_TAINT: &str = "kube-shutdown-drain/shutdown";
 const LIFECYCLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
-fn marker_text(node: &Value) -> Option<String> {
-    node.pointer(&format!(
-        "/metadata/annotations/{}",
-        MARKER_ANNOTATION.replace('/', "~1")
-    ))
-    .and_then(Value::as_str)
-    .map(str::to_string)
-}
-
-fn stored_marker(node: &Value) -> Option<Value> {
-    marker_text(node).map(|t| serde_json::from_str(&t).expect("the marker is JSON"))
-}
-
 /// The managers owning `f:spec.f:unschedulable` in the node's managedFields.
 fn unschedulable_owners(node: &Value) -> Vec<String> {
     node.pointer("/metadata/managedFields")

@@ -107,6 +107,14 @@ pub struct World {
     runs: usize,
 }
 
+/// A world with the daemon started and READY=1 sent; `None` when tools are missing.
+pub async fn started(setup: Setup) -> Option<World> {
+    let mut world = World::start(setup).await?;
+    world.spawn_daemon();
+    world.wait_ready().await;
+    Some(world)
+}
+
 impl World {
     /// Starts the bus, the fake logind and the fake API server; `None` when tools are missing.
     pub async fn start(setup: Setup) -> Option<World> {
@@ -316,6 +324,19 @@ impl World {
                 )
             })
             .collect()
+    }
+
+    /// The marker annotation's text on the node, if any.
+    pub fn marker_text(&self) -> Option<String> {
+        self.node()["metadata"]["annotations"][kube_shutdown_drain::node::MARKER_ANNOTATION]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// The marker on the node, parsed; panics on text that is not JSON.
+    pub fn marker(&self) -> Option<Value> {
+        let text = self.marker_text()?;
+        Some(serde_json::from_str(&text).expect("the marker is JSON"))
     }
 
     pub fn is_cordoned(&self) -> bool {

@@ -21,6 +21,19 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
 }
 
+/// The marker annotation's text on `node`, if any.
+pub fn marker_text(node: &Value) -> Option<String> {
+    node.pointer("/metadata/annotations")
+        .and_then(|a| a.get(kube_shutdown_drain::node::MARKER_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// The marker on `node`, parsed; panics on text that is not JSON.
+pub fn stored_marker(node: &Value) -> Option<Value> {
+    marker_text(node).map(|t| serde_json::from_str(&t).expect("the marker is JSON"))
+}
+
 impl Cluster {
     /// Starts the server with `node-a`, `node-b`, namespace `work` and `objects`.
     pub async fn start(objects: Vec<Value>) -> Cluster {
@@ -138,11 +151,7 @@ impl Cluster {
 
     /// The marker annotation on `node-a`, as stored (its text).
     pub fn marker_text(&self) -> Option<String> {
-        self.node(NODE)
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(kube_shutdown_drain::node::MARKER_ANNOTATION))
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
+        marker_text(&self.node(NODE))
     }
 
     /// Evictions POSTed for `ns/name`.
