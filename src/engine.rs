@@ -66,6 +66,10 @@ pub struct Engine {
     kind: Option<String>,
 }
 
+/// How long past the drain's deadline the report file write is waited for (well inside the
+/// daemon's overrun guard).
+const REPORT_WRITE_ALLOWANCE: Duration = Duration::from_millis(100);
+
 impl Engine {
     /// Reads the kubeconfig (a bad one is an error here); no network I/O.
     pub fn new(settings: Arc<Settings>) -> Result<Engine, Error> {
@@ -239,14 +243,35 @@ impl Engine {
             drain::drain(clients, settings, events, options, deadline, ready, on_plan).await;
         report.kind = self.kind.clone();
         if !report.dry_run {
-            match report.write_to(&self.settings.state_dir) {
-                Ok(path) => {
-                    tracing::info!(node = %self.settings.node_name, "wrote report file {} for node {}", path.display(), self.settings.node_name)
-                }
-                Err(e) => tracing::warn!(node = %self.settings.node_name, "{e}"),
-            }
+            self.store_report(&report, deadline).await;
         }
         report
+    }
+
+    /// Writes the report to the state directory on a blocking thread, waiting for it no later
+    /// than [`REPORT_WRITE_ALLOWANCE`] past `deadline`: a disk that stalls while the machine
+    /// shuts down must not hold the drain (and the daemon's lock) past its budget. A write still
+    /// running then finishes on its own.
+    async fn store_report(&self, report: &Report, deadline: Instant) {
+        let node = &self.settings.node_name;
+        let (copy, dir) = (report.clone(), self.settings.state_dir.clone());
+        let write = tokio::task::spawn_blocking(move || copy.write_to(&dir));
+        match tokio::time::timeout_at(deadline + REPORT_WRITE_ALLOWANCE, write).await {
+            Ok(Ok(Ok(path))) => tracing::info!(
+                node = %node,
+                "wrote report file {} for node {node}",
+                path.display()
+            ),
+            Ok(Ok(Err(e))) => tracing::warn!(node = %node, "{e}"),
+            Ok(Err(e)) => {
+                tracing::warn!(node = %node, "the report file write for node {node} failed: {e}")
+            }
+            Err(_) => tracing::warn!(
+                node = %node,
+                "the report file for node {node} is still being written at the drain deadline; \
+                 not waiting for it"
+            ),
+        }
     }
 
     fn failed_report(&self, options: &DrainOptions, error: String) -> Report {

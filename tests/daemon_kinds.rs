@@ -223,15 +223,29 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
     world.kill_daemon();
     std::fs::remove_file(world.shutdown_record()).expect("the shutdown was recorded");
     world.rig.simulate_boot().await;
+    let userspace_started = jiff::Timestamp::now();
     world.spawn_daemon();
     world.wait_ready().await;
+    // Restored only on a heartbeat of this userspace (the fake's kubelet beats every 10 s): the
+    // old kubelet's Ready and heartbeats are newer than the kernel's boot time.
     world
         .expect_until(
-            Duration::from_secs(15),
+            Duration::from_secs(30),
             |w| w.is_restored() && w.marker().is_none(),
             "restored after the soft-reboot (uncordoned, untainted, marker removed)",
         )
         .await;
+    let log = world.log();
+    let since = log
+        .lines()
+        .find_map(|l| l.split("after this boot began at ").nth(1))
+        .and_then(|t| t.trim().parse::<jiff::Timestamp>().ok())
+        .unwrap_or_else(|| panic!("no live-kubelet line:\n{log}"));
+    assert!(
+        since >= userspace_started,
+        "the Ready wait counted from {since}, before this userspace started at \
+         {userspace_started}:\n{log}"
+    );
     world
         .expect_log(
             "from a soft-reboot of this boot",

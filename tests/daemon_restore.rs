@@ -30,27 +30,10 @@ fn node_patches(world: &World) -> Vec<RecordedRequest> {
         .matching("PATCH", &format!("/api/v1/nodes/{NODE}"))
 }
 
-/// Waits up to `within` for `check`, reading the notify socket meanwhile: the daemon's
-/// `sd_notify` blocks once the socket's queue (`net.unix.max_dgram_qlen`, often 10) is full,
-/// as a systemd that never reads would make it.
-async fn until(world: &mut World, within: Duration, check: impl Fn(&World) -> bool) -> bool {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        world.notify.statuses();
-        if check(world) {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_and_tainted_before_evictions()
  {
-    let Some(mut world) = started(setup()).await else {
+    let Some(world) = started(setup()).await else {
         return;
     };
     // The boot restore has looked and found nothing; the garbage lands after it.
@@ -71,7 +54,9 @@ async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_an
     world.api.recorder().clear();
     world.rig.reboot().await;
     assert!(
-        until(&mut world, Duration::from_secs(20), World::is_drained).await,
+        world
+            .wait_until(Duration::from_secs(20), World::is_drained)
+            .await,
         "the node is drained; log:\n{}",
         world.log()
     );
@@ -127,15 +112,16 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
     };
     world.rig.reboot().await;
     assert!(
-        until(&mut world, Duration::from_secs(20), World::is_drained).await,
+        world
+            .wait_until(Duration::from_secs(20), World::is_drained)
+            .await,
         "the node is drained; log:\n{}",
         world.log()
     );
     world.expect_released(Duration::from_secs(20)).await;
     assert!(world.is_cordoned() && world.is_tainted());
     world.kill_daemon();
-    world.notify.statuses();
-    world.notify.messages.clear();
+    world.notify.clear();
 
     // The next boot comes fast: the kubelet is still down and the Node still says Ready=True.
     stale_ready(&world);
@@ -145,10 +131,11 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
     world.spawn_daemon();
     world.wait_ready().await;
     assert!(
-        until(&mut world, Duration::from_secs(15), |w| w
-            .log()
-            .contains("no live kubelet reporting Ready"))
-        .await,
+        world
+            .wait_until(Duration::from_secs(15), |w| w
+                .log()
+                .contains("no live kubelet reporting Ready"))
+            .await,
         "the boot restore waits for a heartbeat from this boot; log:\n{}",
         world.log()
     );
@@ -174,7 +161,9 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
     // The kubelet comes up and heartbeats: the next attempt restores.
     world.api.kubelets().start(NODE).unwrap();
     assert!(
-        until(&mut world, Duration::from_secs(40), World::is_restored).await,
+        world
+            .wait_until(Duration::from_secs(40), World::is_restored)
+            .await,
         "restored after the heartbeat; log:\n{}",
         world.log()
     );

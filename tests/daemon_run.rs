@@ -133,7 +133,7 @@ async fn reboot_taints_cordons_drains_and_releases_before_loginds_maximum() {
         world.log()
     );
     assert_readable_log(&world.log());
-    let mut world = world;
+    let world = world;
     for want in [
         "draining node demo-node-1 before the reboot (budget 15 s)",
         "draining 4 pods from node demo-node-1",
@@ -302,7 +302,7 @@ async fn cancel_after_the_release_restores_the_node_and_locks_again() {
 async fn started_during_a_shutdown_drains_at_once_without_asking_for_the_lock() {
     // logind refuses delay locks while the shutdown runs (issue 13): the daemon reads
     // PreparingForShutdown first and drains without a lock, saying logind will not wait.
-    let Some(mut world) = started(Setup {
+    let Some(world) = started(Setup {
         logind: preparing(),
         seed: open_seed(),
         config: config("15s", "1s"),
@@ -459,7 +459,7 @@ async fn killed_mid_drain_then_started_in_a_new_boot_restores_the_node() {
 
 #[tokio::test]
 async fn a_short_logind_maximum_clamps_the_budget_and_warns() {
-    let Some(mut world) = started(Setup {
+    let Some(world) = started(Setup {
         logind: LogindOptions {
             delay_max: Duration::from_secs(3),
             ..LogindOptions::default()

@@ -162,10 +162,6 @@ impl ApiError {
         &self.0.kind
     }
 
-    pub fn object(&self) -> &str {
-        &self.0.object
-    }
-
     /// What went wrong, without the object: `not found (NotFound, HTTP 404)`.
     pub fn problem(&self) -> String {
         match &self.0.kind {

@@ -19,12 +19,10 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
+use crate::daemon::logind::ShutdownKind;
 
 /// The record's file name in the state directory.
 pub const FILE: &str = "boot-record";
-
-/// The kind a soft-reboot is recorded under (logind's `type`).
-const SOFT_REBOOT: &str = "soft-reboot";
 
 /// What the daemon saw of one boot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,7 +147,9 @@ impl BootRecord {
 /// The verdict on a finished boot's record. Pure.
 pub fn judge(record: &BootRecord, node: &str) -> PreviousBoot {
     let boot = match &record.shutdown {
-        Some(s) if s.kind == SOFT_REBOOT => format!("the userspace of boot {}", record.boot_id),
+        Some(s) if ShutdownKind::names_soft_reboot(&s.kind) => {
+            format!("the userspace of boot {}", record.boot_id)
+        }
         _ => format!("boot {}", record.boot_id),
     };
     let (unclean, message) = match &record.shutdown {
@@ -249,7 +249,10 @@ impl BootLog {
             None
         });
         let soft_reboot_over = |r: &BootRecord| {
-            !under_way && r.shutdown.as_ref().is_some_and(|s| s.kind == SOFT_REBOOT)
+            !under_way
+                && r.shutdown
+                    .as_ref()
+                    .is_some_and(|s| ShutdownKind::names_soft_reboot(&s.kind))
         };
         let judged_now = |r: &BootRecord| r.boot_id != boot_id || soft_reboot_over(r);
         let (mut record, judged) = match old {
@@ -301,6 +304,33 @@ impl BootLog {
     /// The drain for the announced shutdown ended so.
     pub fn shutdown_ended(&self, outcome: EndOutcome, detail: String) {
         self.end_shutdown(ShutdownEnd { outcome, detail }, true);
+    }
+
+    /// [`Self::shutdown_ended`] on a blocking thread, waited for until `by` at the latest: the
+    /// lock is released after it, and a stalled disk must not hold it past the budget. A write
+    /// still running then finishes on its own (the next change waits for it).
+    pub async fn shutdown_ended_by(
+        &self,
+        by: tokio::time::Instant,
+        outcome: EndOutcome,
+        detail: String,
+    ) {
+        let Some((path, node)) = self
+            .lock()
+            .as_ref()
+            .map(|o| (o.state_dir.join(FILE), o.node.clone()))
+        else {
+            return;
+        };
+        let log = self.clone();
+        let write = tokio::task::spawn_blocking(move || log.shutdown_ended(outcome, detail));
+        if tokio::time::timeout_at(by, write).await.is_err() {
+            tracing::warn!(
+                "{} is still being written at the drain deadline; releasing the inhibitor for \
+                 node {node} first",
+                path.display()
+            );
+        }
     }
 
     /// No drain ran (the budget was spent before this daemon started): recorded only when no

@@ -105,7 +105,8 @@ pub(crate) async fn drain_node(
 }
 
 /// `[shutdown]` policy "cordon": the prepare alone (marker with the kind, taint, cordon), by
-/// `deadline`, and a `DrainSkipped` Event saying why nothing is evicted.
+/// `deadline`, and a `DrainSkipped` Event saying why nothing is evicted (posted beside, not
+/// awaited).
 #[tracing::instrument(skip_all)]
 pub(crate) async fn cordon_node(
     settings: Arc<Settings>,
@@ -115,22 +116,22 @@ pub(crate) async fn cordon_node(
     deadline: Instant,
 ) -> DrainOutcome {
     let node = settings.node_name.clone();
-    let engine = match Engine::new(settings) {
+    let engine = match Engine::new(settings.clone()) {
         Ok(engine) => engine.for_shutdown_kind(&kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
-    let work = async {
-        let prepared = engine.prepare_by(&why, deadline).await;
-        let message = format!(
-            "the {kind} of the host: [shutdown] {key} = \"cordon\": tainted and cordoned node \
-             {node}, evicting no pods"
-        );
-        let _ =
-            tokio::time::timeout_at(deadline, engine.event(EventReason::DrainSkipped, &message))
-                .await;
-        prepared
-    };
-    match tokio::time::timeout_at(deadline + DRAIN_OVERRUN_GUARD, work).await {
+    let prepared = tokio::time::timeout_at(
+        deadline + DRAIN_OVERRUN_GUARD,
+        engine.prepare_by(&why, deadline),
+    )
+    .await;
+    // The Event in its own task: the inhibitor is not held for it.
+    let message = format!(
+        "the {kind} of the host: [shutdown] {key} = \"cordon\": tainted and cordoned node \
+         {node}, evicting no pods"
+    );
+    tokio::spawn(post_event(settings, EventReason::DrainSkipped, message));
+    match prepared {
         Ok(prepared) => match log_prepared(&node, &prepared) {
             Ok(()) => DrainOutcome::Cordoned,
             Err(e) => DrainOutcome::Failed(format!("preparing node {node} failed: {e}")),
@@ -189,4 +190,4 @@ fn log_prepared<'e>(
 
 /// How long past its deadline the daemon lets `Engine::drain` run before dropping it. Within
 /// the release margin, so the lock still goes before logind's own timer fires.
-const DRAIN_OVERRUN_GUARD: Duration = Duration::from_millis(500);
+pub(crate) const DRAIN_OVERRUN_GUARD: Duration = Duration::from_millis(500);

@@ -169,6 +169,11 @@ pub enum ShutdownKind {
 }
 
 impl ShutdownKind {
+    /// Whether a recorded kind's name (marker, boot record) is a soft-reboot's.
+    pub fn names_soft_reboot(name: &str) -> bool {
+        ShutdownKind::parse(name) == ShutdownKind::SoftReboot
+    }
+
     /// Parses logind's `type` value; both `poweroff` and `power-off` occur in the wild.
     pub fn parse(value: &str) -> ShutdownKind {
         match value {

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::api::retry::Backoff;
 use crate::config::Settings;
+use crate::daemon::logind::ShutdownKind;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
@@ -25,9 +26,6 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between restore attempts: an API server that is down for long is retried twice
 /// a minute, which costs nothing and puts the node back soon after it returns.
 const RETRY_MAX: Duration = Duration::from_secs(30);
-
-/// The kind a soft-reboot's marker records (logind's `type`, `ShutdownKind::SoftReboot`).
-const SOFT_REBOOT: &str = "soft-reboot";
 
 /// Why a restore runs; it decides which markers are ours to undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +47,11 @@ pub async fn restore_until_done(
 ) {
     let node = settings.node_name.clone();
     let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
+    // This userspace's start, near enough: a kubelet heartbeat after it is of this userspace
+    // even when the kernel (and its boot time) outlived a soft-reboot.
+    let spawned = jiff::Timestamp::now();
     loop {
-        match attempt(&settings, &status, trigger, &mut quiet).await {
+        match attempt(&settings, &status, trigger, &mut quiet, spawned).await {
             Ok(restored) => {
                 status.set_restore(None);
                 if restored {
@@ -80,11 +81,19 @@ async fn attempt(
     status: &Status,
     trigger: Trigger,
     quiet: &mut watch::Receiver<bool>,
+    spawned: jiff::Timestamp,
 ) -> Result<bool, Error> {
     let node = &settings.node_name;
     // A fresh engine per attempt: the client lives only while the restore runs.
     let engine = Engine::new(settings.clone())?;
-    let marker = match engine.node().await.map(|n| crate::node::read_marker(&n))? {
+    let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
+    if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
+        // The prepare PATCH of a drain stopped by the cancel may have been sent and not yet
+        // applied: look once more after it could have been.
+        tokio::time::sleep(settings.request_timeout).await;
+        read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
+    }
+    let marker = match read {
         MarkerRead::Absent => {
             tracing::info!("node {node} carries no marker of ours; nothing to restore");
             return Ok(false);
@@ -106,7 +115,11 @@ async fn attempt(
     if trigger == Trigger::Boot {
         let boot_id = engine.boot_id()?;
         if marker.boot_id == boot_id {
-            if marker.kind.as_deref() != Some(SOFT_REBOOT) {
+            if !marker
+                .kind
+                .as_deref()
+                .is_some_and(ShutdownKind::names_soft_reboot)
+            {
                 tracing::info!(
                     "the marker on node {node} is from this boot ({boot_id}); left for the \
                      shutdown that wrote it"
@@ -125,6 +138,9 @@ async fn attempt(
                 "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
             );
         }
+        // After a soft-reboot the kernel's boot time predates the old kubelet's last
+        // heartbeats: only one after this userspace started shows the new kubelet.
+        let soft_reboot = marker.boot_id == boot_id;
         let limit = settings.daemon.restore_ready_timeout;
         status.set_restore(Some(format!(
             "waiting up to {} s for node {node} to be Ready before restoring",
@@ -141,7 +157,11 @@ async fn attempt(
         // Only a live kubelet counts: a Ready=True left by the previous boot's kubelet stays
         // for ~40 s after it stopped. Without one the node stays cordoned and this attempt
         // fails, to be tried again.
-        engine.wait_ready(deadline).await?;
+        if soft_reboot {
+            engine.wait_ready_since(deadline, spawned).await?;
+        } else {
+            engine.wait_ready(deadline).await?;
+        }
     }
     status.set_restore(Some(format!("restoring node {node}")));
     let outcome = engine.restore().await?;

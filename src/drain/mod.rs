@@ -216,6 +216,8 @@ pub async fn drain(
         events,
         tracker,
         health,
+        // The drain's own start: every time in the report counts from the same moment.
+        started,
         work_deadline,
     ));
     let started_msg = format!(

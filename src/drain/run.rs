@@ -73,6 +73,7 @@ impl Run {
         events: NodeEvents,
         tracker: Arc<Tracker>,
         health: Arc<ServerHealth>,
+        started: Instant,
         work_deadline: Instant,
     ) -> Run {
         Run {
@@ -83,7 +84,7 @@ impl Run {
             tracker,
             budgets: Budgets::new(clients.clone()),
             health,
-            started: Instant::now(),
+            started,
             work_deadline,
             rows: Mutex::default(),
             blocked_announced: Mutex::default(),

@@ -254,11 +254,14 @@ pub async fn follow(
     let mut first = Some(first);
     let mut listed = Vec::new();
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            // Any event is an answer: an outage is over even when only deletions follow it.
+            health.answered();
+        }
         match event {
             Ok(Event::Init) => listed.clear(),
             Ok(Event::InitApply(p)) => listed.push(p),
             Ok(Event::InitDone) => {
-                health.answered();
                 let new = tracker.resync(&listed);
                 match first.take() {
                     Some(first) => {
@@ -271,7 +274,6 @@ pub async fn follow(
                 listed.clear();
             }
             Ok(Event::Apply(p)) => {
-                health.answered();
                 if tracker.observe(&p) {
                     let _ = new_pods.send(p);
                 }

@@ -100,7 +100,9 @@ pub type Wrap<'a> = dyn Fn(&Path, &std::fs::File) -> Command + 'a;
 pub struct World {
     pub rig: Rig,
     pub api: FakeApiServer,
-    pub notify: NotifySocket,
+    pub notify: std::sync::Arc<NotifySocket>,
+    /// Keeps `notify` drained (see [`NotifySocket::keep_drained`]).
+    notify_drain: tokio::task::JoinHandle<()>,
     dir: tempfile::TempDir,
     state: tempfile::TempDir,
     daemon: Option<Child>,
@@ -146,11 +148,13 @@ impl World {
             setup.config
         );
         std::fs::write(dir.path().join("config.toml"), config).expect("write the config");
-        let notify = NotifySocket::bind(dir.path());
+        let notify = std::sync::Arc::new(NotifySocket::bind(dir.path()));
+        let notify_drain = notify.keep_drained();
         let world = World {
             rig,
             api,
             notify,
+            notify_drain,
             dir,
             state,
             daemon: None,
@@ -568,6 +572,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.notify_drain.abort();
         self.kill_daemon();
     }
 }

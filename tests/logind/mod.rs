@@ -438,10 +438,14 @@ impl Drop for Rig {
 }
 
 /// A `NOTIFY_SOCKET` that records the daemon's sd_notify messages.
+///
+/// The daemon's `sd_notify` blocks once the socket's queue (`net.unix.max_dgram_qlen`, often 10
+/// datagrams) is full, as under a systemd that never reads: every wait of a test world drains it
+/// ([`NotifySocket::drain`]), so no test has to remember to.
 pub struct NotifySocket {
     path: PathBuf,
     socket: tokio::net::UnixDatagram,
-    pub messages: Vec<String>,
+    messages: std::sync::Mutex<Vec<String>>,
 }
 
 impl NotifySocket {
@@ -453,7 +457,7 @@ impl NotifySocket {
         NotifySocket {
             path,
             socket: tokio::net::UnixDatagram::from_std(std_socket).expect("a tokio socket"),
-            messages: Vec::new(),
+            messages: std::sync::Mutex::default(),
         }
     }
 
@@ -462,58 +466,74 @@ impl NotifySocket {
         &self.path
     }
 
-    /// Receives until a message contains `needle` (a line such as `READY=1`), up to `within`.
-    /// Returns that message; every message received is kept in `messages`.
-    pub async fn wait_for(&mut self, needle: &str, within: Duration) -> Option<String> {
-        if let Some(m) = self
-            .messages
-            .iter()
-            .find(|m| m.lines().any(|l| l == needle))
-        {
-            return Some(m.clone());
-        }
-        let deadline = tokio::time::Instant::now() + within;
+    /// Receives whatever is queued now; returns every message received so far.
+    pub fn drain(&self) -> Vec<String> {
+        let mut messages = self.messages.lock().unwrap_or_else(|p| p.into_inner());
         let mut buf = vec![0u8; 4096];
+        while let Ok(n) = self.socket.try_recv(&mut buf) {
+            messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        messages.clone()
+    }
+
+    /// Drains the socket whenever a message comes, until the task is aborted: the daemon never
+    /// blocks on a full queue, whatever the test is waiting for.
+    pub fn keep_drained(self: &std::sync::Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            while me.socket.readable().await.is_ok() {
+                me.drain();
+            }
+        })
+    }
+
+    /// Forgets the messages received so far.
+    pub fn clear(&self) {
+        self.drain();
+        self.messages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Receives until a message has the line `needle` (such as `READY=1`), up to `within`.
+    /// Returns that message.
+    pub async fn wait_for(&self, needle: &str, within: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + within;
         loop {
-            let n = tokio::time::timeout_at(deadline, self.socket.recv(&mut buf))
+            if let Some(m) = self
+                .drain()
+                .into_iter()
+                .find(|m| m.lines().any(|l| l == needle))
+            {
+                return Some(m);
+            }
+            tokio::time::timeout_at(deadline, self.socket.readable())
                 .await
                 .ok()?
-                .expect("recv on the notify socket");
-            let message = String::from_utf8_lossy(&buf[..n]).into_owned();
-            self.messages.push(message.clone());
-            if message.lines().any(|l| l == needle) {
-                return Some(message);
-            }
+                .expect("poll the notify socket");
         }
     }
 
     /// Receives until a `STATUS=` line contains `part`, up to `within`; every status so far.
-    pub async fn wait_status(&mut self, part: &str, within: Duration) -> Result<(), Vec<String>> {
+    pub async fn wait_status(&self, part: &str, within: Duration) -> Result<(), Vec<String>> {
         let deadline = tokio::time::Instant::now() + within;
-        let mut buf = vec![0u8; 4096];
         loop {
             let statuses = self.statuses();
             if statuses.iter().any(|s| s.contains(part)) {
                 return Ok(());
             }
-            match tokio::time::timeout_at(deadline, self.socket.recv(&mut buf)).await {
-                Ok(Ok(n)) => self
-                    .messages
-                    .push(String::from_utf8_lossy(&buf[..n]).into_owned()),
-                Ok(Err(e)) => panic!("recv on the notify socket: {e}"),
+            match tokio::time::timeout_at(deadline, self.socket.readable()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => panic!("poll the notify socket: {e}"),
                 Err(_) => return Err(statuses),
             }
         }
     }
 
     /// Status lines (`STATUS=...`) received so far, and any waiting now.
-    pub fn statuses(&mut self) -> Vec<String> {
-        let mut buf = vec![0u8; 4096];
-        while let Ok(n) = self.socket.try_recv(&mut buf) {
-            self.messages
-                .push(String::from_utf8_lossy(&buf[..n]).into_owned());
-        }
-        self.messages
+    pub fn statuses(&self) -> Vec<String> {
+        self.drain()
             .iter()
             .flat_map(|m| m.lines())
             .filter_map(|l| l.strip_prefix("STATUS="))
