@@ -89,20 +89,7 @@ async fn a_garbage_marker_during_a_shutdown_is_replaced_and_the_node_cordoned_an
 /// As a stopped kubelet of the previous boot left the node: Ready=True with a heartbeat and a
 /// Lease renewal from long ago.
 fn stale_ready(world: &World) {
-    world.api.kubelets().stop(NODE).unwrap();
-    let store = world.api.store();
-    store
-        .modify("Node", None, NODE, |n| {
-            for c in n["status"]["conditions"].as_array_mut().unwrap() {
-                c["lastHeartbeatTime"] = json!("2020-01-01T00:00:00Z");
-            }
-        })
-        .unwrap();
-    store
-        .modify("Lease", Some("kube-node-lease"), NODE, |l| {
-            l["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
-        })
-        .unwrap();
+    world.api.kubelets().stop_leaving_stale_ready(NODE).unwrap();
 }
 
 #[tokio::test]

@@ -436,20 +436,7 @@ async fn status_shows_a_foreign_marker_and_a_cordon_that_is_not_ours() {
 /// Makes `node-a` look as a stopped kubelet of an earlier boot left it: Ready=True with the
 /// heartbeat and the Lease renewal from long before this boot.
 fn stale_ready(c: &Cluster) {
-    c.server.kubelets().stop(NODE).unwrap();
-    let store = c.server.store();
-    store
-        .modify("Node", None, NODE, |n| {
-            for cond in n["status"]["conditions"].as_array_mut().unwrap() {
-                cond["lastHeartbeatTime"] = json!("2020-01-01T00:00:00Z");
-            }
-        })
-        .unwrap();
-    store
-        .modify("Lease", Some("kube-node-lease"), NODE, |l| {
-            l["spec"]["renewTime"] = json!("2020-01-01T00:00:00.000000Z");
-        })
-        .unwrap();
+    c.server.kubelets().stop_leaving_stale_ready(NODE).unwrap();
     let node = c.node(NODE);
     assert!(
         node["status"]["conditions"]

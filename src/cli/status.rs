@@ -8,8 +8,8 @@ use crate::cli::{CliError, EXIT_DONE, Output, outln, print_json};
 use crate::config::Settings;
 use crate::daemon::boot_record::{self, PreviousBoot};
 use crate::engine::Engine;
-use crate::node::marker::{lb_label, lb_label_is_ours};
-use crate::node::{Marker, MarkerRead, cordon_is_ours, read_marker};
+use crate::node::marker::restore_patch;
+use crate::node::{Marker, MarkerRead, read_marker};
 use crate::report::Report;
 
 #[derive(Serialize)]
@@ -40,14 +40,13 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         MarkerRead::Ours(m) => (Some(m), None),
         MarkerRead::Foreign(why) => (None, Some(why)),
     };
-    let cordon_kept = marker
+    // What a restore would leave, from the restore's own builder (nothing is sent).
+    let (cordon_kept, label_kept) = marker
         .as_ref()
-        .filter(|m| m.cordoned && node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true))
-        .and_then(|m| cordon_is_ours(&node, m).err());
-    let label_kept = marker
-        .as_ref()
-        .filter(|m| m.excluded_from_load_balancers && lb_label(&node).is_some())
-        .and_then(|_| lb_label_is_ours(&node).err());
+        .and_then(|m| restore_patch(&node, &settings.node_name, m, &settings.taint.key, true).ok())
+        .map_or((None, None), |(_, plan)| {
+            (plan.cordon_kept, plan.label_kept)
+        });
     let spec = node.spec.unwrap_or_default();
     let status = Status {
         node: settings.node_name.clone(),

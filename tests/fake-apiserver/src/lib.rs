@@ -156,6 +156,23 @@ impl Kubelets<'_> {
         self.0.stop_kubelet(node)
     }
 
+    /// As a fast reboot leaves `node`: the kubelet stopped, Ready still True, but its last
+    /// heartbeat and Lease renewal long ago (2020), from before any boot a test runs in.
+    pub fn stop_leaving_stale_ready(&self, node: &str) -> Result<(), StoreError> {
+        self.stop(node)?;
+        self.0.modify("Node", None, node, |n| {
+            if let Some(conditions) = n["status"]["conditions"].as_array_mut() {
+                for c in conditions {
+                    c["lastHeartbeatTime"] = serde_json::json!("2020-01-01T00:00:00Z");
+                }
+            }
+        })?;
+        self.0.modify("Lease", Some("kube-node-lease"), node, |l| {
+            l["spec"]["renewTime"] = serde_json::json!("2020-01-01T00:00:00.000000Z");
+        })?;
+        Ok(())
+    }
+
     /// Starts it again: a fresh heartbeat at once, then every `Timings::heartbeat_period`.
     pub fn start(&self, node: &str) -> Result<(), StoreError> {
         self.0.start_kubelet(node)

@@ -6,75 +6,14 @@
 //!
 //! Without kubectl these tests print why and pass; with `CI=true` a missing kubectl fails them.
 
-use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options, RecordedRequest, parse_documents};
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
-/// The folder of the versioned kubectl binaries: where the `kubectl` on PATH really lives.
-fn kubectl_dir() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("kubectl"))
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-}
-
-fn kubectl(version: &str) -> Option<PathBuf> {
-    let found = kubectl_dir()
-        .map(|d| d.join(format!("kubectl.{version}")))
-        .filter(|p| p.is_file());
-    if found.is_none() {
-        let why = format!("kubectl.{version} not found next to the kubectl on PATH");
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{why}; CI=true requires it");
-        }
-        eprintln!("skipping: {why}");
-    }
-    found
-}
-
-struct Kubectl {
-    bin: PathBuf,
-    dir: TempDir,
-}
-
-impl Kubectl {
-    fn new(bin: PathBuf, server: &FakeApiServer, token: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        server
-            .write_kubeconfig(&dir.path().join("kubeconfig"), token)
-            .expect("kubeconfig written");
-        Kubectl { bin, dir }
-    }
-
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut c = tokio::process::Command::new(&self.bin);
-        c.arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .kill_on_drop(true);
-        c
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let out = self.command(args).output().await.expect("kubectl runs");
-        eprintln!(
-            "$ kubectl {}\n-> {:?}\n{}{}",
-            args.join(" "),
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-}
+mod support;
+use support::{Kubectl, evictions, kubectl};
 
 async fn start(seed: &str) -> FakeApiServer {
     let seed = parse_documents(seed, "scenario").expect("scenario parses");
@@ -99,25 +38,6 @@ fn api_requests(server: &FakeApiServer) -> Vec<RecordedRequest> {
                 _ => true,
             };
             !discovery
-        })
-        .collect()
-}
-
-/// (pod, status) of every eviction, in order.
-fn evictions(server: &FakeApiServer) -> Vec<(String, u16)> {
-    server
-        .recorder()
-        .matching("POST", "/eviction")
-        .into_iter()
-        .map(|r| {
-            let name = r
-                .path
-                .trim_end_matches("/eviction")
-                .rsplit('/')
-                .next()
-                .unwrap_or("")
-                .to_string();
-            (name, r.status)
         })
         .collect()
 }

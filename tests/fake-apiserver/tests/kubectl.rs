@@ -4,114 +4,25 @@
 //!
 //! Without kubectl these tests print why and pass; with `CI=true` a missing kubectl fails them.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::time::Duration;
 
 use fake_apiserver::{FakeApiServer, Options, load_seed_file};
 use serde_json::{Value, json};
-use tempfile::TempDir;
+
+mod support;
+use support::{Kubectl, evictions, kubectl};
 
 const SCENARIO: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/drain-scenario.yaml"
 );
 
-/// The folder of the versioned kubectl binaries: where the `kubectl` on PATH really lives.
-fn kubectl_dir() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("kubectl"))
-        .find(|p| p.is_file())
-        .and_then(|p| std::fs::canonicalize(p).ok())
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-}
-
-/// The fixed-version kubectl, or None (after saying why) when it is missing outside CI.
-fn kubectl(version: &str) -> Option<PathBuf> {
-    let found = kubectl_dir()
-        .map(|d| d.join(format!("kubectl.{version}")))
-        .filter(|p| p.is_file());
-    if found.is_none() {
-        let why = format!("kubectl.{version} not found next to the kubectl on PATH");
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{why}; CI=true requires it");
-        }
-        eprintln!("skipping: {why}");
-    }
-    found
-}
-
-struct Kubectl {
-    bin: PathBuf,
-    dir: TempDir,
-}
-
-impl Kubectl {
-    fn new(bin: PathBuf, server: &FakeApiServer, token: &str) -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        server
-            .write_kubeconfig(&dir.path().join("kubeconfig"), token)
-            .expect("kubeconfig written");
-        Kubectl { bin, dir }
-    }
-
-    async fn run(&self, args: &[&str]) -> Output {
-        let out = tokio::process::Command::new(&self.bin)
-            .arg("--kubeconfig")
-            .arg(self.dir.path().join("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .expect("kubectl runs");
-        eprintln!(
-            "$ kubectl {}\n-> {:?}\n{}{}",
-            args.join(" "),
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    /// Runs and requires exit 0; returns stdout.
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args).await;
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
 async fn scenario() -> FakeApiServer {
     let seed = load_seed_file(Path::new(SCENARIO)).expect("scenario seed loads");
     FakeApiServer::start(Options { port: 0, seed })
         .await
         .expect("server starts")
-}
-
-fn evicted(server: &FakeApiServer) -> Vec<(String, u16)> {
-    server
-        .recorder()
-        .matching("POST", "/eviction")
-        .into_iter()
-        .map(|r| {
-            let name = r
-                .path
-                .trim_end_matches("/eviction")
-                .rsplit('/')
-                .next()
-                .unwrap_or("")
-                .to_string();
-            (name, r.status)
-        })
-        .collect()
 }
 
 const DRAIN: &[&str] = &[
@@ -133,7 +44,7 @@ async fn drain_with_budget_that_opens(version: &str) {
     let opener = async {
         // Wait for the first 429 on the guarded pod, then bring up a Ready replacement elsewhere.
         for _ in 0..300 {
-            if evicted(&server)
+            if evictions(&server)
                 .iter()
                 .any(|(n, s)| n == "guarded" && *s == 429)
             {
@@ -167,7 +78,7 @@ async fn drain_with_budget_that_opens(version: &str) {
         Some("node/node-a drained")
     );
 
-    let attempts = evicted(&server);
+    let attempts = evictions(&server);
     let mut accepted: Vec<&str> = attempts
         .iter()
         .filter(|(_, s)| *s == 201)
@@ -235,7 +146,7 @@ async fn drain_with_budget_that_never_opens(version: &str) {
         .get("Pod", Some("work"), "guarded")
         .expect("guarded pod still there");
     assert!(guarded.pointer("/metadata/deletionTimestamp").is_none());
-    let blocked = evicted(&server)
+    let blocked = evictions(&server)
         .iter()
         .filter(|(n, s)| n == "guarded" && *s == 429)
         .count();
