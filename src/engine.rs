@@ -3,7 +3,6 @@
 //! the Node Events and the last report together.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::config::Kubeconfig;
@@ -18,6 +17,7 @@ use crate::events::{NodeEvents, Reason as EventReason};
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::plan::Plan;
 use crate::report::{Report, ReportError};
+use crate::shutdown_kind::ShutdownKind;
 
 pub use crate::node::{PrepareOutcome, RestoreOutcome};
 
@@ -63,12 +63,10 @@ pub struct Engine {
     kubeconfig: Kubeconfig,
     clients: OnceCell<Clients>,
     /// The kind of shutdown this engine prepares and drains for (marker and report).
-    kind: Option<String>,
+    kind: Option<ShutdownKind>,
 }
 
-/// How long past the drain's deadline the report file write is waited for (well inside the
-/// daemon's overrun guard).
-const REPORT_WRITE_ALLOWANCE: Duration = Duration::from_millis(100);
+use crate::budget::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
 
 impl Engine {
     /// Reads the kubeconfig (a bad one is an error here); no network I/O.
@@ -84,8 +82,8 @@ impl Engine {
 
     /// The same engine, recording `kind` (the kind of shutdown, "reboot", "soft-reboot", ...)
     /// in the marker its prepare writes and in the report its drain stores.
-    pub fn for_shutdown_kind(mut self, kind: &str) -> Engine {
-        self.kind = Some(kind.to_owned());
+    pub fn for_shutdown_kind(mut self, kind: ShutdownKind) -> Engine {
+        self.kind = Some(kind);
         self
     }
 
@@ -111,7 +109,7 @@ impl Engine {
         Ok(NodeOps {
             clients: self.clients().await?,
             settings: &self.settings,
-            kind: self.kind.as_deref(),
+            kind: self.kind,
         })
     }
 
@@ -241,22 +239,23 @@ impl Engine {
         let settings = self.settings.clone();
         let mut report =
             drain::drain(clients, settings, events, options, deadline, ready, on_plan).await;
-        report.kind = self.kind.clone();
+        report.kind = self.kind;
         if !report.dry_run {
             self.store_report(&report, deadline).await;
         }
         report
     }
 
-    /// Writes the report to the state directory on a blocking thread, waiting for it no later
-    /// than [`REPORT_WRITE_ALLOWANCE`] past `deadline`: a disk that stalls while the machine
-    /// shuts down must not hold the drain (and the daemon's lock) past its budget. A write still
+    /// Writes the report to the state directory on a blocking thread, waiting for it at most
+    /// [`WRITE_ALLOWANCE`] (and never later than that past `deadline`): a disk that stalls while
+    /// the machine shuts down must not hold the drain (and the daemon's lock). A write still
     /// running then finishes on its own.
     async fn store_report(&self, report: &Report, deadline: Instant) {
         let node = &self.settings.node_name;
         let (copy, dir) = (report.clone(), self.settings.state_dir.clone());
         let write = tokio::task::spawn_blocking(move || copy.write_to(&dir));
-        match tokio::time::timeout_at(deadline + REPORT_WRITE_ALLOWANCE, write).await {
+        let by = (Instant::now() + WRITE_ALLOWANCE).min(deadline + WRITE_ALLOWANCE);
+        match tokio::time::timeout_at(by, write).await {
             Ok(Ok(Ok(path))) => tracing::info!(
                 node = %node,
                 "wrote report file {} for node {node}",
@@ -268,15 +267,16 @@ impl Engine {
             }
             Err(_) => tracing::warn!(
                 node = %node,
-                "the report file for node {node} is still being written at the drain deadline; \
-                 not waiting for it"
+                "the report file for node {node} is still being written after {} ms; not \
+                 waiting for it",
+                WRITE_ALLOWANCE.as_millis()
             ),
         }
     }
 
     fn failed_report(&self, options: &DrainOptions, error: String) -> Report {
         let mut r = drain::empty_report(&self.settings, options, jiff::Timestamp::now());
-        r.kind = self.kind.clone();
+        r.kind = self.kind;
         r.errors.push(error);
         r.finish();
         r
@@ -325,8 +325,8 @@ impl Engine {
                 )
             }),
         ];
-        // Events are for people: all of them at most 500 ms past the restore's deadline.
-        let until = deadline + Duration::from_millis(500);
+        // Events are for people: all of them at most a little past the restore's deadline.
+        let until = deadline + RESTORE_EVENTS_ALLOWANCE;
         for (reason, msg) in said.into_iter().flatten() {
             events.emit_by(reason, &msg, until).await;
         }
@@ -349,6 +349,16 @@ impl Engine {
                 self.settings.node_name
             ),
         }
+    }
+
+    /// One Event on the Node by a fresh engine, bounded by the request timeout; a failure is
+    /// only logged. For a long-lived caller (the daemon) that holds no engine between drains.
+    pub async fn post_event(settings: Arc<Settings>, reason: EventReason, message: String) {
+        let within = settings.request_timeout;
+        let Ok(engine) = Engine::new(settings) else {
+            return;
+        };
+        let _ = tokio::time::timeout(within, engine.event(reason, &message)).await;
     }
 
     /// Writes one Event on the Node within the request timeout, saying why when it could not

@@ -2,6 +2,7 @@
 //! announces a shutdown, and restores what it changed on the next boot.
 
 pub mod api;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -12,6 +13,7 @@ pub mod logging;
 pub mod node;
 pub mod policy;
 pub mod report;
+pub mod shutdown_kind;
 pub mod state_file;
 
 // The policy modules by their earlier paths (the configuration reads selectors through these).

@@ -14,7 +14,7 @@ fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { EXIT_USAGE } else { 0 });
         }
     };
-    kube_shutdown_drain::logging::init();
+    let log = kube_shutdown_drain::logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,7 +25,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(cli.dispatch()) {
+    let result = runtime.block_on(cli.dispatch());
+    // The queued log lines first, then the final error: they read in the order they happened.
+    drop(log);
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("error: {e}");

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::filters::{Action, Reason};
 use crate::plan::PlannedPod;
+use crate::shutdown_kind::ShutdownKind;
 
 /// The file name of the last report inside the state directory.
 pub const LAST_REPORT_FILE: &str = "last-report.json";
@@ -204,7 +205,7 @@ pub struct Report {
     /// The kind of shutdown the drain ran for ("reboot", "power-off", "soft-reboot", ...,
     /// "unknown"); absent for a drain by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<ShutdownKind>,
 }
 
 /// The report could not be stored or read (the error names the file).

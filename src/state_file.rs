@@ -21,21 +21,41 @@ pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
-/// Writes `bytes` as `dir/name`: a new file with a random name in `dir` (created exclusively,
-/// mode 0600, so a symlink or file planted under any fixed name is never opened), flushed to
-/// disk, then renamed over `dir/name` (a symlink there is replaced, not followed). Creates `dir`
-/// when it is missing. Returns the file's path.
+/// Writes `bytes` as `dir/name` with mode 0600 ([`replace`]), creating `dir` (0700) when it is
+/// missing. Returns the file's path.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
     ensure_dir(dir)?;
     let path = dir.join(name);
+    replace(&path, bytes, 0o600)?;
+    Ok(path)
+}
+
+/// Replaces `path` with a file holding `bytes` and mode `mode`, atomically: a new file with a
+/// random name in the same directory (created exclusively, so a symlink or file planted under
+/// any fixed name is never opened), flushed to disk, then renamed over `path` (a symlink there
+/// is replaced, not followed). A reader sees the old file or the new one, never half of one.
+/// The one atomic writer: state files, and the metrics textfile (mode 0644 for node_exporter).
+pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy());
     let mut tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
         .tempfile_in(dir)?;
+    // Set on the open file: a mode given at creation would be cut by the umask (the unit's is
+    // 0077), and node_exporter, running as its own user, must read the metrics textfile.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
-    tmp.persist(&path).map_err(|e| e.error)?;
-    Ok(path)
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Reads `path`, `None` when it does not exist. Refuses (an error saying why) a symlink, anything

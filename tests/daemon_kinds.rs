@@ -217,11 +217,14 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
     assert!(world.is_cordoned() && world.is_drained(), "{}", world.log());
     assert_eq!(world.marker().expect("a marker")["kind"], "soft-reboot");
     // The soft-reboot stops userspace and starts it again: logind forgets the shutdown, the
-    // kernel and so the boot ID stay. The shutdown-started record of this boot would also get
-    // the node restored (as a cancel missed while away); it is removed here, as where the state
-    // directory is not writable, so only the marker's kind can lead to the restore.
+    // kernel and so the boot ID stay. The boot record of this boot holds the soft-reboot: it is
+    // judged as the end of a userspace, not taken for a cancel missed while away, so only the
+    // marker's kind leads to the restore.
     world.kill_daemon();
-    std::fs::remove_file(world.shutdown_record()).expect("the shutdown was recorded");
+    assert!(
+        world.recorded_shutdown().is_some(),
+        "the shutdown was recorded"
+    );
     world.rig.simulate_boot().await;
     let userspace_started = jiff::Timestamp::now();
     world.spawn_daemon();
@@ -276,7 +279,8 @@ async fn after_a_soft_reboot_the_same_boot_id_still_gets_the_node_restored() {
 #[tokio::test]
 async fn a_reboot_marker_of_this_boot_is_left_alone_at_start() {
     // The contrast to the soft-reboot: the same steps after a reboot's drain (the daemon
-    // restarted in the same boot, no shutdown record) restore nothing.
+    // restarted in the same boot, no boot record, as where the state directory is not
+    // writable) restore nothing: a reboot's marker of this boot is the shutdown's.
     let Some(mut world) = started(setup("")).await else {
         return;
     };
@@ -284,7 +288,7 @@ async fn a_reboot_marker_of_this_boot_is_left_alone_at_start() {
     world.expect_released(Duration::from_secs(15)).await;
     assert_eq!(world.marker().expect("a marker")["kind"], "reboot");
     world.kill_daemon();
-    std::fs::remove_file(world.shutdown_record()).expect("the shutdown was recorded");
+    std::fs::remove_file(world.boot_record_path()).expect("the shutdown was recorded");
     world.rig.simulate_boot().await;
     world.spawn_daemon();
     world.wait_ready().await;

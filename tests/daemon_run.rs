@@ -260,18 +260,17 @@ async fn cancel_during_the_drain_restores_the_node_and_keeps_the_lock() {
             "prepared",
         )
         .await;
-    let record = world.shutdown_record();
-    assert!(record.exists(), "the shutdown start is recorded");
+    world
+        .expect_recorded_shutdown(true, "the shutdown is recorded")
+        .await;
     world.rig.cancel().await;
     world
         .expect_restored(Duration::from_secs(10), "restored after the cancel")
         .await;
     assert_eq!(world.rig.our_locks().await, 1, "the lock is held");
-    assert!(
-        !record.exists(),
-        "the cancelled shutdown's start is forgotten; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_recorded_shutdown(false, "the cancelled shutdown is forgotten")
+        .await;
 }
 
 #[tokio::test]
@@ -282,17 +281,16 @@ async fn cancel_after_the_release_restores_the_node_and_locks_again() {
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(20)).await;
     assert_eq!(world.rig.our_locks().await, 0);
-    let record = world.shutdown_record();
-    assert!(record.exists(), "the shutdown start is recorded");
+    world
+        .expect_recorded_shutdown(true, "the shutdown is recorded")
+        .await;
     world.rig.cancel().await;
     world
         .expect_locks(1, Duration::from_secs(5), "the lock is taken again")
         .await;
-    assert!(
-        !record.exists(),
-        "the cancelled shutdown's start is forgotten; log:\n{}",
-        world.log()
-    );
+    world
+        .expect_recorded_shutdown(false, "the cancelled shutdown is forgotten")
+        .await;
     world
         .expect_restored(Duration::from_secs(10), "restored after the cancel")
         .await;
@@ -306,6 +304,7 @@ async fn started_during_a_shutdown_drains_at_once_without_asking_for_the_lock() 
         logind: preparing(),
         seed: open_seed(),
         config: config("15s", "1s"),
+        ..Setup::default()
     })
     .await
     else {
@@ -575,12 +574,9 @@ async fn kill_mid_drain_and_restart(world: &mut World, kill_at: Duration) -> std
     let kubelet = world.rig.foreign_lock("kubelet").await;
     let rebooted = Instant::now();
     world.reboot_until_stuck_on_the_budget().await;
-    let record = world.shutdown_record();
-    assert!(
-        record.exists(),
-        "the shutdown start is recorded in {}",
-        record.display()
-    );
+    world
+        .expect_recorded_shutdown(true, "the shutdown and its start are recorded")
+        .await;
     tokio::time::sleep(kill_at.saturating_sub(rebooted.elapsed())).await;
     world.restart_daemon();
     kubelet
@@ -721,19 +717,20 @@ async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_fro
         return;
     };
     // A record left by the previous boot, whose shutdown started long ago in boot time.
-    let record = world.shutdown_record();
+    std::fs::create_dir_all(world.state_dir()).unwrap();
     std::fs::write(
-        &record,
-        r#"{"boot_id":"00000000-0000-4000-8000-000000000000","boottime_ns":1000000000}"#,
+        world.boot_record_path(),
+        r#"{"boot_id":"00000000-0000-4000-8000-000000000000","since":"2026-11-30T06:00:00Z",
+            "shutdown":{"kind":"reboot","at":"2026-11-30T07:00:00Z","boottime_ns":1000000000}}"#,
     )
     .expect("write an old record");
     world.spawn_daemon();
     world.wait_ready().await;
     world
         .expect_log(
-            "not this boot",
+            "boot 00000000-0000-4000-8000-000000000000 ended during the drain",
             Duration::from_secs(5),
-            "says the record is from another boot",
+            "the record is judged as the previous boot's",
         )
         .await;
     // The drain runs (the web budget never opens) for the 3 s budget counted from now.
@@ -754,16 +751,96 @@ async fn a_recorded_start_from_another_boot_is_ignored_and_the_budget_counts_fro
             "the drain ends at the budget",
         )
         .await;
-    // Now is recorded as this boot's shutdown start, replacing the other boot's record.
+    // Now is recorded as this boot's shutdown start, in this boot's record.
     let boot_id = std::fs::read_to_string(world.boot_id_path()).expect("boot id");
-    let written = std::fs::read_to_string(&record).expect("the record");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(world.boot_record_path()).unwrap()).unwrap();
+    assert_eq!(record["boot_id"], boot_id.trim(), "{record}");
+    let now_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(Duration::from)
+        .unwrap()
+        .as_nanos() as f64;
+    let recorded_ns = record["shutdown"]["boottime_ns"].as_f64().expect("a start");
     assert!(
-        written.contains(boot_id.trim()),
-        "the record names this boot: {written}"
+        recorded_ns > now_ns - 30e9 && recorded_ns <= now_ns,
+        "the start recorded is this shutdown's: {record}"
     );
     world
         .assert_never_asked_for_a_lock("logind refuses locks during the shutdown")
         .await;
+}
+
+#[tokio::test]
+async fn an_older_versions_shutdown_start_is_read_once_and_removed() {
+    // A daemon of the previous version was killed 4 s into an 8 s drain: its boot record holds
+    // the shutdown without a start, its `shutdown-started` file the start. The upgraded daemon
+    // counts from that start, folds it into the boot record and removes the old file.
+    let Some(mut world) = World::start(Setup {
+        logind: preparing(),
+        config: config("8s", "1s"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let boot_id = std::fs::read_to_string(world.boot_id_path()).expect("boot id");
+    let boot_id = boot_id.trim();
+    let started_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(Duration::from)
+        .unwrap()
+        .saturating_sub(Duration::from_secs(4))
+        .as_nanos();
+    std::fs::create_dir_all(world.state_dir()).unwrap();
+    let legacy = world.state_dir().join("shutdown-started");
+    std::fs::write(
+        &legacy,
+        format!(r#"{{"boot_id":"{boot_id}","boottime_ns":{started_ns}}}"#),
+    )
+    .unwrap();
+    std::fs::write(
+        world.boot_record_path(),
+        format!(
+            r#"{{"boot_id":"{boot_id}","since":"2026-11-30T06:00:00Z",
+                "shutdown":{{"kind":"reboot","at":"2026-11-30T07:00:00Z"}}}}"#
+        ),
+    )
+    .unwrap();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_log(
+            "of the 8 s budget is left for node demo-node-1",
+            Duration::from_secs(10),
+            "the budget counts from the old version's record",
+        )
+        .await;
+    let log = world.log();
+    let within: f64 = log
+        .lines()
+        .find_map(|l| {
+            l.split("draining node demo-node-1 within ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no drain announced; log:\n{log}"));
+    assert!(
+        within <= 4.5,
+        "drained for {within} s, not what was left; log:\n{log}"
+    );
+    assert!(!legacy.exists(), "the old file is removed; log:\n{log}");
+    assert!(
+        log.contains("folded") && log.contains("shutdown-started"),
+        "says so; log:\n{log}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(world.boot_record_path()).unwrap()).unwrap();
+    assert_eq!(
+        record["shutdown"]["boottime_ns"].as_u64(),
+        Some(started_ns as u64),
+        "{record}"
+    );
 }
 
 #[tokio::test]
@@ -783,13 +860,12 @@ async fn an_unwritable_state_dir_does_not_stop_or_delay_the_drain() {
         .expect_drained(Duration::from_secs(5), "drained all the same")
         .await;
     let log = world.log();
-    for record in ["/shutdown-started", "/boot-record"] {
-        assert!(
-            log.lines()
-                .any(|l| l.contains("WARN") && l.contains("cannot write") && l.contains(record)),
-            "a warning names the record {record} it could not write:\n{log}"
-        );
-    }
+    assert!(
+        log.lines().any(|l| l.contains("WARN")
+            && l.contains("cannot write")
+            && l.contains("/boot-record")),
+        "a warning names the boot record it could not write:\n{log}"
+    );
 }
 
 /// A `cart` replica on the node whose simulated kubelet takes `seconds` to stop it after the
@@ -832,8 +908,9 @@ async fn the_bus_dies_during_the_drain_which_goes_on_and_after_the_reconnect_dra
     };
     let rebooted = Instant::now();
     world.reboot_until_stuck_on_the_budget().await;
-    let record = world.shutdown_record();
-    assert!(record.exists(), "the shutdown start is recorded");
+    world
+        .expect_recorded_shutdown(true, "the shutdown is recorded")
+        .await;
 
     // The bus (and the fake logind with it) goes away mid-drain.
     world.rig.stop_bus();
@@ -967,11 +1044,9 @@ async fn a_shutdown_cancelled_while_the_bus_was_down_is_restored_after_the_recon
             "the node stayed cordoned after a cancel the daemon missed",
         )
         .await;
-    let record = world.shutdown_record();
-    assert!(
-        !record.exists(),
-        "the record of the cancelled shutdown is gone"
-    );
+    world
+        .expect_recorded_shutdown(false, "the record of the cancelled shutdown is gone")
+        .await;
     assert!(
         world
             .log()

@@ -17,9 +17,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::api::guarded::FIELD_MANAGER;
 use crate::api::{ApiError, Clients};
+use crate::budget;
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
 use crate::config::{OnDeadline, Settings, TaintEffect};
-use crate::daemon::budget;
 use crate::daemon::logind::Logind;
 use crate::engine::Engine;
 
@@ -322,7 +322,7 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
             outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
             false
         }
-        Ok(logind) => match budget::read(&logind, settings).await {
+        Ok(logind) => match logind.budget(settings).await {
             Err(e) => {
                 outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
                 false

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::selector::Selector;
+use crate::shutdown_kind::ShutdownKind;
 
 mod duration;
 pub mod file;
@@ -55,9 +56,7 @@ pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
 /// `request_timeout` when absent: short, because the whole shutdown has a budget.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The smallest `daemon.release_margin`: the daemon lets a drain overrun its deadline by up to
-/// 500 ms (its overrun guard) before it drops it, so a margin must cover that with room to spare.
-pub const MIN_RELEASE_MARGIN: Duration = Duration::from_secs(1);
+pub use crate::budget::MIN_RELEASE_MARGIN;
 /// The smallest `drain.retry_interval`: a refused eviction (403, 500) is retried at most ten
 /// times a second per pod, so a typo like "1ms" cannot flood the API server.
 pub const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(100);
@@ -263,6 +262,20 @@ pub struct ShutdownSettings {
     pub kexec: ShutdownPolicy,
     pub soft_reboot: ShutdownPolicy,
     pub unknown: ShutdownPolicy,
+}
+
+impl ShutdownSettings {
+    /// The policy for a kind of shutdown (its key is [`ShutdownKind::config_key`]).
+    pub fn policy(&self, kind: ShutdownKind) -> ShutdownPolicy {
+        match kind {
+            ShutdownKind::Reboot => self.reboot,
+            ShutdownKind::PowerOff => self.poweroff,
+            ShutdownKind::Halt => self.halt,
+            ShutdownKind::Kexec => self.kexec,
+            ShutdownKind::SoftReboot => self.soft_reboot,
+            ShutdownKind::Unknown => self.unknown,
+        }
+    }
 }
 
 impl Default for ShutdownSettings {

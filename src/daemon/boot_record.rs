@@ -12,17 +12,32 @@
 //! A soft-reboot keeps the boot ID: a record of this boot holding a soft-reboot, read while logind
 //! prepares no shutdown, is judged like a previous boot's (the daemon is a new process: the
 //! soft-reboot stopped the old one).
+//!
+//! The record is also the one record of the shutdown under way: the moment logind announced it
+//! (CLOCK_BOOTTIME, which keeps counting across process restarts within one boot), so a daemon
+//! restarted during the shutdown counts its budget from logind's one timer, and a shutdown still
+//! recorded when the daemon finds none under way was cancelled while it was away. Versions
+//! before 0.2 kept that moment in a second file, `shutdown-started`; it is read once, folded in
+//! and removed.
+//!
+//! The daemon writes the record through [`Writer`] (off the shutdown path); without one (tests,
+//! tools) each change is written at once.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use nix::time::{ClockId, clock_gettime};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
-use crate::daemon::logind::ShutdownKind;
+use crate::daemon::writer::{Ticket, Writer};
+use crate::shutdown_kind::ShutdownKind;
 
 /// The record's file name in the state directory.
 pub const FILE: &str = "boot-record";
+/// The file versions before 0.2 kept the shutdown's start in (`{boot_id, boottime_ns}`).
+pub const LEGACY_SHUTDOWN_START: &str = "shutdown-started";
 
 /// What the daemon saw of one boot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,10 +64,13 @@ pub struct BootRecord {
 /// A shutdown announced by logind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShutdownSeen {
-    /// "reboot", "power-off", "soft-reboot", ..., "unknown".
-    pub kind: String,
+    pub kind: ShutdownKind,
     /// RFC 3339.
     pub at: String,
+    /// CLOCK_BOOTTIME at the announcement, in nanoseconds: where logind's one timer started.
+    /// Absent in records of older versions and where the clock could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boottime_ns: Option<u64>,
     /// How the drain for it ended; `None` while it runs, and forever when the machine or the
     /// daemon went down during it.
     #[serde(default)]
@@ -109,11 +127,13 @@ pub struct UncleanCounts {
 }
 
 impl UncleanCounts {
+    /// Counts one more; a count read from a forged record saturates instead of wrapping.
     fn add(&mut self, unclean: Unclean) {
-        match unclean {
-            Unclean::ShutdownWithoutDrain => self.shutdown_without_drain += 1,
-            Unclean::DrainIncomplete => self.drain_incomplete += 1,
-        }
+        let count = match unclean {
+            Unclean::ShutdownWithoutDrain => &mut self.shutdown_without_drain,
+            Unclean::DrainIncomplete => &mut self.drain_incomplete,
+        };
+        *count = count.saturating_add(1);
     }
 }
 
@@ -147,7 +167,7 @@ impl BootRecord {
 /// The verdict on a finished boot's record. Pure.
 pub fn judge(record: &BootRecord, node: &str) -> PreviousBoot {
     let boot = match &record.shutdown {
-        Some(s) if ShutdownKind::names_soft_reboot(&s.kind) => {
+        Some(s) if s.kind.keeps_boot_id() => {
             format!("the userspace of boot {}", record.boot_id)
         }
         _ => format!("boot {}", record.boot_id),
@@ -168,7 +188,7 @@ pub fn judge(record: &BootRecord, node: &str) -> PreviousBoot {
             },
         ),
         Some(s) => {
-            let what = format!("the {} announced at {}", s.kind, s.at);
+            let what = format!("the {} announced at {}", s.kind.noun(), s.at);
             match &s.end {
                 None => (
                     Some(Unclean::DrainIncomplete),
@@ -218,11 +238,20 @@ pub fn read(state_dir: &Path) -> Result<Option<BootRecord>, crate::state_file::J
     crate::state_file::read_json(&state_dir.join(FILE))
 }
 
-/// The daemon's handle on this boot's record: every change is written at once (a failure is
-/// logged, never fatal). Inactive (changes ignored) until [`BootLog::open`] succeeded.
+/// CLOCK_BOOTTIME now, as a duration since boot.
+pub fn boottime_now() -> Result<Duration, nix::Error> {
+    clock_gettime(ClockId::CLOCK_BOOTTIME).map(Duration::from)
+}
+
+/// The daemon's handle on this boot's record: every change is kept in memory and written (a
+/// failure is logged, never fatal). Inactive (changes ignored) until [`BootLog::open`] succeeded.
 #[derive(Clone, Default)]
 pub struct BootLog {
     inner: Arc<Mutex<Option<Opened>>>,
+    /// The daemon's file writer; without one, each change is written at once.
+    writer: Option<Writer>,
+    /// The last change handed to the writer.
+    last: Arc<Mutex<Option<Ticket>>>,
 }
 
 struct Opened {
@@ -232,9 +261,19 @@ struct Opened {
 }
 
 impl BootLog {
+    /// A handle whose changes are written by `writer`, off the caller's path.
+    pub fn with_writer(writer: Writer) -> BootLog {
+        BootLog {
+            inner: Arc::default(),
+            writer: Some(writer),
+            last: Arc::default(),
+        }
+    }
+
     /// Reads the record at the daemon's first connection to logind (`under_way`: logind is
     /// preparing a shutdown now) and starts this boot's: judges the record of a previous boot,
-    /// or of a soft-reboot that is over. Returns the verdict whose Event is still to be posted.
+    /// or of a soft-reboot that is over, and folds in an older version's `shutdown-started`.
+    /// Returns the verdict whose Event is still to be posted.
     pub fn open(&self, settings: &Settings, under_way: bool) -> Option<PreviousBoot> {
         let node = &settings.node_name;
         let boot_id = match crate::node::read_boot_id(&settings.boot_id_path) {
@@ -249,10 +288,7 @@ impl BootLog {
             None
         });
         let soft_reboot_over = |r: &BootRecord| {
-            !under_way
-                && r.shutdown
-                    .as_ref()
-                    .is_some_and(|s| ShutdownKind::names_soft_reboot(&s.kind))
+            !under_way && r.shutdown.as_ref().is_some_and(|s| s.kind.keeps_boot_id())
         };
         let judged_now = |r: &BootRecord| r.boot_id != boot_id || soft_reboot_over(r);
         let (mut record, judged) = match old {
@@ -261,6 +297,7 @@ impl BootLog {
             Some(r) => (r, false),
         };
         record.stopped_at = None;
+        fold_legacy_start(&mut record, settings);
         if judged && let Some(p) = &record.previous {
             if p.unclean.is_some() {
                 tracing::warn!(node = %node, "{}", p.message);
@@ -289,71 +326,68 @@ impl BootLog {
     /// logind announced a shutdown of `kind`. `announced_now`: its signal just came; else the
     /// daemon (re)started while it was under way, and a shutdown already recorded in this boot is
     /// that same one: kept as it is, with how an earlier daemon's drain for it ended.
-    pub fn shutdown_started(&self, kind: &str, announced_now: bool) {
-        self.change(|r| {
-            if announced_now || r.shutdown.is_none() {
+    ///
+    /// Returns where logind's timer started (CLOCK_BOOTTIME) when that is an earlier moment
+    /// than now: the recorded start of a shutdown under way at (re)start. `None`: the budget
+    /// counts from now (and now is recorded).
+    pub fn shutdown_started(&self, kind: ShutdownKind, announced_now: bool) -> Option<Duration> {
+        let now = boottime_now()
+            .map_err(|e| tracing::warn!("cannot read CLOCK_BOOTTIME: {e}"))
+            .ok();
+        let mut counted_from = None;
+        let now_ns = now.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.change(|r| match &mut r.shutdown {
+            Some(s) if !announced_now => match s.boottime_ns {
+                Some(ns) => counted_from = Some(Duration::from_nanos(ns)),
+                None => s.boottime_ns = now_ns,
+            },
+            _ => {
                 r.shutdown = Some(ShutdownSeen {
-                    kind: kind.to_owned(),
+                    kind,
                     at: jiff::Timestamp::now().to_string(),
+                    boottime_ns: now_ns,
                     end: None,
-                });
+                })
             }
         });
+        counted_from
     }
 
-    /// The drain for the announced shutdown ended so.
-    pub fn shutdown_ended(&self, outcome: EndOutcome, detail: String) {
-        self.end_shutdown(ShutdownEnd { outcome, detail }, true);
-    }
-
-    /// [`Self::shutdown_ended`] on a blocking thread, waited for until `by` at the latest: the
-    /// lock is released after it, and a stalled disk must not hold it past the budget. A write
-    /// still running then finishes on its own (the next change waits for it).
-    pub async fn shutdown_ended_by(
-        &self,
-        by: tokio::time::Instant,
-        outcome: EndOutcome,
-        detail: String,
-    ) {
-        let Some((path, node)) = self
-            .lock()
-            .as_ref()
-            .map(|o| (o.state_dir.join(FILE), o.node.clone()))
-        else {
-            return;
-        };
-        let log = self.clone();
-        let write = tokio::task::spawn_blocking(move || log.shutdown_ended(outcome, detail));
-        if tokio::time::timeout_at(by, write).await.is_err() {
-            tracing::warn!(
-                "{} is still being written at the drain deadline; releasing the inhibitor for \
-                 node {node} first",
-                path.display()
-            );
-        }
+    /// The drain for the announced shutdown ended so. Returns the write to wait for (the lock
+    /// goes after it, briefly: the machine may go down the moment it goes).
+    pub fn shutdown_ended(&self, outcome: EndOutcome, detail: String) -> Option<Ticket> {
+        self.end_shutdown(ShutdownEnd { outcome, detail }, true)
     }
 
     /// No drain ran (the budget was spent before this daemon started): recorded only when no
     /// earlier daemon recorded how its drain for this shutdown ended.
-    pub fn shutdown_ended_unless_recorded(&self, outcome: EndOutcome, detail: String) {
-        self.end_shutdown(ShutdownEnd { outcome, detail }, false);
+    pub fn shutdown_ended_unless_recorded(
+        &self,
+        outcome: EndOutcome,
+        detail: String,
+    ) -> Option<Ticket> {
+        self.end_shutdown(ShutdownEnd { outcome, detail }, false)
     }
 
-    fn end_shutdown(&self, end: ShutdownEnd, replace: bool) {
+    fn end_shutdown(&self, end: ShutdownEnd, replace: bool) -> Option<Ticket> {
         self.change(|r| {
             if let Some(s) = &mut r.shutdown
                 && (replace || s.end.is_none())
             {
                 s.end = Some(end);
             }
-        });
+        })
     }
 
-    /// The shutdown is over without a reboot (cancelled, heard or missed while away).
-    pub fn shutdown_cancelled(&self) {
-        if self.record().is_some_and(|r| r.shutdown.is_some()) {
+    /// The shutdown is over without a reboot (cancelled, heard or missed while away). Returns
+    /// whether one was recorded: found while no shutdown is under way, it was cancelled while
+    /// the daemon was away.
+    pub fn shutdown_over(&self) -> bool {
+        let recorded = self.record().is_some_and(|r| r.shutdown.is_some());
+        if recorded {
             self.change(|r| r.shutdown = None);
         }
+        recorded
     }
 
     /// The daemon stops with no shutdown under way.
@@ -370,24 +404,93 @@ impl BootLog {
         });
     }
 
+    /// Waits (until `by` at the latest) for the write named by `ticket`; whether it is done.
+    /// Without a writer every change is already written.
+    pub async fn written(&self, ticket: Option<Ticket>, by: tokio::time::Instant) -> bool {
+        match (&self.writer, ticket) {
+            (Some(writer), Some(ticket)) => writer.written(ticket, by).await,
+            _ => true,
+        }
+    }
+
+    /// Waits (until `by` at the latest) until every change so far is written; whether it is.
+    pub async fn settled(&self, by: tokio::time::Instant) -> bool {
+        let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
+        self.written(last, by).await
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Opened>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Changes the record and writes it; the lock is held through the write, so two changes
-    /// cannot land in the other order.
-    fn change(&self, change: impl FnOnce(&mut BootRecord)) {
+    /// Changes the record and hands it to the writer (or writes it). The record's lock is held
+    /// while it is handed over, so two changes cannot reach the file in the other order.
+    fn change(&self, change: impl FnOnce(&mut BootRecord)) -> Option<Ticket> {
         let mut guard = self.lock();
-        let Some(opened) = guard.as_mut() else {
-            return;
-        };
+        let opened = guard.as_mut()?;
         change(&mut opened.record);
-        if let Err(e) = crate::state_file::write_json(&opened.state_dir, FILE, &opened.record) {
-            tracing::warn!(
-                "{e}; the next boot of node {} may misjudge how this one ended",
-                opened.node
-            );
+        let bytes = match serde_json::to_vec_pretty(&opened.record) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!("cannot encode the boot record of node {}: {e}", opened.node);
+                return None;
+            }
+        };
+        match &self.writer {
+            Some(writer) => {
+                let ticket = writer.put_state(&opened.state_dir, FILE, bytes, "boot record");
+                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(ticket);
+                Some(ticket)
+            }
+            None => {
+                if let Err(e) = crate::state_file::write(&opened.state_dir, FILE, &bytes) {
+                    tracing::warn!(
+                        "cannot write {}: {e}; the next boot of node {} may misjudge how this \
+                         one ended",
+                        opened.state_dir.join(FILE).display(),
+                        opened.node
+                    );
+                }
+                None
+            }
         }
+    }
+}
+
+/// The shutdown start an older version kept in `shutdown-started`: folded into this boot's
+/// record (the moment of a shutdown it recorded, or the shutdown itself when only that file
+/// knew of it), then the file is removed. A file of another boot is only removed.
+fn fold_legacy_start(record: &mut BootRecord, settings: &Settings) {
+    #[derive(Deserialize)]
+    struct LegacyStart {
+        boot_id: String,
+        boottime_ns: u64,
+    }
+    let path = settings.state_dir.join(LEGACY_SHUTDOWN_START);
+    let legacy = match crate::state_file::read_json::<LegacyStart>(&path) {
+        Ok(Some(legacy)) => Some(legacy),
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("{e}; removing it");
+            None
+        }
+    };
+    if let Some(legacy) = legacy.filter(|l| l.boot_id == record.boot_id) {
+        let seen = record.shutdown.get_or_insert_with(|| ShutdownSeen {
+            kind: ShutdownKind::Unknown,
+            at: jiff::Timestamp::now().to_string(),
+            boottime_ns: None,
+            end: None,
+        });
+        seen.boottime_ns.get_or_insert(legacy.boottime_ns);
+    }
+    match std::fs::remove_file(&path) {
+        Ok(()) => tracing::info!(
+            "folded {} (an older version's record of the shutdown start) into {}",
+            path.display(),
+            settings.state_dir.join(FILE).display()
+        ),
+        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
     }
 }
 

@@ -15,8 +15,9 @@ fn record(shutdown: Option<ShutdownSeen>) -> BootRecord {
 
 fn seen(kind: &str, end: Option<(EndOutcome, &str)>) -> Option<ShutdownSeen> {
     Some(ShutdownSeen {
-        kind: kind.to_owned(),
+        kind: ShutdownKind::from_logind(kind).expect("a kind systemd names"),
         at: "2026-11-30T07:00:00Z".to_owned(),
+        boottime_ns: Some(1_000_000_000),
         end: end.map(|(outcome, detail)| ShutdownEnd {
             outcome,
             detail: detail.to_owned(),
@@ -152,7 +153,7 @@ fn a_boot_is_judged_once_by_the_next_and_the_counts_carry_over() {
 
     // This boot drains completely for a reboot: the next boot finds nothing to say, and the
     // count stays.
-    log.shutdown_started("reboot", true);
+    log.shutdown_started(ShutdownKind::Reboot, true);
     log.shutdown_ended(EndOutcome::Drained, "2 evicted".into());
     let third = settings(dir.path(), "7c1f0d4e-0000-4000-8000-000000000003");
     assert_eq!(BootLog::default().open(&third, false), None);
@@ -173,13 +174,13 @@ fn a_restart_during_the_same_shutdown_keeps_the_earlier_drains_end() {
     let shutdown_then_restart = |s: &Settings, drained: bool| {
         let first = BootLog::default();
         first.open(s, false);
-        first.shutdown_started("reboot", true);
+        first.shutdown_started(ShutdownKind::Reboot, true);
         if drained {
             first.shutdown_ended(EndOutcome::Drained, "4 evicted".into());
         }
         let again = BootLog::default();
         assert_eq!(again.open(s, true), None);
-        again.shutdown_started("reboot", false);
+        again.shutdown_started(ShutdownKind::Reboot, false);
         again.shutdown_ended_unless_recorded(EndOutcome::Failed, "budget spent".into());
         recorded_end(s)
     };
@@ -199,8 +200,8 @@ fn a_cancel_and_a_stop_are_recorded_and_a_restart_clears_the_stop() {
     let s = settings(dir.path(), OLD);
     let log = BootLog::default();
     log.open(&s, false);
-    log.shutdown_started("reboot", true);
-    log.shutdown_cancelled();
+    log.shutdown_started(ShutdownKind::Reboot, true);
+    assert!(log.shutdown_over(), "a shutdown was recorded");
     log.stopped();
     let rec = read(&s.state_dir).unwrap().unwrap();
     assert_eq!(rec.shutdown, None, "a cancelled shutdown is no shutdown");
@@ -216,11 +217,14 @@ fn a_soft_reboot_is_judged_once_logind_prepares_no_shutdown() {
     let s = settings(dir.path(), OLD);
     let log = BootLog::default();
     log.open(&s, false);
-    log.shutdown_started("soft-reboot", true);
+    log.shutdown_started(ShutdownKind::SoftReboot, true);
     // Restarted while the soft-reboot is still being prepared: the record is kept as it is.
     assert_eq!(BootLog::default().open(&s, true), None);
     let rec = read(&s.state_dir).unwrap().unwrap();
-    assert_eq!(rec.shutdown.as_ref().unwrap().kind, "soft-reboot");
+    assert_eq!(
+        rec.shutdown.as_ref().unwrap().kind,
+        ShutdownKind::SoftReboot
+    );
     // After it (same boot ID, nothing under way): judged; the drain never ended.
     let pending = BootLog::default().open(&s, false).expect("judged");
     assert_eq!(pending.unclean, Some(Unclean::DrainIncomplete));
@@ -249,7 +253,7 @@ fn a_garbled_record_is_replaced_and_an_unreadable_boot_id_records_nothing() {
     let log = BootLog::default();
     assert_eq!(log.open(&s, false), None);
     assert_eq!(log.record(), None, "inactive");
-    log.shutdown_started("reboot", true);
+    log.shutdown_started(ShutdownKind::Reboot, true);
     assert_eq!(
         read(&s.state_dir).unwrap().unwrap().shutdown,
         None,

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::config::Settings;
-use crate::daemon::drain;
 use crate::daemon::logind::{Logind, LogindError};
 use crate::events::Reason as EventReason;
 
@@ -94,7 +93,7 @@ pub(crate) async fn check(settings: &Arc<Settings>, logind: &Logind) {
         }
         Ok(Some(warning)) => {
             tracing::warn!("{warning}");
-            tokio::spawn(drain::post_event(
+            tokio::spawn(crate::engine::Engine::post_event(
                 settings.clone(),
                 EventReason::KubeletShutdown,
                 warning,

@@ -7,7 +7,7 @@
 //! `PrepareForShutdownWithMetadata` just before the plain signal, naming the kind of shutdown.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,6 +15,10 @@ use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedVariant, proxy};
 
 use crate::api::retry::Backoff;
+use crate::budget::Budget;
+use crate::config::Settings;
+pub use crate::daemon::lock::InhibitorLock;
+use crate::shutdown_kind::ShutdownKind;
 
 /// What logind's `Inhibit` is asked to block: shutdowns only, never sleep.
 const INHIBIT_WHAT: &str = "shutdown";
@@ -124,95 +128,12 @@ pub fn system_bus_address() -> String {
     std::env::var("DBUS_SYSTEM_BUS_ADDRESS").unwrap_or_else(|_| DEFAULT_SYSTEM_BUS.to_owned())
 }
 
-/// A held logind delay inhibitor. Dropping it closes the fd, which releases the lock at once;
-/// so every path out of a scope that owns it (return, `?`, timeout, panic unwinding) releases it.
-#[derive(Debug)]
-pub struct InhibitorLock {
-    fd: OwnedFd,
-    node: String,
-}
-
-impl InhibitorLock {
-    /// The lock's fd number, for log lines.
-    pub fn raw_fd(&self) -> i32 {
-        self.fd.as_raw_fd()
-    }
-
-    /// Releases the lock now; the same as dropping it, but reads better at the call site.
-    pub fn release(self) {
-        drop(self);
-    }
-}
-
-impl Drop for InhibitorLock {
-    fn drop(&mut self) {
-        // The `OwnedFd` field closes the fd right after this body runs.
-        tracing::info!(
-            node = %self.node,
-            fd = self.fd.as_raw_fd(),
-            "releasing the logind delay inhibitor for node {}",
-            self.node
-        );
-    }
-}
-
-/// The kind of shutdown, from `PrepareForShutdownWithMetadata`'s `type` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShutdownKind {
-    Reboot,
-    PowerOff,
-    Halt,
-    Kexec,
-    SoftReboot,
-    /// A value this version does not know, kept as logind sent it.
-    Other(String),
-}
-
-impl ShutdownKind {
-    /// Whether a recorded kind's name (marker, boot record) is a soft-reboot's.
-    pub fn names_soft_reboot(name: &str) -> bool {
-        ShutdownKind::parse(name) == ShutdownKind::SoftReboot
-    }
-
-    /// Parses logind's `type` value; both `poweroff` and `power-off` occur in the wild.
-    pub fn parse(value: &str) -> ShutdownKind {
-        match value {
-            "reboot" => ShutdownKind::Reboot,
-            "poweroff" | "power-off" => ShutdownKind::PowerOff,
-            "halt" => ShutdownKind::Halt,
-            "kexec" => ShutdownKind::Kexec,
-            "soft-reboot" => ShutdownKind::SoftReboot,
-            other => ShutdownKind::Other(other.to_owned()),
-        }
-    }
-}
-
-impl std::fmt::Display for ShutdownKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let text = match self {
-            ShutdownKind::Reboot => "reboot",
-            ShutdownKind::PowerOff => "power-off",
-            ShutdownKind::Halt => "halt",
-            ShutdownKind::Kexec => "kexec",
-            ShutdownKind::SoftReboot => "soft-reboot",
-            ShutdownKind::Other(other) => other,
-        };
-        f.write_str(text)
-    }
-}
-
-/// A shutdown logind was already preparing when asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnderWay {
-    /// Known on systemd >= 257.
-    pub kind: Option<ShutdownKind>,
-}
-
 /// One shutdown announcement from logind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShutdownSignal {
-    /// `PrepareForShutdown(true)`; `kind` is known when the metadata signal came first.
-    Started { kind: Option<ShutdownKind> },
+    /// `PrepareForShutdown(true)`; the kind is known when the metadata signal came first
+    /// (systemd >= 255), else [`ShutdownKind::Unknown`].
+    Started { kind: ShutdownKind },
     /// `PrepareForShutdown(false)`: the shutdown was cancelled.
     Cancelled,
 }
@@ -249,7 +170,7 @@ impl ShutdownSignals {
                 match signal.args() {
                     Ok(args) if *args.start() => {
                         return Ok(ShutdownSignal::Started {
-                            kind: self.kind.take(),
+                            kind: self.kind.take().unwrap_or(ShutdownKind::Unknown),
                         });
                     }
                     Ok(_) => {
@@ -268,13 +189,21 @@ impl ShutdownSignals {
     }
 }
 
-/// Reads the `type` entry of the metadata; a missing or non-string one reads as `Other`.
+/// Reads the `type` entry of the metadata; a missing, non-string or undocumented one is
+/// [`ShutdownKind::Unknown`] (said once, here).
 fn metadata_kind(metadata: &HashMap<String, OwnedVariant>) -> ShutdownKind {
-    match metadata.get("type").map(<&str>::try_from) {
-        Some(Ok(value)) => ShutdownKind::parse(value),
-        Some(Err(_)) => ShutdownKind::Other("(type is not a string)".to_owned()),
-        None => ShutdownKind::Other("(no type)".to_owned()),
-    }
+    let value = match metadata.get("type").map(<&str>::try_from) {
+        Some(Ok(value)) => value,
+        Some(Err(_)) => "(not a string)",
+        None => "(none)",
+    };
+    ShutdownKind::from_logind(value).unwrap_or_else(|| {
+        tracing::warn!(
+            "logind names the shutdown's kind {value:?}, which this version does not know; \
+             [shutdown] unknown applies"
+        );
+        ShutdownKind::Unknown
+    })
 }
 
 /// A connection to the system bus with a proxy for logind's Manager.
@@ -351,17 +280,27 @@ impl Logind {
             })
     }
 
-    /// Whether logind is preparing a shutdown now, and its kind where logind tells
-    /// (`PreparingForShutdownWithMetadata`, systemd >= 257; older ones have only the bool).
-    pub async fn shutdown_under_way(&self) -> Result<Option<UnderWay>, LogindError> {
+    /// The shutdown logind is preparing now, if any, with its kind where logind tells
+    /// (`PreparingForShutdownWithMetadata`, systemd >= 257; older ones have only the bool:
+    /// [`ShutdownKind::Unknown`]).
+    pub async fn shutdown_under_way(&self) -> Result<Option<ShutdownKind>, LogindError> {
         if let Ok((preparing, metadata)) = self.manager.preparing_for_shutdown_with_metadata().await
         {
-            return Ok(preparing.then(|| UnderWay {
-                kind: Some(metadata_kind(&metadata)),
-            }));
+            return Ok(preparing.then(|| metadata_kind(&metadata)));
         }
         let preparing = self.preparing_for_shutdown().await?;
-        Ok(preparing.then_some(UnderWay { kind: None }))
+        Ok(preparing.then_some(ShutdownKind::Unknown))
+    }
+
+    /// Reads logind's `InhibitDelayMaxUSec` and computes the budget for `settings`: what the
+    /// daemon does at each connection and each shutdown, and what `check` and `status` show.
+    pub async fn budget(&self, settings: &Settings) -> Result<Budget, LogindError> {
+        let max = self.inhibit_delay_max().await?;
+        Ok(crate::budget::compute(
+            settings.drain.timeout,
+            max,
+            settings.daemon.release_margin,
+        ))
     }
 
     /// logind's `PreparingForShutdown`: true while a shutdown waits for delay locks.
@@ -417,10 +356,7 @@ impl Logind {
                     source,
                 },
             })?;
-        let lock = InhibitorLock {
-            fd: OwnedFd::from(fd),
-            node: node.to_owned(),
-        };
+        let lock = InhibitorLock::new(OwnedFd::from(fd));
         tracing::info!(
             fd = lock.raw_fd(),
             "holding a logind delay inhibitor for node {node}"
@@ -442,25 +378,5 @@ impl Logind {
     /// Resolves once the bus connection is closed (the bus daemon went away).
     pub async fn closed(&self) {
         self.conn.closed().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn kinds_parse_both_power_off_spellings() {
-        assert_eq!(ShutdownKind::parse("poweroff"), ShutdownKind::PowerOff);
-        assert_eq!(ShutdownKind::parse("power-off"), ShutdownKind::PowerOff);
-        assert_eq!(ShutdownKind::parse("reboot"), ShutdownKind::Reboot);
-        assert_eq!(ShutdownKind::parse("kexec"), ShutdownKind::Kexec);
-        assert_eq!(ShutdownKind::parse("soft-reboot"), ShutdownKind::SoftReboot);
-        assert_eq!(ShutdownKind::parse("halt"), ShutdownKind::Halt);
-        assert_eq!(
-            ShutdownKind::parse("warp"),
-            ShutdownKind::Other("warp".to_owned())
-        );
-        assert_eq!(ShutdownKind::PowerOff.to_string(), "power-off");
     }
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::daemon::boot_record::UncleanCounts;
+use crate::daemon::writer::Writer;
 use crate::report::Report;
 
 const PREFIX: &str = "kube_shutdown_drain";
@@ -200,36 +201,19 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Writes `text` to `path` atomically: a temporary file in the same directory, then a rename.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kube_shutdown_drain.")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    // node_exporter runs as its own user: the file must be readable by others (tempfile
-    // creates 0600).
-    std::fs::set_permissions(
-        tmp.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
-/// The daemon's handle: a snapshot shared by the service loop and the restore task, written
-/// after every change when a textfile is configured.
-#[derive(Debug, Clone)]
+/// The daemon's handle: a snapshot shared by the service loop and the restore task, handed to
+/// the file writer after every change when a textfile is configured (written off the caller's
+/// path: a stalled filesystem under the textfile never holds a drain).
+#[derive(Clone)]
 pub struct Metrics {
     path: Option<PathBuf>,
     snapshot: Arc<Mutex<Snapshot>>,
+    writer: Writer,
 }
 
 impl Metrics {
     /// Starts from the last report in `state_dir` (if any) and writes the file once.
-    pub fn start(path: Option<PathBuf>, node: &str, state_dir: &Path) -> Metrics {
+    pub fn start(path: Option<PathBuf>, node: &str, state_dir: &Path, writer: Writer) -> Metrics {
         let last_drain = match Report::read_last(state_dir) {
             Ok(r) => r,
             Err(e) => {
@@ -241,6 +225,7 @@ impl Metrics {
         };
         let m = Metrics {
             path,
+            writer,
             snapshot: Arc::new(Mutex::new(Snapshot {
                 node: node.to_owned(),
                 last_drain: last_drain.filter(|r| !r.dry_run),
@@ -251,17 +236,17 @@ impl Metrics {
         m
     }
 
-    /// Changes the snapshot and rewrites the file. A file that cannot be written is logged, never
-    /// an error: metrics must not delay a drain.
+    /// Changes the snapshot and hands the new file to the writer (mode 0644: node_exporter runs
+    /// as its own user). A file that cannot be written is logged by the writer, never an error:
+    /// metrics must not delay a drain.
     pub fn update(&self, change: impl FnOnce(&mut Snapshot)) {
-        // The lock is held through the write: two updates that rendered in one order must not
-        // rename their files in the other (the older snapshot would win).
+        // The snapshot's lock is held while the text is handed over: two updates that rendered
+        // in one order reach the writer in that order (the older snapshot never wins).
         let mut s = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
         change(&mut s);
-        if let Some(path) = &self.path
-            && let Err(e) = write_atomically(path, &render(&s))
-        {
-            tracing::warn!("cannot write metrics file {}: {e}", path.display());
+        if let Some(path) = &self.path {
+            self.writer
+                .put(path.clone(), render(&s).into_bytes(), 0o644, "metrics file");
         }
     }
 
@@ -348,13 +333,18 @@ mod tests {
         assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
     }
 
-    #[test]
-    fn the_file_is_replaced_whole_and_readable_by_node_exporter() {
+    #[tokio::test]
+    async fn the_file_is_replaced_whole_and_readable_by_node_exporter() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kube_shutdown_drain.prom");
-        let m = Metrics::start(Some(path.clone()), "node-a", dir.path());
+        let writer = Writer::start().unwrap();
+        let m = Metrics::start(Some(path.clone()), "node-a", dir.path(), writer.clone());
         m.lock_held(true);
+        let last = writer.put(dir.path().join("other"), vec![], 0o600, "test file");
+        let by = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        assert!(writer.written(last, by).await);
+        std::fs::remove_file(dir.path().join("other")).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
             text.contains("kube_shutdown_drain_inhibitor_lock_held 1"),

@@ -1,13 +1,14 @@
-//! What the daemon says once a shutdown's drain is over and the inhibitor released: one log line
-//! per outcome (with the blocking budgets of an incomplete drain), `STATUS=`, the metrics.
+//! What the daemon says once a shutdown's work is over and the inhibitor released: one log line
+//! per outcome (with the blocking budgets of an incomplete drain), `STATUS=`, the metrics, the
+//! Event of a `[shutdown]` policy "none".
 
-use std::time::Duration;
-
+use crate::budget::seconds;
 use crate::config::Settings;
 use crate::daemon::boot_record::EndOutcome;
-use crate::daemon::drain::DrainOutcome;
 use crate::daemon::metrics::Metrics;
+use crate::daemon::service::{DrainOutcome, Finished};
 use crate::daemon::status::Status;
+use crate::shutdown_kind::ShutdownKind;
 
 /// How the drain ended, for the boot record: the outcome and the report's summary (or why no
 /// drain ran).
@@ -19,36 +20,54 @@ pub(crate) fn end_of(outcome: &DrainOutcome) -> (EndOutcome, String) {
             EndOutcome::Cordoned,
             "[shutdown] policy \"cordon\"".to_owned(),
         ),
+        DrainOutcome::LeftAsIs => (
+            EndOutcome::LeftAsIs,
+            "[shutdown] policy \"none\"".to_owned(),
+        ),
         DrainOutcome::Failed(why) => (EndOutcome::Failed, why.clone()),
+        DrainOutcome::Spent { budget } => (
+            EndOutcome::Failed,
+            format!(
+                "its {} budget was already spent when the daemon started",
+                seconds(*budget)
+            ),
+        ),
+        DrainOutcome::NoTime { logind_max } => (
+            EndOutcome::Failed,
+            format!(
+                "logind's InhibitDelayMaxSec ({}) leaves nothing after the release margin",
+                seconds(*logind_max)
+            ),
+        ),
     }
 }
 
-/// Logs the report and updates the status line. Runs after the release. The engine has
+/// Logs the outcome and updates the status line. Runs after the release. The engine has
 /// already stored the report in the state directory and posted the Node Events. `held`: an
 /// inhibitor was held during the drain (and is released now).
-pub(crate) fn log_outcome(
-    settings: &Settings,
+pub(crate) fn say(
+    settings: &std::sync::Arc<Settings>,
     status: &Status,
     metrics: &Metrics,
-    what: &str,
-    outcome: DrainOutcome,
-    took: Duration,
+    kind: ShutdownKind,
+    finished: Finished,
     held: bool,
 ) {
     let node = &settings.node_name;
-    let ms = took.as_millis();
+    let what = kind.noun();
+    let ms = finished.took.as_millis();
     let released = if held {
         "inhibitor released"
     } else {
         "no inhibitor was held"
     };
-    match outcome {
+    match finished.outcome {
         DrainOutcome::Drained(report) => {
             metrics.drained(&report);
             if report.complete {
                 tracing::info!(
                     node = %node,
-                    shutdown_kind = %what,
+                    shutdown_kind = %kind,
                     outcome = "drained",
                     "drained node {node} for the {what} in {ms} ms; {released}: {}",
                     report.summary()
@@ -56,7 +75,7 @@ pub(crate) fn log_outcome(
             } else {
                 tracing::error!(
                     node = %node,
-                    shutdown_kind = %what,
+                    shutdown_kind = %kind,
                     outcome = "incomplete",
                     "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
                      {released}: {}",
@@ -85,13 +104,61 @@ pub(crate) fn log_outcome(
         DrainOutcome::Cordoned => {
             tracing::info!(
                 node = %node,
-                shutdown_kind = %what,
+                shutdown_kind = %kind,
                 outcome = "cordoned",
                 "tainted and cordoned node {node} for the {what} in {ms} ms, evicting no pods \
                  ([shutdown] policy \"cordon\"); {released}"
             );
             status.set(format!(
                 "node {node} cordoned for the {what} without a drain; {released}"
+            ));
+        }
+        DrainOutcome::LeftAsIs => {
+            let key = kind.config_key();
+            let released = if held {
+                "released the inhibitor at once"
+            } else {
+                "holding no inhibitor"
+            };
+            tracing::info!(
+                node = %node,
+                shutdown_kind = %kind,
+                "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as \
+                 it is; {released}"
+            );
+            status.set(format!(
+                "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
+                 {released}"
+            ));
+            tokio::spawn(crate::daemon::service::post_skipped(settings.clone(), kind));
+        }
+        DrainOutcome::Spent { budget } => {
+            let released = if held {
+                "released the inhibitor"
+            } else {
+                "holding no inhibitor"
+            };
+            tracing::warn!(
+                "the {} budget for the {what} is already spent; {released} for node {node} \
+                 without draining (the node stays as the last drain left it)",
+                seconds(budget)
+            );
+            status.set(format!(
+                "budget for the {what} already spent when the daemon started; {released} without \
+                 draining node {node}"
+            ));
+        }
+        DrainOutcome::NoTime { logind_max } => {
+            tracing::error!(
+                "logind's InhibitDelayMaxSec ({}) does not exceed [daemon] release_margin ({}): \
+                 no time is left to drain node {node} for the {what}; {released} at once",
+                seconds(logind_max),
+                seconds(settings.daemon.release_margin)
+            );
+            status.set(format!(
+                "no time to drain node {node}: logind allows {}, the release margin is {}",
+                seconds(logind_max),
+                seconds(settings.daemon.release_margin)
             ));
         }
         DrainOutcome::Failed(why) => {

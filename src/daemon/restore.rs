@@ -15,7 +15,6 @@ use tokio::sync::watch;
 
 use crate::api::retry::Backoff;
 use crate::config::Settings;
-use crate::daemon::logind::ShutdownKind;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
@@ -115,11 +114,7 @@ async fn attempt(
     if trigger == Trigger::Boot {
         let boot_id = engine.boot_id()?;
         if marker.boot_id == boot_id {
-            if !marker
-                .kind
-                .as_deref()
-                .is_some_and(ShutdownKind::names_soft_reboot)
-            {
+            if !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
                 tracing::info!(
                     "the marker on node {node} is from this boot ({boot_id}); left for the \
                      shutdown that wrote it"
@@ -150,7 +145,7 @@ async fn attempt(
             "node {node} carries our marker from boot {} ({}); waiting up to {} s for it to be \
              Ready",
             marker.boot_id,
-            marker.kind.as_deref().unwrap_or("kind not recorded"),
+            marker.kind.map_or("kind not recorded", |k| k.as_str()),
             limit.as_secs()
         );
         let deadline = tokio::time::Instant::now() + limit;

@@ -1,29 +1,45 @@
-//! SIGTERM and SIGINT: the service manager (or a terminal) wants the daemon gone.
+//! The signals the daemon acts on: SIGTERM and SIGINT (the service manager, or a terminal, wants
+//! it gone) and SIGHUP.
+//!
+//! SIGHUP is logged and otherwise ignored: the daemon re-reads logind's `InhibitDelayMaxUSec`
+//! at every shutdown, and its own configuration only at start, because a configuration changed
+//! under a drain in progress could change what the drain already recorded on the Node (the taint
+//! key, the marker's rules). `systemctl restart kube-shutdown-drain` applies a changed config.
+//! Without a handler SIGHUP's default action would kill the daemon and with it the lock.
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::daemon::service::DaemonError;
-
-/// SIGTERM or SIGINT: the service manager (or a terminal) wants the daemon gone.
-pub(crate) struct StopSignals {
-    term: Signal,
-    int: Signal,
+/// What a signal asks of the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Asked {
+    /// SIGTERM or SIGINT, by name.
+    Stop(&'static str),
+    /// SIGHUP.
+    Hangup,
 }
 
-impl StopSignals {
-    pub(crate) fn install() -> Result<StopSignals, DaemonError> {
-        let term =
-            signal(SignalKind::terminate()).map_err(|source| DaemonError::Signals { source })?;
-        let int =
-            signal(SignalKind::interrupt()).map_err(|source| DaemonError::Signals { source })?;
-        Ok(StopSignals { term, int })
+/// The installed handlers.
+pub(crate) struct Signals {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    pub(crate) fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
     }
 
-    /// Resolves with the signal's name.
-    pub(crate) async fn recv(&mut self) -> &'static str {
+    /// The next signal.
+    pub(crate) async fn recv(&mut self) -> Asked {
         tokio::select! {
-            _ = self.term.recv() => "sigterm",
-            _ = self.int.recv() => "sigint",
+            _ = self.term.recv() => Asked::Stop("sigterm"),
+            _ = self.int.recv() => Asked::Stop("sigint"),
+            _ = self.hup.recv() => Asked::Hangup,
         }
     }
 }

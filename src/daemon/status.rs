@@ -2,7 +2,13 @@
 //!
 //! `systemctl status kube-shutdown-drain` shows the `STATUS=` line; it is kept current at every
 //! state change (waiting, draining, restoring, degraded), never on a timer.
+//!
+//! `STATUS=` is sent without waiting (`sd_notify(3)`'s datagram, `MSG_DONTWAIT`): a service
+//! manager that does not read its notify socket costs a status line, never a stalled drain.
+//! `READY=1` is sent once at start and may wait: without it systemd never sees the unit started.
 
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::{Arc, Mutex};
 
 use sd_notify::NotifyState;
@@ -64,9 +70,30 @@ impl Status {
             change(&mut guard);
             compose(&guard)
         };
-        if let Err(e) = sd_notify::notify(&[NotifyState::Status(&line)]) {
+        if let Err(e) = send_now(&format!("STATUS={line}\n")) {
             tracing::warn!("cannot send STATUS= to systemd: {e}");
         }
+    }
+}
+
+/// Sends one notification to `NOTIFY_SOCKET` without waiting; nothing when it is unset. A full
+/// queue drops the message (`WouldBlock` is not reported: the next state change sends again).
+fn send_now(message: &str) -> std::io::Result<()> {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let bytes = path.as_encoded_bytes();
+    // A leading `@` names a socket in the abstract namespace (sd_notify(3)).
+    let address = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(&path)?,
+    };
+    let socket = UnixDatagram::unbound()?;
+    socket.set_nonblocking(true)?;
+    match socket.send_to_addr(message.as_bytes(), &address) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) => Err(e),
     }
 }
 

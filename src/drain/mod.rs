@@ -29,7 +29,6 @@ pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -50,13 +49,11 @@ use crate::report::{Counts, Outcome, PodReport, Report};
 
 /// Page size of the pod list (kubectl's chunk size).
 const LIST_PAGE: u32 = 500;
-/// Time kept back from the deadline for the deadline action and the final Events. Short, so an
-/// eviction sent under a slow server still has its answer counted (3 s latency, 10 s budget).
-const RESERVE_MAX: Duration = Duration::from_millis(500);
-/// How long the drain waits for its Node Events once the work is over (never past the
-/// deadline). A hung server must not hold the caller (and the daemon's inhibitor lock) longer:
-/// Events are for people, the drain is over.
-const FINAL_EVENTS_MAX: Duration = Duration::from_secs(1);
+// The time kept back from the deadline for the deadline action and the final Events is short,
+// so an eviction sent under a slow server still has its answer counted (3 s latency, 10 s
+// budget); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
+// Events are for people, the drain is over. Both bounds live with the budget.
+use crate::budget::{DRAIN_RESERVE_MAX as RESERVE_MAX, FINAL_EVENTS_MAX};
 
 /// Options of one drain run.
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::NodeError;
 use crate::api::guarded::patch_of;
+use crate::shutdown_kind::ShutdownKind;
 
 pub use super::ownership::{cordon_is_ours, is_our_taint_key, lb_label, lb_label_is_ours};
 
@@ -76,7 +77,7 @@ pub struct Marker {
     /// build reads their markers as kind unknown. A soft-reboot keeps the boot ID: this field
     /// is how the next start tells that the node must still be restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<ShutdownKind>,
     /// We added [`EXCLUDE_LB_LABEL`]: set by the same write that added it. Absent in markers of
     /// older builds (read as false: restore removes no label for them).
     #[serde(default)]
@@ -252,7 +253,7 @@ pub struct PrepareInput {
     /// Add the taint in this write (false: these credentials may not change taints).
     pub add_taint: bool,
     /// The kind of shutdown, for the marker (`None`: a prepare by hand).
-    pub kind: Option<String>,
+    pub kind: Option<ShutdownKind>,
     /// Add [`EXCLUDE_LB_LABEL`] unless the node has it (`[drain] exclude_from_load_balancers`).
     pub exclude_from_load_balancers: bool,
 }
@@ -334,7 +335,7 @@ pub fn prepare_patch(
         },
         version: MARKER_VERSION,
         taints: kept_taints,
-        kind: input.kind.clone(),
+        kind: input.kind,
         excluded_from_load_balancers: false,
     };
     // The label: an earlier prepare's stays ours while our field manager still owns it; one

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::api::guarded::FIELD_MANAGER;
+use crate::shutdown_kind::ShutdownKind;
 
 const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
 const T0: &str = "2026-11-30T07:00:00Z";
@@ -364,15 +365,21 @@ fn the_boot_start_is_the_btime_line_of_proc_stat() {
 #[test]
 fn the_kind_of_shutdown_is_recorded_and_markers_without_it_stay_readable() {
     let soft = PrepareInput {
-        kind: Some("soft-reboot".into()),
+        kind: Some(ShutdownKind::SoftReboot),
         ..input(true)
     };
     let (p, plan) = prepare_patch(&node(json!([]), false, None), "n", &soft).unwrap();
-    assert_eq!(plan.marker.kind.as_deref(), Some("soft-reboot"));
+    assert_eq!(plan.marker.kind, Some(ShutdownKind::SoftReboot));
     let written = marker_of(&apply(&node(json!([]), false, None), &p), "n")
         .unwrap()
         .expect("a marker");
-    assert_eq!(written.kind.as_deref(), Some("soft-reboot"));
+    assert_eq!(written.kind, Some(ShutdownKind::SoftReboot));
+    // Written as earlier versions wrote it, so their markers and this one read alike.
+    let text = serde_json::to_string(&written).unwrap();
+    assert!(text.contains(r#""kind":"soft-reboot""#), "{text}");
+    let power_off: Marker =
+        serde_json::from_str(&text.replace("soft-reboot", "power-off")).unwrap();
+    assert_eq!(power_off.kind, Some(ShutdownKind::PowerOff));
     assert_eq!(
         written.version, MARKER_VERSION,
         "an optional field: still version 1"

@@ -1,6 +1,7 @@
 //! The Node calls: read, prepare (one guarded patch: marker, taint, cordon), restore (one
 //! guarded patch: taints, uncordon, marker) and the wait for Ready (kube's watcher).
 
+use crate::shutdown_kind::ShutdownKind;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -25,7 +26,7 @@ pub struct NodeOps<'a> {
     pub clients: &'a Clients,
     pub settings: &'a Settings,
     /// The kind of shutdown a prepare is for, recorded in the marker (`None`: by hand).
-    pub kind: Option<&'a str>,
+    pub kind: Option<ShutdownKind>,
 }
 
 type Write<P> = Result<Written<Node, P>, GuardedError<NodeError>>;
@@ -131,7 +132,7 @@ impl NodeOps<'_> {
             taint: t.enabled.then(|| t.taint()),
             taint_key: t.key.clone(),
             add_taint: true,
-            kind: self.kind.map(str::to_owned),
+            kind: self.kind,
             exclude_from_load_balancers: self.settings.drain.exclude_from_load_balancers,
         };
         // What was ours before this prepare, to tell what this prepare changed (a write applied

@@ -81,6 +81,8 @@ pub struct Setup {
     pub seed: Vec<Value>,
     /// TOML appended to the generated config (e.g. `[drain]\ntimeout = "3s"`).
     pub config: String,
+    /// The daemon's state directory; `None`: a fresh one on the target's disk.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for Setup {
@@ -89,6 +91,7 @@ impl Default for Setup {
             logind: LogindOptions::default(),
             seed: demo_seed(),
             config: String::new(),
+            state_dir: None,
         }
     }
 }
@@ -105,6 +108,7 @@ pub struct World {
     notify_drain: tokio::task::JoinHandle<()>,
     dir: tempfile::TempDir,
     state: tempfile::TempDir,
+    state_dir: PathBuf,
     daemon: Option<Child>,
     runs: usize,
 }
@@ -141,10 +145,13 @@ impl World {
             .prefix("ksd-state-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("a state dir");
+        let state_dir = setup
+            .state_dir
+            .unwrap_or_else(|| state.path().to_path_buf());
         let config = format!(
             "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n{}\n",
             kubeconfig.display(),
-            state.path().display(),
+            state_dir.display(),
             setup.config
         );
         std::fs::write(dir.path().join("config.toml"), config).expect("write the config");
@@ -157,6 +164,7 @@ impl World {
             notify_drain,
             dir,
             state,
+            state_dir,
             daemon: None,
             runs: 0,
         };
@@ -170,7 +178,7 @@ impl World {
 
     /// The daemon's state directory (`state_dir`).
     pub fn state_dir(&self) -> PathBuf {
-        self.state.path().to_path_buf()
+        self.state_dir.clone()
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -358,9 +366,27 @@ impl World {
             })
     }
 
-    /// The record of the shutdown under way, in the state directory.
-    pub fn shutdown_record(&self) -> PathBuf {
-        self.state_dir().join("shutdown-started")
+    /// The daemon's boot record (`boot-record` in the state directory).
+    pub fn boot_record_path(&self) -> PathBuf {
+        self.state_dir().join("boot-record")
+    }
+
+    /// The shutdown the boot record holds (announced and not cancelled), if any.
+    pub fn recorded_shutdown(&self) -> Option<Value> {
+        let bytes = std::fs::read(self.boot_record_path()).ok()?;
+        let record: Value = serde_json::from_slice(&bytes).expect("the boot record is JSON");
+        Some(record["shutdown"].clone()).filter(|s| !s.is_null())
+    }
+
+    /// Waits until the boot record holds a shutdown (`true`) or none (`false`): it is written
+    /// off the daemon's shutdown path, a moment after the change.
+    pub async fn expect_recorded_shutdown(&self, recorded: bool, why: &str) {
+        self.expect_until(
+            Duration::from_secs(5),
+            |w| w.recorded_shutdown().is_some() == recorded,
+            why,
+        )
+        .await;
     }
 
     /// Kills the daemon (SIGKILL) and starts it again at once, as systemd's restart would.
@@ -413,12 +439,32 @@ impl World {
         );
     }
 
-    /// Called right after the bus comes back: asserts our lock is back within 5 s and prints how
+    /// Called right after the bus comes back: asserts the new fake logind granted the daemon a
+    /// lock within 5 s, and that then exactly one lock of ours is held (logind keeps locks across
+    /// a bus restart, so an old lock the daemon did not close would still count); prints how
     /// long it took after `what`.
     pub async fn expect_lock_back(&self, why: &str, what: &str) {
         let since = Instant::now();
-        self.expect_locks(1, Duration::from_secs(5), why).await;
+        let deadline = since + Duration::from_secs(5);
+        while self.rig.our_grants().await == 0 {
+            assert!(Instant::now() < deadline, "{why}; log:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         println!("lock back {} ms after {what}", since.elapsed().as_millis());
+        self.expect_locks(
+            1,
+            Duration::from_secs(5),
+            "two locks of ours after the reconnect: the old one was never closed",
+        )
+        .await;
+        // And it stays one: the old lock is closed, not merely not counted yet.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            self.rig.our_locks().await,
+            1,
+            "the daemon holds more than one lock after the reconnect; log:\n{}",
+            self.log()
+        );
     }
 
     /// Asserts only the pods a drain keeps are left on the node within `within`.

@@ -58,6 +58,8 @@ pub fn cannot_capture() -> Option<String> {
 pub struct Journal {
     dir: tempfile::TempDir,
     done: Arc<AtomicBool>,
+    /// While set, the reader stops reading: a journald that no longer drains its socket.
+    stalled: Arc<AtomicBool>,
     reader: Option<std::thread::JoinHandle<Vec<Entry>>>,
 }
 
@@ -71,12 +73,21 @@ impl Journal {
             .set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let done = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let reader = std::thread::spawn({
             let done = done.clone();
+            let stalled = stalled.clone();
             move || {
                 let mut entries = Vec::new();
                 let mut buf = vec![0u8; 256 * 1024];
                 loop {
+                    if stalled.load(Ordering::SeqCst) {
+                        if done.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
                     match socket.recv(&mut buf) {
                         Ok(0) => {}
                         Ok(n) => entries.push(parse_entry(&buf[..n])),
@@ -90,8 +101,15 @@ impl Journal {
         Journal {
             dir,
             done,
+            stalled,
             reader: Some(reader),
         }
+    }
+
+    /// From now on nothing is read: the socket's queue fills and stays full, as under a
+    /// journald that stopped reading.
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
     }
 
     /// `bin` wrapped so that it logs to this journal: in a private mount namespace with an

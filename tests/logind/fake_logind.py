@@ -11,19 +11,24 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   mode): error org.freedesktop.login1.OperationInProgress, "The operation inhibition has been
   requested for is already running". Each refusal is kept ("WHO WHAT MODE", see Refused()).
 * ListInhibitors() -> a(ssssuu), with the caller's uid and pid as the bus daemon reports them.
+* The lock table survives a restart of the test bus, as real logind's survives a D-Bus restart:
+  with the parameter "keeper" (the socket of tests/logind/lock_keeper.py), every granted lock's
+  read end is handed to the keeper, and a fake started again takes the kept locks back.
 * Reboot(b) / PowerOff(b): like logind's delayed shutdown (systemd logind-dbus.c,
   delay_shutdown_or_sleep): sets PreparingForShutdown, emits PrepareForShutdownWithMetadata
   (unless the parameter "metadata" is false) and PrepareForShutdown(true) from this connection,
   then waits until no delay lock on "shutdown" is left or InhibitDelayMaxUSec has passed.
   The outcome is appended as one line to the file named by the parameter "result_file":
   "released ELAPSED kind=KIND locks=N", "timeout ELAPSED kind=KIND locks=N" or
-  "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal).
+  "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal). The kinds are
+  systemd's own names (handle_action_to_string in logind-action.c): PowerOff is "poweroff".
 * On the mock interface: CancelShutdown() emits PrepareForShutdown(false) and appends
   "cancelled ELAPSED ..."; StartShutdown(s) starts a delayed shutdown of the kind given (the
-  `type` in the metadata signal: "reboot", "power-off", "halt", "kexec", "soft-reboot", as
+  `type` in the metadata signal: "reboot", "poweroff", "halt", "kexec", "soft-reboot", as
   systemd's handle_action_to_string names them), as Reboot/PowerOff do; SimulateBoot() clears the shutdown state as a fresh boot would;
   Outcomes() returns the lines written so far; Refused() and Granted() the refused and the
-  granted Inhibit calls;
+  granted Inhibit calls; SetInhibitDelayMax(t) changes InhibitDelayMaxUSec while the fake runs,
+  as logind's re-read of logind.conf on SIGHUP does;
   RebootOnNextInhibit() stages the race of a reboot that starts between a client's read of
   PreparingForShutdown (false) and its Inhibit: the next Inhibit on "shutdown" first starts a
   reboot (signals and all, as Reboot(false) would), then is refused as above.
@@ -31,10 +36,12 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
 Parameters: InhibitDelayMaxUSec (int, default 5000000), PreparingForShutdown (bool, default
 false), kind (the type of that shutdown, default "reboot"), result_file (path, default none),
 metadata (bool, default true: also the signal and the property PreparingForShutdownWithMetadata
-of systemd >= 257; false: a systemd without either).
+of systemd >= 257; false: a systemd without either), keeper (path, default none).
 '''
 
+import json
 import os
+import socket
 import time
 
 import dbus
@@ -55,10 +62,11 @@ DEFAULT_DELAY_MAX_USEC = 5_000_000
 class Shutdown:
     '''State of the fake's one shutdown timer and its lock table.'''
 
-    def __init__(self, delay_max_usec, result_file, metadata):
+    def __init__(self, delay_max_usec, result_file, metadata, keeper):
         self.delay_max_usec = delay_max_usec
         self.result_file = result_file
         self.metadata = metadata
+        self.keeper = keeper
         self.locks = {}  # read-end fd -> (what, who, why, mode, uid, pid)
         self.started = None  # monotonic time of the last PrepareForShutdown(true)
         self.waiting = False  # logind waits for delay locks (between the signal and the outcome)
@@ -100,6 +108,7 @@ def load(mock, parameters):
         int(parameters.get('InhibitDelayMaxUSec', DEFAULT_DELAY_MAX_USEC)),
         parameters.get('result_file'),
         bool(parameters.get('metadata', True)),
+        parameters.get('keeper'),
     )
     # Started "mid-shutdown": announced before this fake came up, no timer of its own.
     preparing = bool(parameters.get('PreparingForShutdown', False))
@@ -114,6 +123,43 @@ def load(mock, parameters):
     if shutdown.metadata:
         props['PreparingForShutdownWithMetadata'] = with_metadata(preparing, shutdown.kind)
     mock.AddProperties(MAIN_IFACE, dbus.Dictionary(props, signature='sv'))
+    for read_end, lock in take_back_kept_locks(shutdown):
+        watch_lock(shutdown, read_end, lock)
+
+
+def ask_keeper(shutdown, request, fds=()):
+    '''One request to the lock keeper: the answer and the fds it sent (none without a keeper).'''
+    if not shutdown.keeper:
+        return None, []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(shutdown.keeper)
+        socket.send_fds(conn, [json.dumps(request).encode('utf-8')], list(fds))
+        conn.shutdown(socket.SHUT_WR)
+        if request['op'] != 'get':
+            return None, []
+        message, got, _, _ = socket.recv_fds(conn, 1 << 20, 1024)
+        return json.loads(message.decode('utf-8')), got
+
+
+def take_back_kept_locks(shutdown):
+    '''The locks an earlier fake on this rig granted and their holders still hold.'''
+    kept, fds = ask_keeper(shutdown, {'op': 'get'})
+    return list(zip(fds, kept or []))
+
+
+def watch_lock(shutdown, read_end, lock):
+    '''Holds the lock in the table until its holder closes every copy of the write end.'''
+    what, who, why, mode, uid, pid = lock
+    shutdown.locks[read_end] = (str(what), str(who), str(why), str(mode), dbus.UInt32(uid), dbus.UInt32(pid))
+
+    def hung_up(fd, _condition):
+        shutdown.locks.pop(fd, None)
+        os.close(fd)
+        if shutdown.waiting and not shutdown.delay_locks():
+            shutdown.finish('released')
+        return False
+
+    GLib.io_add_watch(read_end, GLib.PRIORITY_HIGH, GLib.IO_HUP | GLib.IO_ERR, hung_up)
 
 
 def with_metadata(preparing, kind):
@@ -162,17 +208,10 @@ def Inhibit(self, what, who, why, mode, sender=None):
             name='org.freedesktop.login1.OperationInProgress')
     uid, pid = caller_ids(self, sender)
     read_end, write_end = os.pipe()
-    shutdown.locks[read_end] = (str(what), str(who), str(why), str(mode), uid, pid)
+    lock = [str(what), str(who), str(why), str(mode), int(uid), int(pid)]
+    watch_lock(shutdown, read_end, lock)
+    ask_keeper(shutdown, {'op': 'put', 'lock': lock}, [read_end])
     shutdown.granted.append(f'{who} {what} {mode}')
-
-    def hung_up(fd, _condition):
-        shutdown.locks.pop(fd, None)
-        os.close(fd)
-        if shutdown.waiting and not shutdown.delay_locks():
-            shutdown.finish('released')
-        return False
-
-    GLib.io_add_watch(read_end, GLib.PRIORITY_HIGH, GLib.IO_HUP | GLib.IO_ERR, hung_up)
     # UnixFd keeps its own duplicate until the reply is sent; ours is closed now, so only the
     # client's copy keeps the pipe open.
     reply = dbus.types.UnixFd(write_end)
@@ -219,7 +258,15 @@ def Reboot(self, _interactive):
 
 @dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
 def PowerOff(self, _interactive):
-    start_shutdown(self, 'power-off')
+    start_shutdown(self, 'poweroff')
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='t', out_signature='')
+def SetInhibitDelayMax(self, usec):
+    '''Changes InhibitDelayMaxUSec, as logind does when it re-reads logind.conf on SIGHUP.'''
+    shutdown = state(self)
+    shutdown.delay_max_usec = int(usec)
+    self.UpdateProperties(MAIN_IFACE, {'InhibitDelayMaxUSec': dbus.UInt64(int(usec))})
 
 
 @dbus.service.method(MOCK_IFACE, in_signature='s', out_signature='')

@@ -85,11 +85,14 @@ pub struct Outcome {
     pub line: String,
 }
 
-/// A private bus and the fake logind on it. Both processes are killed on drop.
+/// A private bus and the fake logind on it, and the keeper of the fake's lock table (which
+/// outlives restarts of the bus, as logind's locks outlive a D-Bus restart). All three
+/// processes are killed on drop.
 pub struct Rig {
     dir: tempfile::TempDir,
     bus: Child,
     logind: Option<Child>,
+    keeper: Child,
     options: LogindOptions,
     address: String,
 }
@@ -132,10 +135,12 @@ impl Rig {
         let socket = dir.path().join("system_bus_socket");
         let address = format!("unix:path={}", socket.display());
         let bus = start_bus(dir.path(), &socket);
+        let keeper = start_keeper(&dir.path().join("lock-keeper.sock"));
         let mut rig = Rig {
             dir,
             bus,
             logind: None,
+            keeper,
             options,
             address,
         };
@@ -164,6 +169,7 @@ impl Rig {
             "kind": self.options.kind,
             "metadata": self.options.metadata,
             "result_file": self.result_file(),
+            "keeper": self.dir.path().join("lock-keeper.sock"),
         });
         let log = std::fs::File::create(self.dir.path().join("logind.log")).expect("a log file");
         let child = Command::new(SYSTEM_PYTHON)
@@ -205,7 +211,8 @@ impl Rig {
     }
 
     /// Kills the bus daemon and the fake logind, then starts both again on the same socket:
-    /// what a `systemctl restart dbus` looks like to a client.
+    /// what a `systemctl restart dbus` looks like to a client. The locks granted before are
+    /// still held (the keeper hands them to the new fake), as real logind keeps them.
     pub async fn restart_bus(&mut self) {
         if let Some(mut logind) = self.logind.take() {
             kill(&mut logind);
@@ -278,6 +285,12 @@ impl Rig {
     /// Clears the shutdown state, as logind after the machine came back.
     pub async fn simulate_boot(&self) {
         self.call(MOCK, "SimulateBoot", &()).await;
+    }
+
+    /// Changes `InhibitDelayMaxUSec` while the fake runs (what logind's SIGHUP re-read does).
+    pub async fn set_delay_max(&self, max: Duration) {
+        self.call(MOCK, "SetInhibitDelayMax", &(max.as_micros() as u64,))
+            .await;
     }
 
     /// The `Inhibit` calls the fake refused during a shutdown ("WHO WHAT MODE"), oldest first.
@@ -404,6 +417,28 @@ impl Rig {
     }
 }
 
+/// Starts `lock_keeper.py` listening on `socket`; returns once it listens.
+fn start_keeper(socket: &Path) -> Child {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/lock_keeper.py");
+    let child = Command::new(SYSTEM_PYTHON)
+        .arg(script)
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the lock keeper");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the lock keeper did not listen within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child
+}
+
 fn start_bus(dir: &Path, socket: &Path) -> Child {
     let config = dir.join("bus.conf");
     std::fs::write(&config, bus_config(socket)).expect("write the bus config");
@@ -434,6 +469,7 @@ impl Drop for Rig {
             kill(&mut logind);
         }
         kill(&mut self.bus);
+        kill(&mut self.keeper);
     }
 }
 

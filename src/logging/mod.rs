@@ -1,6 +1,9 @@
 //! Logging: to the journal with structured fields when stderr is the journal (systemd sets
 //! `JOURNAL_STREAM` to the device and inode of that stream), else one line per event on stderr.
-//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`.
+//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`. Neither sink
+//! ever makes the caller wait: the journal's sends are non-blocking ([`journal`]), stderr is
+//! written by a worker thread from a bounded queue that drops lines when full; a journald or a
+//! terminal that stops reading costs lost lines, never a stalled drain.
 //!
 //! A stderr line is `TIME LEVEL MESSAGE [FIELD=VALUE ...]`: the wall-clock time in UTC (to the
 //! microsecond), the
@@ -25,6 +28,8 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
+pub mod journal;
+
 /// The environment variable holding the log filter.
 pub const LOG_ENV: &str = "KUBE_SHUTDOWN_DRAIN_LOG";
 
@@ -45,31 +50,33 @@ pub fn stream_names(value: &str, fd: impl AsFd) -> bool {
     }
 }
 
-/// Installs the global subscriber. Call once, from `main`.
-pub fn init() {
+/// Installs the global subscriber. Call once, from `main`, and keep the returned guard until
+/// the process ends: dropping it writes out the stderr lines still queued.
+pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     let filter = EnvFilter::try_from_env(LOG_ENV).unwrap_or_else(|_| EnvFilter::new("info"));
     if stderr_is_journal() {
-        match tracing_journald::layer() {
+        match journal::JournalLayer::new("kube-shutdown-drain") {
             Ok(layer) => {
-                // Fields as plain journal fields (NODE=, POD=, BUDGET=), not F_NODE=.
-                let layer = layer
-                    .with_syslog_identifier("kube-shutdown-drain".to_string())
-                    .with_field_prefix(None);
                 tracing_subscriber::registry()
                     .with(filter)
                     .with(layer)
                     .init();
-                return;
+                return None;
             }
             Err(e) => eprintln!("cannot log to the journal ({e}); logging to stderr"),
         }
     }
     let colour = std::io::stderr().is_terminal() && !no_color(std::env::var_os("NO_COLOR"));
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .event_format(Line { colour })
         .init();
+    Some(guard)
 }
 
 /// Whether a `NO_COLOR` value asks for no colour: present and not empty.

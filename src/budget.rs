@@ -1,16 +1,45 @@
 //! The shutdown budget: the one deadline for prepare + drain, computed by a pure function from
 //! the configured drain timeout and logind's `InhibitDelayMaxUSec`, with the warning to show when
-//! logind allows less than the configuration asks for.
+//! logind allows less than the configuration asks for; and the allowances around it, each the
+//! longest some step may run past a deadline, all covered by the release margin (checked when
+//! this compiles).
 //!
 //! logind runs one timer of `InhibitDelayMaxUSec` from `PrepareForShutdown(true)` and then shuts
-//! down whatever the locks say (systemd `delay_shutdown_or_sleep`). The daemon must have released
-//! its lock before that timer fires, so its budget is the smaller of the drain timeout and
-//! logind's maximum minus a safety margin (`[daemon] release_margin`).
+//! down whatever the locks say (systemd `manager_dispatch_delayed` in logind-dbus.c). The daemon
+//! must have released its lock before that timer fires, so its budget is the smaller of the drain
+//! timeout and logind's maximum minus a safety margin (`[daemon] release_margin`).
 
 use std::time::Duration;
 
-use crate::config::Settings;
-use crate::daemon::logind::{Logind, LogindError};
+/// The smallest `[daemon] release_margin`: the lock is released by [`RELEASE_GUARD`] past the
+/// drain's deadline at the latest, so the margin must cover that with room to spare.
+pub const MIN_RELEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long past the drain's deadline the inhibitor may still be held: the lock's own thread
+/// (`daemon::lock`) closes it then, whatever the drain, the disk, the journal or the runtime are
+/// doing.
+pub const RELEASE_GUARD: Duration = Duration::from_millis(500);
+
+/// How long after a drain ends the report file and the boot record's end of the shutdown are
+/// waited for before the lock goes (they are written off the shutdown path; a stalled disk
+/// costs no more than this).
+pub const WRITE_ALLOWANCE: Duration = Duration::from_millis(100);
+
+/// The share of the drain's deadline kept back for the deadline action (`on_deadline`) and the
+/// final Node Events: min(this, a tenth of the budget).
+pub const DRAIN_RESERVE_MAX: Duration = Duration::from_millis(500);
+
+/// The final Node Events of a drain wait at most this long, and never past its deadline.
+pub const FINAL_EVENTS_MAX: Duration = Duration::from_secs(1);
+
+/// How long past a restore's deadline its Node Events may take (they are for people; no logind
+/// timer runs during a restore).
+pub const RESTORE_EVENTS_ALLOWANCE: Duration = Duration::from_millis(500);
+
+// The release margin covers everything that may run past the drain's deadline while the lock
+// is held: the guard, and within it the writes waited for.
+const _: () = assert!(WRITE_ALLOWANCE.as_millis() <= RELEASE_GUARD.as_millis());
+const _: () = assert!(RELEASE_GUARD.as_millis() < MIN_RELEASE_MARGIN.as_millis());
 
 /// The logind drop-in that raises `InhibitDelayMaxSec` for us. It sorts after the kubelet's
 /// `99-kubelet.conf` (drop-ins are read in file-name order and the last one wins).
@@ -80,47 +109,12 @@ pub fn remaining(started_at: Duration, now: Duration, budget: Duration) -> Durat
     budget.saturating_sub(now.saturating_sub(started_at))
 }
 
-/// Reads logind's `InhibitDelayMaxUSec` and computes the budget for `settings`: what the daemon
-/// does at start and at each shutdown, and what `check` and `status` can show
-/// (`Logind::connect()` reaches the system bus).
-pub async fn read(logind: &Logind, settings: &Settings) -> Result<Budget, LogindError> {
-    let max = logind.inhibit_delay_max().await?;
-    Ok(compute(
-        settings.drain.timeout,
-        max,
-        settings.daemon.release_margin,
-    ))
-}
-
 /// A duration as seconds for humans: "5 s", "2.5 s".
 pub fn seconds(d: Duration) -> String {
     if d.subsec_millis() == 0 {
         format!("{} s", d.as_secs())
     } else {
         format!("{:.1} s", d.as_secs_f64())
-    }
-}
-
-/// What is left of the drain budget: all of it, or, for a shutdown under way at start, the
-/// rest counted from the recorded moment logind's timer started.
-pub fn left(node: &str, counted_from: Option<Duration>, budget: &Budget, what: &str) -> Duration {
-    match counted_from.map(|from| (from, crate::daemon::shutdown_start::boottime_now())) {
-        None => budget.drain,
-        Some((from, Ok(now))) => {
-            let left = remaining(from, now, budget.drain);
-            tracing::info!(
-                "logind's timer for the {what} started {} ago; {} of the {} budget is left \
-                 for node {node}",
-                seconds(now.saturating_sub(from)),
-                seconds(left),
-                seconds(budget.drain)
-            );
-            left
-        }
-        Some((_, Err(e))) => {
-            tracing::warn!("{e}; counting the drain budget from now for node {node}");
-            budget.drain
-        }
     }
 }
 

@@ -1,0 +1,228 @@
+//! Carrying out a transition: the phase machine names the effects, this file does each, once,
+//! in one place (the lock, the boot record, the restore task, `quiet`, `STATUS=`, the metrics).
+
+use super::Daemon;
+use crate::daemon::boot_record;
+use crate::daemon::logind::{Logind, LogindError};
+use crate::daemon::phase::{Effect, Event, Undo};
+use crate::daemon::restore::{self, Trigger};
+
+/// How long the start waits for this boot's record to be written before READY=1.
+const BOOT_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Daemon {
+    /// Applies `event`: the phase moves on and its effects are carried out, in order. A refused
+    /// event is logged and changes nothing.
+    pub(super) async fn apply(&mut self, event: Event, logind: Option<&Logind>) {
+        let (next, effects) = match self.phase.on(event) {
+            Ok(step) => step,
+            Err(refused) => {
+                tracing::warn!("ignored on node {}: {refused}", self.settings.node_name);
+                return;
+            }
+        };
+        let before = std::mem::replace(&mut self.phase, next);
+        for effect in effects {
+            self.carry_out(effect, &before, logind).await;
+        }
+        self.metrics.lock_held(self.inhibitor.is_held());
+    }
+
+    async fn carry_out(
+        &mut self,
+        effect: Effect,
+        before: &crate::daemon::phase::Phase,
+        logind: Option<&Logind>,
+    ) {
+        let node = self.settings.node_name.clone();
+        match effect {
+            Effect::Quiet(quiet) => {
+                self.quiet.send_replace(quiet);
+            }
+            Effect::StartDrain {
+                kind,
+                announced_now,
+            } => self.start_drain(kind, announced_now, logind).await,
+            Effect::AbortDrain => {
+                if let Some(running) = self.drain.take() {
+                    running.task.abort();
+                }
+                self.finished = None;
+                // The lock stays for the next shutdown: its deadline is gone with this one.
+                self.inhibitor.disarm();
+            }
+            Effect::RecordEnd => self.record_end().await,
+            Effect::ReleaseLock => {
+                self.inhibitor.release();
+            }
+            Effect::TakeLock => self.take_lock(logind).await,
+            Effect::ForgetShutdown { undo } => {
+                let recorded = self.boot_log.shutdown_over();
+                let restore = match undo {
+                    Undo::Heard => true,
+                    Undo::Missed => true,
+                    Undo::IfRecorded => recorded,
+                    Undo::Nothing => {
+                        tracing::info!(
+                            "logind cancelled a shutdown that never started here; nothing to undo \
+                             on node {node}"
+                        );
+                        false
+                    }
+                };
+                if undo == Undo::Missed || (undo == Undo::IfRecorded && recorded) {
+                    tracing::info!(
+                        "the recorded shutdown of node {node} ended without a reboot while the \
+                         daemon was away; restoring the node"
+                    );
+                }
+                if restore {
+                    self.spawn_restore(Trigger::Cancel);
+                }
+            }
+            Effect::RecordStopped => self.boot_log.stopped(),
+            Effect::ShowWaiting => self.show_waiting(),
+            Effect::SayOutcome => {
+                if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
+                    crate::daemon::outcome::say(
+                        &self.settings,
+                        &self.status,
+                        &self.metrics,
+                        s.kind,
+                        finished,
+                        s.guarded,
+                    );
+                }
+            }
+        }
+    }
+
+    /// How the drain ended goes into the boot record before the lock goes; the write is waited
+    /// for briefly (it runs off this path: a stalled disk costs at most the allowance).
+    async fn record_end(&mut self) {
+        let Some(finished) = &self.finished else {
+            return;
+        };
+        let (end, detail) = crate::daemon::outcome::end_of(&finished.outcome);
+        // A daemon started too late for this shutdown's budget keeps an earlier daemon's end.
+        let ticket = if finished.outcome.is_spent() {
+            self.boot_log.shutdown_ended_unless_recorded(end, detail)
+        } else {
+            self.boot_log.shutdown_ended(end, detail)
+        };
+        let by = tokio::time::Instant::now() + crate::budget::WRITE_ALLOWANCE;
+        if !self.boot_log.written(ticket, by).await {
+            tracing::warn!(
+                "{} is still being written after {} ms; releasing the inhibitor for node {} first",
+                self.settings.state_dir.join(boot_record::FILE).display(),
+                crate::budget::WRITE_ALLOWANCE.as_millis(),
+                self.settings.node_name
+            );
+        }
+    }
+
+    /// Takes the lock unless one is held. Without a connection the next one takes it.
+    async fn take_lock(&mut self, logind: Option<&Logind>) {
+        let Some(logind) = logind else {
+            return;
+        };
+        if self.inhibitor.is_held() {
+            return;
+        }
+        match logind.take_lock(&self.settings.node_name).await {
+            Ok(lock) => self.inhibitor.hold(lock),
+            // Another shutdown began right after the cancel: its signal is queued behind this
+            // one and starts a drain without the lock.
+            Err(e @ LogindError::ShutdownUnderWay { .. }) => {
+                tracing::warn!("{e}; a new shutdown started after the cancel");
+            }
+            Err(e) => tracing::warn!(
+                "{e}; node {} has no inhibitor until logind grants one (the next reconnect asks \
+                 again)",
+                self.settings.node_name
+            ),
+        }
+    }
+
+    fn show_waiting(&self) {
+        let (drain, max) = self
+            .budget
+            .as_ref()
+            .map_or((None, None), |b| (Some(b.drain), Some(b.logind_max)));
+        let secs = |d: Option<std::time::Duration>| {
+            d.map_or_else(|| "unknown".to_owned(), crate::budget::seconds)
+        };
+        self.status.set(format!(
+            "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
+            self.settings.node_name,
+            secs(drain),
+            secs(max)
+        ));
+    }
+
+    /// Reads the record of the previous boot, starts this boot's, and posts the Event about an
+    /// unclean end (retried in its own task until written).
+    pub(super) fn open_boot_log(&mut self, under_way: bool) {
+        if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
+            tokio::spawn(boot_record::post_until_done(
+                self.settings.clone(),
+                self.boot_log.clone(),
+                previous,
+            ));
+        }
+        if let Some(record) = self.boot_log.record() {
+            self.metrics.unclean(record.unclean);
+        }
+    }
+
+    /// READY=1, once: after the first connection's event is applied, so the shutdown state was
+    /// read and every later shutdown reaches the daemon as a signal, and once this boot's record
+    /// is on disk (waited for at most [`BOOT_RECORD_WAIT`]: the start is not the shutdown path).
+    /// Then the kubelet check, beside the loop (a slow ListInhibitors must not delay a shutdown
+    /// signal).
+    pub(super) async fn ready_once(&mut self, logind: Option<&Logind>) {
+        if self.ready_sent {
+            return;
+        }
+        self.ready_sent = true;
+        let by = tokio::time::Instant::now() + BOOT_RECORD_WAIT;
+        if !self.boot_log.settled(by).await {
+            tracing::warn!(
+                "{} is not written after {} s; telling systemd the daemon for node {} is ready \
+                 all the same",
+                self.settings.state_dir.join(boot_record::FILE).display(),
+                BOOT_RECORD_WAIT.as_secs(),
+                self.settings.node_name
+            );
+        }
+        self.status.ready();
+        if let Some(logind) = logind {
+            let (settings, logind) = (self.settings.clone(), logind.clone());
+            tokio::spawn(async move { crate::daemon::kubelet::check(&settings, &logind).await });
+        }
+    }
+
+    pub(super) fn spawn_restore(&mut self, trigger: Trigger) {
+        self.abort_restore("a new restore starts");
+        self.restore = Some(tokio::spawn(restore::restore_until_done(
+            self.settings.clone(),
+            self.status.clone(),
+            self.metrics.clone(),
+            trigger,
+            self.quiet.subscribe(),
+        )));
+    }
+
+    pub(super) fn abort_restore(&mut self, why: &str) {
+        if let Some(task) = self.restore.take()
+            && !task.is_finished()
+        {
+            task.abort();
+            tracing::info!(
+                "stopped the restore of node {}: {why}",
+                self.settings.node_name
+            );
+            self.status.set_restore(None);
+        }
+    }
+}

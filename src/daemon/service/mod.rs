@@ -1,0 +1,368 @@
+//! The daemon's loop: turns what happens (logind's signals, a connection made or lost, the end
+//! of a drain, the stop signals) into [`Event`]s for the pure phase machine (`daemon::phase`) and
+//! carries out the effects it names (`effects.rs`). One loop, one `select!`: while waiting it
+//! sleeps on logind's signals, the bus connection and the signals only; no timer runs unless a
+//! reconnect or a restore is pending.
+//!
+//! logind refuses a delay lock while the shutdown it would delay is already under way
+//! (`OperationInProgress`), so a daemon (re)started or reconnected then reads
+//! `PreparingForShutdown` first and drains at once without a lock: best effort, and says so.
+//! A drain goes on while the bus is away (the lock's fd does not depend on the bus).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::retry::Backoff;
+use crate::budget::Budget;
+use crate::config::Settings;
+use crate::daemon::boot_record::BootLog;
+use crate::daemon::lock::Inhibitor;
+use crate::daemon::logind::{InhibitorLock, Logind, LogindError, ShutdownSignal, ShutdownSignals};
+use crate::daemon::metrics::Metrics;
+use crate::daemon::phase::{Event, Phase};
+use crate::daemon::restore::Trigger;
+use crate::daemon::signals::{Asked, Signals};
+use crate::daemon::status::Status;
+use crate::daemon::writer::Writer;
+use crate::shutdown_kind::ShutdownKind;
+
+mod effects;
+mod shutdown;
+mod work;
+
+pub(crate) use shutdown::Finished;
+pub(crate) use work::{DrainOutcome, post_skipped};
+
+/// First wait before trying logind again after a failure; doubled up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+/// Longest wait between attempts: the kubelet retries every 1 s (`dbusReconnectPeriod`); 2 s
+/// keeps a restarted bus picked up within a few seconds.
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How long the exit waits for the files still being written.
+const EXIT_WRITE_WAIT: Duration = Duration::from_secs(1);
+
+/// The daemon could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("cannot install the SIGTERM/SIGINT/SIGHUP handlers: {source}")]
+    Signals { source: std::io::Error },
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        what: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// A connection to logind, set up: the signals subscribed, the budget read, the shutdown state
+/// read, and the lock taken unless a shutdown is under way.
+struct Connection {
+    logind: Logind,
+    signals: ShutdownSignals,
+    budget: Budget,
+    under_way: Option<ShutdownKind>,
+    lock: Option<InhibitorLock>,
+}
+
+/// The running drain of a shutdown.
+pub(crate) struct Running {
+    task: JoinHandle<shutdown::Finished>,
+}
+
+/// The loop's state across bus connections.
+pub(crate) struct Daemon {
+    settings: Arc<Settings>,
+    phase: Phase,
+    status: Status,
+    inhibitor: Inhibitor,
+    metrics: Metrics,
+    /// This boot's record (`boot-record`), opened at the first connection to logind.
+    boot_log: BootLog,
+    boot_log_opened: bool,
+    /// The budget as last read from logind.
+    budget: Option<Budget>,
+    /// The drain of the shutdown being drained, while it runs.
+    drain: Option<Running>,
+    /// How the last drain ended, until it is recorded and said.
+    finished: Option<shutdown::Finished>,
+    /// The running restore, aborted when a shutdown starts.
+    restore: Option<JoinHandle<()>>,
+    /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
+    /// soft-reboot's marker waits for it (`restore::attempt`).
+    quiet: watch::Sender<bool>,
+    ready_sent: bool,
+}
+
+/// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
+/// (`logind::system_bus_address()` in production).
+pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), DaemonError> {
+    let mut signals = Signals::install().map_err(|source| DaemonError::Signals { source })?;
+    let thread = |what| move |source| DaemonError::Thread { what, source };
+    let inhibitor = Inhibitor::start().map_err(thread("inhibitor guard"))?;
+    let writer = Writer::start().map_err(thread("file writer"))?;
+    let node = settings.node_name.clone();
+    warn_about_the_state_dir(&settings);
+    let status = Status::default();
+    status.set(format!(
+        "starting: taking the logind inhibitor for node {node}"
+    ));
+    let metrics = Metrics::start(
+        settings.metrics.textfile.clone(),
+        &node,
+        &settings.state_dir,
+        writer.clone(),
+    );
+    let mut daemon = Daemon {
+        phase: Phase::Starting,
+        status,
+        inhibitor,
+        boot_log: BootLog::with_writer(writer.clone()),
+        metrics,
+        boot_log_opened: false,
+        budget: None,
+        drain: None,
+        finished: None,
+        restore: None,
+        quiet: watch::Sender::new(false),
+        ready_sent: false,
+        settings,
+    };
+    // The boot restore runs beside the lock, never before it.
+    daemon.spawn_restore(Trigger::Boot);
+    daemon.run(&bus_address, &mut signals).await;
+    daemon.abort_restore("the daemon stops");
+    daemon.inhibitor.release();
+    daemon.metrics.lock_held(false);
+    // The lock is gone; what is still to be written (the boot record's stop, the metrics) gets
+    // a moment before the process, and the writer thread with it, ends.
+    if !writer
+        .settled(tokio::time::Instant::now() + EXIT_WRITE_WAIT)
+        .await
+    {
+        tracing::warn!(
+            "the state files of node {node} were not all written within {} s of the stop",
+            EXIT_WRITE_WAIT.as_secs()
+        );
+    }
+    tracing::info!("stopped (node {node})");
+    Ok(())
+}
+
+/// Says once at start when the state directory cannot keep the boot record.
+fn warn_about_the_state_dir(settings: &Settings) {
+    let node = &settings.node_name;
+    let dir = settings.state_dir.display();
+    if let Err(e) = crate::state_file::check_writable(&settings.state_dir) {
+        tracing::warn!(
+            "state dir {dir} is not writable ({e}); the last report and the boot record of node \
+             {node} will not be kept"
+        );
+    } else if crate::state_file::is_volatile(&settings.state_dir) {
+        tracing::warn!(
+            "state dir {dir} is in memory (tmpfs): the boot record of node {node} is lost at \
+             every reboot, so the next boot cannot tell whether this one ended with a drain"
+        );
+    }
+}
+
+impl Daemon {
+    /// The loop: one event at a time, until the phase machine says stop.
+    async fn run(&mut self, bus_address: &str, signals: &mut Signals) {
+        let mut connection: Option<Connection> = None;
+        loop {
+            let event = tokio::select! {
+                asked = signals.recv() => match asked {
+                    Asked::Stop(name) => {
+                        self.say_stop(name);
+                        Event::Stop
+                    }
+                    Asked::Hangup => {
+                        tracing::info!(
+                            "sighup: ignored; node {} keeps its configuration until the unit \
+                             restarts (logind's maximum is read again at every shutdown)",
+                            self.settings.node_name
+                        );
+                        continue;
+                    }
+                },
+                finished = drain_end(&mut self.drain) => {
+                    self.drain = None;
+                    self.finished = Some(finished);
+                    Event::Ended
+                }
+                mut made = connect(bus_address, &self.settings), if connection.is_none() => {
+                    let event = self.connected(&mut made);
+                    connection = Some(made);
+                    event
+                }
+                signal = next_signal(&mut connection), if connection.is_some() => match signal {
+                    Ok(ShutdownSignal::Started { kind }) => Event::Announced {
+                        kind,
+                        locked: self.inhibitor.is_held(),
+                    },
+                    Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
+                    Err(e) => {
+                        self.lost(&e);
+                        connection = None;
+                        continue;
+                    }
+                },
+            };
+            let logind = connection.as_ref().map(|c| &c.logind);
+            self.apply(event, logind).await;
+            if matches!(event, Event::Connected { .. }) {
+                self.ready_once(logind).await;
+            }
+            if self.phase == Phase::Stopped {
+                return;
+            }
+        }
+    }
+
+    /// A connection is made: the lock it took is held (an old one from before a reconnect is
+    /// closed after), the boot record opened once, READY=1 sent once. The event to apply.
+    fn connected(&mut self, made: &mut Connection) -> Event {
+        if let Some(lock) = made.lock.take() {
+            // Only now is an old lock (from before a reconnect) released.
+            self.inhibitor.hold(lock);
+        }
+        self.budget = Some(made.budget.clone());
+        self.metrics
+            .budget(made.budget.drain, made.budget.logind_max);
+        self.status
+            .set_degraded(made.budget.warning.as_ref().map(|w| {
+            format!(
+                "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
+                crate::budget::seconds(w.logind_max),
+                crate::budget::seconds(w.needed),
+                crate::budget::seconds(w.clamped_to)
+            )
+        }));
+        // The previous boot is judged (and this boot's record started) before READY=1.
+        if !self.boot_log_opened {
+            self.boot_log_opened = true;
+            self.open_boot_log(made.under_way.is_some());
+        }
+        Event::Connected {
+            under_way: made.under_way,
+            locked: self.inhibitor.is_held(),
+        }
+    }
+
+    /// The bus connection is gone; the lock (if held) stays: logind keeps it.
+    fn lost(&self, e: &LogindError) {
+        let node = &self.settings.node_name;
+        let what = match &self.phase {
+            // The lock's fd does not depend on the bus: the drain goes on.
+            Phase::Draining(_) => format!(" during the drain of node {node}; the drain goes on;"),
+            _ => ";".to_owned(),
+        };
+        let held = if self.inhibitor.is_held() {
+            "the inhibitor is kept until a new one is held"
+        } else {
+            "no inhibitor is held"
+        };
+        tracing::warn!("{e}{what} reconnecting to logind for node {node} ({held})");
+        self.status
+            .set_degraded(Some(format!("logind unreachable: {e}")));
+    }
+
+    fn say_stop(&self, name: &str) {
+        let node = &self.settings.node_name;
+        match &self.phase {
+            Phase::Draining(_) => tracing::warn!(
+                "{name} during the drain of node {node}; stopping the drain and releasing the \
+                 inhibitor (the node stays cordoned until it is restored)"
+            ),
+            Phase::Released(_) => {
+                tracing::info!("{name} after the drain of node {node}; stopping")
+            }
+            _ => tracing::info!(
+                "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
+            ),
+        }
+    }
+}
+
+/// The drain's end, once it ends; never while none runs.
+async fn drain_end(drain: &mut Option<Running>) -> shutdown::Finished {
+    match drain {
+        Some(running) => match (&mut running.task).await {
+            Ok(finished) => finished,
+            Err(e) => shutdown::Finished::failed(format!("the drain task ended: {e}")),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The next signal on the connection (never resolves without one).
+async fn next_signal(connection: &mut Option<Connection>) -> Result<ShutdownSignal, LogindError> {
+    match connection {
+        Some(c) => c.signals.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Connects to logind and sets the connection up, retrying with a backoff until it works.
+async fn connect(address: &str, settings: &Settings) -> Connection {
+    let mut retry = Backoff::between(RETRY_FIRST, RETRY_MAX);
+    loop {
+        let logind = Logind::connect_with_backoff(address).await;
+        match set_up(logind, settings).await {
+            Ok(connection) => return connection,
+            Err(e) => {
+                let wait = retry.next_pause();
+                tracing::warn!(
+                    "{e}; trying logind again in {} ms for node {}",
+                    wait.as_millis(),
+                    settings.node_name
+                );
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// One connection's setup: budget, subscribe, read the shutdown state, lock unless one is
+/// under way.
+async fn set_up(logind: Logind, settings: &Settings) -> Result<Connection, LogindError> {
+    let node = &settings.node_name;
+    let budget = logind.budget(settings).await?;
+    if let Some(warning) = &budget.warning {
+        tracing::error!("{warning}");
+    }
+    // Subscribe first: a shutdown that starts between the lock and the subscription would
+    // otherwise hold the node's shutdown for logind's whole timer.
+    let signals = logind.subscribe().await?;
+    // Read before asking for the lock: logind refuses delay locks while a shutdown is under
+    // way, and a daemon that kept asking would never drain.
+    let mut under_way = logind.shutdown_under_way().await?;
+    let mut lock = None;
+    if under_way.is_none() {
+        match logind.take_lock(node).await {
+            Ok(taken) => lock = Some(taken),
+            Err(e @ LogindError::ShutdownUnderWay { .. }) => {
+                // The shutdown started between the read and the call: the same as a shutdown
+                // under way at start, never "logind unavailable".
+                tracing::warn!("{e}; the shutdown started after it was checked");
+                under_way = Some(
+                    logind
+                        .shutdown_under_way()
+                        .await?
+                        .unwrap_or(ShutdownKind::Unknown),
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Connection {
+        logind,
+        signals,
+        budget,
+        under_way,
+        lock,
+    })
+}
