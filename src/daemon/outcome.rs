@@ -42,10 +42,12 @@ pub(crate) fn end_of(outcome: &DrainOutcome) -> (EndOutcome, String) {
     }
 }
 
-/// Logs the outcome and updates the status line. Runs after the release. The engine has
+/// Logs the outcome and updates the status line. Runs after the release; an Event to post goes
+/// to the `engine` runtime. The engine has
 /// already stored the report in the state directory and posted the Node Events. `held`: an
 /// inhibitor was held during the drain (and is released now).
 pub(crate) fn say(
+    engine: &tokio::runtime::Handle,
     settings: &std::sync::Arc<Settings>,
     status: &Status,
     metrics: &Metrics,
@@ -130,7 +132,7 @@ pub(crate) fn say(
                 "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
                  {released}"
             ));
-            tokio::spawn(crate::daemon::service::post_skipped(settings.clone(), kind));
+            engine.spawn(crate::daemon::service::post_skipped(settings.clone(), kind));
         }
         DrainOutcome::Spent { budget } => {
             let released = if held {

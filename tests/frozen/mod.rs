@@ -34,7 +34,7 @@ fn run(program: &str, args: &[&std::ffi::OsStr]) -> Result<(), String> {
 impl FreezableDir {
     /// Makes and mounts the filesystem; `Err` says why it cannot be made here.
     pub fn create() -> Result<FreezableDir, String> {
-        if !nix::unistd::Uid::effective().is_root() {
+        if !nix::unistd::geteuid().is_root() {
             return Err("freezing a filesystem needs root".to_owned());
         }
         let dir = tempfile::Builder::new()

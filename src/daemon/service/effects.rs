@@ -85,6 +85,7 @@ impl Daemon {
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
                     crate::daemon::outcome::say(
+                        &self.engine,
                         &self.settings,
                         &self.status,
                         &self.metrics,
@@ -164,7 +165,7 @@ impl Daemon {
     /// unclean end (retried in its own task until written).
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
         if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
-            tokio::spawn(boot_record::post_until_done(
+            self.engine.spawn(boot_record::post_until_done(
                 self.settings.clone(),
                 self.boot_log.clone(),
                 previous,
@@ -198,13 +199,14 @@ impl Daemon {
         self.status.ready();
         if let Some(logind) = logind {
             let (settings, logind) = (self.settings.clone(), logind.clone());
-            tokio::spawn(async move { crate::daemon::kubelet::check(&settings, &logind).await });
+            self.engine
+                .spawn(async move { crate::daemon::kubelet::check(&settings, &logind).await });
         }
     }
 
     pub(super) fn spawn_restore(&mut self, trigger: Trigger) {
         self.abort_restore("a new restore starts");
-        self.restore = Some(tokio::spawn(restore::restore_until_done(
+        self.restore = Some(self.engine.spawn(restore::restore_until_done(
             self.settings.clone(),
             self.status.clone(),
             self.metrics.clone(),

@@ -8,6 +8,11 @@
 //! (`OperationInProgress`), so a daemon (re)started or reconnected then reads
 //! `PreparingForShutdown` first and drains at once without a lock: best effort, and says so.
 //! A drain goes on while the bus is away (the lock's fd does not depend on the bus).
+//!
+//! Everything that talks to the API server (drains, restores, Events) runs on a runtime of its
+//! own (`engine` threads): code in the kube client that blocks a thread (a credential plugin
+//! that hangs, a DNS lookup) can starve those threads, never this loop, which keeps hearing
+//! logind and the stop signals.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,7 +99,13 @@ pub(crate) struct Daemon {
     /// soft-reboot's marker waits for it (`restore::attempt`).
     quiet: watch::Sender<bool>,
     ready_sent: bool,
+    /// The runtime every API call runs on.
+    engine: tokio::runtime::Handle,
 }
+
+/// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
+/// the other working.
+const ENGINE_THREADS: usize = 2;
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
 /// (`logind::system_bus_address()` in production).
@@ -103,6 +114,12 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let thread = |what| move |source| DaemonError::Thread { what, source };
     let inhibitor = Inhibitor::start().map_err(thread("inhibitor guard"))?;
     let writer = Writer::start().map_err(thread("file writer"))?;
+    let engine = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(ENGINE_THREADS)
+        .thread_name("engine")
+        .enable_all()
+        .build()
+        .map_err(thread("engine"))?;
     let node = settings.node_name.clone();
     warn_about_the_state_dir(&settings);
     let status = Status::default();
@@ -128,6 +145,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         restore: None,
         quiet: watch::Sender::new(false),
         ready_sent: false,
+        engine: engine.handle().clone(),
         settings,
     };
     // The boot restore runs beside the lock, never before it.
@@ -148,6 +166,8 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         );
     }
     tracing::info!("stopped (node {node})");
+    // Its threads may be blocked in the kube client; they end with the process.
+    engine.shutdown_background();
     Ok(())
 }
 

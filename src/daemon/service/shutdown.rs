@@ -111,7 +111,7 @@ impl Daemon {
         }
         .instrument(tracing::info_span!("shutdown", shutdown_kind = %kind));
         self.drain = Some(Running {
-            task: tokio::spawn(task),
+            task: self.engine.spawn(task),
         });
     }
 
