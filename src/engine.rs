@@ -394,6 +394,18 @@ impl Engine {
         Ok(self.ops().await?.wait_ready(deadline, since).await?)
     }
 
+    /// Watches the Node until it carries a marker annotation (ours or not): `Ok(true)`, or
+    /// `deadline` passes: `Ok(false)`.
+    pub async fn wait_for_marker(&self, deadline: Instant) -> Result<bool, Error> {
+        let has_marker = |n: &Node| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(node::MARKER_ANNOTATION))
+        };
+        Ok(self.ops().await?.watch_until(deadline, has_marker).await?)
+    }
+
     /// The last stored report, if any.
     pub fn last_report(&self) -> Result<Option<Report>, Error> {
         Ok(Report::read_last(&self.settings.state_dir)?)

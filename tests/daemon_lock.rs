@@ -133,7 +133,10 @@ async fn the_clamped_budget_is_loginds_maximum_less_the_margin_to_the_second() {
 #[tokio::test]
 async fn a_journald_that_stops_reading_never_holds_the_lock_past_the_budget() {
     if let Some(why) = journal::cannot_capture() {
-        require(false, &format!("a private mount namespace for the journal ({why})"));
+        require(
+            false,
+            &format!("a private mount namespace for the journal ({why})"),
+        );
         return;
     }
     let Some(mut world) = World::start(setup("4s")).await else {
@@ -232,11 +235,7 @@ async fn a_credential_plugin_that_hangs_never_holds_the_lock_past_the_budget() {
     // The kubeconfig's exec plugin never answers (a hung cloud credential helper).
     let plugin = world.dir().join("hang.sh");
     std::fs::write(&plugin, "#!/bin/sh\nexec sleep 3600\n").unwrap();
-    std::fs::set_permissions(
-        &plugin,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
          clusters: [{{name: c, cluster: {{server: \"{}\"}}}}]\n\

@@ -163,3 +163,80 @@ async fn a_fast_reboot_with_a_stale_ready_keeps_the_cordon_until_a_fresh_heartbe
         )
         .await;
 }
+
+#[tokio::test]
+async fn a_prepare_write_that_lands_after_the_cancel_is_restored_too() {
+    // The prepare's PATCH reaches the server and waits there; the daemon's client gives up on it
+    // (a 1 s request timeout), logind cancels, the cancel's restore finds no marker, and only
+    // then does the server apply the write, as a real kube-apiserver finishes a request whose
+    // client went away.
+    let Some(world) = started(Setup {
+        config: "request_timeout = \"1s\"\n[drain]\ntimeout = \"15s\"\n\
+                 [daemon]\nrelease_margin = \"2s\"\nrestore_ready_timeout = \"2s\"\n"
+            .to_string(),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world
+        .expect_log(
+            "nothing to restore",
+            Duration::from_secs(10),
+            "the boot restore ran",
+        )
+        .await;
+    let patch = fake_apiserver::Route::new("PATCH", &format!("/api/v1/nodes/{NODE}"));
+    world.api.faults().set_finish_abandoned(true);
+    world.api.faults().gate(patch.clone());
+    world.rig.reboot().await;
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| w.api.faults().waiting_at(&patch) >= 1,
+            "the prepare's PATCH reached the server",
+        )
+        .await;
+    // Past the daemon's request timeout: its client has given up on that PATCH.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    world.rig.cancel().await;
+    let restores = |w: &World| w.log().matches("nothing to restore").count();
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| restores(w) >= 2,
+            "the cancel's restore looked for the marker and found none",
+        )
+        .await;
+    assert!(!world.is_cordoned(), "nothing has landed yet");
+    // Now the server applies what was sent before the cancel.
+    world.api.faults().ungate(&patch);
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| {
+                w.api
+                    .recorder()
+                    .matching("PATCH", "/nodes/")
+                    .iter()
+                    .any(|r| r.status < 300)
+            },
+            "the held prepare PATCH was applied",
+        )
+        .await;
+    world
+        .expect_log(
+            "a marker landed on node demo-node-1 after the cancel",
+            Duration::from_secs(10),
+            "the daemon saw the late prepare",
+        )
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(20),
+            |w| w.is_restored() && w.marker().is_none(),
+            "the node stayed cordoned by a prepare that landed after the cancel",
+        )
+        .await;
+}

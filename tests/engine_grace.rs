@@ -64,8 +64,16 @@ async fn a_grace_period_longer_than_the_time_left_is_cut_to_it() {
     let sent = long[0]["gracePeriodSeconds"]
         .as_i64()
         .expect("a grace period was sent");
-    // 20 s less the kept-back 500 ms and the time the list took: 18 or 19 whole seconds.
-    assert!((1..=19).contains(&sent), "{sent}");
+    // Exactly the time left to the work deadline when it was sent, in whole seconds: 20 s less
+    // the kept-back 500 ms, less the time from the drain's start to the eviction (the report's
+    // `started_ms`), rounded down.
+    let row = report.pods.iter().find(|p| p.name == "long").unwrap();
+    let started = row.started_ms.expect("the eviction's time") as f64 / 1000.0;
+    let left = 20.0 - 0.5 - started;
+    assert!(
+        (sent as f64 - left.floor()).abs() <= 1.0,
+        "sent {sent} s with {left:.2} s left to the work deadline"
+    );
     assert_eq!(
         fit_of(&report, "long"),
         Some(GraceFit {

@@ -424,6 +424,47 @@ impl NodeOps<'_> {
     }
 }
 
+impl NodeOps<'_> {
+    /// Watches the Node until `until` holds for it (`Ok(true)`) or `deadline` passes
+    /// (`Ok(false)`); the Node's absence is an error.
+    pub async fn watch_until(
+        &self,
+        deadline: Instant,
+        until: impl Fn(&Node) -> bool,
+    ) -> Result<bool, NodeError> {
+        let name = self.name().to_string();
+        let api: Api<Node> = Api::all(self.clients.watch.clone());
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(WATCH_SECONDS);
+        let wait = async {
+            let stream = watch(api, config).backoff(retry::for_watches());
+            let mut stream = std::pin::pin!(stream);
+            let mut seen = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(Event::Apply(n) | Event::InitApply(n)) => {
+                        seen = true;
+                        if until(&n) {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(Event::Init) => seen = false,
+                    Ok(Event::InitDone) if !seen => {
+                        return Err(NodeError::Missing { node: name.clone() });
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!("watch of node {name}: {e}"),
+                }
+            }
+            Ok(false)
+        };
+        tokio::time::timeout_at(deadline, wait)
+            .await
+            .unwrap_or(Ok(false))
+    }
+}
+
 /// How often the Lease is read while the Node shows a Ready=True of unknown freshness.
 pub const LEASE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 

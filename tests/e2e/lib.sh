@@ -104,12 +104,17 @@ boot() {
   mkdir -p "$journal"
   CT_RC_FILE=$(mktemp)
   rm -f "$CT_RC_FILE"
+  # The caller's hooks, if it defines them: on_machine_start before the container starts,
+  # on_machine_exit the moment it is gone (before its exit is reported).
+  if declare -F on_machine_start > /dev/null; then on_machine_start; fi
   (
     # `|| rc=$?`: under set -e a non-zero exit (133 is a reboot) would end the subshell here.
     rc=0
     systemd-nspawn -D "$dir" --machine="$name" --boot --volatile=overlay --register=no \
       --keep-unit --console=pipe "${binds[@]}" > "$logfile" 2>&1 < /dev/null || rc=$?
-    echo "$rc $(date +%s.%N)" > "$CT_RC_FILE"
+    at=$(date +%s.%N)
+    if declare -F on_machine_exit > /dev/null; then on_machine_exit || true; fi
+    echo "$rc $at" > "$CT_RC_FILE"
   ) &
   CT_SUBSHELL=$!
   CT_PID=""

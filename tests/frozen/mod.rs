@@ -45,12 +45,20 @@ impl FreezableDir {
         let file = std::fs::File::create(&image).map_err(|e| e.to_string())?;
         file.set_len(32 << 20).map_err(|e| e.to_string())?;
         drop(file);
-        run("mkfs.ext4", &["-q".as_ref(), "-F".as_ref(), image.as_os_str()])?;
+        run(
+            "mkfs.ext4",
+            &["-q".as_ref(), "-F".as_ref(), image.as_os_str()],
+        )?;
         let mount = dir.path().join("mnt");
         std::fs::create_dir(&mount).map_err(|e| e.to_string())?;
         run(
             "mount",
-            &["-o".as_ref(), "loop".as_ref(), image.as_os_str(), mount.as_os_str()],
+            &[
+                "-o".as_ref(),
+                "loop".as_ref(),
+                image.as_os_str(),
+                mount.as_os_str(),
+            ],
         )?;
         Ok(FreezableDir {
             _dir: dir,

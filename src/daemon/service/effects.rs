@@ -3,6 +3,7 @@
 
 use super::Daemon;
 use crate::daemon::boot_record;
+use crate::daemon::lock::Released;
 use crate::daemon::logind::{Logind, LogindError};
 use crate::daemon::phase::{Effect, Event, Undo};
 use crate::daemon::restore::{self, Trigger};
@@ -52,9 +53,7 @@ impl Daemon {
                 self.inhibitor.disarm();
             }
             Effect::RecordEnd => self.record_end().await,
-            Effect::ReleaseLock => {
-                self.inhibitor.release();
-            }
+            Effect::ReleaseLock => self.release(),
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => {
                 let recorded = self.boot_log.shutdown_over();
@@ -119,6 +118,22 @@ impl Daemon {
                 crate::budget::WRITE_ALLOWANCE.as_millis(),
                 self.settings.node_name
             );
+        }
+    }
+
+    /// Closes the lock (the log line comes after: logind waits for nothing of ours).
+    pub(super) fn release(&self) {
+        let node = &self.settings.node_name;
+        match self.inhibitor.release() {
+            Released::Now => {
+                tracing::info!(node = %node, "released the logind delay inhibitor for node {node}")
+            }
+            Released::AtDeadline => tracing::warn!(
+                node = %node,
+                "the logind delay inhibitor for node {node} was released by its guard at the \
+                 drain's deadline"
+            ),
+            Released::NoneHeld => {}
         }
     }
 

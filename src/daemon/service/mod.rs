@@ -152,7 +152,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     daemon.spawn_restore(Trigger::Boot);
     daemon.run(&bus_address, &mut signals).await;
     daemon.abort_restore("the daemon stops");
-    daemon.inhibitor.release();
+    daemon.release();
     daemon.metrics.lock_held(false);
     // The lock is gone; what is still to be written (the boot record's stop, the metrics) gets
     // a moment before the process, and the writer thread with it, ends.
@@ -223,7 +223,10 @@ impl Daemon {
                         kind,
                         locked: self.inhibitor.is_held(),
                     },
-                    Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
+                    Ok(ShutdownSignal::Cancelled) => {
+                        self.say_cancel();
+                        Event::Cancelled
+                    }
                     Err(e) => {
                         self.lost(&e);
                         connection = None;
@@ -288,6 +291,22 @@ impl Daemon {
         tracing::warn!("{e}{what} reconnecting to logind for node {node} ({held})");
         self.status
             .set_degraded(Some(format!("logind unreachable: {e}")));
+    }
+
+    fn say_cancel(&self) {
+        let node = &self.settings.node_name;
+        match &self.phase {
+            Phase::Draining(s) => tracing::info!(
+                "logind cancelled the {} during the drain of node {node}; stopping the drain and \
+                 restoring the node",
+                s.kind.noun()
+            ),
+            Phase::Released(s) => tracing::info!(
+                "logind cancelled the {}; restoring node {node} and taking the inhibitor again",
+                s.kind.noun()
+            ),
+            _ => {}
+        }
     }
 
     fn say_stop(&self, name: &str) {

@@ -86,6 +86,10 @@ pub struct FaultState {
     /// the server."); none by default, as the real apiserver once the PDB is observed.
     #[serde(default)]
     pub eviction_retry_after: Option<u32>,
+    /// A request whose client went away is still finished (a write still lands), as the real
+    /// kube-apiserver does; off by default, where the connection's end drops it.
+    #[serde(default)]
+    pub finish_abandoned: bool,
 }
 
 /// What the server must do with a request before routing it.
@@ -297,6 +301,15 @@ impl Faults {
     }
 
     /// Sends `Retry-After: seconds` with PDB 429s (None: no header, the default).
+    /// Finish requests whose client went away (see [`FaultState::finish_abandoned`]).
+    pub fn set_finish_abandoned(&self, on: bool) {
+        self.edit(|s| s.finish_abandoned = on);
+    }
+
+    pub(crate) fn finish_abandoned(&self) -> bool {
+        self.read(|s| s.finish_abandoned)
+    }
+
     pub fn set_eviction_retry_after(&self, seconds: Option<u32>) {
         self.edit(|s| s.eviction_retry_after = seconds);
     }

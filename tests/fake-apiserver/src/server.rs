@@ -407,6 +407,59 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
         ));
     }
 
+    // A real kube-apiserver finishes a request whose client went away (the write lands); hyper
+    // drops this future with the connection. With the knob on, the rest runs in a task of its
+    // own, which the connection's end does not stop.
+    let rest = answer(
+        app.clone(),
+        Asked {
+            arrived,
+            elapsed,
+            method,
+            path,
+            raw_query,
+            content_type,
+            accept,
+            user_agent,
+            identity,
+            body,
+        },
+    );
+    if app.faults.finish_abandoned() {
+        tokio::spawn(rest).await.map_err(std::io::Error::other)?
+    } else {
+        rest.await
+    }
+}
+
+/// What a request asked, once its body is read.
+struct Asked {
+    arrived: SystemTime,
+    elapsed: f64,
+    method: Method,
+    path: String,
+    raw_query: String,
+    content_type: Option<String>,
+    accept: Option<String>,
+    user_agent: String,
+    identity: Identity,
+    body: Bytes,
+}
+
+/// The faults, the route and the record of one request.
+async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::Error> {
+    let Asked {
+        arrived,
+        elapsed,
+        method,
+        path,
+        raw_query,
+        content_type,
+        accept,
+        user_agent,
+        identity,
+        body,
+    } = asked;
     let uri = if raw_query.is_empty() {
         path.clone()
     } else {

@@ -765,6 +765,41 @@ async fn a_kubelet_identity_is_held_to_node_restriction() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_client_gave_up_lands_only_with_finish_abandoned() {
+    let server = scenario().await;
+    let client = client(&server, "admin").await;
+    let nodes: Api<Node> = Api::all(client);
+    let label = |n: &Node| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("late"))
+            .cloned()
+    };
+    let slow = Route::new("PATCH", "/nodes/node-a");
+    server
+        .faults()
+        .add_latency(slow.clone(), Duration::from_millis(400));
+    for (finish, value) in [(false, "dropped"), (true, "landed")] {
+        server.faults().set_finish_abandoned(finish);
+        // The client gives up after 100 ms, long before the server would answer.
+        let patch = Patch::Merge(json!({"metadata": {"labels": {"late": value}}}));
+        let params = PatchParams::default();
+        let sent = nodes.patch("node-a", &params, &patch);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), sent)
+                .await
+                .is_err(),
+            "answered before the latency"
+        );
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let node = nodes.get("node-a").await.expect("node");
+        let want = finish.then(|| value.to_owned());
+        assert_eq!(label(&node), want, "finish_abandoned = {finish}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_knobs_fail_close_delay_hang_and_take_the_listener_down() {
     let server = scenario().await;
     let client = client(&server, "admin").await;
