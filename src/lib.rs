@@ -12,6 +12,7 @@ pub mod logging;
 pub mod node;
 pub mod policy;
 pub mod report;
+pub mod scheduled;
 pub mod state_file;
 
 // The policy modules by their earlier paths (the configuration reads selectors through these).
