@@ -165,8 +165,8 @@ pub enum WatchError {
 }
 
 /// Events on the schedule directory that can change the file: written in place, renamed into or
-/// out of place, removed, created (a symlink or a FIFO is created without a write), and the
-/// directory itself going.
+/// out of place, removed, created (a hard link comes without a write), and the directory itself
+/// going.
 fn dir_mask() -> AddWatchFlags {
     AddWatchFlags::IN_CLOSE_WRITE
         | AddWatchFlags::IN_MOVED_TO
@@ -334,15 +334,8 @@ impl ScheduleWatch {
                 if event.mask.intersects(gone) {
                     return rearm(self);
                 }
-                if event.name.as_deref() != Some(std::ffi::OsStr::new(SCHEDULE_FILE)) {
-                    // logind's temporary file, or anything else in the directory.
-                    return Ok(false);
-                }
-                // A regular file just created is read once its writer closes it.
-                let created_file = event.mask.contains(AddWatchFlags::IN_CREATE)
-                    && std::fs::symlink_metadata(self.dir.join(SCHEDULE_FILE))
-                        .is_ok_and(|m| m.is_file());
-                Ok(!created_file)
+                // Not logind's temporary file, nor anything else in the directory.
+                Ok(event.name.as_deref() == Some(std::ffi::OsStr::new(SCHEDULE_FILE)))
             }
             // An event of a watch given up on.
             _ => Ok(false),

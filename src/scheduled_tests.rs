@@ -129,7 +129,8 @@ fn reading_refuses_what_our_state_files_refuse_and_names_the_file() {
     assert!(e.contains("symbolic link"), "{e}");
 }
 
-/// Writes the file as logind does: a temporary file in the directory, renamed over the name.
+/// Writes the file as logind does: a temporary file in the directory, renamed over the name
+/// (logind closes it after the rename, so the closing write carries the final name).
 fn write_as_logind(dir: &Path, text: &str) {
     let mut tmp = tempfile::Builder::new()
         .prefix(".#scheduled")
@@ -139,67 +140,126 @@ fn write_as_logind(dir: &Path, text: &str) {
     tmp.persist(dir.join(SCHEDULE_FILE)).unwrap();
 }
 
-/// The watch's next answer, failing the test if none comes in time.
-async fn next(w: &mut ScheduleWatch) -> Option<Schedule> {
+/// Writes and closes a file beside it, then renames it into place (as `mv` does): only the
+/// rename says that the schedule changed.
+fn rename_into_place(dir: &Path, text: &str) {
+    let tmp = dir.join(".next");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join(SCHEDULE_FILE)).unwrap();
+}
+
+/// The watch's first answer (the schedule at start).
+async fn first(w: &mut ScheduleWatch) -> Option<Schedule> {
     tokio::time::timeout(Duration::from_secs(20), w.next())
         .await
-        .expect("the watch answers within 20 s")
+        .expect("the watch answers at once")
+        .expect("the watch reads the directory")
+}
+
+/// What the watch says after `change`, made while it waits: it must have read the directory and
+/// be waiting (pending) before the change, so only the change's inotify event can wake it. The
+/// timeout is a bound for a loaded machine, not a measure.
+async fn after(w: &mut ScheduleWatch, change: impl FnOnce()) -> Option<Schedule> {
+    let mut next = std::pin::pin!(w.next());
+    assert!(
+        futures::poll!(next.as_mut()).is_pending(),
+        "the watch says nothing before the change"
+    );
+    change();
+    tokio::time::timeout(Duration::from_secs(20), next)
+        .await
+        .expect("the change wakes the watch within 20 s")
         .expect("the watch reads its events")
 }
 
-/// The watch has nothing to say (no change): probed by making a change it must report and
-/// checking that this change is the next thing it says.
-async fn next_is(w: &mut ScheduleWatch, dir: &Path, text: &str) {
-    write_as_logind(dir, text);
-    let got = next(w).await;
-    assert_eq!(
-        got,
-        Some(parse(text.as_bytes()).unwrap()),
-        "nothing came in between"
-    );
+fn schedule(text: &str) -> Option<Schedule> {
+    Some(parse(text.as_bytes()).unwrap())
 }
+
+const LATER: &str = "USEC=1796154999000000\nWARN_WALL=1\nMODE=poweroff\nUID=0\n";
 
 #[tokio::test]
 async fn the_watch_says_the_schedule_at_start_and_at_every_change() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let file = d.join(SCHEDULE_FILE);
     write_as_logind(d, SHUTDOWN_R_5);
     let mut w = ScheduleWatch::new(d).unwrap();
-    assert_eq!(
-        next(&mut w).await.unwrap().kind,
-        ShutdownKind::Reboot,
-        "at start"
-    );
+    assert_eq!(first(&mut w).await, schedule(SHUTDOWN_R_5), "at start");
 
-    // Rescheduled (rename over the old file): the new time.
-    let later = "USEC=1796154999000000\nWARN_WALL=1\nMODE=poweroff\nUID=0\n";
-    write_as_logind(d, later);
-    let s = next(&mut w).await.unwrap();
+    // Rescheduled as logind does it: the new time and kind.
     assert_eq!(
-        (s.kind, s.at),
-        (ShutdownKind::PowerOff, at(1_796_154_999_000_000))
+        after(&mut w, || write_as_logind(d, LATER)).await,
+        schedule(LATER)
     );
-
     // `shutdown -c`: the file goes.
-    std::fs::remove_file(d.join(SCHEDULE_FILE)).unwrap();
-    assert_eq!(next(&mut w).await, None);
-
-    // Written in place by someone else: read once it is closed.
-    std::fs::write(d.join(SCHEDULE_FILE), SHUTDOWN_R_5).unwrap();
-    assert_eq!(next(&mut w).await.unwrap().kind, ShutdownKind::Reboot);
-
-    // Garbage: no schedule (with a warning), then a good file again.
-    std::fs::write(d.join(SCHEDULE_FILE), "not a schedule").unwrap();
-    assert_eq!(next(&mut w).await, None);
-    next_is(&mut w, d, later).await;
-
+    assert_eq!(
+        after(&mut w, || std::fs::remove_file(&file).unwrap()).await,
+        None
+    );
+    // Renamed into place by another writer.
+    assert_eq!(
+        after(&mut w, || rename_into_place(d, SHUTDOWN_R_5)).await,
+        schedule(SHUTDOWN_R_5)
+    );
     // Renamed away (not deleted): gone too.
-    std::fs::rename(d.join(SCHEDULE_FILE), d.join("moved")).unwrap();
-    assert_eq!(next(&mut w).await, None);
+    let moved = d.join("moved");
+    assert_eq!(
+        after(&mut w, || std::fs::rename(&file, &moved).unwrap()).await,
+        None
+    );
+    // Written in place: read once it is closed.
+    assert_eq!(
+        after(&mut w, || std::fs::write(&file, LATER).unwrap()).await,
+        schedule(LATER)
+    );
+    // Garbage: no schedule (with a warning), then a good file again.
+    assert_eq!(
+        after(&mut w, || std::fs::write(&file, "not a schedule").unwrap()).await,
+        None
+    );
+    assert_eq!(
+        after(&mut w, || write_as_logind(d, SHUTDOWN_R_5)).await,
+        schedule(SHUTDOWN_R_5)
+    );
+}
 
-    // Other files in the directory say nothing: the next answer is the schedule written after.
-    std::fs::write(d.join("unrelated"), "x").unwrap();
-    next_is(&mut w, d, SHUTDOWN_R_5).await;
+#[tokio::test]
+async fn a_garbled_file_is_warned_about_naming_it() {
+    use std::sync::{Arc, Mutex};
+    // The warnings the watch logs, captured for this test's thread.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let file = d.join(SCHEDULE_FILE);
+    std::fs::write(&file, "USEC=tomorrow\nMODE=reboot\n").unwrap();
+    let mut w = ScheduleWatch::new(d).unwrap();
+    assert_eq!(first(&mut w).await, None);
+    let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.contains("WARN")
+            && logged.contains(&format!("{} is garbled", file.display()))
+            && logged.contains("USEC=\"tomorrow\""),
+        "{logged}"
+    );
 }
 
 #[tokio::test]
@@ -208,25 +268,40 @@ async fn a_fifo_a_symlink_or_a_file_too_large_is_no_schedule() {
     let d = dir.path();
     let file = d.join(SCHEDULE_FILE);
     let mut w = ScheduleWatch::new(d).unwrap();
-    assert_eq!(next(&mut w).await, None, "nothing scheduled at start");
+    assert_eq!(first(&mut w).await, None, "nothing scheduled at start");
 
-    next_is(&mut w, d, SHUTDOWN_R_5).await;
-    std::fs::remove_file(&file).unwrap();
-    assert_eq!(next(&mut w).await, None);
-
-    // Each of these is created in place of the file; none may read as a schedule, and none may
-    // block the watch (a FIFO is never opened for a blocking read).
+    // None of these may read as a schedule or block the watch (a FIFO is never opened for a
+    // blocking read): after each, the next answer is the schedule written next.
     nix::unistd::mkfifo(&file, nix::sys::stat::Mode::S_IRWXU).unwrap();
-    next_is(&mut w, d, SHUTDOWN_R_5).await;
+    assert_eq!(
+        after(&mut w, || write_as_logind(d, SHUTDOWN_R_5)).await,
+        schedule(SHUTDOWN_R_5)
+    );
     let elsewhere = d.join("elsewhere");
     std::fs::write(&elsewhere, SHUTDOWN_R_5).unwrap();
-    std::fs::remove_file(&file).unwrap();
-    assert_eq!(next(&mut w).await, None);
-    symlink(&elsewhere, &file).unwrap();
-    let later = "USEC=2000000\nMODE=halt\n";
-    next_is(&mut w, d, later).await;
-    std::fs::write(&file, vec![b'#'; crate::state_file::MAX_LEN as usize + 1]).unwrap();
-    assert_eq!(next(&mut w).await, None);
+    let link = || {
+        std::fs::remove_file(&file).unwrap();
+        symlink(&elsewhere, &file).unwrap();
+    };
+    assert_eq!(after(&mut w, link).await, None, "a symlink is not followed");
+    assert_eq!(
+        after(&mut w, || write_as_logind(d, LATER)).await,
+        schedule(LATER)
+    );
+    // A hard link is created without a write: the creation alone says it.
+    let linked = d.join("linked");
+    std::fs::write(&linked, SHUTDOWN_R_5).unwrap();
+    assert_eq!(
+        after(&mut w, || std::fs::remove_file(&file).unwrap()).await,
+        None
+    );
+    assert_eq!(
+        after(&mut w, || std::fs::hard_link(&linked, &file).unwrap()).await,
+        schedule(SHUTDOWN_R_5)
+    );
+    let large =
+        || std::fs::write(&file, vec![b'#'; crate::state_file::MAX_LEN as usize + 1]).unwrap();
+    assert_eq!(after(&mut w, large).await, None);
 }
 
 #[tokio::test]
@@ -234,17 +309,36 @@ async fn a_directory_missing_at_start_is_followed_from_its_parent() {
     let root = tempfile::tempdir().unwrap();
     let d = root.path().join("shutdown");
     let mut w = ScheduleWatch::new(&d).unwrap();
-    assert_eq!(next(&mut w).await, None, "no directory: no schedule");
+    assert_eq!(first(&mut w).await, None, "no directory: no schedule");
 
-    // logind < 257 creates the directory with the first schedule.
-    std::fs::create_dir(&d).unwrap();
-    next_is(&mut w, &d, SHUTDOWN_R_5).await;
+    // logind < 257 creates the directory with the first schedule: the watch moves onto it when
+    // it appears, so a schedule written into it later wakes the watch.
+    {
+        let mut next = std::pin::pin!(w.next());
+        assert!(futures::poll!(next.as_mut()).is_pending());
+        std::fs::create_dir(&d).unwrap();
+        assert!(
+            futures::poll!(next.as_mut()).is_pending(),
+            "an empty directory is no schedule"
+        );
+        write_as_logind(&d, SHUTDOWN_R_5);
+        let got = tokio::time::timeout(Duration::from_secs(20), next)
+            .await
+            .expect("the schedule in the new directory wakes the watch")
+            .unwrap();
+        assert_eq!(got, schedule(SHUTDOWN_R_5));
+    }
 
-    // The directory goes (and the schedule with it), then comes back.
-    std::fs::remove_dir_all(&d).unwrap();
-    assert_eq!(next(&mut w).await, None);
-    std::fs::create_dir(&d).unwrap();
-    next_is(&mut w, &d, "USEC=3000000\nMODE=kexec\n").await;
+    // The directory goes (and the schedule with it), then comes back with a new schedule.
+    assert_eq!(
+        after(&mut w, || std::fs::remove_dir_all(&d).unwrap()).await,
+        None
+    );
+    let back = || {
+        std::fs::create_dir(&d).unwrap();
+        write_as_logind(&d, LATER);
+    };
+    assert_eq!(after(&mut w, back).await, schedule(LATER));
 
     // A parent that does not exist is an error naming the directory.
     let e = ScheduleWatch::new(root.path().join("no/such/dir"))
