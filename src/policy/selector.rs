@@ -292,16 +292,28 @@ mod tests {
                 "{v}"
             );
         }
-        for bad in [
-            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}),
-            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
-            serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
-            serde_json::json!({"matchLabels": {"a": "not a value"}}),
+        for (bad, why) in [
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}),
+                "operator In needs at least one value",
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+                "operator Exists takes no values",
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+                "unknown operator \"Gt\"",
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "not a value"}}),
+                "is not a label value",
+            ),
         ] {
-            assert!(
-                Selector::from_label_selector(&sel(bad.clone())).is_err(),
-                "{bad} should be rejected"
-            );
+            let e = Selector::from_label_selector(&sel(bad.clone()))
+                .expect_err("rejected")
+                .to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 
