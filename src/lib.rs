@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod drain;
 pub mod engine;
 pub mod events;
+pub mod forecast;
 pub mod logging;
 pub mod node;
 pub mod policy;

@@ -58,6 +58,12 @@ const RESERVE_MAX: Duration = Duration::from_millis(500);
 /// Events are for people, the drain is over.
 const FINAL_EVENTS_MAX: Duration = Duration::from_secs(1);
 
+/// How much of a drain's `total` time goes to evictions and waits: all but the time kept back
+/// for the deadline action and the final Events ([`RESERVE_MAX`], at most a tenth).
+pub fn work_time(total: Duration) -> Duration {
+    total - (total / 10).min(RESERVE_MAX)
+}
+
 /// Options of one drain run.
 #[derive(Debug, Clone)]
 pub struct DrainOptions {
@@ -167,7 +173,7 @@ pub async fn drain(
     let node = settings.node_name.clone();
     let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
     let total = deadline.saturating_duration_since(started);
-    let work_deadline = deadline - (total / 10).min(RESERVE_MAX);
+    let work_deadline = deadline - (total - work_time(total));
 
     // The pod watch's first list is the drain's list; the watch keeps the tracker current.
     let health = Arc::new(ServerHealth::default());
