@@ -304,6 +304,29 @@ fn verdicts_table() {
             ..Case::default()
         },
         Case {
+            name: "each further pod waits for the replacement of the one a round before it",
+            pods: vec![
+                pod("web-1", "web"),
+                with(
+                    pod("web-2", "web"),
+                    json!({"spec": {"nodeSelector": {"disk": "ssd"}}}),
+                ),
+                pod("web-3", "web"),
+            ],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 2}), (1, 3, 2, 3))],
+            node: Blocked,
+            want: vec![
+                ("web-1", Completes, "completes"),
+                ("web-2", Completes, "completes"),
+                ("web-3", Blocked, "no-replacement"),
+            ],
+            says: vec![
+                "web-2 gets none",
+                "node-b: no label disk=ssd (nodeSelector)",
+            ],
+            ..Case::default()
+        },
+        Case {
             name: "a pod without a controller under an integer minAvailable: no replacement",
             pods: vec![
                 with(
@@ -336,6 +359,25 @@ fn verdicts_table() {
             node: Blocked,
             want: vec![("web-1", Blocked, "unhealthy-if-healthy-budget")],
             says: vec!["set spec.unhealthyPodEvictionPolicy: AlwaysAllow on work/web"],
+            ..Case::default()
+        },
+        Case {
+            name: "an unhealthy pod under minAvailable 0 while no pod is healthy",
+            pods: vec![unready(pod("web-1", "web"))],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 0}), (0, 0, 0, 1))],
+            node: Blocked,
+            want: vec![("web-1", Blocked, "unhealthy-if-healthy-budget")],
+            ..Case::default()
+        },
+        Case {
+            name: "a budget of another namespace does not select the pod",
+            pods: vec![pod("web-1", "web")],
+            budgets: vec![with(
+                pdb("web", "web", json!({"maxUnavailable": 0}), (0, 3, 3, 3)),
+                json!({"metadata": {"namespace": "other"}}),
+            )],
+            want: vec![("web-1", Completes, "completes")],
+            says: vec!["no budget selects it"],
             ..Case::default()
         },
         Case {
