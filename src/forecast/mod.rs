@@ -700,7 +700,7 @@ fn finish(
             release_margin_seconds: secs(s.daemon.release_margin),
             logind: match &inputs.logind {
                 Logind::Read => "read from logind".to_owned(),
-                Logind::Assumed(why) => format!("assumed: {why}"),
+                Logind::Assumed(_) => "assumed, logind not read".to_owned(),
             },
         },
         estimate_seconds: estimate.map(secs),
