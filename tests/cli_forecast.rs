@@ -14,26 +14,11 @@ use serde_json::{Value, json};
 /// not Ready on node-b: at 0), `db-0` (budget `db`, maxUnavailable 0: never), `slow` (600 s
 /// grace) and `data` (a claim).
 fn troubled_node() -> Vec<Value> {
-    let mut unready = pod_with(
-        NS,
-        "web-3",
-        OTHER_NODE,
-        json!({"metadata": {"labels": {"app": "web"}}}),
-    );
+    let mut unready = web_pod("web-3", OTHER_NODE);
     fake_apiserver::store::set_pod_ready_in(&mut unready, false);
     vec![
-        pod_with(
-            NS,
-            "web-1",
-            NODE,
-            json!({"metadata": {"labels": {"app": "web"}}}),
-        ),
-        pod_with(
-            NS,
-            "web-2",
-            OTHER_NODE,
-            json!({"metadata": {"labels": {"app": "web"}}}),
-        ),
+        web_pod("web-1", NODE),
+        web_pod("web-2", OTHER_NODE),
         unready,
         pdb(NS, "web", "web", 2),
         pod(NS, "db-0", NODE),
@@ -56,6 +41,16 @@ fn troubled_node() -> Vec<Value> {
         ),
         daemonset_pod(NS, "ds", NODE),
     ]
+}
+
+/// A ReplicaSet pod `name` on `node` labelled app=web.
+fn web_pod(name: &str, node: &str) -> Value {
+    pod_with(
+        NS,
+        name,
+        node,
+        json!({"metadata": {"labels": {"app": "web"}}}),
+    )
 }
 
 /// The lists of every Node the forecast made.
@@ -137,7 +132,7 @@ async fn forecast_names_every_blocking_budget_the_long_grace_and_the_volume() {
         "set minAvailable to 1 or less on work/web",
         "work/db lets none of its 1 expected pods be unavailable (maxUnavailable 0)",
         "set maxUnavailable to 1 or more on work/db",
-        "grace period 600 s is longer than",
+        "its grace period is 600 s, longer than the 119.5 s left",
         "lower its terminationGracePeriodSeconds",
         "set [drain] timeout = \"601s\"",
         "volumes to detach: work/data-0",
@@ -213,18 +208,8 @@ async fn a_node_that_drains_in_time_exits_0_and_check_and_status_say_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_replica_on_this_node_with_the_other_node_cordoned_is_blocked() {
     let c = Cluster::start(vec![
-        pod_with(
-            NS,
-            "web-1",
-            NODE,
-            json!({"metadata": {"labels": {"app": "web"}}}),
-        ),
-        pod_with(
-            NS,
-            "web-2",
-            NODE,
-            json!({"metadata": {"labels": {"app": "web"}}}),
-        ),
+        web_pod("web-1", NODE),
+        web_pod("web-2", NODE),
         pdb(NS, "web", "web", 1),
     ])
     .await;

@@ -526,32 +526,34 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                     "loosen its budget so that its pods can go at once, or give the drain more time (below)"
                         .to_owned(),
                 )
-            } else if r.measured {
-                (
-                    "slow-in-last-drain",
-                    format!(
-                        "it took {} in the last drain; {} are left when its eviction starts at {}; {fit}",
-                        shutdown_budget::seconds(r.takes),
-                        shutdown_budget::seconds(left),
-                        shutdown_budget::seconds(r.starts)
-                    ),
-                    "make it stop faster on SIGTERM, or give the drain more time (below)"
-                        .to_owned(),
-                )
             } else {
-                (
-                    "grace-longer-than-time-left",
-                    format!(
-                        "its grace period {} is longer than the {} left when its eviction starts at {}; {fit}",
-                        shutdown_budget::seconds(r.takes),
-                        shutdown_budget::seconds(left),
-                        shutdown_budget::seconds(r.starts)
-                    ),
-                    format!(
-                        "lower its terminationGracePeriodSeconds to {} or less, or give the drain more time (below)",
-                        left.as_secs()
-                    ),
-                )
+                let (kind, what, fix) = if r.measured {
+                    (
+                        "slow-in-last-drain",
+                        format!(
+                            "it took {} in the last drain",
+                            shutdown_budget::seconds(r.takes)
+                        ),
+                        "make it stop faster on SIGTERM, or give the drain more time (below)"
+                            .to_owned(),
+                    )
+                } else {
+                    (
+                        "grace-longer-than-time-left",
+                        format!("its grace period is {}", shutdown_budget::seconds(r.takes)),
+                        format!(
+                            "lower its terminationGracePeriodSeconds to {} or less, or give the drain more time \
+                             (below)",
+                            left.as_secs()
+                        ),
+                    )
+                };
+                let detail = format!(
+                    "{what}, longer than the {} left when its eviction starts at {}; {fit}",
+                    shutdown_budget::seconds(left),
+                    shutdown_budget::seconds(r.starts)
+                );
+                (kind, detail, fix)
             });
         }
         start = end;

@@ -471,7 +471,7 @@ fn verdicts_table() {
             node: CutAtDeadline,
             want: vec![("slow", CutAtDeadline, "grace-longer-than-time-left")],
             says: vec![
-                "grace period 600 s is longer than the 119.5 s left",
+                "its grace period is 600 s, longer than the 119.5 s left",
                 "fit_grace_to_deadline",
                 "lower its terminationGracePeriodSeconds to 119 or less",
                 "set [drain] timeout = \"601s\"",
@@ -507,7 +507,7 @@ fn verdicts_table() {
             last: Some(last_report(vec![report_row("web-1", 0, 130_000)])),
             node: CutAtDeadline,
             want: vec![("web-1", CutAtDeadline, "slow-in-last-drain")],
-            says: vec!["it took 130 s in the last drain"],
+            says: vec!["it took 130 s in the last drain, longer than the 119.5 s left"],
             ..Case::default()
         },
         Case {
