@@ -9,10 +9,12 @@ pub mod daemon;
 pub mod drain;
 pub mod engine;
 pub mod events;
+pub mod forecast;
 pub mod logging;
 pub mod node;
 pub mod policy;
 pub mod report;
+pub mod scheduled;
 pub mod shutdown_kind;
 pub mod state_file;
 

@@ -77,6 +77,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             false,
             "wait for Ready before restoring",
         ),
+        perm(
+            "list",
+            "",
+            "nodes",
+            "",
+            false,
+            false,
+            "forecast: where replacements can run",
+        ),
         perm("list", "", "pods", "", false, true, "list the node's pods"),
         perm("watch", "", "pods", "", false, true, "see evicted pods go"),
         perm("create", "", "pods", "eviction", false, true, "evict pods"),
@@ -249,6 +258,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     if !logind_budget(&settings, "").await {
         ok = false;
     }
+    super::forecast::line(&settings, "").await;
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
 }
 

@@ -27,8 +27,8 @@ const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
 Done.
 .TP
 \fB1\fR
-The drain is incomplete (pods remain), a restore left something behind, or \fBcheck\fR found a
-problem.
+The drain is incomplete (pods remain), a restore left something behind, \fBcheck\fR found a
+problem, or \fBforecast\fR says the drain would not complete (blocked, or cut at the deadline).
 .TP
 \fB2\fR
 Usage or configuration error (the configuration file, the kubeconfig).
@@ -286,6 +286,7 @@ mod tests {
                 "kube-shutdown-drain-drain.8",
                 "kube-shutdown-drain-restore.8",
                 "kube-shutdown-drain-status.8",
+                "kube-shutdown-drain-forecast.8",
                 "kube-shutdown-drain-check.8",
                 "kube-shutdown-drain-run.8",
             ]
@@ -343,7 +344,7 @@ mod tests {
             "{plan}"
         );
         assert!(section(&pages[0].roff, "SEE ALSO").contains("kube\\-shutdown\\-drain\\-plan"));
-        assert!(section(&pages[6].roff, "EXIT STATUS").contains("RestartPreventExitStatus=2"));
+        assert!(section(&pages[7].roff, "EXIT STATUS").contains("RestartPreventExitStatus=2"));
     }
 
     #[test]

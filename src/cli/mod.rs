@@ -10,6 +10,7 @@ use crate::engine;
 
 pub mod check;
 pub mod drain;
+pub mod forecast;
 pub mod manual;
 pub mod plan;
 pub mod restore;
@@ -25,7 +26,7 @@ pub const EXIT_UNREACHABLE: u8 = 3;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  done
-  1  drain incomplete (pods remain, or a check failed)
+  1  drain incomplete (pods remain, a check failed, or the forecast is not `completes`)
   2  usage or configuration error (config file, kubeconfig)
   3  cluster unreachable or node missing";
 
@@ -62,8 +63,9 @@ releases the inhibitor before logind's InhibitDelayMaxSec runs out. On the next 
 only the taint and the cordon it added itself.
 
 The other subcommands are for an administrator: `check` before relying on the service, `plan` to \
-see what a drain would do, `drain` and `restore` for maintenance by hand, `status` to see the \
-node's state and the last report.";
+see what a drain would do, `forecast` to see whether it would complete in time and what holds it, \
+`drain` and `restore` for maintenance by hand, `status` to see the node's state and the last \
+report.";
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -116,6 +118,21 @@ logind's delay budget and a summary of the last drain report.")]
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Forecast whether a drain now would complete within the shutdown budget; changes nothing.
+    #[command(long_about = "\
+Answers, before any shutdown: if this node shut down now, would its drain complete within the \
+budget (drain.timeout, logind's InhibitDelayMaxSec less the release margin), and if not, what \
+holds it. For every pod the drain would evict or wait for it gives a verdict (completes, cut at \
+the deadline, blocked), the reason and what would fix it: the PodDisruptionBudgets that select \
+it and whether each can let it go, grace periods longer than the time left, volumes to detach, \
+and an estimate of the drain's time from the grace periods and the last report's timings. Reads \
+the Node, its pods, the budgets and, where a replacement must run elsewhere, the other nodes; \
+writes nothing. Exits 0 when the drain would complete, 1 otherwise.")]
+    Forecast {
+        /// Output format: text for a person, json for scripts.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
     /// Check the configuration, the connection, the node and every permission used.
     #[command(long_about = "\
 Checks that the configuration loads, the kubeconfig is readable, the API server answers, the Node \
@@ -142,6 +159,8 @@ pub enum CliError {
     NodeName(String),
     #[error("{}", human(.0.to_string(), .0))]
     Engine(#[from] engine::Error),
+    #[error("{}", human(.0.to_string(), .0))]
+    Forecast(#[from] crate::forecast::read::ReadError),
     #[error("{}", human(format!("{:#}", .0), .0.as_ref()))]
     Other(#[from] anyhow::Error),
 }
@@ -159,6 +178,8 @@ impl CliError {
             CliError::Config(_) | CliError::NodeName(_) => EXIT_USAGE,
             CliError::Engine(e) if e.is_config() => EXIT_USAGE,
             CliError::Engine(e) if e.is_unreachable() || e.is_node_missing() => EXIT_UNREACHABLE,
+            CliError::Forecast(e) if e.is_config() => EXIT_USAGE,
+            CliError::Forecast(e) if e.is_unreachable() => EXIT_UNREACHABLE,
             _ => EXIT_INCOMPLETE,
         }
     }
@@ -192,6 +213,7 @@ impl Cli {
             Command::Drain { dry_run, output } => drain::run(settings, dry_run, output).await,
             Command::Restore => restore::run(settings).await,
             Command::Status { output } => status::run(settings, output).await,
+            Command::Forecast { output } => forecast::run(settings, output).await,
             Command::Check => check::run(settings).await,
             Command::Run => {
                 let code = run::run(settings).await?;

@@ -104,6 +104,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                 outln!("  lb exclusion:  not provably ours, restore leaves it: {why}");
             }
             super::check::logind_budget(&settings, "  ").await;
+            super::forecast::line(&settings, "  ").await;
             match &status.last_report {
                 None => outln!("  last report:   none"),
                 Some(r) => outln!(

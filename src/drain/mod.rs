@@ -29,6 +29,7 @@ pub mod volumes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -54,6 +55,12 @@ const LIST_PAGE: u32 = 500;
 // budget); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
 // Events are for people, the drain is over. Both bounds live with the budget.
 use crate::budget::{DRAIN_RESERVE_MAX as RESERVE_MAX, FINAL_EVENTS_MAX};
+
+/// How much of a drain's `total` time goes to evictions and waits: all but the time kept back
+/// for the deadline action and the final Events ([`RESERVE_MAX`], at most a tenth).
+pub fn work_time(total: Duration) -> Duration {
+    total - (total / 10).min(RESERVE_MAX)
+}
 
 /// Options of one drain run.
 #[derive(Debug, Clone)]
@@ -164,7 +171,7 @@ pub async fn drain(
     let node = settings.node_name.clone();
     let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
     let total = deadline.saturating_duration_since(started);
-    let work_deadline = deadline - (total / 10).min(RESERVE_MAX);
+    let work_deadline = deadline - (total - work_time(total));
 
     // The pod watch's first list is the drain's list; the watch keeps the tracker current.
     let health = Arc::new(ServerHealth::default());

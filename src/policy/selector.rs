@@ -1,8 +1,11 @@
 //! Kubernetes label selectors in their string form (`app=web,tier in (a,b),!canary`), parsed once
-//! from the configuration and matched against pod labels without any API call.
+//! from the configuration, or taken from an API object's `LabelSelector` (a budget's
+//! `spec.selector`), and matched against pod labels without any API call.
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::config::names::{is_label_value, is_qualified_name};
 
@@ -56,6 +59,49 @@ impl Selector {
             requirements,
             text: text.trim().to_string(),
         })
+    }
+
+    /// The selector of an API object's `LabelSelector`, with apimachinery's
+    /// `LabelSelectorAsSelector` rules (k8s.io/apimachinery/pkg/apis/meta/v1/helpers.go): no
+    /// `matchLabels` and no `matchExpressions` select everything; operators `In` and `NotIn`
+    /// need at least one value, `Exists` and `DoesNotExist` none; any other operator, or a key
+    /// or value that is not a label's, is an error. (A missing selector, which selects nothing
+    /// in policy/v1, is the caller's `None`.)
+    pub fn from_label_selector(sel: &LabelSelector) -> Result<Selector, SelectorError> {
+        let mut parts: Vec<String> = Vec::new();
+        for (k, v) in sel.match_labels.iter().flatten() {
+            parts.push(format!("{k}={v}"));
+        }
+        for e in sel.match_expressions.iter().flatten() {
+            let values = e.values.as_deref().unwrap_or_default();
+            let set = || format!("({})", values.join(","));
+            let part = match (e.operator.as_str(), values.is_empty()) {
+                ("In", false) => format!("{} in {}", e.key, set()),
+                ("NotIn", false) => format!("{} notin {}", e.key, set()),
+                ("Exists", true) => e.key.clone(),
+                ("DoesNotExist", true) => format!("!{}", e.key),
+                (op @ ("In" | "NotIn"), true) => {
+                    return Err(SelectorError {
+                        text: e.key.clone(),
+                        reason: format!("operator {op} needs at least one value"),
+                    });
+                }
+                (op @ ("Exists" | "DoesNotExist"), false) => {
+                    return Err(SelectorError {
+                        text: e.key.clone(),
+                        reason: format!("operator {op} takes no values"),
+                    });
+                }
+                (op, _) => {
+                    return Err(SelectorError {
+                        text: e.key.clone(),
+                        reason: format!("unknown operator {op:?}"),
+                    });
+                }
+            };
+            parts.push(part);
+        }
+        Selector::parse(&parts.join(","))
     }
 
     /// Whether a pod with these labels is selected.
@@ -202,6 +248,72 @@ mod tests {
                 (*w, *d, *n),
                 "{sel}"
             );
+        }
+    }
+
+    /// A budget's `LabelSelector` matches as the API server's: empty selects everything,
+    /// expressions with their operators, and malformed ones are errors.
+    #[test]
+    fn label_selectors_of_api_objects() {
+        let web = labels(&[("app", "web"), ("tier", "front")]);
+        let db = labels(&[("app", "db"), ("canary", "")]);
+        let none = labels(&[]);
+        let sel = |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        let cases = [
+            (serde_json::json!({}), (true, true, true)),
+            (
+                serde_json::json!({"matchLabels": {"app": "web"}}),
+                (true, false, false),
+            ),
+            (
+                serde_json::json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["front", "back"]}]}),
+                (true, false, false),
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}),
+                (false, true, true),
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "canary", "operator": "Exists"}]}),
+                (false, true, false),
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "canary", "operator": "DoesNotExist"}]}),
+                (true, false, true),
+            ),
+        ];
+        for (v, want) in cases {
+            let s = Selector::from_label_selector(&sel(v.clone()))
+                .unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert_eq!(
+                (s.matches(&web), s.matches(&db), s.matches(&none)),
+                want,
+                "{v}"
+            );
+        }
+        for (bad, why) in [
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}),
+                "operator In needs at least one value",
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]}),
+                "operator Exists takes no values",
+            ),
+            (
+                serde_json::json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+                "unknown operator \"Gt\"",
+            ),
+            (
+                serde_json::json!({"matchLabels": {"a": "not a value"}}),
+                "is not a label value",
+            ),
+        ] {
+            let e = Selector::from_label_selector(&sel(bad.clone()))
+                .expect_err("rejected")
+                .to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 

@@ -1,0 +1,743 @@
+//! The drain forecast: if the node shut down now, would its drain complete within the budget,
+//! and if not, what holds it and what would fix it. A pure function ([`forecast`]) over what a
+//! plan reads (the node's pods and their verdicts), the PodDisruptionBudgets of their
+//! namespaces, the other nodes (where a replacement must run), the shutdown budget
+//! (`daemon::budget::compute`) and the last report's timings; [`read`] gathers those (four
+//! lists, nothing written) and [`text`] renders the result.
+//!
+//! Per pod the drain would evict or wait for, a verdict:
+//! - `blocked`: it would still be there at the deadline because the Eviction API keeps
+//!   refusing it ([`budgets`]: several budgets, a budget at 0, one that never allows a
+//!   disruption, one that counts no pods, no replacement can come up elsewhere, an unhealthy pod
+//!   under `IfHealthyBudget`, a budget the disruption controller has not processed);
+//! - `cut at the deadline`: it would go, but not within the budget: its grace period (or the
+//!   time it took in the last drain) is longer than the time left when its eviction starts, it
+//!   waits behind a blocked pod of an earlier order group, it waits for replacements past the
+//!   deadline, its volumes would still be attached, it is a `wait` pod still running, or it is
+//!   blocked and `on_deadline = "delete"` deletes it at the deadline;
+//! - `completes` otherwise.
+//!
+//! The node's verdict is the worst of its pods'. The time model follows the drain: order groups
+//! one after another (a group is done when its last pod is gone), the pods of a group at once,
+//! a pod's time its measured time from the last report (same namespace and name, or the same
+//! `generateName`) or else its grace period (the most the kubelet waits before it kills it),
+//! a budget round (a replacement becoming Ready elsewhere) and a volume detach taken as
+//! [`ASSUMED_REPLACEMENT_READY`] and [`ASSUMED_DETACH`] unless the last report measured them.
+
+pub mod budgets;
+pub mod read;
+pub mod text;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde::Serialize;
+
+use self::budgets::{Block, Judgement, budget_name};
+use crate::budget::{self as shutdown_budget, Budget};
+use crate::config::{OnDeadline, Settings};
+use crate::policy::filters::{Action, Reason as PlanReason};
+use crate::policy::plan::{Plan, PlannedPod};
+use crate::report::{Outcome, Report};
+
+/// A replacement's scheduling, start and readiness, per budget round, when nothing measured it.
+pub const ASSUMED_REPLACEMENT_READY: Duration = Duration::from_secs(10);
+/// The detach of the evicted pods' volumes after they are gone, when the last report did not
+/// measure it.
+pub const ASSUMED_DETACH: Duration = Duration::from_secs(10);
+
+/// The verdict for a pod or the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Completes,
+    CutAtDeadline,
+    Blocked,
+}
+
+impl Verdict {
+    /// The words of the text output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Completes => "completes",
+            Verdict::CutAtDeadline => "cut at the deadline",
+            Verdict::Blocked => "blocked",
+        }
+    }
+}
+
+/// Where logind's maximum delay came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Logind {
+    /// Read from logind's `InhibitDelayMaxUSec`.
+    Read,
+    /// logind could not be read (why); the budget assumes it allows the drain timeout plus the
+    /// release margin.
+    Assumed(String),
+}
+
+/// What the forecast is computed from.
+pub struct Inputs<'a> {
+    pub settings: &'a Settings,
+    pub plan: &'a Plan,
+    /// The node's pods, as the plan was built from them.
+    pub pods: &'a [Pod],
+    /// The budgets of (at least) the namespaces of the node's pods.
+    pub budgets: &'a [PodDisruptionBudget],
+    /// Every node (where a replacement could run); `None` when not read.
+    pub nodes: Option<&'a [Node]>,
+    pub budget: &'a Budget,
+    pub logind: Logind,
+    pub last: Option<&'a Report>,
+    pub now: jiff::Timestamp,
+}
+
+/// One pod's forecast. The JSON shape is part of the CLI contract.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PodForecast {
+    pub namespace: String,
+    pub name: String,
+    pub action: Action,
+    pub verdict: Verdict,
+    /// What decided the verdict, one word (`budget-at-zero`, `grace-longer-than-time-left`, ...).
+    pub reason: &'static str,
+    /// The reason in words.
+    pub detail: String,
+    /// What would let it complete (not set when it completes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// The budgets that select it (`namespace/name`).
+    pub budgets: Vec<String>,
+    /// When its eviction would start, seconds after the drain's start.
+    pub starts_seconds: f64,
+    /// How long it would take once evicted (measured, or its grace period).
+    pub takes_seconds: f64,
+}
+
+/// A budget that keeps pods on the node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockingBudget {
+    /// `namespace/name`.
+    pub budget: String,
+    pub disruptions_allowed: i32,
+    pub current_healthy: i32,
+    pub desired_healthy: i32,
+    pub expected_pods: i32,
+    /// The pods it keeps (`namespace/name`).
+    pub pods: Vec<String>,
+    pub why: String,
+    pub fix: String,
+}
+
+/// The shutdown budget the forecast judges against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetView {
+    pub drain_seconds: f64,
+    pub drain_timeout_seconds: f64,
+    pub logind_max_seconds: f64,
+    pub release_margin_seconds: f64,
+    /// "read from logind", or what was assumed and why.
+    pub logind: String,
+}
+
+/// The forecast for the node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Forecast {
+    pub node: String,
+    pub verdict: Verdict,
+    /// One line for `check`, `status` and logs.
+    pub summary: String,
+    pub budget: BudgetView,
+    /// When the drain would be done, seconds after its start; `None` when blocked pods hold it
+    /// until the deadline.
+    pub estimate_seconds: Option<f64>,
+    pub pods: Vec<PodForecast>,
+    pub blocking_budgets: Vec<BlockingBudget>,
+    /// `namespace/claim` of the evicted pods' volumes the drain waits to detach.
+    pub volumes: Vec<String>,
+    /// What would fix the node as a whole (a longer budget, with the values).
+    pub fixes: Vec<String>,
+    /// Figures taken without a measurement, and inputs that could not be read.
+    pub assumptions: Vec<String>,
+}
+
+impl Forecast {
+    /// Pods kept per blocking budget (for metrics).
+    pub fn blocked_per_budget(&self) -> BTreeMap<String, usize> {
+        self.blocking_budgets
+            .iter()
+            .map(|b| (b.budget.clone(), b.pods.len()))
+            .collect()
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The time a pod took in the last drain: the longest evicted row of the same namespace and
+/// name, or of a name made from the pod's `generateName` (a ReplicaSet's pods get new names).
+fn measured(last: Option<&Report>, pod: &Pod) -> Option<Duration> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    let name = pod.metadata.name.as_deref()?;
+    let generate = pod
+        .metadata
+        .generate_name
+        .as_deref()
+        .filter(|g| !g.is_empty());
+    last?
+        .pods
+        .iter()
+        .filter(|r| r.namespace == ns && r.outcome == Outcome::Evicted)
+        .filter(|r| r.name == name || generate.is_some_and(|g| r.name.starts_with(g)))
+        .filter_map(|r| Some(r.finished_ms?.saturating_sub(r.started_ms?)))
+        .max()
+        .map(Duration::from_millis)
+}
+
+/// How long the last drain's volumes took to detach after its evicted pods were gone.
+fn measured_detach(last: Option<&Report>) -> Option<Duration> {
+    let r = last?;
+    if r.volumes.is_empty() {
+        return None;
+    }
+    let detached = r
+        .volumes
+        .iter()
+        .map(|v| v.detached_ms)
+        .collect::<Option<Vec<u64>>>()?;
+    let pods_done = r
+        .pods
+        .iter()
+        .filter(|p| p.outcome == Outcome::Evicted)
+        .filter_map(|p| p.finished_ms)
+        .max()
+        .unwrap_or(0);
+    let last_detach = detached.into_iter().max().unwrap_or(0);
+    Some(Duration::from_millis(last_detach.saturating_sub(pods_done)))
+}
+
+/// The claims of evicted pods that no pod staying on the node mounts (those the drain waits to
+/// detach), as `namespace/claim`.
+fn detached_claims(plan: &Plan) -> Vec<String> {
+    let key = |p: &PlannedPod, c: &String| format!("{}/{c}", p.namespace);
+    let kept: Vec<String> = plan
+        .pods
+        .iter()
+        .filter(|p| p.action != Action::Evict)
+        .flat_map(|p| p.claims.iter().map(move |c| key(p, c)))
+        .collect();
+    let mut claims: Vec<String> = plan
+        .pods
+        .iter()
+        .filter(|p| p.action == Action::Evict)
+        .flat_map(|p| p.claims.iter().map(move |c| key(p, c)))
+        .filter(|c| !kept.contains(c))
+        .collect();
+    claims.sort();
+    claims.dedup();
+    claims
+}
+
+/// The per-pod state while the forecast is built.
+struct Row<'a> {
+    planned: &'a PlannedPod,
+    pod: Option<&'a Pod>,
+    budgets: Vec<String>,
+    /// A budget's block, with the budget's name.
+    block: Option<(String, Block)>,
+    /// A reason it goes anyway or how (for completes).
+    goes: String,
+    round: u32,
+    starts: Duration,
+    takes: Duration,
+    measured: bool,
+    cut: Option<(&'static str, String, String)>,
+}
+
+/// The forecast. Pure.
+pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
+    let s = inputs.settings;
+    let by_uid: BTreeMap<&str, &Pod> = inputs
+        .pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
+    let mut rows: Vec<Row> = inputs
+        .plan
+        .pods
+        .iter()
+        .filter(|p| p.action != Action::Skip)
+        .map(|p| {
+            let pod = by_uid.get(p.uid.as_str()).copied();
+            let grace = s
+                .drain
+                .grace_period
+                .map_or(p.grace_seconds.max(0) as u64, |g| g.as_secs());
+            let m = pod.and_then(|pod| measured(inputs.last, pod));
+            Row {
+                planned: p,
+                pod,
+                budgets: Vec::new(),
+                block: None,
+                goes: "no budget selects it".to_owned(),
+                round: 0,
+                starts: Duration::ZERO,
+                takes: m.unwrap_or(Duration::from_secs(grace)),
+                measured: m.is_some(),
+                cut: None,
+            }
+        })
+        .collect();
+    let mut assumptions = Vec::new();
+    judge_budgets(inputs, &mut rows, &mut assumptions);
+
+    let total = crate::drain::work_time(inputs.budget.drain);
+    let end = schedule(inputs, &mut rows, total);
+    let claims = detached_claims(inputs.plan);
+    let mut estimate = end;
+    if let (Some(done), false) = (end, claims.is_empty() || !s.drain.wait_for_detach) {
+        let detach = measured_detach(inputs.last).unwrap_or_else(|| {
+            assumptions.push(format!(
+                "volumes detach {} after their pods are gone (not measured: the last report has no detach \
+                 times)",
+                shutdown_budget::seconds(ASSUMED_DETACH)
+            ));
+            ASSUMED_DETACH
+        });
+        let detached = done + detach;
+        estimate = Some(detached);
+        if detached > total {
+            for r in rows.iter_mut().filter(|r| {
+                r.planned.action == Action::Evict && !r.planned.claims.is_empty() && r.cut.is_none()
+            }) {
+                r.cut = Some((
+                    "detach-past-deadline",
+                    format!(
+                        "its volumes ({}) would detach at about {} after the drain's start, past the {} budget; \
+                         the replacement waits on a Multi-Attach error until the volume is force-detached",
+                        r.planned.claims.join(", "),
+                        shutdown_budget::seconds(detached),
+                        shutdown_budget::seconds(total)
+                    ),
+                    "give the drain more time (below), or set [drain] wait_for_detach = false if the storage \
+                     tolerates it"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    if inputs.nodes.is_none() && rows.iter().any(|r| r.block.is_none() && r.round > 0) {
+        assumptions.push(
+            "the other nodes could not be read: replacements are assumed to find a node".to_owned(),
+        );
+    }
+    if rows.iter().any(|r| r.round > 0) {
+        assumptions.push(format!(
+            "a replacement is Ready {} after an eviction (per budget round; not measured)",
+            shutdown_budget::seconds(ASSUMED_REPLACEMENT_READY)
+        ));
+    }
+    if let Logind::Assumed(why) = &inputs.logind {
+        assumptions.push(format!(
+            "logind could not be read ({why}): assumed its InhibitDelayMaxSec allows drain.timeout plus \
+             release_margin"
+        ));
+    }
+    finish(inputs, rows, total, estimate, claims, assumptions)
+}
+
+/// Each budget's judgement of the pods it selects, into the rows.
+fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Vec<String>) {
+    let node = &inputs.settings.node_name;
+    for r in rows.iter_mut() {
+        let Some(pod) = r.pod else { continue };
+        r.budgets = inputs
+            .budgets
+            .iter()
+            .filter(|b| budgets::selects(b, pod))
+            .map(budget_name)
+            .collect();
+    }
+    for b in inputs.budgets {
+        if let Some(sel) = b.spec.as_ref().and_then(|s| s.selector.as_ref())
+            && let Err(e) = crate::policy::selector::Selector::from_label_selector(sel)
+        {
+            assumptions.push(format!(
+                "budget {} has an invalid selector ({e}): it guards no pod",
+                budget_name(b)
+            ));
+        }
+    }
+    // Pods that go through the Eviction API's budget check, one budget each, in plan order.
+    let mut per_budget: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in rows.iter_mut().enumerate() {
+        let Some(pod) = r.pod else { continue };
+        if r.planned.action != Action::Evict {
+            continue;
+        }
+        if budgets::ignores_budgets(pod) {
+            r.goes = "the Eviction API deletes a Pending, Succeeded or Failed pod without a budget check"
+                .to_owned();
+            continue;
+        }
+        match r.budgets.len() {
+            0 => {}
+            1 => per_budget.entry(r.budgets[0].clone()).or_default().push(i),
+            _ => r.block = Some((r.budgets.join(", "), budgets::several(&r.budgets))),
+        }
+    }
+    for (name, idx) in per_budget {
+        let Some(b) = inputs.budgets.iter().find(|b| budget_name(b) == name) else {
+            continue;
+        };
+        let pods: Vec<&Pod> = idx.iter().filter_map(|&i| rows[i].pod).collect();
+        let judged = budgets::judge(b, &pods, |k| {
+            budgets::no_replacement(pods[k], node, inputs.nodes)
+        });
+        let allowed = budgets::numbers(b).allowed;
+        for (&i, j) in idx.iter().zip(judged) {
+            let r = &mut rows[i];
+            match j {
+                Judgement::Free(why) => r.goes = format!("budget {name}: {why}"),
+                Judgement::Allowed { round: 0 } => {
+                    r.goes = format!("budget {name} allows {allowed} disruption(s) now")
+                }
+                Judgement::Allowed { round } => {
+                    r.round = round;
+                    r.goes = format!(
+                        "budget {name} lets it go once {round} replacement(s) are Ready elsewhere"
+                    );
+                }
+                Judgement::Blocked(block) => r.block = Some((name.clone(), block)),
+            }
+        }
+    }
+}
+
+/// Starts and ends per the drain's order groups; the cuts that follow from time. Returns when
+/// the evicted and waited-for pods would be done, `None` when a blocked pod holds the drain.
+fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Option<Duration> {
+    let s = inputs.settings;
+    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+    let mut done = Duration::ZERO;
+    for (i, r) in rows.iter_mut().enumerate() {
+        match (r.planned.action, r.planned.order) {
+            (Action::Evict, Some(order)) => groups.entry(order).or_default().push(i),
+            _ => {
+                // A `wait` pod, from the drain's start.
+                let Some(pod) = r.pod else { continue };
+                if crate::policy::filters::is_completed(pod) {
+                    r.takes = Duration::ZERO;
+                    r.goes = "it has completed".to_owned();
+                    continue;
+                }
+                if let Some(ts) = &pod.metadata.deletion_timestamp {
+                    let left = Duration::try_from(ts.0.duration_since(inputs.now))
+                        .unwrap_or(Duration::ZERO);
+                    r.takes = left;
+                    r.goes = format!(
+                        "already terminating; gone within {}",
+                        shutdown_budget::seconds(left)
+                    );
+                    if left > total {
+                        r.cut = Some((
+                            "terminating-past-deadline",
+                            format!(
+                                "already terminating, and its deletion allows it {} more, past the {} budget",
+                                shutdown_budget::seconds(left),
+                                shutdown_budget::seconds(total)
+                            ),
+                            "wait for it to end before the shutdown".to_owned(),
+                        ));
+                    }
+                    done = done.max(left);
+                    continue;
+                }
+                let what = match r.planned.reason {
+                    PlanReason::Rule => "a wait-completed rule",
+                    _ => "its label cluster.x-k8s.io/drain: wait-completed",
+                };
+                r.cut = Some((
+                    "waits-for-completion",
+                    format!(
+                        "the drain waits for it to complete ({what}) and it is still running; when it ends \
+                         cannot be forecast, and the drain is cut if it has not within {}",
+                        shutdown_budget::seconds(total)
+                    ),
+                    "let it finish before the shutdown, or drop the wait-completed rule or label"
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    let mut start = Duration::ZERO;
+    let mut held_by: Option<(i32, String)> = None;
+    for (order, idx) in groups {
+        if let Some((g, pod)) = &held_by {
+            for &i in &idx {
+                let r = &mut rows[i];
+                r.starts = total;
+                if r.block.is_none() {
+                    r.cut = Some((
+                        "behind-blocked-group",
+                        format!(
+                            "its order group {order} starts only when group {g} is done, and {pod} of group {g} \
+                             is blocked until the deadline"
+                        ),
+                        format!("fix what blocks {pod} (above), or give {pod} a later order"),
+                    ));
+                }
+            }
+            continue;
+        }
+        let mut end = start;
+        for &i in &idx {
+            let r = &mut rows[i];
+            r.starts = start + ASSUMED_REPLACEMENT_READY * r.round;
+            if r.block.is_some() {
+                held_by.get_or_insert((order, r.planned.key()));
+                continue;
+            }
+            let left = total.saturating_sub(r.starts);
+            let finish = r.starts + r.takes;
+            end = end.max(finish);
+            if finish <= total {
+                continue;
+            }
+            let fit = if s.drain.fit_grace_to_deadline {
+                format!(
+                    "its eviction asks for {} instead (fit_grace_to_deadline), so it is stopped before it is done",
+                    shutdown_budget::seconds(Duration::from_secs(left.as_secs().max(1)))
+                )
+            } else {
+                "the power-off cuts it".to_owned()
+            };
+            r.cut = Some(if r.round > 0 && r.starts >= total {
+                (
+                    "replacements-past-deadline",
+                    format!(
+                        "it waits for {} replacement(s) to be Ready elsewhere first, past the {} budget",
+                        r.round,
+                        shutdown_budget::seconds(total)
+                    ),
+                    "loosen its budget so that its pods can go at once, or give the drain more time (below)"
+                        .to_owned(),
+                )
+            } else {
+                let (kind, what, fix) = if r.measured {
+                    (
+                        "slow-in-last-drain",
+                        format!(
+                            "it took {} in the last drain",
+                            shutdown_budget::seconds(r.takes)
+                        ),
+                        "make it stop faster on SIGTERM, or give the drain more time (below)"
+                            .to_owned(),
+                    )
+                } else {
+                    (
+                        "grace-longer-than-time-left",
+                        format!("its grace period is {}", shutdown_budget::seconds(r.takes)),
+                        format!(
+                            "lower its terminationGracePeriodSeconds to {} or less, or give the drain more time \
+                             (below)",
+                            left.as_secs()
+                        ),
+                    )
+                };
+                let detail = format!(
+                    "{what}, longer than the {} left when its eviction starts at {}; {fit}",
+                    shutdown_budget::seconds(left),
+                    shutdown_budget::seconds(r.starts)
+                );
+                (kind, detail, fix)
+            });
+        }
+        start = end;
+    }
+    if held_by.is_some() {
+        return None;
+    }
+    Some(done.max(start))
+}
+
+/// The verdicts, the blocking budgets, the node-level fixes, the summary.
+fn finish(
+    inputs: &Inputs<'_>,
+    rows: Vec<Row<'_>>,
+    total: Duration,
+    estimate: Option<Duration>,
+    volumes: Vec<String>,
+    assumptions: Vec<String>,
+) -> Forecast {
+    let s = inputs.settings;
+    let delete = s.drain.on_deadline == OnDeadline::Delete;
+    let mut blocking: Vec<BlockingBudget> = Vec::new();
+    let mut needed = Duration::ZERO;
+    let mut pods = Vec::with_capacity(rows.len());
+    for r in rows {
+        let key = r.planned.key();
+        let (verdict, reason, detail, fix) = match (&r.block, &r.cut) {
+            (Some((name, b)), _) => {
+                for budget in name.split(", ") {
+                    let n = inputs
+                        .budgets
+                        .iter()
+                        .find(|x| budget_name(x) == budget)
+                        .map(budgets::numbers);
+                    match blocking.iter_mut().find(|x| x.budget == budget) {
+                        Some(x) => x.pods.push(key.clone()),
+                        None => blocking.push(BlockingBudget {
+                            budget: budget.to_owned(),
+                            disruptions_allowed: n.map_or(0, |n| n.allowed),
+                            current_healthy: n.map_or(0, |n| n.current),
+                            desired_healthy: n.map_or(0, |n| n.desired),
+                            expected_pods: n.map_or(0, |n| n.expected),
+                            pods: vec![key.clone()],
+                            why: b.why.clone(),
+                            fix: b.fix.clone(),
+                        }),
+                    }
+                }
+                if delete {
+                    (
+                        Verdict::CutAtDeadline,
+                        "deleted-at-deadline",
+                        format!(
+                            "{}; on_deadline = \"delete\" deletes it at the deadline, ignoring the budget",
+                            b.why
+                        ),
+                        Some(b.fix.clone()),
+                    )
+                } else {
+                    (Verdict::Blocked, b.kind, b.why.clone(), Some(b.fix.clone()))
+                }
+            }
+            (None, Some((kind, why, fix))) => {
+                if *kind != "waits-for-completion" && *kind != "behind-blocked-group" {
+                    needed = needed.max(r.starts + r.takes);
+                }
+                (
+                    Verdict::CutAtDeadline,
+                    *kind,
+                    why.clone(),
+                    Some(fix.clone()),
+                )
+            }
+            (None, None) => (Verdict::Completes, "completes", r.goes.clone(), None),
+        };
+        pods.push(PodForecast {
+            namespace: r.planned.namespace.clone(),
+            name: r.planned.name.clone(),
+            action: r.planned.action,
+            verdict,
+            reason,
+            detail,
+            fix,
+            budgets: r.budgets,
+            starts_seconds: secs(r.starts),
+            takes_seconds: secs(r.takes),
+        });
+    }
+    if let Some(e) = estimate
+        && e > total
+    {
+        needed = needed.max(e);
+    }
+    let mut fixes = Vec::new();
+    if needed > Duration::ZERO {
+        fixes.extend(longer_budget(s, inputs.budget, needed));
+    }
+    let verdict = pods
+        .iter()
+        .map(|p| p.verdict)
+        .max()
+        .unwrap_or(Verdict::Completes);
+    let count = |v: Verdict| pods.iter().filter(|p| p.verdict == v).count();
+    let summary = match verdict {
+        Verdict::Completes => format!(
+            "node {}: the drain completes: {} pod{} in about {} of the {} budget",
+            s.node_name,
+            pods.len(),
+            if pods.len() == 1 { "" } else { "s" },
+            shutdown_budget::seconds(estimate.unwrap_or_default()),
+            shutdown_budget::seconds(inputs.budget.drain)
+        ),
+        _ => format!(
+            "node {}: the drain is {}: {} blocked, {} cut at the deadline, {} complete{}",
+            s.node_name,
+            if verdict == Verdict::Blocked {
+                "blocked"
+            } else {
+                "cut at the deadline"
+            },
+            count(Verdict::Blocked),
+            count(Verdict::CutAtDeadline),
+            count(Verdict::Completes),
+            if blocking.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; budgets: {}",
+                    blocking
+                        .iter()
+                        .map(|b| b.budget.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+    };
+    Forecast {
+        node: s.node_name.clone(),
+        verdict,
+        summary,
+        budget: BudgetView {
+            drain_seconds: secs(inputs.budget.drain),
+            drain_timeout_seconds: secs(s.drain.timeout),
+            logind_max_seconds: secs(inputs.budget.logind_max),
+            release_margin_seconds: secs(s.daemon.release_margin),
+            logind: match &inputs.logind {
+                Logind::Read => "read from logind".to_owned(),
+                Logind::Assumed(_) => "assumed, logind not read".to_owned(),
+            },
+        },
+        estimate_seconds: estimate.map(secs),
+        pods,
+        blocking_budgets: blocking,
+        volumes,
+        fixes,
+        assumptions,
+    }
+}
+
+/// What gives the drain `needed` (whole seconds, rounded up, plus the time the drain keeps back
+/// at the deadline): a longer `[drain] timeout` and, where logind would cut it, the
+/// `InhibitDelayMaxSec` that fits (the budget's own warning text).
+fn longer_budget(s: &Settings, budget: &Budget, needed: Duration) -> Vec<String> {
+    let whole = Duration::from_secs(needed.as_secs() + 1);
+    let mut fixes = Vec::new();
+    let timeout = whole.max(s.drain.timeout);
+    if whole > s.drain.timeout {
+        fixes.push(format!(
+            "set [drain] timeout = \"{}s\" in {} (the drain needs about {})",
+            whole.as_secs(),
+            s.source
+                .as_ref()
+                .map_or("the config file".into(), |p| p.display().to_string()),
+            shutdown_budget::seconds(needed)
+        ));
+    }
+    if let Some(w) =
+        shutdown_budget::compute(timeout, budget.logind_max, s.daemon.release_margin).warning
+    {
+        fixes.push(w.to_string());
+    }
+    fixes
+}
+
+#[cfg(test)]
+mod tests;
