@@ -25,8 +25,9 @@ pub struct PlannedPod {
     pub reason: Reason,
     /// The order group of an evicted pod (lower first); `null` otherwise.
     pub order: Option<i32>,
-    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount; the drain waits
-    /// for their volumes to detach.
+    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount, a generic
+    /// ephemeral volume's claim (`POD-VOLUME`) included; the drain waits for their volumes to
+    /// detach.
     #[serde(skip)]
     pub claims: Vec<String>,
     /// The pod's own grace period (`spec.terminationGracePeriodSeconds`, default 30).
@@ -45,13 +46,7 @@ impl PlannedPod {
             action: v.action,
             reason: v.reason,
             order: v.order,
-            claims: pod
-                .spec
-                .iter()
-                .flat_map(|s| s.volumes.iter().flatten())
-                .filter_map(|v| v.persistent_volume_claim.as_ref())
-                .map(|c| c.claim_name.clone())
-                .collect(),
+            claims: claims_of(pod),
             grace_seconds: pod
                 .spec
                 .as_ref()
@@ -64,6 +59,22 @@ impl PlannedPod {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// The claims `pod` mounts: its `persistentVolumeClaim` volumes and the claims of its generic
+/// ephemeral volumes, named `POD-VOLUME` (kubernetes `component-helpers/storage/ephemeral`,
+/// `VolumeClaimName`). Pure.
+fn claims_of(pod: &Pod) -> Vec<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{name}-{}", v.name)),
+            (None, None) => None,
+        })
+        .collect()
 }
 
 /// The width of the POD column: the longest `namespace/name`, at least the header's.
