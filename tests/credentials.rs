@@ -41,6 +41,22 @@ fn config_with(c: &Cluster, name: &str, kubeconfig: &Path) -> PathBuf {
     path
 }
 
+/// A config file whose kubeconfig points at the fake with `user` (YAML lines under `user:`).
+fn config_for_user(c: &Cluster, user: &str) -> (PathBuf, PathBuf) {
+    let kc = kubeconfig_with(c.dir.path(), "kubeconfig", &c.server.url(), user);
+    (config_with(c, "config.toml", &kc), kc)
+}
+
+/// The identities of the requests the fake got.
+fn users(c: &Cluster) -> Vec<String> {
+    c.server
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.user)
+        .collect()
+}
+
 /// An executable shell script `name` in `dir`.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -85,23 +101,11 @@ async fn a_token_file_ending_in_a_newline_is_trimmed_and_works() {
     let c = Cluster::start(vec![pod(NS, "web", NODE)]).await;
     let token = c.dir.path().join("token");
     std::fs::write(&token, "system:node:node-a\n").unwrap();
-    let kc = kubeconfig_with(
-        c.dir.path(),
-        "kc-token-file",
-        &c.server.url(),
-        &format!("    tokenFile: {}\n", token.display()),
-    );
-    let config = config_with(&c, "config.toml", &kc);
+    let (config, _) = config_for_user(&c, &format!("    tokenFile: {}\n", token.display()));
     let r = cli(&config, &["plan"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("work/web"), "{}", r.stdout);
-    let users: Vec<String> = c
-        .server
-        .recorder()
-        .requests()
-        .into_iter()
-        .map(|r| r.user)
-        .collect();
+    let users = users(&c);
     assert!(
         users.iter().all(|u| u == "system:node:node-a"),
         "the file's token, trimmed, on every request: {users:?}"
@@ -124,13 +128,7 @@ async fn a_token_file_that_is_not_a_small_regular_file_is_refused_naming_it() {
         ),
         (empty.clone(), "holds no token"),
     ] {
-        let kc = kubeconfig_with(
-            c.dir.path(),
-            "kc-bad-token-file",
-            &c.server.url(),
-            &format!("    tokenFile: {}\n", file.display()),
-        );
-        let config = config_with(&c, "config.toml", &kc);
+        let (config, _) = config_for_user(&c, &format!("    tokenFile: {}\n", file.display()));
         let r = tokio::time::timeout(Duration::from_secs(30), cli(&config, &["plan"]))
             .await
             .expect("a FIFO without a writer does not hang the read");
@@ -160,23 +158,11 @@ async fn an_exec_plugin_with_an_expiry_runs_once_and_refreshes_before_it() {
             credential_json("system:node:node-a", Some(&expiry.to_string()))
         ),
     );
-    let kc = kubeconfig_with(
-        c.dir.path(),
-        "kc-exec",
-        &c.server.url(),
-        &exec_user(&plugin, &[]),
-    );
-    let config = config_with(&c, "config.toml", &kc);
+    let (config, kc) = config_for_user(&c, &exec_user(&plugin, &[]));
     let r = cli(&config, &["plan"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(runs(&counter), 1, "one run for the command");
-    let users: Vec<String> = c
-        .server
-        .recorder()
-        .requests()
-        .into_iter()
-        .map(|r| r.user)
-        .collect();
+    let users = users(&c);
     assert!(users.iter().all(|u| u == "system:node:node-a"), "{users:?}");
 
     // The cache a daemon keeps across engines.
@@ -236,13 +222,7 @@ async fn a_failing_exec_plugin_is_named_by_command_and_status_without_its_secret
             credential_json(SECRET, None)
         ),
     );
-    let kc = kubeconfig_with(
-        c.dir.path(),
-        "kc-exec-fails",
-        &c.server.url(),
-        &exec_user(&plugin, &[&format!("--token={SECRET}")]),
-    );
-    let config = config_with(&c, "config.toml", &kc);
+    let (config, kc) = config_for_user(&c, &exec_user(&plugin, &[&format!("--token={SECRET}")]));
     for command in [&["plan"][..], &["drain", "--dry-run"], &["check"]] {
         let r = cli(&config, command).await;
         assert_eq!(r.code, 2, "{command:?}: {}\n{}", r.stdout, r.stderr);
@@ -279,13 +259,7 @@ async fn a_hanging_exec_plugin_is_killed_with_its_children_and_named() {
         "plugin-hangs",
         &format!("sleep 300 &\necho $! > {}\nwait", child_pid.display()),
     );
-    let kc = kubeconfig_with(
-        c.dir.path(),
-        "kc-exec-hangs",
-        &c.server.url(),
-        &exec_user(&plugin, &[]),
-    );
-    let config = config_with(&c, "config.toml", &kc);
+    let (config, kc) = config_for_user(&c, &exec_user(&plugin, &[]));
     let r = tokio::time::timeout(Duration::from_secs(30), cli(&config, &["plan"]))
         .await
         .expect("plan returns: the plugin has a timeout");
@@ -318,12 +292,7 @@ async fn a_hanging_exec_plugin_is_killed_with_its_children_and_named() {
 async fn a_drain_with_a_hanging_exec_plugin_returns_by_its_deadline() {
     let c = Cluster::start(vec![pod(NS, "web", NODE)]).await;
     let plugin = script(c.dir.path(), "plugin-hangs", "exec sleep 300");
-    let kc = kubeconfig_with(
-        c.dir.path(),
-        "kc-exec-hangs",
-        &c.server.url(),
-        &exec_user(&plugin, &[]),
-    );
+    let (_, kc) = config_for_user(&c, &exec_user(&plugin, &[]));
     let mut settings = (*c.settings("")).clone();
     settings.kubeconfig = kc;
     settings.request_timeout = Duration::from_secs(30);
@@ -364,35 +333,27 @@ async fn a_drain_with_a_hanging_exec_plugin_returns_by_its_deadline() {
 async fn a_password_in_the_server_url_is_never_printed() {
     let c = Cluster::start(vec![pod(NS, "web", NODE)]).await;
     let port = c.server.url().rsplit(':').next().unwrap().to_string();
-    let live = kubeconfig_with(
-        c.dir.path(),
-        "kc-userinfo",
-        &format!("http://admin:{SECRET}@127.0.0.1:{port}"),
-        "    token: admin\n",
-    );
-    let r = cli(&config_with(&c, "live.toml", &live), &["plan"]).await;
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
-    assert!(
-        !format!("{}{}", r.stdout, r.stderr).contains(SECRET),
-        "{}",
-        r.stderr
-    );
-    let dead = kubeconfig_with(
-        c.dir.path(),
-        "kc-userinfo-dead",
-        &format!("http://admin:{SECRET}@127.0.0.1:1"),
-        "    token: admin\n",
-    );
-    let r = cli(&config_with(&c, "dead.toml", &dead), &["plan"]).await;
-    assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
-    let all = format!("{}{}", r.stdout, r.stderr);
-    assert!(!all.contains(SECRET) && !all.contains("admin:"), "{all}");
-    assert!(
-        r.stderr
-            .contains("API server http://127.0.0.1:1 unreachable"),
-        "{}",
-        r.stderr
-    );
+    // The live server, then a port where nothing listens (the error names the server).
+    for (port, code) in [(port.as_str(), 0), ("1", 3)] {
+        let kc = kubeconfig_with(
+            c.dir.path(),
+            "kc-userinfo",
+            &format!("http://admin:{SECRET}@127.0.0.1:{port}"),
+            "    token: admin\n",
+        );
+        let r = cli(&config_with(&c, "config.toml", &kc), &["plan"]).await;
+        assert_eq!(r.code, code, "{}\n{}", r.stdout, r.stderr);
+        let all = format!("{}{}", r.stdout, r.stderr);
+        assert!(!all.contains(SECRET) && !all.contains("admin:"), "{all}");
+        if code == 3 {
+            assert!(
+                r.stderr
+                    .contains("API server http://127.0.0.1:1 unreachable"),
+                "{}",
+                r.stderr
+            );
+        }
+    }
 }
 
 /// `https://` to a plain-HTTP server: the error says TLS.

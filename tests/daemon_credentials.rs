@@ -65,6 +65,17 @@ fn gone(pid: i32) -> bool {
         || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
 }
 
+/// The world of [`setup`] with the hanging plugin, the daemon started (READY=1) and the
+/// plugin running for its boot restore; the plugin's child's PID.
+async fn started_with_a_hanging_plugin() -> Option<(World, i32)> {
+    let mut world = World::start(setup()).await?;
+    let pid_file = hanging_plugin(&world);
+    world.spawn_daemon();
+    world.wait_ready().await;
+    let child = plugin_child(&pid_file).await;
+    Some((world, child))
+}
+
 fn setup() -> Setup {
     Setup {
         // The request timeout is far beyond the budget: only the drain's deadline bounds the
@@ -80,13 +91,9 @@ fn setup() -> Setup {
 /// goes before logind's maximum (20 s), within the 3 s budget and the margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_exec_plugin_does_not_hold_the_lock_past_the_budget() {
-    let Some(mut world) = World::start(setup()).await else {
+    let Some((world, _)) = started_with_a_hanging_plugin().await else {
         return;
     };
-    let pid_file = hanging_plugin(&world);
-    world.spawn_daemon();
-    world.wait_ready().await;
-    plugin_child(&pid_file).await;
     world.rig.reboot().await;
     let outcome = world.expect_released(Duration::from_secs(25)).await;
     assert!(
@@ -103,20 +110,19 @@ async fn a_hanging_exec_plugin_does_not_hold_the_lock_past_the_budget() {
         )
         .await;
     let log = world.log();
-    assert!(!log.contains(SECRET), "the plugin's output or args leaked:\n{log}");
+    assert!(
+        !log.contains(SECRET),
+        "the plugin's output or args leaked:\n{log}"
+    );
 }
 
 /// SIGTERM while the boot restore waits for the plugin: the daemon exits at once, and the
 /// plugin and its child are killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_hanging_exec_plugin_stops_the_daemon_and_the_plugin() {
-    let Some(mut world) = World::start(setup()).await else {
+    let Some((mut world, child)) = started_with_a_hanging_plugin().await else {
         return;
     };
-    let pid_file = hanging_plugin(&world);
-    world.spawn_daemon();
-    world.wait_ready().await;
-    let child = plugin_child(&pid_file).await;
     world.signal(Signal::SIGTERM);
     let status = world.wait_exit(Duration::from_secs(10));
     assert!(

@@ -9,14 +9,14 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use http_body_util::BodyExt as _;
 use kube::Client;
 use kube::client::Body;
+
+use super::around::{Step, around};
 
 /// The most of an error answer's body read to tell whether it is a `Status`: they are small;
 /// a larger one is not the API server's.
@@ -102,38 +102,33 @@ fn is_api_answer(code: u16, body: &[u8]) -> bool {
             .is_some_and(|n| !n.is_empty())
 }
 
-/// A `tower` service in front of a kube client that ends a request whose error answer or
-/// redirect is not a `Status` with [`NotApiAnswer`].
+/// The step ([`super::around`]) in front of a kube client that ends a request whose error
+/// answer or redirect is not the API server's answer about the object with [`NotApiAnswer`].
 #[derive(Clone)]
 pub struct ApiAnswers {
-    inner: Client,
     /// The server URL's path (`/prefix`, or empty), which kube puts before each request's.
     prefix: String,
 }
 
 impl ApiAnswers {
-    pub fn new(inner: Client, server: &str) -> ApiAnswers {
+    /// `inner`, whose server is `server`, with its answers checked.
+    pub fn client(inner: Client, server: &str) -> Client {
         let prefix = server
             .parse::<http::Uri>()
             .map(|u| u.path().trim_end_matches('/').to_owned())
             .unwrap_or_default();
-        ApiAnswers { inner, prefix }
+        around(inner, ApiAnswers { prefix })
     }
 }
 
-impl tower_service::Service<Request<Body>> for ApiAnswers {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let inner = self.inner.clone();
+impl Step for ApiAnswers {
+    fn run(
+        &self,
+        inner: Client,
+        request: Request<Body>,
+    ) -> impl Future<Output = Result<Response<Body>, kube::Error>> + Send + 'static {
         let path = format!("{}{}", self.prefix, request.uri().path());
-        Box::pin(async move {
+        async move {
             let response = inner.send(request).await?;
             let code = response.status().as_u16();
             if code < 300 {
@@ -152,7 +147,7 @@ impl tower_service::Service<Request<Body>> for ApiAnswers {
                 .map(|c| c.to_bytes())
                 .unwrap_or_default();
             if is_api_answer(code, &bytes) {
-                return Ok(Response::from_parts(parts, Body::from(bytes.to_vec())));
+                return Ok(Response::from_parts(parts, Body::from(bytes)));
             }
             Err(kube::Error::Service(Box::new(NotApiAnswer::new(
                 code,
@@ -160,7 +155,7 @@ impl tower_service::Service<Request<Body>> for ApiAnswers {
                 &bytes,
                 retry_after,
             ))))
-        })
+        }
     }
 }
 

@@ -3,42 +3,37 @@
 //! authenticator re-runs its plugin after a 401 too, `plugin/pkg/client/auth/exec/exec.go`).
 
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 use http::header::AUTHORIZATION;
 use http::{Request, Response, StatusCode};
 use kube::Client;
 use kube::client::Body;
 
+use super::around::{Step, around};
 use super::credentials::Credentials;
 
-/// A `tower` service in front of a kube client that authorizes each request with
+/// The step ([`super::around`]) in front of a kube client that authorizes each request with
 /// [`Credentials`] (when they are ours; kube's own credentials are set by the inner client).
 #[derive(Clone)]
 pub struct Authorized {
-    inner: Client,
     credentials: Credentials,
 }
 
 impl Authorized {
-    pub fn new(inner: Client, credentials: Credentials) -> Authorized {
-        Authorized { inner, credentials }
+    /// `inner` with our credentials on each request.
+    pub fn client(inner: Client, credentials: Credentials) -> Client {
+        around(inner, Authorized { credentials })
     }
 }
 
-impl tower_service::Service<Request<Body>> for Authorized {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
-        let (inner, credentials) = (self.inner.clone(), self.credentials.clone());
-        Box::pin(async move {
+impl Step for Authorized {
+    fn run(
+        &self,
+        inner: Client,
+        mut request: Request<Body>,
+    ) -> impl Future<Output = Result<Response<Body>, kube::Error>> + Send + 'static {
+        let credentials = self.credentials.clone();
+        async move {
             let header = credentials
                 .header()
                 .await
@@ -51,6 +46,6 @@ impl tower_service::Service<Request<Body>> for Authorized {
                 credentials.unauthorized();
             }
             Ok(response)
-        })
+        }
     }
 }

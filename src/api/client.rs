@@ -455,14 +455,10 @@ pub async fn connect(
         })
     };
     let watch = build(watch_config)?;
-    let namespace = watch.default_namespace().to_string();
     let api = build(config)?;
     Ok(Clients {
         api: checked_and_authorized(api, &server, credentials),
-        watch: Client::new(
-            Paced::new(checked_and_authorized(watch, &server, credentials)),
-            namespace,
-        ),
+        watch: Paced::client(checked_and_authorized(watch, &server, credentials)),
         request_timeout,
         server,
         credentials: credentials.clone(),
@@ -484,9 +480,7 @@ async fn kube_view(
 /// `client` behind [`ApiAnswers`] (answers that are not the API's) and [`Authorized`] (our
 /// credentials on each request).
 fn checked_and_authorized(client: Client, server: &str, credentials: &Credentials) -> Client {
-    let namespace = client.default_namespace().to_string();
-    let checked = Client::new(ApiAnswers::new(client, server), namespace.clone());
-    Client::new(Authorized::new(checked, credentials.clone()), namespace)
+    Authorized::client(ApiAnswers::client(client, server), credentials.clone())
 }
 
 #[cfg(test)]

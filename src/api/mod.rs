@@ -6,6 +6,7 @@
 //! restore or the Ready wait bounds each request and each pause.
 
 pub mod answers;
+pub mod around;
 pub mod authorized;
 pub mod client;
 pub mod credentials;

@@ -312,11 +312,7 @@ impl Detach {
                 poll_until_gone(clients, &node, &volumes, tracked, started, deadline, errors).await
             }
         };
-        let still: Vec<&str> = reports
-            .iter()
-            .filter(|r| r.detached_ms.is_none())
-            .map(|r| r.volume.as_str())
-            .collect();
+        let still = still_attached(&reports);
         if !still.is_empty() {
             tracing::warn!(
                 "volumes still attached to node {node} at the drain deadline: {}",
@@ -553,11 +549,7 @@ async fn watch_until_gone(
             }
             if !announced {
                 announced = true;
-                let waiting: Vec<&str> = reports
-                    .iter()
-                    .filter(|r| r.detached_ms.is_none())
-                    .map(|r| r.volume.as_str())
-                    .collect();
+                let waiting = still_attached(&reports);
                 if !waiting.is_empty() {
                     tracing::info!(
                         "waiting for {} volumes of the evicted pods to detach from node {node}: {}",
@@ -662,6 +654,15 @@ async fn get_by_name(
         Err(e) if e.is_forbidden() && e.problem().contains("no relationship found") => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// The volumes of `reports` still attached.
+fn still_attached(reports: &[VolumeReport]) -> Vec<&str> {
+    reports
+        .iter()
+        .filter(|r| r.detached_ms.is_none())
+        .map(|r| r.volume.as_str())
+        .collect()
 }
 
 /// Logs each detach.

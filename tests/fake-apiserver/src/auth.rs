@@ -96,6 +96,10 @@ impl Attributes {
 
 const READ: &[&str] = &["get", "list", "watch"];
 
+/// The Node authorizer's graph: its decision for `(node, attributes)`, or `None` when it does
+/// not decide that resource.
+pub type Graph<'a> = dyn Fn(&str, &Attributes) -> Option<Result<(), String>> + 'a;
+
 /// The namespace of node Leases (`kube-node-lease`).
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -109,7 +113,7 @@ pub fn authorize(
     identity: &Identity,
     attrs: &Attributes,
     field_node: Option<&str>,
-    graph: &dyn Fn(&str, &Attributes) -> Option<Result<(), String>>,
+    graph: &Graph<'_>,
 ) -> Result<(), String> {
     let node = match identity {
         Identity::Admin => return Ok(()),
