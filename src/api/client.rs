@@ -415,12 +415,11 @@ pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ClientError> {
     Ok(crate::config::kubeconfig::read(path)?)
 }
 
-/// The API server URL of the kubeconfig's current context, the one [`connect`] uses, without a
-/// user name or password ([`crate::config::kubeconfig::read`] drops them).
+/// The API server URL of the kubeconfig's current context, the one [`connect`] uses (never with
+/// a user name or password: [`crate::config::kubeconfig::read`] drops them).
 pub fn server_url(kubeconfig: &Kubeconfig) -> String {
     crate::config::kubeconfig::current_cluster(kubeconfig)
-        .and_then(|c| c.server.as_deref())
-        .map(crate::config::kubeconfig::without_userinfo)
+        .and_then(|c| c.server.clone())
         .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
 }
 

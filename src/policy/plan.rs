@@ -181,6 +181,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pods_claims_include_its_generic_ephemeral_volumes_claims() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "a"},
+            "spec": {"containers": [{"name": "c"}], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "tmp", "emptyDir": {}},
+            ]},
+        }))
+        .unwrap();
+        assert_eq!(claims_of(&p), ["data-db-0", "db-0-scratch"]);
+    }
+
+    #[test]
     fn groups_by_priority_lowest_first_and_json_shape() {
         let s = Settings::from_str_at(
             Path::new("/t.toml"),
