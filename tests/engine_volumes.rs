@@ -336,3 +336,21 @@ async fn wait_for_detach_false_does_not_wait() {
         "no volume requests"
     );
 }
+
+/// A CSI volume that was never attached (no VolumeAttachment when the drain began: a driver
+/// without attach) is not reported as detached, with a node's credentials either: the look
+/// before the evictions found nothing to wait for.
+#[tokio::test]
+async fn the_kubelets_credentials_do_not_report_a_volume_never_attached() {
+    let c = csi_cluster(None).await;
+    c.server
+        .store()
+        .remove("VolumeAttachment", None, DB_ATTACHMENT)
+        .unwrap();
+    let engine = Engine::new(c.settings_as("system:node:node-a", "")).unwrap();
+    engine.prepare("test").await.unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(30)).await;
+    let text = report.to_text();
+    assert!(report.complete, "{text}\n{:?}", report.errors);
+    assert!(report.volumes.is_empty(), "{text}");
+}

@@ -190,6 +190,7 @@ impl Detach {
         let left = deadline.saturating_duration_since(Instant::now());
         let by = Instant::now() + (left / START_SHARE).min(clients.request_timeout);
         let (seen, task) = spawn_watch(clients, node, started);
+        let task = AbortOnDrop(task);
         let reads = futures::future::join_all(
             claims
                 .iter()
@@ -218,42 +219,45 @@ impl Detach {
             .and_then(|s| s.fatal.then(|| s.error.clone()).flatten())
             .filter(ApiError::is_forbidden);
         detach.follow = match refused {
-            None => Follow::Watch {
-                seen,
-                _task: AbortOnDrop(task),
-            },
+            None => Follow::Watch { seen, _task: task },
             Some(e) => {
-                task.abort();
-                detach.by_name(clients, e, by).await
+                drop(task);
+                detach.by_name(clients, &e, by).await
             }
         };
         detach
     }
 
-    /// The follower for credentials that may not list attachments: each known name read once
-    /// now (by `by`).
-    async fn by_name(&mut self, clients: &Clients, refusal: ApiError, by: Instant) -> Follow {
-        let unnamed: Vec<String> = self
-            .volumes
-            .iter()
-            .filter(|(_, v)| v.attachment.is_none())
-            .map(|(pv, _)| pv.clone())
-            .collect();
-        for pv in &unnamed {
-            let v = &self.volumes[pv];
+    /// Drops the volumes whose attachment name is not known (not CSI volumes) with an error
+    /// each: credentials that may not list attachments (`refusal`) cannot wait for them.
+    fn drop_unnamed(
+        node: &str,
+        volumes: &mut BTreeMap<String, Volume>,
+        refusal: &ApiError,
+        errors: &mut Vec<String>,
+    ) {
+        volumes.retain(|pv, v| {
+            if v.attachment.is_some() {
+                return true;
+            }
             let message = format!(
-                "cannot wait for the detach of volume {pv} (claim {}/{}) from node {}: these \
+                "cannot wait for the detach of volume {pv} (claim {}/{}) from node {node}: these \
                  credentials may not list volumeattachments ({}) and the volume is not a CSI \
                  volume, so its attachment's name is not known",
                 v.claim.0,
                 v.claim.1,
-                self.node,
                 refusal.problem()
             );
-            tracing::warn!(node = %self.node, "{message}");
-            self.errors.push(message);
-            self.volumes.remove(pv);
-        }
+            tracing::warn!(node = %node, "{message}");
+            errors.push(message);
+            false
+        });
+    }
+
+    /// The follower for credentials that may not list attachments: each known name read once
+    /// now (by `by`).
+    async fn by_name(&mut self, clients: &Clients, refusal: &ApiError, by: Instant) -> Follow {
+        Detach::drop_unnamed(&self.node, &mut self.volumes, refusal, &mut self.errors);
         if self.volumes.is_empty() {
             return Follow::Nothing;
         }
@@ -306,7 +310,17 @@ impl Detach {
         let reports = match follow {
             Follow::Nothing => return Vec::new(),
             Follow::Watch { seen, _task } => {
-                watch_until_gone(seen, &node, &volumes, deadline, errors).await
+                match watch_until_gone(seen, &node, &volumes, deadline, errors).await {
+                    Ok(reports) => reports,
+                    // Refused only after the evictions began: by name from here, each first
+                    // read deciding.
+                    Err(refusal) => {
+                        drop(_task);
+                        Detach::drop_unnamed(&node, &mut volumes, &refusal, errors);
+                        poll_until_gone(clients, &node, &volumes, None, started, deadline, errors)
+                            .await
+                    }
+                }
             }
             Follow::ByName { tracked } => {
                 poll_until_gone(clients, &node, &volumes, tracked, started, deadline, errors).await
@@ -519,29 +533,21 @@ fn absent_at_first_look(
 }
 
 /// The wait on the watch: until every attachment seen of `volumes` is gone, or `deadline`.
+/// `Err`: the watch's first list was refused (403), so the caller follows by name.
 async fn watch_until_gone(
     mut seen: watch::Receiver<Seen>,
     node: &str,
     volumes: &BTreeMap<String, Volume>,
     deadline: Instant,
     errors: &mut Vec<String>,
-) -> Vec<VolumeReport> {
+) -> Result<Vec<VolumeReport>, ApiError> {
     let listed_before = seen.borrow().listed;
     let object = format!("volumeattachments of node {node}");
     let mut announced = false;
     loop {
         let now = seen.borrow_and_update().clone();
-        if now.fatal || (!now.listed && Instant::now() >= deadline) {
-            let why = now.error.map_or_else(
-                || format!("{object}: no complete list before the drain deadline"),
-                |e| e.to_string(),
-            );
-            let message =
-                format!("cannot list {why}; the detach of the evicted pods' volumes is not known");
-            tracing::warn!("{message}");
-            errors.push(message);
-            return Vec::new();
-        }
+        // The deadline passed, or the watch's task ended (its error, if any, is in `now`).
+        let last = Instant::now() >= deadline || seen.has_changed().is_err();
         if now.listed {
             let mut reports = reports_of(&now.tracked, volumes);
             if !listed_before {
@@ -558,18 +564,26 @@ async fn watch_until_gone(
                     );
                 }
             }
-            if reports.iter().all(|r| r.detached_ms.is_some()) || Instant::now() >= deadline {
+            if last || reports.iter().all(|r| r.detached_ms.is_some()) {
                 say_detached(&reports, node);
-                return reports;
+                return Ok(reports);
             }
+        } else if now.fatal || last {
+            if let Some(e) = now.error.clone().filter(|e| now.fatal && e.is_forbidden()) {
+                return Err(e);
+            }
+            let why = now.error.map_or_else(
+                || format!("{object}: no complete list before the drain deadline"),
+                |e| e.to_string(),
+            );
+            let message =
+                format!("cannot list {why}; the detach of the evicted pods' volumes is not known");
+            tracing::warn!("{message}");
+            errors.push(message);
+            return Ok(Vec::new());
         }
-        if tokio::time::timeout_at(deadline, seen.changed())
-            .await
-            .is_err()
-        {
-            // One more pass at the deadline: reports as they are then.
-            seen.mark_changed();
-        }
+        // A change, the deadline, or the task's end: each leads to one more pass.
+        let _ = tokio::time::timeout_at(deadline, seen.changed()).await;
     }
 }
 
