@@ -3,6 +3,7 @@
 //! the Node Events and the last report together.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::config::Kubeconfig;
@@ -10,7 +11,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::api::client;
-use crate::api::{ApiError, ClientError, Clients};
+use crate::api::{ApiError, ClientError, Clients, Credentials};
 use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
@@ -61,6 +62,8 @@ impl Error {
 pub struct Engine {
     settings: Arc<Settings>,
     kubeconfig: Kubeconfig,
+    /// The token file's or exec plugin's credential, fetched by us (shareable across engines).
+    credentials: Credentials,
     clients: OnceCell<Clients>,
     /// The kind of shutdown this engine prepares and drains for (marker and report).
     kind: Option<ShutdownKind>,
@@ -68,16 +71,41 @@ pub struct Engine {
 
 use crate::budget::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
 
+/// How long past its deadline building the clients may take before it is cut off (see
+/// [`Engine::clients_by`]).
+const CONNECT_GRACE: Duration = Duration::from_millis(50);
+
 impl Engine {
-    /// Reads the kubeconfig (a bad one is an error here); no network I/O.
+    /// Reads the kubeconfig (a bad one is an error here); no network I/O, no credential plugin.
     pub fn new(settings: Arc<Settings>) -> Result<Engine, Error> {
         let kubeconfig = client::read_kubeconfig(&settings.kubeconfig)?;
+        let credentials =
+            Credentials::new(&kubeconfig, &settings.kubeconfig, settings.request_timeout);
         Ok(Engine {
             settings,
             kubeconfig,
+            credentials,
             clients: OnceCell::new(),
             kind: None,
         })
+    }
+
+    /// [`Engine::new`] using `credentials` (a cache the caller keeps: the daemon fetches and
+    /// refreshes them ahead of a shutdown, so its drain does not run a credential plugin) while
+    /// the kubeconfig still names the same token file or plugin.
+    pub fn with_credentials(
+        settings: Arc<Settings>,
+        credentials: &Credentials,
+    ) -> Result<Engine, Error> {
+        let mut engine = Engine::new(settings)?;
+        engine.credentials =
+            credentials.for_kubeconfig(&engine.kubeconfig, &engine.settings.kubeconfig);
+        Ok(engine)
+    }
+
+    /// The credentials this engine's clients use.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     /// The same engine, recording `kind` (the kind of shutdown, "reboot", "soft-reboot", ...)
@@ -91,23 +119,42 @@ impl Engine {
         &self.settings
     }
 
-    /// The clients, built on first use.
+    /// The clients, built on first use (a credential plugin that gives a client certificate
+    /// runs then, within the request timeout).
     pub async fn clients(&self) -> Result<&Clients, Error> {
-        self.clients
-            .get_or_try_init(|| {
-                client::connect(
-                    self.kubeconfig.clone(),
-                    &self.settings.kubeconfig,
-                    self.settings.request_timeout,
-                )
-            })
+        self.clients_by(Instant::now() + self.settings.request_timeout)
             .await
-            .map_err(Error::from)
+    }
+
+    /// [`Engine::clients`], giving up at `deadline`.
+    async fn clients_by(&self, deadline: Instant) -> Result<&Clients, Error> {
+        let connect = self.clients.get_or_try_init(|| {
+            client::connect(
+                self.kubeconfig.clone(),
+                &self.settings.kubeconfig,
+                self.settings.request_timeout,
+                &self.credentials,
+                deadline,
+            )
+        });
+        // The credential fetch inside is bounded by `deadline` and says why it ran out; this
+        // bound is for the rest, a moment later so that the fetch's own error comes first.
+        match tokio::time::timeout_at(deadline + CONNECT_GRACE, connect).await {
+            Ok(clients) => clients.map_err(Error::from),
+            Err(_) => Err(Error::Client(ClientError::Credentials(
+                crate::api::CredentialError::Deadline(self.credentials.describe()),
+            ))),
+        }
     }
 
     async fn ops(&self) -> Result<NodeOps<'_>, Error> {
+        self.ops_by(Instant::now() + self.settings.request_timeout)
+            .await
+    }
+
+    async fn ops_by(&self, deadline: Instant) -> Result<NodeOps<'_>, Error> {
         Ok(NodeOps {
-            clients: self.clients().await?,
+            clients: self.clients_by(deadline).await?,
             settings: &self.settings,
             kind: self.kind,
         })
@@ -140,7 +187,11 @@ impl Engine {
     /// The prepare's one guarded write (marker, taint, cordon), without the Events about it.
     async fn prepare_write(&self, why: &str, deadline: Instant) -> Result<PrepareOutcome, Error> {
         let boot_id = self.boot_id()?;
-        Ok(self.ops().await?.prepare(why, &boot_id, deadline).await?)
+        Ok(self
+            .ops_by(deadline)
+            .await?
+            .prepare(why, &boot_id, deadline)
+            .await?)
     }
 
     /// The `ForeignMarker` Event when the prepare replaced a marker we did not write; by
@@ -230,10 +281,9 @@ impl Engine {
         ready: impl std::future::Future<Output = ()>,
         on_plan: impl FnOnce(&Plan),
     ) -> Report {
-        let clients = match tokio::time::timeout_at(deadline, self.clients()).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return self.failed_report(&options, e.to_string()),
-            Err(_) => return self.failed_report(&options, "no client before the deadline".into()),
+        let clients = match self.clients_by(deadline).await {
+            Ok(c) => c,
+            Err(e) => return self.failed_report(&options, e.to_string()),
         };
         let events = NodeEvents::new(clients.clone(), &self.settings.node_name);
         let settings = self.settings.clone();
@@ -293,8 +343,8 @@ impl Engine {
 
     /// [`Engine::restore`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn restore_by(&self, deadline: Instant) -> Result<RestoreOutcome, Error> {
-        let clients = self.clients().await?;
-        let out = self.ops().await?.restore(deadline).await?;
+        let clients = self.clients_by(deadline).await?;
+        let out = self.ops_by(deadline).await?.restore(deadline).await?;
         let node = &self.settings.node_name;
         let events = NodeEvents::new(clients.clone(), node);
         let said = [
@@ -391,7 +441,11 @@ impl Engine {
         deadline: Instant,
         since: jiff::Timestamp,
     ) -> Result<(), Error> {
-        Ok(self.ops().await?.wait_ready(deadline, since).await?)
+        Ok(self
+            .ops_by(deadline)
+            .await?
+            .wait_ready(deadline, since)
+            .await?)
     }
 
     /// Watches the Node until it carries a marker annotation (ours or not): `Ok(true)`, or

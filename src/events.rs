@@ -11,7 +11,7 @@ use crate::api::Clients;
 /// The component name on our Events.
 pub const COMPONENT: &str = "kube-shutdown-drain";
 /// Node Events live in `default`, like the kubelet's.
-const EVENT_NAMESPACE: &str = "default";
+pub(crate) const EVENT_NAMESPACE: &str = "default";
 
 /// The Event reasons we write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

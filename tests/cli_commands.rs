@@ -373,6 +373,44 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
         "{}",
         r.stdout
     );
+    // A 1.32+ Node authorizer lets a node list and watch only its own pods (by the field
+    // selector the drain sends) and reach its Lease only in kube-node-lease: the reviews ask
+    // exactly that, so they are allowed.
+    for needle in ["list   pods ", "watch  pods ", "get    leases "] {
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("permission {needle}")))
+            .unwrap_or_else(|| panic!("{needle:?} missing:\n{}", r.stdout));
+        assert!(line.contains(" allowed "), "{line}");
+    }
+    let reviews: Vec<Value> = c
+        .server
+        .recorder()
+        .matching("POST", "selfsubjectaccessreviews")
+        .iter()
+        .map(|r| serde_json::from_str(&r.body).expect("a JSON review"))
+        .collect();
+    let asked = |verb: &str, resource: &str| {
+        reviews
+            .iter()
+            .map(|r| &r["spec"]["resourceAttributes"])
+            .find(|a| a["verb"] == verb && a["resource"] == resource)
+            .cloned()
+            .unwrap_or_else(|| panic!("no review of {verb} {resource}: {reviews:?}"))
+    };
+    for verb in ["list", "watch"] {
+        assert_eq!(
+            asked(verb, "pods")["fieldSelector"],
+            json!({"rawSelector": "spec.nodeName=node-a"})
+        );
+    }
+    let lease = asked("get", "leases");
+    assert_eq!(
+        (&lease["namespace"], &lease["name"]),
+        (&json!("kube-node-lease"), &json!("node-a"))
+    );
+    assert_eq!(asked("create", "events")["namespace"], "default");
 
     // A state directory that cannot be written (its parent is a file): exit 1, named.
     let file = c.dir.path().join("a-file");
@@ -838,4 +876,86 @@ async fn check_and_status_warn_about_a_kubelet_shutdown_lock_with_its_grace() {
             r.stderr
         );
     }
+}
+
+/// The kubelet's own credentials (`system:node:node-a`) against a server with the 1.32+ Node
+/// authorizer (field selectors, the Lease's namespace, the relationship graph for claims,
+/// volumes and attachments): `check` passes, and `plan`, `drain` and `restore` work, a pod with
+/// a claim included: its claim and volume are read before its eviction and its attachment is
+/// followed by name until it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_credentials_check_plan_drain_and_restore_a_node_with_a_claim() {
+    // `printf %s vol-dbcsi.example.comnode-a | sha256sum`
+    let attachment = "csi-438507ffea197264e379d2fbcbd3617fec2225660ea39b965a4a8ea6d97af8c3";
+    let db = pod_with(
+        NS,
+        "db-0",
+        NODE,
+        json!({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}}),
+    );
+    let c = Cluster::start(vec![
+        db,
+        pod(NS, "web", NODE),
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+               "metadata": {"name": "data", "namespace": NS}, "spec": {"volumeName": "pv-db"}}),
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-db"},
+               "spec": {"csi": {"driver": "csi.example.com", "volumeHandle": "vol-db"}}}),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+               "metadata": {"name": attachment},
+               "spec": {"attacher": "csi.example.com", "nodeName": NODE,
+                        "source": {"persistentVolumeName": "pv-db"}}}),
+    ])
+    .await;
+    let kubelet = c.config_file("system:node:node-a", "[drain]\ntimeout = \"10s\"\n");
+    match logind::Rig::start(logind::LogindOptions::default()).await {
+        Some(rig) => {
+            let r = cli_on_bus(&kubelet, &["check"], rig.address()).await;
+            assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+            assert!(!r.stdout.contains("DENIED"), "{}", r.stdout);
+        }
+        None => println!("skipped check: dbus-daemon or python3-dbusmock missing"),
+    }
+    let r = cli(&kubelet, &["plan"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("work/db-0") && r.stdout.contains("work/web"),
+        "{}",
+        r.stdout
+    );
+    let r = cli(&kubelet, &["drain", "--output", "json"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let report: Value = serde_json::from_str(&r.stdout).expect("a JSON report");
+    assert_eq!(report["complete"], true, "{report:#}");
+    assert_eq!(report["volumes"][0]["attachment"], attachment, "{report:#}");
+    assert!(report["volumes"][0]["detached_ms"].is_u64(), "{report:#}");
+    assert!(
+        c.server
+            .store()
+            .get("VolumeAttachment", None, attachment)
+            .is_none()
+    );
+    assert!(unschedulable(&c.node(NODE)));
+    // Refused: the taint patch, the attachment list, and the attachment by name once it is
+    // gone (a node sees a deleted attachment as "no relationship found"); check's forecast
+    // line asks for the budgets, which a node may not list (RBAC's system:node role).
+    let requests = c.server.recorder().requests();
+    let refused: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            r.status == 403
+                && !r.path.ends_with("/nodes/node-a")
+                && r.path != "/apis/policy/v1/poddisruptionbudgets"
+        })
+        .collect();
+    let list = "/apis/storage.k8s.io/v1/volumeattachments";
+    assert!(
+        refused.iter().any(|r| r.path == list)
+            && refused.iter().all(|r| r.path == list
+                || (r.path == format!("{list}/{attachment}")
+                    && r.response.contains("no relationship found"))),
+        "{refused:#?}"
+    );
+    let r = cli(&kubelet, &["restore"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(!unschedulable(&c.node(NODE)), "{}", r.stdout);
 }

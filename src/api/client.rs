@@ -16,6 +16,9 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::time::Instant;
 
+use super::answers::{ApiAnswers, NotApiAnswer};
+use super::authorized::Authorized;
+use super::credentials::{CredentialError, Credentials};
 use super::pace::Paced;
 use super::retry;
 
@@ -38,6 +41,9 @@ pub enum ClientError {
     },
     #[error("kubeconfig {path} cannot be used: {source}")]
     Build { path: PathBuf, source: kube::Error },
+    /// The token file or exec plugin gave no credential.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
 }
 
 /// Why a request got no answer.
@@ -58,7 +64,7 @@ impl fmt::Display for Cause {
         match self {
             Cause::ConnectionRefused => f.write_str("connection refused"),
             Cause::NameResolution(s) => write!(f, "name resolution failed ({s})"),
-            Cause::Tls(s) => write!(f, "TLS failed ({s})"),
+            Cause::Tls(s) => write!(f, "TLS handshake failed: {s}"),
             Cause::ConnectTimeout => f.write_str("connect timed out"),
             Cause::ConnectionClosed => f.write_str("connection closed before an answer"),
             Cause::Other(s) => f.write_str(s),
@@ -80,6 +86,11 @@ pub enum Kind {
     Transport(Cause),
     /// No answer within the request's time.
     Timeout(Duration),
+    /// An error status or redirect whose body is not a Kubernetes `Status`: what answered is
+    /// not the API server (a proxy, a wrong path prefix, a TLS port asked in plain HTTP).
+    Answer(NotApiAnswer),
+    /// The token file or exec credential plugin gave no credential (named, without secrets).
+    Credentials(String),
     /// Anything else (an answer that does not decode, a request that cannot be built).
     Other(String),
 }
@@ -143,6 +154,15 @@ impl ApiError {
                     .filter(|s| *s > 0)
                     .map(Duration::from_secs),
             },
+            kube::Error::Service(ref inner) if inner.is::<NotApiAnswer>() => {
+                match inner.downcast_ref::<NotApiAnswer>() {
+                    Some(answer) => Kind::Answer(answer.clone()),
+                    None => Kind::Other(e.to_string()),
+                }
+            }
+            kube::Error::Service(ref inner) if inner.is::<CredentialError>() => {
+                Kind::Credentials(inner.to_string())
+            }
             kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
                 Kind::Transport(cause_of(&e))
             }
@@ -190,28 +210,34 @@ impl ApiError {
                 )
             }
             Kind::Timeout(d) => format!("no answer from API server {} within {d:?}", self.0.server),
+            Kind::Answer(answer) => format!("API server {}: {answer}", self.0.server),
+            Kind::Credentials(s) => one_line(s),
             Kind::Other(s) => one_line(s),
         }
     }
 
     /// The HTTP status code, when the server answered.
     pub fn code(&self) -> Option<u16> {
-        match self.0.kind {
-            Kind::Status { code, .. } => Some(code),
+        match &self.0.kind {
+            Kind::Status { code, .. } => Some(*code),
+            Kind::Answer(answer) => Some(answer.code),
             _ => None,
         }
     }
 
     /// The server asked us to wait this long (429, 503).
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.0.kind {
-            Kind::Status { retry_after, .. } => retry_after,
+        match &self.0.kind {
+            Kind::Status { retry_after, .. } => *retry_after,
+            Kind::Answer(answer) => answer.retry_after,
             _ => None,
         }
     }
 
+    /// The API server's NotFound: a 404 with a `Status` body. A 404 from something else (a
+    /// proxy, a wrong path prefix) says nothing about the object.
     pub fn is_not_found(&self) -> bool {
-        self.code() == Some(404)
+        matches!(self.0.kind, Kind::Status { code: 404, .. })
     }
 
     pub fn is_forbidden(&self) -> bool {
@@ -235,9 +261,13 @@ impl ApiError {
         }
     }
 
-    /// The server could not be reached at all (as opposed to answering with an error).
+    /// The API server could not be reached at all (as opposed to answering with an error), or
+    /// what answered is not an API server.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self.0.kind, Kind::Transport(_) | Kind::Timeout(_))
+        matches!(
+            self.0.kind,
+            Kind::Transport(_) | Kind::Timeout(_) | Kind::Answer(_)
+        )
     }
 
     /// The server itself is in trouble: no answer, or a 5xx.
@@ -266,6 +296,9 @@ fn cause_of(e: &(dyn std::error::Error + 'static)) -> Cause {
                 _ => {}
             }
         }
+        if let Some(tls) = rustls_error(err) {
+            return Cause::Tls(tls_problem(tls));
+        }
         texts.push(err.to_string());
         cur = err.source();
     }
@@ -291,6 +324,31 @@ fn cause_of(e: &(dyn std::error::Error + 'static)) -> Cause {
     }
 }
 
+/// The rustls error in `e`: tokio-rustls wraps it in an io::Error and hyper-rustls wraps that in
+/// another (`io::Error::other`), and an io::Error's `source()` skips the error it wraps, so this
+/// looks inside each by hand. rustls' text does not say TLS ("received corrupt message of type
+/// InvalidContentType": a plain-HTTP server behind an https:// URL).
+fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let inner = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    rustls_error(inner)
+}
+
+/// What a TLS failure means, in words: rustls' text plus, for an answer that is not TLS at all,
+/// the likely cause.
+fn tls_problem(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType) => {
+            format!(
+                "{e}: the server did not answer in TLS (a plain-HTTP server behind an https:// URL?)"
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
 /// The two clients the engine uses, and where they point.
 #[derive(Clone)]
 pub struct Clients {
@@ -299,8 +357,10 @@ pub struct Clients {
     /// Watches only (paced: at most 2 watch requests a second per watched resource).
     pub watch: Client,
     pub request_timeout: Duration,
-    /// The API server URL, for messages.
+    /// The API server URL, for messages (never with a user name or password).
     pub server: Arc<str>,
+    /// The credentials we fetch (token file, exec plugin), shared by both clients.
+    pub credentials: Credentials,
 }
 
 impl Clients {
@@ -355,28 +415,25 @@ pub fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ClientError> {
     Ok(crate::config::kubeconfig::read(path)?)
 }
 
-/// The API server URL of the kubeconfig's current context, the one [`connect`] uses.
+/// The API server URL of the kubeconfig's current context, the one [`connect`] uses (never with
+/// a user name or password: [`crate::config::kubeconfig::read`] drops them).
 pub fn server_url(kubeconfig: &Kubeconfig) -> String {
-    let cluster = kubeconfig
-        .current_context
-        .as_ref()
-        .and_then(|name| kubeconfig.contexts.iter().find(|c| &c.name == name))
-        .and_then(|c| c.context.as_ref())
-        .map(|c| c.cluster.as_str());
-    cluster
-        .and_then(|name| kubeconfig.clusters.iter().find(|c| c.name == name))
-        .and_then(|c| c.cluster.as_ref())
+    crate::config::kubeconfig::current_cluster(kubeconfig)
         .and_then(|c| c.server.clone())
         .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
 }
 
-/// Builds the clients from a parsed kubeconfig (its current context).
+/// Builds the clients from a parsed kubeconfig (its current context). The credentials we fetch
+/// (token file, exec plugin) are fetched here unless `credentials` holds them, by `deadline`.
 pub async fn connect(
     kubeconfig: Kubeconfig,
     path: &Path,
     request_timeout: Duration,
+    credentials: &Credentials,
+    deadline: Instant,
 ) -> Result<Clients, ClientError> {
     let server: Arc<str> = server_url(&kubeconfig).into();
+    let kubeconfig = kube_view(kubeconfig, credentials, deadline).await?;
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
@@ -397,13 +454,32 @@ pub async fn connect(
         })
     };
     let watch = build(watch_config)?;
-    let namespace = watch.default_namespace().to_string();
+    let api = build(config)?;
     Ok(Clients {
-        api: build(config)?,
-        watch: Client::new(Paced::new(watch), namespace),
+        api: checked_and_authorized(api, &server, credentials),
+        watch: Paced::client(checked_and_authorized(watch, &server, credentials)),
         request_timeout,
         server,
+        credentials: credentials.clone(),
     })
+}
+
+/// `kubeconfig` as kube gets it: the credentials we fetch taken out, fetched now (by
+/// `deadline`) so that a bad token file or a failing plugin is an error of the client, and a
+/// plugin's client certificate put in.
+async fn kube_view(
+    kubeconfig: Kubeconfig,
+    credentials: &Credentials,
+    deadline: Instant,
+) -> Result<Kubeconfig, ClientError> {
+    credentials.prefetch(deadline).await?;
+    Ok(credentials.for_kube(kubeconfig, credentials.identity()))
+}
+
+/// `client` behind [`ApiAnswers`] (answers that are not the API's) and [`Authorized`] (our
+/// credentials on each request).
+fn checked_and_authorized(client: Client, server: &str, credentials: &Credentials) -> Client {
+    Authorized::client(ApiAnswers::client(client, server), credentials.clone())
 }
 
 #[cfg(test)]

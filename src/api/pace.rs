@@ -5,9 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -15,22 +13,22 @@ use kube::Client;
 use kube::client::Body;
 use tokio::time::Instant;
 
+use super::around::{Step, around};
+
 /// The shortest time between two watch requests for one resource: 2 a second at most.
 pub const MIN_GAP: Duration = Duration::from_millis(500);
 
-/// A `tower` service in front of a kube client that delays watch requests to keep [`MIN_GAP`].
-#[derive(Clone)]
+/// The step ([`super::around`]) in front of a kube client that delays watch requests to keep
+/// [`MIN_GAP`].
+#[derive(Clone, Default)]
 pub struct Paced {
-    inner: Client,
     next: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 impl Paced {
-    pub fn new(inner: Client) -> Paced {
-        Paced {
-            inner,
-            next: Arc::default(),
-        }
+    /// `inner` with its watch requests paced.
+    pub fn client(inner: Client) -> Client {
+        around(inner, Paced::default())
     }
 
     /// When a request to `key` may start, and books that slot.
@@ -59,24 +57,19 @@ pub fn watch_key(uri: &http::Uri) -> Option<String> {
     is_watch.then(|| format!("{}?{}", uri.path(), selectors.join("&")))
 }
 
-impl tower_service::Service<Request<Body>> for Paced {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
+impl Step for Paced {
+    fn run(
+        &self,
+        inner: Client,
+        request: Request<Body>,
+    ) -> impl Future<Output = Result<Response<Body>, kube::Error>> + Send + 'static {
         let at = watch_key(request.uri()).map(|key| self.slot(key));
-        let inner = self.inner.clone();
-        Box::pin(async move {
+        async move {
             if let Some(at) = at {
                 tokio::time::sleep_until(at).await;
             }
             inner.send(request).await
-        })
+        }
     }
 }
 

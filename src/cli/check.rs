@@ -10,13 +10,14 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    FieldSelectorAttributes, ResourceAttributes, SelfSubjectAccessReview,
+    SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::api::guarded::FIELD_MANAGER;
-use crate::api::{ApiError, Clients};
+use crate::api::{ApiError, Clients, Credentials};
 use crate::budget;
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
 use crate::config::{OnDeadline, Settings, TaintEffect};
@@ -29,11 +30,28 @@ struct Permission {
     group: &'static str,
     resource: &'static str,
     subresource: &'static str,
-    /// Scoped to our node's name (nodes) or unscoped.
-    named: bool,
+    /// What the program's own requests name, so the review asks exactly what they will send.
+    scope: Scope,
     /// Without it the drain cannot work; otherwise a feature degrades.
     required: bool,
     what: &'static str,
+}
+
+/// The part of a request beyond verb and resource that an authorizer may look at: the Node
+/// authorizer (kubernetes plugin/pkg/auth/authorizer/node) decides on the object's name, the
+/// Lease's namespace and, from 1.32, a pod list's `spec.nodeName` field selector.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Scope {
+    /// No namespace, name or selector (the object is not known in advance).
+    Any,
+    /// Our Node, by name.
+    OurNode,
+    /// The pods bound to our Node: the drain's field selector `spec.nodeName=NODE`.
+    OurPods,
+    /// Our Node's Lease, `kube-node-lease/NODE`.
+    OurLease,
+    /// The Events about our Node, in their namespace.
+    OurEvents,
 }
 
 const fn perm(
@@ -41,7 +59,7 @@ const fn perm(
     group: &'static str,
     resource: &'static str,
     subresource: &'static str,
-    named: bool,
+    scope: Scope,
     required: bool,
     what: &'static str,
 ) -> Permission {
@@ -50,21 +68,22 @@ const fn perm(
         group,
         resource,
         subresource,
-        named,
+        scope,
         required,
         what,
     }
 }
 
 fn permissions(settings: &Settings) -> Vec<Permission> {
+    use Scope::{Any, OurEvents, OurLease, OurNode, OurPods};
     let mut p = vec![
-        perm("get", "", "nodes", "", true, true, "read the node"),
+        perm("get", "", "nodes", "", OurNode, true, "read the node"),
         perm(
             "patch",
             "",
             "nodes",
             "",
-            true,
+            OurNode,
             true,
             "marker, cordon, taint",
         ),
@@ -73,7 +92,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "",
             "nodes",
             "",
-            true,
+            OurNode,
             false,
             "wait for Ready before restoring",
         ),
@@ -82,20 +101,36 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "",
             "nodes",
             "",
-            false,
+            Any,
             false,
             "forecast: where replacements can run",
         ),
-        perm("list", "", "pods", "", false, true, "list the node's pods"),
-        perm("watch", "", "pods", "", false, true, "see evicted pods go"),
-        perm("create", "", "pods", "eviction", false, true, "evict pods"),
-        perm("create", "", "events", "", false, false, "Node Events"),
+        perm(
+            "list",
+            "",
+            "pods",
+            "",
+            OurPods,
+            true,
+            "list the node's pods",
+        ),
+        perm(
+            "watch",
+            "",
+            "pods",
+            "",
+            OurPods,
+            true,
+            "see evicted pods go",
+        ),
+        perm("create", "", "pods", "eviction", Any, true, "evict pods"),
+        perm("create", "", "events", "", OurEvents, false, "Node Events"),
         perm(
             "get",
             "coordination.k8s.io",
             "leases",
             "",
-            true,
+            OurLease,
             false,
             "see a live kubelet by its Lease before restoring",
         ),
@@ -104,7 +139,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "policy",
             "poddisruptionbudgets",
             "",
-            false,
+            Any,
             false,
             "read a budget that refused an eviction",
         ),
@@ -113,7 +148,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "policy",
             "poddisruptionbudgets",
             "",
-            false,
+            Any,
             false,
             "retry a blocked eviction as soon as its budget opens",
         ),
@@ -124,9 +159,18 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "",
             "persistentvolumeclaims",
             "",
-            false,
+            Any,
             false,
             "find the volumes of evicted pods",
+        ));
+        p.push(perm(
+            "get",
+            "",
+            "persistentvolumes",
+            "",
+            Any,
+            false,
+            "name the attachments of evicted pods' volumes",
         ));
         // Two calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
         p.push(perm(
@@ -134,7 +178,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "storage.k8s.io",
             "volumeattachments",
             "",
-            false,
+            Any,
             false,
             "wait for evicted pods' volumes to detach",
         ));
@@ -143,7 +187,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "storage.k8s.io",
             "volumeattachments",
             "",
-            false,
+            Any,
             false,
             "see evicted pods' volumes detach",
         ));
@@ -154,12 +198,54 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "",
             "pods",
             "",
-            false,
+            Any,
             true,
             "delete pods at the deadline",
         ));
     }
     p
+}
+
+/// The storage resources a node's credentials may read per object only.
+const STORAGE: &[&str] = &[
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "volumeattachments",
+];
+
+/// The access review of `p` for `node`: the attributes the program's own request will carry.
+fn review_of(p: &Permission, node: &str) -> SelfSubjectAccessReview {
+    let mut attributes = ResourceAttributes {
+        verb: Some(p.verb.into()),
+        group: Some(p.group.into()),
+        resource: Some(p.resource.into()),
+        subresource: (!p.subresource.is_empty()).then(|| p.subresource.into()),
+        ..ResourceAttributes::default()
+    };
+    match p.scope {
+        Scope::Any => {}
+        Scope::OurNode => attributes.name = Some(node.to_owned()),
+        // authorization.k8s.io/v1 `fieldSelector` (1.31+; older servers drop the field and
+        // answer for the unselected list, which they allow a node).
+        Scope::OurPods => {
+            attributes.field_selector = Some(FieldSelectorAttributes {
+                raw_selector: Some(crate::drain::tracker::field_selector(node)),
+                requirements: None,
+            })
+        }
+        Scope::OurLease => {
+            attributes.namespace = Some(crate::node::NODE_LEASE_NAMESPACE.to_owned());
+            attributes.name = Some(node.to_owned());
+        }
+        Scope::OurEvents => attributes.namespace = Some(crate::events::EVENT_NAMESPACE.to_owned()),
+    }
+    SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(attributes),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    }
 }
 
 pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
@@ -173,26 +259,15 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     );
     let engine = Engine::new(settings.clone())?;
     outln!("kubeconfig {}: readable", settings.kubeconfig.display());
+    credentials_line(engine.credentials()).await?;
     let node_object = engine.node().await?;
     outln!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
     let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
     let mut ok = true;
+    let mut storage_denied = false;
     for p in permissions(&settings) {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(p.verb.into()),
-                    group: Some(p.group.into()),
-                    resource: Some(p.resource.into()),
-                    subresource: (!p.subresource.is_empty()).then(|| p.subresource.into()),
-                    name: p.named.then(|| node.clone()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
-            },
-            ..SelfSubjectAccessReview::default()
-        };
+        let review = review_of(&p, &node);
         let resource = if p.subresource.is_empty() {
             p.resource.to_string()
         } else {
@@ -217,10 +292,18 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             }
             (false, false) => "denied (optional)",
         };
+        storage_denied |= !allowed && p.scope == Scope::Any && STORAGE.contains(&p.resource);
         outln!(
             "permission {:<6} {resource:<26} {verdict:<17} {}",
             p.verb,
             p.what
+        );
+    }
+    if storage_denied {
+        outln!(
+            "volumes: a node's own credentials may get the claims, volumes and attachments of \
+             its pods one by one (the Node authorizer), which a review without a name cannot \
+             show; the drain reads them before the evictions and follows attachments by name"
         );
     }
     if settings.taint.enabled {
@@ -260,6 +343,25 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     }
     super::forecast::line(&settings, "").await;
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
+}
+
+/// The credential we fetch ourselves (token file, exec plugin), fetched now: what it gave and
+/// until when. A failure is the command's error (exit 2), named without secrets.
+async fn credentials_line(credentials: &Credentials) -> Result<(), CliError> {
+    if !credentials.is_ours() {
+        return Ok(());
+    }
+    let deadline = tokio::time::Instant::now() + credentials.limit();
+    credentials
+        .prefetch(deadline)
+        .await
+        .map_err(|e| CliError::Engine(crate::engine::Error::Client(e.into())))?;
+    let until = credentials.expires_at().map_or_else(
+        || "no expiry given".to_owned(),
+        |t| format!("valid until {t}"),
+    );
+    outln!("credentials: {} answered ({until})", credentials.describe());
+    Ok(())
 }
 
 /// The taint patch the drain would send, as a server-side dry run (`?dryRun=All`): admission

@@ -59,7 +59,87 @@ pub fn read(path: &Path) -> Result<Kubeconfig, KubeconfigFileError> {
     if let Some(dir) = path.parent() {
         resolve_relative_paths(&mut config, dir);
     }
+    drop_userinfo(&mut config, path);
     Ok(config)
+}
+
+/// Takes a user name or password out of each cluster's server URL (`https://u:p@host`): the
+/// API server takes no credentials there (kube's client does not send them; client-go would,
+/// as basic auth, which Kubernetes removed in 1.19), and a URL is printed in many messages, so
+/// no part of the program holds them past this point.
+fn drop_userinfo(config: &mut Kubeconfig, path: &Path) {
+    for named in &mut config.clusters {
+        let Some(cluster) = named.cluster.as_mut() else {
+            continue;
+        };
+        let Some(server) = cluster.server.as_deref() else {
+            continue;
+        };
+        let clean = without_userinfo(server);
+        if clean != server {
+            tracing::warn!(
+                "kubeconfig {}: the server URL of cluster {} carries a user name or password; \
+                 it is not used and never shown",
+                path.display(),
+                named.name
+            );
+            cluster.server = Some(clean);
+        }
+    }
+}
+
+/// `url` without the user name and password of its authority (`https://u:p@h:1/x` ->
+/// `https://h:1/x`). Pure.
+pub fn without_userinfo(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+/// The current context of `kubeconfig`, as kube picks it.
+fn current_context(kubeconfig: &Kubeconfig) -> Option<&kube::config::Context> {
+    let name = kubeconfig.current_context.as_ref()?;
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| &c.name == name)
+        .and_then(|c| c.context.as_ref())
+}
+
+/// The cluster of the current context.
+pub fn current_cluster(kubeconfig: &Kubeconfig) -> Option<&kube::config::Cluster> {
+    let name = &current_context(kubeconfig)?.cluster;
+    kubeconfig
+        .clusters
+        .iter()
+        .find(|c| &c.name == name)
+        .and_then(|c| c.cluster.as_ref())
+}
+
+/// The user of the current context.
+pub fn current_user(kubeconfig: &Kubeconfig) -> Option<&kube::config::AuthInfo> {
+    let name = current_context(kubeconfig)?.user.as_deref()?;
+    kubeconfig
+        .auth_infos
+        .iter()
+        .find(|a| a.name == name)
+        .and_then(|a| a.auth_info.as_ref())
+}
+
+/// The user of the current context, to change it.
+pub fn current_user_mut(kubeconfig: &mut Kubeconfig) -> Option<&mut kube::config::AuthInfo> {
+    let name = current_context(kubeconfig)?.user.clone()?;
+    kubeconfig
+        .auth_infos
+        .iter_mut()
+        .find(|a| a.name == name)
+        .and_then(|a| a.auth_info.as_mut())
 }
 
 /// Makes the file references of a kubeconfig absolute against `dir`: certificate authority,
@@ -147,6 +227,36 @@ mod tests {
         std::fs::write(&big, vec![b'#'; super::super::MAX_FILE_SIZE as usize + 1]).unwrap();
         let msg = read(&big).unwrap_err().to_string();
         assert!(msg.ends_with("is larger than 1024 KiB"), "{msg}");
+    }
+
+    #[test]
+    fn a_user_name_or_password_in_the_server_url_is_dropped() {
+        assert_eq!(
+            without_userinfo("https://admin:s3cr3t@10.0.0.1:6443/k8s"),
+            "https://10.0.0.1:6443/k8s"
+        );
+        assert_eq!(
+            without_userinfo("https://a%40b:p@ss@h:6443"),
+            "https://h:6443"
+        );
+        assert_eq!(without_userinfo("http://h/x@y"), "http://h/x@y");
+        assert_eq!(without_userinfo("user@h:6443"), "h:6443");
+        assert_eq!(without_userinfo("https://h:6443"), "https://h:6443");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nclusters:\n- name: c\n  cluster:\n    server: \
+                 https://admin:{SECRET}@127.0.0.1:1\ncontexts:\n- name: x\n  context:\n    \
+                 cluster: c\ncurrent-context: x\n"
+            ),
+        )
+        .unwrap();
+        let kc = read(&path).unwrap();
+        let server = kc.clusters[0].cluster.as_ref().unwrap().server.clone();
+        assert_eq!(server.as_deref(), Some("https://127.0.0.1:1"));
+        assert_eq!(crate::api::client::server_url(&kc), "https://127.0.0.1:1");
     }
 
     #[test]

@@ -25,6 +25,9 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between restore attempts: an API server that is down for long is retried twice
 /// a minute, which costs nothing and puts the node back soon after it returns.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How long after a cancel a prepare write may still land: kube-apiserver's default
+/// `--request-timeout` (one minute), after which it gives up on a request itself.
+const LANDING_WINDOW: Duration = Duration::from_secs(60);
 
 /// Why a restore runs; it decides which markers are ours to undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,9 +90,15 @@ async fn attempt(
     let engine = Engine::new(settings.clone())?;
     let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
+        tracing::info!("node {node} carries no marker of ours; nothing to restore");
         // The prepare PATCH of a drain stopped by the cancel may have been sent and not yet
-        // applied: look once more after it could have been.
-        tokio::time::sleep(settings.request_timeout).await;
+        // applied: kube-apiserver finishes a request whose client went away, up to its
+        // request timeout. Watch for it that long.
+        let deadline = tokio::time::Instant::now() + LANDING_WINDOW;
+        if !engine.wait_for_marker(deadline).await? {
+            return Ok(false);
+        }
+        tracing::info!("a marker landed on node {node} after the cancel; restoring it");
         read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     }
     let marker = match read {

@@ -234,8 +234,18 @@ pub async fn drain(
     tracing::info!("{started_msg}");
     run.post_event(EventReason::DrainStarted, started_msg);
 
-    // The caller's prepare (cordon) must be over before the first eviction.
-    if tokio::time::timeout_at(work_deadline, ready).await.is_err() {
+    // The caller's prepare (cordon) must be over before the first eviction, and so must the
+    // reads of the evicted pods' claims and volumes (readable with a node's credentials only
+    // while the pods are there).
+    let detach = async {
+        if settings.drain.wait_for_detach {
+            Some(volumes::Detach::start(clients, &node, &plan, started, work_deadline).await)
+        } else {
+            None
+        }
+    };
+    let (prepared, detach) = tokio::join!(tokio::time::timeout_at(work_deadline, ready), detach);
+    if prepared.is_err() {
         tracing::warn!("the prepare of node {node} was not over by the drain deadline");
     }
     let mut schedule = Schedule::default();
@@ -253,8 +263,8 @@ pub async fn drain(
     watch.abort_all();
 
     let mut reached = reached;
-    if !reached && settings.drain.wait_for_detach {
-        reached = wait_for_volumes(clients, &run, &mut report, started, work_deadline).await;
+    if let Some(detach) = detach.filter(|_| !reached) {
+        reached = wait_for_volumes(clients, &run, detach, &mut report, work_deadline).await;
     }
     report.pods = run.take_reports();
     report.deadline_reached = reached;
@@ -284,23 +294,14 @@ fn dry_run_rows(plan: &Plan) -> Vec<PodReport> {
 async fn wait_for_volumes(
     clients: &Clients,
     run: &Run,
+    detach: volumes::Detach,
     report: &mut Report,
-    started: Instant,
     work_deadline: Instant,
 ) -> bool {
     let claims = volumes::claims_to_wait_for(&run.snapshot());
-    if claims.is_empty() {
-        return false;
-    }
-    report.volumes = volumes::wait_for_detach(
-        clients,
-        &run.settings.node_name,
-        &claims,
-        started,
-        work_deadline,
-        &mut report.errors,
-    )
-    .await;
+    report.volumes = detach
+        .wait(clients, &claims, work_deadline, &mut report.errors)
+        .await;
     report.volumes.iter().any(|v| v.detached_ms.is_none())
 }
 

@@ -27,7 +27,7 @@ pub use marker::{
     EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours,
     is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
 };
-pub use ops::NodeOps;
+pub use ops::{NODE_LEASE_NAMESPACE, NodeOps};
 
 /// A Node operation failed. Every variant names the node (an [`ApiError`] names its object).
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,10 @@ use crate::api::guarded::{self, GuardedError, Written};
 use crate::api::retry;
 use crate::config::Settings;
 
+/// The namespace of the kubelets' node Leases (the Node authorizer lets a node reach its Lease
+/// only there); `check` reviews the same.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
 /// Node operations for one node.
 pub struct NodeOps<'a> {
     pub clients: &'a Clients,
@@ -356,7 +360,7 @@ impl NodeOps<'_> {
         let started = Instant::now();
         let name = self.name().to_string();
         let api: Api<Node> = Api::all(self.clients.watch.clone());
-        let leases: Api<Lease> = Api::namespaced(self.clients.api.clone(), "kube-node-lease");
+        let leases: Api<Lease> = Api::namespaced(self.clients.api.clone(), NODE_LEASE_NAMESPACE);
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(WATCH_SECONDS);

@@ -25,8 +25,9 @@ pub struct PlannedPod {
     pub reason: Reason,
     /// The order group of an evicted pod (lower first); `null` otherwise.
     pub order: Option<i32>,
-    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount; the drain waits
-    /// for their volumes to detach.
+    /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount, a generic
+    /// ephemeral volume's claim (`POD-VOLUME`) included; the drain waits for their volumes to
+    /// detach.
     #[serde(skip)]
     pub claims: Vec<String>,
     /// The pod's own grace period (`spec.terminationGracePeriodSeconds`, default 30).
@@ -45,13 +46,7 @@ impl PlannedPod {
             action: v.action,
             reason: v.reason,
             order: v.order,
-            claims: pod
-                .spec
-                .iter()
-                .flat_map(|s| s.volumes.iter().flatten())
-                .filter_map(|v| v.persistent_volume_claim.as_ref())
-                .map(|c| c.claim_name.clone())
-                .collect(),
+            claims: claims_of(pod),
             grace_seconds: pod
                 .spec
                 .as_ref()
@@ -64,6 +59,22 @@ impl PlannedPod {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
+}
+
+/// The claims `pod` mounts: its `persistentVolumeClaim` volumes and the claims of its generic
+/// ephemeral volumes, named `POD-VOLUME` (kubernetes `component-helpers/storage/ephemeral`,
+/// `VolumeClaimName`). Pure.
+fn claims_of(pod: &Pod) -> Vec<String> {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{name}-{}", v.name)),
+            (None, None) => None,
+        })
+        .collect()
 }
 
 /// The width of the POD column: the longest `namespace/name`, at least the header's.
@@ -167,6 +178,20 @@ mod tests {
             m.extend(e);
         }
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_pods_claims_include_its_generic_ephemeral_volumes_claims() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "a"},
+            "spec": {"containers": [{"name": "c"}], "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "tmp", "emptyDir": {}},
+            ]},
+        }))
+        .unwrap();
+        assert_eq!(claims_of(&p), ["data-db-0", "db-0-scratch"]);
     }
 
     #[test]

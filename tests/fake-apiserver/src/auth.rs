@@ -96,38 +96,93 @@ impl Attributes {
 
 const READ: &[&str] = &["get", "list", "watch"];
 
+/// The Node authorizer's graph: its decision for `(node, attributes)`, or `None` when it does
+/// not decide that resource.
+pub type Graph<'a> = dyn Fn(&str, &Attributes) -> Option<Result<(), String>> + 'a;
+
+/// The namespace of node Leases (`kube-node-lease`).
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
 /// Whether `identity` may do what `attrs` describe (authorization only; NodeRestriction's
-/// checks on the object itself are in `node_may_*`).
-pub fn allowed(identity: &Identity, attrs: &Attributes) -> bool {
+/// checks on the object itself are in `node_may_*`). `Err` carries the authorizer's reason,
+/// empty for a plain RBAC denial; the 403 message appends it after a colon, as the real
+/// apiserver does. `field_node` is the `spec.nodeName` a field selector requires (the query's
+/// `fieldSelector`, or an access review's `resourceAttributes.fieldSelector`); `graph`
+/// answers for the objects the Node authorizer relates to a node ([`crate::node_graph`]).
+pub fn authorize(
+    identity: &Identity,
+    attrs: &Attributes,
+    field_node: Option<&str>,
+    graph: &Graph<'_>,
+) -> Result<(), String> {
     let node = match identity {
-        Identity::Admin => return true,
+        Identity::Admin => return Ok(()),
         Identity::Node(n) => n.as_str(),
     };
+    if let Some(decision) = graph(node, attrs) {
+        return decision;
+    }
     let verb = attrs.verb.as_str();
     let own = attrs.name.is_empty() || attrs.name == node;
+    let rbac = |ok: bool| if ok { Ok(()) } else { Err(String::new()) };
     match (
         attrs.group.as_str(),
         attrs.resource.as_str(),
         attrs.subresource.as_str(),
     ) {
         // Patching other nodes passes authorization; NodeRestriction admission refuses it.
-        ("", "nodes", "") => {
+        ("", "nodes", "") => rbac(
             READ.contains(&verb)
                 || matches!(verb, "patch" | "update")
-                || (own && matches!(verb, "create" | "delete"))
+                || (own && matches!(verb, "create" | "delete")),
+        ),
+        ("", "nodes", "status") => rbac(matches!(verb, "get" | "patch" | "update")),
+        // The Node authorizer with selectors (default from 1.32): a node lists and watches only
+        // its own pods, by a `spec.nodeName` field selector.
+        ("", "pods", "") if matches!(verb, "list" | "watch") => {
+            if field_node == Some(node) {
+                Ok(())
+            } else {
+                Err("can only list/watch pods with spec.nodeName field selector".into())
+            }
         }
-        ("", "nodes", "status") => matches!(verb, "get" | "patch" | "update"),
-        ("", "pods", "") => READ.contains(&verb) || matches!(verb, "create" | "delete"),
-        ("", "pods", "status") => matches!(verb, "get" | "patch" | "update"),
-        ("", "pods", "eviction") => verb == "create",
+        ("", "pods", "") => rbac(READ.contains(&verb) || matches!(verb, "create" | "delete")),
+        ("", "pods", "status") => rbac(matches!(verb, "get" | "patch" | "update")),
+        ("", "pods", "eviction") => rbac(verb == "create"),
         ("", "events", "") | ("events.k8s.io", "events", "") => {
-            matches!(verb, "create" | "patch" | "update")
+            rbac(matches!(verb, "create" | "patch" | "update"))
         }
+        // The Node authorizer's lease rule (node_authorizer.go, authorizeLease).
         ("coordination.k8s.io", "leases", "") => {
-            attrs.namespace == "kube-node-lease" || attrs.namespace.is_empty()
+            if !matches!(verb, "get" | "create" | "update" | "patch" | "delete") {
+                Err("can only get, create, update, patch, or delete a node lease".into())
+            } else if attrs.namespace != NODE_LEASE_NAMESPACE {
+                Err(format!(
+                    "can only access leases in the \"{NODE_LEASE_NAMESPACE}\" system namespace"
+                ))
+            } else if verb != "create" && attrs.name != node {
+                Err("can only access node lease with the same name as the requesting node".into())
+            } else {
+                Ok(())
+            }
         }
-        ("authorization.k8s.io", "selfsubjectaccessreviews", "") => verb == "create",
-        _ => false,
+        ("authorization.k8s.io", "selfsubjectaccessreviews", "") => rbac(verb == "create"),
+        _ => rbac(false),
+    }
+}
+
+/// The 403 message of a denied request: `WHAT is forbidden: User ... cannot ...[: REASON]`.
+pub fn forbidden_message(
+    what: &str,
+    identity: &Identity,
+    attrs: &Attributes,
+    reason: &str,
+) -> String {
+    let denial = attrs.denial(identity);
+    if reason.is_empty() {
+        format!("{what} is forbidden: {denial}")
+    } else {
+        format!("{what} is forbidden: {denial}: {reason}")
     }
 }
 

@@ -15,6 +15,7 @@ mod control;
 pub mod discovery;
 pub mod faults;
 pub mod managed;
+pub mod node_graph;
 pub mod patch;
 pub mod pdb;
 mod proto;

@@ -580,7 +580,7 @@ async fn route(app: &Arc<App>, call: Call) -> Response<Body> {
                 "selfsubjectaccessreviews",
             ]
     {
-        return self_subject_access_review(&call);
+        return self_subject_access_review(app, &call);
     }
     let (group, version, rest) = match segs.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
@@ -655,7 +655,13 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
         namespace: t.namespace.clone().unwrap_or_default(),
         name: t.name.clone().unwrap_or_default(),
     };
-    if !auth::allowed(&call.identity, &attrs) {
+    let field_node = (t.rt.key == "pods")
+        .then(|| call.param("fieldSelector"))
+        .flatten()
+        .and_then(|f| FieldSelector::parse(f, |name| t.rt.accepts_field(name)).ok())
+        .and_then(|f| f.required("spec.nodeName").map(str::to_owned));
+    let graph = |node: &str, a: &Attributes| crate::node_graph::decide(&app.store, node, a);
+    if let Err(reason) = auth::authorize(&call.identity, &attrs, field_node.as_deref(), &graph) {
         let what = if attrs.name.is_empty() {
             t.rt.qualified()
         } else {
@@ -663,30 +669,9 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
         };
         return failure(
             403,
-            format!("{what} is forbidden: {}", attrs.denial(&call.identity)),
+            auth::forbidden_message(&what, &call.identity, &attrs, &reason),
             Some(object_details(t.rt, &attrs.name)),
         );
-    }
-    // The Node authorizer with selector checks (1.31+): a node lists and watches only its own
-    // pods, by field selector.
-    if let Identity::Node(node) = &call.identity
-        && t.rt.key == "pods"
-        && matches!(attrs.verb.as_str(), "list" | "watch")
-    {
-        let own = call
-            .param("fieldSelector")
-            .and_then(|f| FieldSelector::parse(f, |name| t.rt.accepts_field(name)).ok())
-            .is_some_and(|f| f.required("spec.nodeName") == Some(node.as_str()));
-        if !own {
-            return failure(
-                403,
-                format!(
-                    "pods is forbidden: {}: can only list/watch pods with spec.nodeName field selector",
-                    attrs.denial(&call.identity)
-                ),
-                Some(object_details(t.rt, "")),
-            );
-        }
     }
     let ns = t.namespace.as_deref();
     let sub = t.sub.as_deref();
@@ -1332,7 +1317,30 @@ fn lagging_budget(pdb: &str, retry_after: u32) -> Response<Body> {
     resp
 }
 
-fn self_subject_access_review(call: &Call) -> Response<Body> {
+/// The `spec.nodeName` an access review's `resourceAttributes.fieldSelector`
+/// (authorization.k8s.io/v1 from 1.31) requires: `rawSelector` (`spec.nodeName=N`), or a
+/// `requirements` entry with operator `In` and one value, as the Node authorizer reads them.
+fn review_field_node(selector: Option<&Value>) -> Option<String> {
+    let selector = selector?;
+    if let Some(raw) = selector.get("rawSelector").and_then(Value::as_str) {
+        return FieldSelector::parse(raw, |_| true)
+            .ok()?
+            .required("spec.nodeName")
+            .map(str::to_owned);
+    }
+    selector
+        .get("requirements")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("key").and_then(Value::as_str) == Some("spec.nodeName"))
+        .filter(|r| r.get("operator").and_then(Value::as_str) == Some("In"))
+        .and_then(|r| match r.get("values")?.as_array()?.as_slice() {
+            [one] => one.as_str().map(str::to_owned),
+            _ => None,
+        })
+}
+
+fn self_subject_access_review(app: &App, call: &Call) -> Response<Body> {
     let protobuf = call.content_type.to_ascii_lowercase().contains("protobuf");
     let body = match protobuf.then(|| crate::proto::self_subject_access_review(&call.body)) {
         Some(Some(v)) => v,
@@ -1360,16 +1368,19 @@ fn self_subject_access_review(call: &Call) -> Response<Body> {
                 namespace: s("namespace"),
                 name: s("name"),
             };
-            let ok = auth::allowed(&call.identity, &attrs);
-            let reason = if ok {
-                match &call.identity {
+            let graph = |node: &str, a: &Attributes| crate::node_graph::decide(&app.store, node, a);
+            let field_node = review_field_node(ra.get("fieldSelector"));
+            let decision = auth::authorize(&call.identity, &attrs, field_node.as_deref(), &graph);
+            let ok = decision.is_ok();
+            let reason = match decision {
+                Ok(()) => match &call.identity {
                     Identity::Admin => {
                         "allowed: the fake's admin identity may do anything".to_string()
                     }
                     Identity::Node(_) => "allowed by the fake's system:node rules".to_string(),
-                }
-            } else {
-                attrs.denial(&call.identity)
+                },
+                Err(reason) if reason.is_empty() => attrs.denial(&call.identity),
+                Err(reason) => reason,
             };
             (ok, reason)
         }

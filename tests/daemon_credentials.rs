@@ -1,0 +1,141 @@
+//! `kube-shutdown-drain run` (the real binary) with a kubeconfig whose exec credential plugin
+//! hangs, on a private bus with the fake logind: the lock still goes before logind's maximum
+//! (from the fake logind's ledger), SIGTERM during the plugin still stops the daemon, and the
+//! plugin (with what it started) is killed; nothing it printed reaches the log.
+
+mod daemon_support;
+mod logind;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use daemon_support::{Setup, World};
+use nix::sys::signal::Signal;
+
+const SECRET: &str = "s3cr3t-token-never-logged";
+
+/// Replaces the world's kubeconfig with one whose user runs a plugin that prints `SECRET` on
+/// both streams, starts a child, writes the child's PID to the returned file and hangs.
+fn hanging_plugin(world: &World) -> PathBuf {
+    let dir = world.dir();
+    let pid_file = dir.join("plugin-child.pid");
+    let plugin = dir.join("plugin-hangs");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\necho {SECRET}\necho {SECRET} >&2\nsleep 300 &\necho $! > {}\nwait\n",
+            pid_file.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = world.api.url();
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\n\
+             users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+             command: {}\n      interactiveMode: Never\n      args: [\"--token={SECRET}\"]\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: u\ncurrent-context: fake\n",
+            plugin.display()
+        ),
+    )
+    .unwrap();
+    pid_file
+}
+
+/// The plugin's child, once it has started.
+async fn plugin_child(pid_file: &Path) -> i32 {
+    for _ in 0..1000 {
+        if let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the plugin never started");
+}
+
+/// Whether process `pid` is gone (or a zombie waiting for its new parent).
+fn gone(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+/// The world of [`setup`] with the hanging plugin, the daemon started (READY=1) and the
+/// plugin running for its boot restore; the plugin's child's PID.
+async fn started_with_a_hanging_plugin() -> Option<(World, i32)> {
+    let mut world = World::start(setup()).await?;
+    let pid_file = hanging_plugin(&world);
+    world.spawn_daemon();
+    world.wait_ready().await;
+    let child = plugin_child(&pid_file).await;
+    Some((world, child))
+}
+
+fn setup() -> Setup {
+    Setup {
+        // The request timeout is far beyond the budget: only the drain's deadline bounds the
+        // plugin on the shutdown path.
+        config: "request_timeout = \"30s\"\n[drain]\ntimeout = \"3s\"\n[daemon]\n\
+                 release_margin = \"1s\"\nrestore_ready_timeout = \"5s\"\n"
+            .to_owned(),
+        ..Setup::default()
+    }
+}
+
+/// A shutdown while the plugin hangs: the drain gives up on it at its deadline and the lock
+/// goes before logind's maximum (20 s), within the 3 s budget and the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_exec_plugin_does_not_hold_the_lock_past_the_budget() {
+    let Some((world, _)) = started_with_a_hanging_plugin().await else {
+        return;
+    };
+    world.rig.reboot().await;
+    let outcome = world.expect_released(Duration::from_secs(25)).await;
+    assert!(
+        outcome.elapsed < 3.0 + 1.0,
+        "released at {} s, after the 3 s budget + 1 s margin; log:\n{}",
+        outcome.elapsed,
+        world.log()
+    );
+    world
+        .expect_log(
+            "gave no answer within",
+            Duration::from_secs(5),
+            "the drain names the plugin that did not answer",
+        )
+        .await;
+    let log = world.log();
+    assert!(
+        !log.contains(SECRET),
+        "the plugin's output or args leaked:\n{log}"
+    );
+}
+
+/// SIGTERM while the boot restore waits for the plugin: the daemon exits at once, and the
+/// plugin and its child are killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_hanging_exec_plugin_stops_the_daemon_and_the_plugin() {
+    let Some((mut world, child)) = started_with_a_hanging_plugin().await else {
+        return;
+    };
+    world.signal(Signal::SIGTERM);
+    let status = world.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.is_some(),
+        "the daemon still runs 10 s after SIGTERM; log:\n{}",
+        world.log()
+    );
+    for _ in 0..500 {
+        if gone(child) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone(child), "the plugin's child outlived the daemon");
+    assert!(!world.log().contains(SECRET), "{}", world.log());
+}
