@@ -80,6 +80,7 @@ pub(crate) fn empty_report(
         deadline_reached: false,
         dry_run: options.dry_run,
         counts: Counts::default(),
+        throttled: 0,
         pods: Vec::new(),
         blocked_by: Vec::new(),
         volumes: Vec::new(),
