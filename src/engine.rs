@@ -101,6 +101,7 @@ impl Engine {
                     self.kubeconfig.clone(),
                     &self.settings.kubeconfig,
                     self.settings.request_timeout,
+                    &self.settings.node_name,
                 )
             })
             .await
