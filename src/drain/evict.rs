@@ -290,7 +290,7 @@ mod tests {
             name: "web-1".into(),
             uid: "u-1".into(),
             action: crate::policy::filters::Action::Evict,
-            reason: crate::policy::filters::Reason::Priority,
+            reason: crate::policy::filters::Reason::Default,
             order: Some(0),
             claims: Vec::new(),
             grace_seconds: 30,
@@ -308,6 +308,41 @@ mod tests {
 
     fn body(v: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_plain_text_429_is_flow_control_and_a_status_429_a_budget_whatever_the_headers() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(PRIORITY_LEVEL_UID_HEADER, "pl-uid".parse().unwrap());
+        headers.insert(FLOW_SCHEMA_UID_HEADER, "fs-uid".parse().unwrap());
+        let budget = body(
+            json!({"kind": "Status", "apiVersion": "v1", "code": 429, "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget."}),
+        );
+        assert_eq!(throttled(429, &headers, &budget), None);
+        headers.insert(http::header::RETRY_AFTER, "3".parse().unwrap());
+        let text = b"Too many requests, please try again later.\n";
+        assert_eq!(
+            throttled(429, &headers, text),
+            Some(Answer::Throttled {
+                retry_after: Some(Duration::from_secs(3)),
+                priority_level: Some("pl-uid".into()),
+                flow_schema: Some("fs-uid".into()),
+            })
+        );
+        // The max-in-flight filter (priority and fairness off) sends no flow-control headers.
+        let mut bare = http::HeaderMap::new();
+        bare.insert(http::header::RETRY_AFTER, "1".parse().unwrap());
+        assert!(matches!(
+            throttled(429, &bare, text),
+            Some(Answer::Throttled {
+                priority_level: None,
+                flow_schema: None,
+                ..
+            })
+        ));
+        assert_eq!(throttled(503, &headers, text), None);
+        assert_eq!(throttled(201, &headers, b"{}"), None);
     }
 
     #[test]

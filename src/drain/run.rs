@@ -307,13 +307,12 @@ impl Run {
                 priority_level,
                 flow_schema,
             } => {
-                let left = self.work_deadline.saturating_duration_since(Instant::now());
                 let wait = retry_after.unwrap_or_else(|| backoff.next_pause());
                 tracing::info!(
                     "eviction of pod {key} throttled by the API server's flow control (429, priority level uid {}, flow schema uid {}): retrying in {:.1} s",
                     priority_level.as_deref().unwrap_or("-"),
                     flow_schema.as_deref().unwrap_or("-"),
-                    wait.min(left).as_secs_f64()
+                    wait.as_secs_f64()
                 );
                 self.update(id, |p| {
                     p.throttled += 1;
@@ -323,8 +322,8 @@ impl Run {
                         plural(p.throttled, "time", "times")
                     ));
                 });
-                // Never past the work deadline: the loop then ends with the row as it is.
-                Some(Pause::For(wait.min(left)))
+                // A wait past the deadline is cut by it, the row left as it is.
+                Some(Pause::For(wait))
             }
             Answer::Refused { code, message } => {
                 tracing::warn!(
