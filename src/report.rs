@@ -421,7 +421,7 @@ mod tests {
             namespace: "work".into(),
             name: name.into(),
             action,
-            reason: Reason::Priority,
+            reason: Reason::Default,
             order: Some(0),
             outcome,
             detail: budget.map(|_| {
@@ -490,11 +490,16 @@ mod tests {
             R::Completed,
             R::EmptyDir,
             R::Unreplicated,
-            R::Priority,
+            R::Default,
         ];
         for r in reasons {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
+        // A last report written by an older build still reads.
+        assert_eq!(
+            serde_json::from_value::<Reason>(serde_json::json!("priority")).unwrap(),
+            R::Default
+        );
     }
 
     #[test]

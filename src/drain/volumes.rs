@@ -217,8 +217,8 @@ fn first_reports(
     if !reports.is_empty() {
         let names: Vec<&str> = reports.iter().map(|r| r.volume.as_str()).collect();
         tracing::info!(
-            "waiting for {} volumes of the evicted pods to detach from node {node}: {}",
-            names.len(),
+            "waiting for {} of the evicted pods to detach from node {node}: {}",
+            crate::words::count(names.len(), "volume", "volumes"),
             names.join(", ")
         );
     }
