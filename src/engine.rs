@@ -133,6 +133,7 @@ impl Engine {
                 self.kubeconfig.clone(),
                 &self.settings.kubeconfig,
                 self.settings.request_timeout,
+                &self.settings.node_name,
                 &self.credentials,
                 deadline,
             )

@@ -86,6 +86,10 @@ pub struct PodReport {
     /// Eviction requests sent for this pod.
     #[serde(default)]
     pub attempts: u32,
+    /// Of those, the ones the API server's flow control refused (a 429 of priority and fairness,
+    /// not of a budget).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub throttled: u32,
     /// Milliseconds after the drain started at which we started acting on the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_ms: Option<u64>,
@@ -120,6 +124,7 @@ impl PodReport {
             detail: None,
             budget: None,
             attempts: 0,
+            throttled: 0,
             started_ms: None,
             finished_ms: None,
             grace_fit: None,
@@ -193,6 +198,10 @@ pub struct Report {
     pub deadline_reached: bool,
     pub dry_run: bool,
     pub counts: Counts,
+    /// Eviction requests the API server's flow control refused (429 of priority and fairness),
+    /// all pods together; each was retried after its Retry-After.
+    #[serde(default)]
+    pub throttled: u32,
     pub pods: Vec<PodReport>,
     #[serde(default)]
     pub blocked_by: Vec<BlockedBudget>,
@@ -206,6 +215,10 @@ pub struct Report {
     /// "unknown"); absent for a drain by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ShutdownKind>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The report could not be stored or read (the error names the file).
@@ -249,6 +262,7 @@ impl Report {
                 .count();
         }
         self.counts = c;
+        self.throttled = self.pods.iter().map(|p| p.throttled).sum();
         self.blocked_by = budgets;
         self.complete = self.errors.is_empty()
             && self.pods.iter().all(|p| p.outcome.is_done())
@@ -292,19 +306,29 @@ impl Report {
             .iter()
             .filter(|v| v.detached_ms.is_none())
             .count();
-        for (n, what) in [
-            (self.volumes.len() - attached, "volumes detached"),
-            (attached, "volumes still attached"),
-            (c.deleted, "deleted"),
-            (c.gone, "gone"),
-            (c.completed, "completed"),
-            (c.skipped, "skipped"),
-            (c.blocked, "blocked"),
-            (c.failed, "failed"),
-            (c.pending, "pending"),
+        let throttled = usize::try_from(self.throttled).unwrap_or(usize::MAX);
+        for (n, one, many) in [
+            (
+                self.volumes.len() - attached,
+                "volume detached",
+                "volumes detached",
+            ),
+            (attached, "volume still attached", "volumes still attached"),
+            (c.deleted, "deleted", "deleted"),
+            (c.gone, "gone", "gone"),
+            (c.completed, "completed", "completed"),
+            (c.skipped, "skipped", "skipped"),
+            (c.blocked, "blocked", "blocked"),
+            (c.failed, "failed", "failed"),
+            (c.pending, "pending", "pending"),
+            (
+                throttled,
+                "eviction throttled by the API server",
+                "evictions throttled by the API server",
+            ),
         ] {
             if n > 0 {
-                parts.push(format!("{n} {what}"));
+                parts.push(crate::words::count(n, one, many));
             }
         }
         format!(
@@ -338,6 +362,13 @@ impl Report {
             let mut why = p.reason.as_str().to_string();
             if let Some(d) = &p.detail {
                 let _ = write!(why, ": {d}");
+            }
+            if p.throttled > 0 && p.detail.is_none() {
+                let _ = write!(
+                    why,
+                    " (throttled by the API server {} first)",
+                    crate::words::plural(p.throttled, "time", "times")
+                );
             }
             if let Some(g) = &p.grace_fit {
                 let _ = write!(
@@ -391,7 +422,7 @@ mod tests {
             namespace: "work".into(),
             name: name.into(),
             action,
-            reason: Reason::Priority,
+            reason: Reason::Default,
             order: Some(0),
             outcome,
             detail: budget.map(|_| {
@@ -399,6 +430,7 @@ mod tests {
             }),
             budget: budget.map(Into::into),
             attempts: 1,
+            throttled: 0,
             started_ms: Some(1),
             finished_ms: None,
             grace_fit: None,
@@ -415,6 +447,7 @@ mod tests {
             deadline_reached: false,
             dry_run: false,
             counts: Counts::default(),
+            throttled: 0,
             pods,
             blocked_by: vec![],
             volumes: vec![],
@@ -458,11 +491,16 @@ mod tests {
             R::Completed,
             R::EmptyDir,
             R::Unreplicated,
-            R::Priority,
+            R::Default,
         ];
         for r in reasons {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
+        // A last report written by an older build still reads.
+        assert_eq!(
+            serde_json::from_value::<Reason>(serde_json::json!("priority")).unwrap(),
+            R::Default
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ async fn plan_json_is_exactly_the_documented_shape() {
     assert_eq!(
         v,
         json!({"node": NODE, "pods": [
-            {"namespace": NS, "name": "web", "action": "evict", "reason": "priority", "order": 10},
+            {"namespace": NS, "name": "web", "action": "evict", "reason": "default", "order": 10},
             {"namespace": NS, "name": "batch", "action": "wait", "reason": "capi-drain-label", "order": null},
             {"namespace": NS, "name": "ds", "action": "skip", "reason": "daemon-set", "order": null},
         ]})
@@ -99,7 +99,7 @@ async fn drain_restore_status_by_hand() {
             web["order"].as_i64(),
             web["outcome"].as_str()
         ),
-        (Some("evict"), Some("priority"), Some(0), Some("evicted"))
+        (Some("evict"), Some("default"), Some(0), Some("evicted"))
     );
     assert!(unschedulable(&c.node(NODE)));
 

@@ -53,7 +53,7 @@ async fn each_filter_end_to_end() {
     assert!(report.complete, "{}", report.to_text());
     let got = outcomes(&report);
     let want: BTreeMap<String, (String, Outcome)> = [
-        ("plain", "priority", Outcome::Evicted),
+        ("plain", "default", Outcome::Evicted),
         ("ds-pod", "daemon-set", Outcome::Skipped),
         ("mirror", "mirror", Outcome::Skipped),
         ("portworx", "tolerates-cordon", Outcome::Skipped),

@@ -87,7 +87,7 @@ async fn the_drain_returns_only_after_the_evicted_pods_volume_detached() {
         text.contains("volume pv-db (claim work/data-db-0, attachment va-db): detached at"),
         "{text}"
     );
-    assert!(report.summary().contains("1 volumes detached"), "{text}");
+    assert!(report.summary().contains("1 volume detached"), "{text}");
     // The attachments were listed once, after the claim was read, then watched (no polling);
     // the agent's claim was not read.
     let requests = c.server.recorder().requests();

@@ -51,7 +51,7 @@ async fn a_drain_under_journald_carries_node_pod_budget_outcome_and_boot_id_fiel
         "logs went to the journal, not stderr: {stderr}"
     );
     assert_clean(&entries);
-    let marker = find(&entries, "wrote marker on node node-a");
+    let marker = find(&entries, "prepared node node-a: marker written");
     assert_eq!(one(marker, "NODE"), Some(NODE));
     assert!(one(marker, "BOOT_ID").is_some_and(|b| !b.is_empty()));
     let refused = find(&entries, "eviction of pod work/guarded refused (429)");
@@ -97,7 +97,7 @@ async fn the_daemons_shutdown_drain_carries_the_shutdown_kind_and_the_node() {
     let announced = find(&entries, "logind announced a reboot");
     assert_eq!(one(announced, "SHUTDOWN_KIND"), Some("reboot"));
     assert_eq!(one(announced, "NODE"), Some(daemon_support::NODE));
-    let marker = find(&entries, "wrote marker on node");
+    let marker = find(&entries, "prepared node demo-node-1: marker written");
     assert_eq!(one(marker, "SHUTDOWN_KIND"), Some("reboot"));
     assert!(one(marker, "BOOT_ID").is_some_and(|b| !b.is_empty()));
     let gone = entries

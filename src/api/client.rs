@@ -423,12 +423,35 @@ pub fn server_url(kubeconfig: &Kubeconfig) -> String {
         .unwrap_or_else(|| "(no server in the kubeconfig's current context)".to_string())
 }
 
-/// Builds the clients from a parsed kubeconfig (its current context). The credentials we fetch
-/// (token file, exec plugin) are fetched here unless `credentials` holds them, by `deadline`.
+/// The User-Agent every request of ours carries, for audit logs and the API server's flow
+/// control: `kube-shutdown-drain/VERSION (OS/ARCH; node NODE)`. It follows client-go's
+/// `DefaultKubernetesUserAgent` (k8s.io/client-go `rest/config.go`: `kubectl/v1.32.5
+/// (linux/amd64) kubernetes/COMMIT`), program and version first, so the apiserver's default
+/// field manager for a write without `fieldManager` (the User-Agent up to its first `/`) is
+/// `kube-shutdown-drain`, the manager our Node writes name; the comment adds the node the
+/// daemon runs for, which the token's identity alone does not say when nodes share one.
+pub fn user_agent(node: &str) -> http::HeaderValue {
+    let program = concat!("kube-shutdown-drain/", env!("CARGO_PKG_VERSION"));
+    // Go's names, as client-go writes them: amd64 and arm64, not x86_64 and aarch64.
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let text = format!("{program} ({}/{arch}; node {node})", std::env::consts::OS);
+    // A node name is a checked DNS subdomain, always a valid header value; anything else loses
+    // only the comment.
+    http::HeaderValue::from_str(&text).unwrap_or_else(|_| http::HeaderValue::from_static(program))
+}
+
+/// Builds the clients from a parsed kubeconfig (its current context); every request they send
+/// names `node` in its [`user_agent`]. The credentials we fetch (token file, exec plugin) are
+/// fetched here unless `credentials` holds them, by `deadline`.
 pub async fn connect(
     kubeconfig: Kubeconfig,
     path: &Path,
     request_timeout: Duration,
+    node: &str,
     credentials: &Credentials,
     deadline: Instant,
 ) -> Result<Clients, ClientError> {
@@ -441,6 +464,9 @@ pub async fn connect(
                 path: path.to_path_buf(),
                 source,
             })?;
+    config
+        .headers
+        .push((http::header::USER_AGENT, user_agent(node)));
     config.default_retry = false;
     config.connect_timeout = Some(request_timeout);
     config.write_timeout = Some(request_timeout);
@@ -534,6 +560,28 @@ mod tests {
             },
         );
         assert!(long.to_string().len() < 400, "a huge message is cut");
+    }
+
+    #[test]
+    fn the_user_agent_names_the_program_its_version_the_platform_and_the_node() {
+        let arch = if cfg!(target_arch = "aarch64") {
+            "arm64"
+        } else if cfg!(target_arch = "x86_64") {
+            "amd64"
+        } else {
+            std::env::consts::ARCH
+        };
+        assert_eq!(
+            user_agent("node-a.example").to_str().unwrap(),
+            format!(
+                "kube-shutdown-drain/{} (linux/{arch}; node node-a.example)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(
+            user_agent("bad\nname").to_str().unwrap(),
+            concat!("kube-shutdown-drain/", env!("CARGO_PKG_VERSION"))
+        );
     }
 
     #[test]

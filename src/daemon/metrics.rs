@@ -150,6 +150,12 @@ fn last_drain(out: &mut Exposition, r: &Report) {
         .iter()
         .map(|b| (out.labels(&[("budget", &b.budget)]), b.pods.len() as f64))
         .collect();
+    let node = out.labels(&[]);
+    out.family(
+        "last_drain_throttled_evictions",
+        "Eviction requests of the last drain that the API server's priority and fairness refused (429, retried after Retry-After).",
+        &[(node, f64::from(r.throttled))],
+    );
     out.family(
         "last_drain_budget_blocked_pods",
         "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
@@ -282,6 +288,7 @@ mod tests {
             "duration_ms": 12500, "complete": false, "deadline_reached": true, "dry_run": false,
             "counts": {"evicted": 3, "deleted": 0, "gone": 1, "completed": 0, "skipped": 5,
                        "blocked": 2, "failed": 0, "pending": 0},
+            "throttled": 4,
             "pods": [],
             "blocked_by": [{"budget": "shop/web", "message": "needs 2", "pods": ["shop/a", "shop/b"]}],
             "errors": []
@@ -313,6 +320,7 @@ mod tests {
             "kube_shutdown_drain_last_drain_pods{node=\"node-a\",outcome=\"evicted\"} 3",
             "kube_shutdown_drain_last_drain_pods{node=\"node-a\",outcome=\"blocked\"} 2",
             "kube_shutdown_drain_last_drain_budget_blocked_pods{node=\"node-a\",budget=\"shop/web\"} 2",
+            "kube_shutdown_drain_last_drain_throttled_evictions{node=\"node-a\"} 4",
             "kube_shutdown_drain_last_restore_timestamp_seconds{node=\"node-a\"} 1764486000",
             "kube_shutdown_drain_last_restore_success{node=\"node-a\"} 1",
             "# TYPE kube_shutdown_drain_last_drain_pods gauge",

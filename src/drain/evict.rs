@@ -1,8 +1,9 @@
-//! One eviction: the policy/v1 Eviction body, the POST, and the pure [`classify`] of the answer.
+//! One eviction: the policy/v1 Eviction body, the POST, and the pure [`classify`] of the answer
+//! (with [`throttled`] first: a 429 of the API server's own flow control is not a budget's).
 //!
 //! The body is built here (kube 5's `evict` drops `deleteOptions`) with `preconditions.uid`, so a
 //! replacement pod of the same name is never evicted, and the configured grace period. The POST
-//! is raw because kube's typed call hides the Retry-After header.
+//! is raw because kube's typed call hides the Retry-After header and the flow-control headers.
 
 use std::time::Duration;
 
@@ -30,6 +31,16 @@ pub enum Answer {
         /// The budget's name (without namespace), when the answer names it.
         budget: Option<String>,
         message: String,
+    },
+    /// 429 from the API server's flow control (API priority and fairness, or the max-in-flight
+    /// limit where that is off), not from a budget: try again after `retry_after`.
+    Throttled {
+        retry_after: Option<Duration>,
+        /// The UIDs the server names in `X-Kubernetes-PF-PriorityLevel-UID` and
+        /// `X-Kubernetes-PF-FlowSchema-UID` (`kubectl get prioritylevelconfigurations,flowschemas
+        /// -o custom-columns=NAME:.metadata.name,UID:.metadata.uid` maps them to names).
+        priority_level: Option<String>,
+        flow_schema: Option<String>,
     },
     /// Anything else (403, 500 for overlapping budgets, ...): reported, retried slowly.
     Refused {
@@ -88,6 +99,48 @@ pub fn fitted_grace(
             to_seconds: room,
         }),
     )
+}
+
+/// The flow-control headers the apiserver puts on every answer it classified (k8s.io/api
+/// `flowcontrol/v1/types.go`).
+pub const PRIORITY_LEVEL_UID_HEADER: &str = "X-Kubernetes-PF-PriorityLevel-UID";
+pub const FLOW_SCHEMA_UID_HEADER: &str = "X-Kubernetes-PF-FlowSchema-UID";
+
+/// `Some(Answer::Throttled)` when a 429 comes from the API server's flow control rather than
+/// from a budget. The two differ in their body: the eviction subresource refuses for a budget
+/// with a `metav1.Status` (k8s.io/apiserver `pkg/endpoints/handlers/responsewriters`), while the
+/// priority-and-fairness filter (k8s.io/apiserver `pkg/server/filters/priority-and-fairness.go`,
+/// `tooManyRequests`) and the max-in-flight filter answer in plain text, "Too many requests,
+/// please try again later.", with `Retry-After`. The flow-control headers cannot tell them apart:
+/// the filter sets them on every request it classified, a budget's 429 included. Pure.
+pub fn throttled(code: u16, headers: &http::HeaderMap, body: &[u8]) -> Option<Answer> {
+    let is_status = serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"));
+    if code != 429 || is_status {
+        return None;
+    }
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    Some(Answer::Throttled {
+        retry_after: retry_after_seconds(headers)
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs),
+        priority_level: text(PRIORITY_LEVEL_UID_HEADER),
+        flow_schema: text(FLOW_SCHEMA_UID_HEADER),
+    })
+}
+
+/// The `Retry-After` header in whole seconds (the form the apiserver sends).
+fn retry_after_seconds(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// What an eviction answer means, from its status code, its Retry-After header (seconds) and
@@ -160,16 +213,15 @@ pub async fn post(
     let send = async {
         let response = clients.api.send(request).await?;
         let code = response.status().as_u16();
-        let header_retry = response
-            .headers()
-            .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let headers = response.headers().clone();
         let bytes = response.into_body().collect_bytes().await?;
-        Ok((code, header_retry, bytes))
+        Ok((code, headers, bytes))
     };
-    let (code, header_retry, bytes) = clients.once(deadline, &object, send).await?;
-    classify(code, header_retry, &bytes)
+    let (code, headers, bytes) = clients.once(deadline, &object, send).await?;
+    if let Some(answer) = throttled(code, &headers, &bytes) {
+        return Ok(answer);
+    }
+    classify(code, retry_after_seconds(&headers), &bytes)
         .map_err(|kind| ApiError::new(&object, &clients.server, kind))
 }
 
@@ -238,7 +290,7 @@ mod tests {
             name: "web-1".into(),
             uid: "u-1".into(),
             action: crate::policy::filters::Action::Evict,
-            reason: crate::policy::filters::Reason::Priority,
+            reason: crate::policy::filters::Reason::Default,
             order: Some(0),
             claims: Vec::new(),
             grace_seconds: 30,
@@ -256,6 +308,41 @@ mod tests {
 
     fn body(v: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn a_plain_text_429_is_flow_control_and_a_status_429_a_budget_whatever_the_headers() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(PRIORITY_LEVEL_UID_HEADER, "pl-uid".parse().unwrap());
+        headers.insert(FLOW_SCHEMA_UID_HEADER, "fs-uid".parse().unwrap());
+        let budget = body(
+            json!({"kind": "Status", "apiVersion": "v1", "code": 429, "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget."}),
+        );
+        assert_eq!(throttled(429, &headers, &budget), None);
+        headers.insert(http::header::RETRY_AFTER, "3".parse().unwrap());
+        let text = b"Too many requests, please try again later.\n";
+        assert_eq!(
+            throttled(429, &headers, text),
+            Some(Answer::Throttled {
+                retry_after: Some(Duration::from_secs(3)),
+                priority_level: Some("pl-uid".into()),
+                flow_schema: Some("fs-uid".into()),
+            })
+        );
+        // The max-in-flight filter (priority and fairness off) sends no flow-control headers.
+        let mut bare = http::HeaderMap::new();
+        bare.insert(http::header::RETRY_AFTER, "1".parse().unwrap());
+        assert!(matches!(
+            throttled(429, &bare, text),
+            Some(Answer::Throttled {
+                priority_level: None,
+                flow_schema: None,
+                ..
+            })
+        ));
+        assert_eq!(throttled(503, &headers, text), None);
+        assert_eq!(throttled(201, &headers, b"{}"), None);
     }
 
     #[test]

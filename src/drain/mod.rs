@@ -47,6 +47,7 @@ use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;
 use crate::policy::plan::{Plan, PlannedPod};
 use crate::report::{Counts, Outcome, PodReport, Report};
+use crate::words::count;
 
 /// Page size of the pod list (kubectl's chunk size).
 const LIST_PAGE: u32 = 500;
@@ -84,6 +85,7 @@ pub(crate) fn empty_report(
         deadline_reached: false,
         dry_run: options.dry_run,
         counts: Counts::default(),
+        throttled: 0,
         pods: Vec::new(),
         blocked_by: Vec::new(),
         volumes: Vec::new(),
@@ -225,9 +227,9 @@ pub async fn drain(
         work_deadline,
     ));
     let started_msg = format!(
-        "drain of node {node} started ({}): {} pods to evict, {} to wait for, {} skipped",
+        "drain of node {node} started ({}): {} to evict, {} to wait for, {} skipped",
         options.why,
-        plan.count(Action::Evict),
+        count(plan.count(Action::Evict), "pod", "pods"),
         plan.count(Action::Wait),
         plan.count(Action::Skip)
     );
@@ -384,8 +386,8 @@ impl Schedule {
         };
         let node = &run.settings.node_name;
         tracing::info!(
-            "evicting order group {order} ({} pods) from node {node}",
-            pods.len()
+            "evicting order group {order} ({}) from node {node}",
+            count(pods.len(), "pod", "pods")
         );
         let mut set = JoinSet::new();
         for (id, p) in pods {
@@ -447,8 +449,8 @@ async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline
         .collect();
     let names: Vec<String> = remaining.iter().map(|(_, r)| r.report.key()).collect();
     tracing::warn!(
-        "drain deadline reached on node {node}; {} pods remain: {}",
-        names.len(),
+        "drain deadline reached on node {node}; {} remain: {}",
+        count(names.len(), "pod", "pods"),
         names.join(", ")
     );
     let budgets: Vec<String> = remaining
@@ -488,7 +490,12 @@ async fn at_deadline(run: &Arc<Run>, report: &mut Report, server: &str, deadline
     run.post_event(EventReason::DrainDeadline, msg);
     // Pods remain; when the server stopped answering, that is the reason to name.
     if let Some(o) = run.health.outage() {
-        let message = outage_message(server, node, &format!("{} pods remain", names.len()), &o);
+        let message = outage_message(
+            server,
+            node,
+            &format!("{} remain", count(names.len(), "pod", "pods")),
+            &o,
+        );
         tracing::error!("{message}");
         report.errors.push(message);
     }

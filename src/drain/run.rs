@@ -24,6 +24,7 @@ use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;
 use crate::policy::plan::PlannedPod;
 use crate::report::{Outcome, PodReport};
+use crate::words::plural;
 
 /// A row of the report: the planned pod and what happened to it.
 #[derive(Debug, Clone)]
@@ -300,6 +301,29 @@ impl Run {
                     (None, Some(b)) => Some(Pause::Budget(b)),
                     (None, None) => None,
                 }
+            }
+            Answer::Throttled {
+                retry_after,
+                priority_level,
+                flow_schema,
+            } => {
+                let wait = retry_after.unwrap_or_else(|| backoff.next_pause());
+                tracing::info!(
+                    "eviction of pod {key} throttled by the API server's flow control (429, priority level uid {}, flow schema uid {}): retrying in {:.1} s",
+                    priority_level.as_deref().unwrap_or("-"),
+                    flow_schema.as_deref().unwrap_or("-"),
+                    wait.as_secs_f64()
+                );
+                self.update(id, |p| {
+                    p.throttled += 1;
+                    p.outcome = Outcome::Pending;
+                    p.detail = Some(format!(
+                        "throttled by the API server's priority and fairness (429), {}",
+                        plural(p.throttled, "time", "times")
+                    ));
+                });
+                // A wait past the deadline is cut by it, the row left as it is.
+                Some(Pause::For(wait))
             }
             Answer::Refused { code, message } => {
                 tracing::warn!(

@@ -210,17 +210,26 @@ impl NodeOps<'_> {
             marker,
             replaced_foreign,
         };
+        // The one line about the prepare, logged when it lands (the CLI's and the daemon's).
+        let taint = if outcome.tainted {
+            "tainted"
+        } else if outcome.taint_forbidden {
+            "taint forbidden for these credentials"
+        } else if taint_error.is_some() {
+            "taint refused"
+        } else {
+            "taint already present or disabled"
+        };
+        let cordon = if outcome.cordoned {
+            "cordoned"
+        } else {
+            "already cordoned"
+        };
         tracing::info!(
             cordoned = outcome.cordoned,
             tainted = outcome.tainted,
             was_unschedulable = outcome.marker.was_unschedulable,
-            "wrote marker on node {name}{}{}",
-            if outcome.tainted { ", tainted it" } else { "" },
-            if outcome.cordoned {
-                ", cordoned it"
-            } else {
-                ""
-            }
+            "prepared node {name}: marker written, {taint}, {cordon}"
         );
         match taint_error {
             Some(e) => Err(e),

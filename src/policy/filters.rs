@@ -70,7 +70,10 @@ pub enum Reason {
     Completed,
     EmptyDir,
     Unreplicated,
-    Priority,
+    /// No filter, policy or rule singled the pod out: evicted, in priority order. Reports of
+    /// older builds spell it `priority`.
+    #[serde(alias = "priority")]
+    Default,
 }
 
 impl Reason {
@@ -88,7 +91,7 @@ impl Reason {
             Reason::Completed => "completed",
             Reason::EmptyDir => "empty-dir",
             Reason::Unreplicated => "unreplicated",
-            Reason::Priority => "priority",
+            Reason::Default => "default",
         }
     }
 }
@@ -283,7 +286,7 @@ pub fn verdict(settings: &Settings, pod: &Pod) -> Verdict {
     if is_completed(pod) {
         return Verdict::evict(Reason::Completed, order);
     }
-    Verdict::evict(Reason::Priority, order)
+    Verdict::evict(Reason::Default, order)
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ fn verdict_table() {
             json!({}),
             "",
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(0),
         ),
         (
@@ -159,7 +159,7 @@ fn verdict_table() {
             json!({"spec": {"priority": 1000}}),
             "",
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(1000),
         ),
         (
@@ -215,7 +215,7 @@ fn verdict_table() {
             portworx_tolerations,
             "[filters]\nskip_tolerating_cordon = false",
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(0),
         ),
         (
@@ -247,7 +247,7 @@ fn verdict_table() {
             json!({"metadata": {"labels": {"drain": "yes"}}}),
             "[filters]\nskip_selector = \"drain=skip\"",
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(0),
         ),
         (
@@ -271,7 +271,7 @@ fn verdict_table() {
             json!({"metadata": {"labels": {CAPI_DRAIN_LABEL: "skip"}}}),
             "[filters]\nhonour_capi_drain_label = false",
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(0),
         ),
         (
@@ -311,7 +311,7 @@ fn verdict_table() {
             json!({"metadata": {"labels": {"app": "web"}}}),
             rules,
             Action::Evict,
-            Reason::Priority,
+            Reason::Default,
             Some(0),
         ),
         (

@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(json["node"], "n1");
         assert_eq!(
             json["pods"][0],
-            serde_json::json!({"namespace": "a", "name": "low", "action": "evict", "reason": "priority", "order": -10})
+            serde_json::json!({"namespace": "a", "name": "low", "action": "evict", "reason": "default", "order": -10})
         );
         assert_eq!(
             json["pods"][4],

@@ -10,10 +10,9 @@ use tokio::time::Instant;
 use crate::budget::RELEASE_GUARD;
 use crate::config::Settings;
 use crate::daemon::status::Status;
-use crate::engine::{Engine, Error as EngineError};
+use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::filters::Action;
-use crate::node::PrepareOutcome;
 use crate::plan::Plan;
 use crate::report::Report;
 use crate::shutdown_kind::ShutdownKind;
@@ -84,7 +83,8 @@ pub(crate) async fn drain_node(
     let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline, on_plan), event).0 };
     match tokio::time::timeout_at(deadline + RELEASE_GUARD, work).await {
         Ok((prepared, report)) => {
-            if let Err(e) = log_prepared(&node, &prepared) {
+            // What the prepare changed is logged where it lands (`NodeOps::prepare`).
+            if let Err(e) = &prepared {
                 tracing::error!(node = %node, "preparing node {node} failed: {e}; drained it anyway");
             }
             DrainOutcome::Drained(Box::new(report))
@@ -129,10 +129,8 @@ pub(crate) async fn cordon_node(
         message,
     ));
     match prepared {
-        Ok(prepared) => match log_prepared(&node, &prepared) {
-            Ok(()) => DrainOutcome::Cordoned,
-            Err(e) => DrainOutcome::Failed(format!("preparing node {node} failed: {e}")),
-        },
+        Ok(Ok(_)) => DrainOutcome::Cordoned,
+        Ok(Err(e)) => DrainOutcome::Failed(format!("preparing node {node} failed: {e}")),
         Err(_) => DrainOutcome::Failed(format!(
             "the prepare of node {node} overran its deadline by {} ms and was stopped",
             RELEASE_GUARD.as_millis()
@@ -151,29 +149,4 @@ pub(crate) async fn post_skipped(settings: Arc<Settings>, kind: ShutdownKind) {
         settings.node_name
     );
     Engine::post_event(settings, EventReason::DrainSkipped, message).await;
-}
-
-/// Logs what the prepare changed; the error when it failed.
-fn log_prepared<'e>(
-    node: &str,
-    prepared: &'e Result<PrepareOutcome, EngineError>,
-) -> Result<(), &'e EngineError> {
-    let outcome = prepared.as_ref()?;
-    tracing::info!(
-        node = %node,
-        "prepared node {node}: marker written{}{}",
-        if outcome.tainted {
-            ", tainted"
-        } else if outcome.taint_forbidden {
-            ", taint forbidden for these credentials"
-        } else {
-            ", taint already present or disabled"
-        },
-        if outcome.cordoned {
-            ", cordoned"
-        } else {
-            ", already cordoned"
-        }
-    );
-    Ok(())
 }

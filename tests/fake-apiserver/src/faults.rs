@@ -1,6 +1,7 @@
 //! Fault knobs: latency per route, failing or dropping the next N matching requests, hanging
 //! requests, gates that let matching requests through one permit at a time (a barrier for tests
-//! that stage a race), the Retry-After header on PDB 429s.
+//! that stage a race), the Retry-After header on PDB 429s, and the 429s of API priority and
+//! fairness (answered as the apiserver's filter does, see [`crate::flowcontrol`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,6 +63,18 @@ pub struct Failure {
     pub retry_after: Option<u32>,
 }
 
+/// The next `remaining` matching requests are rejected as API priority and fairness rejects a
+/// request it cannot queue: 429, `Retry-After`, the matched FlowSchema's and priority level's UID
+/// headers and a plain-text body ([`crate::flowcontrol::rejection`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Throttle {
+    pub route: Route,
+    pub remaining: u32,
+    /// The Retry-After seconds the rejection carries (the apiserver sends 1 to 60).
+    pub retry_after: u32,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Close {
     pub route: Route,
@@ -78,6 +91,8 @@ pub struct FaultState {
     pub fail: Vec<Failure>,
     #[serde(default)]
     pub close: Vec<Close>,
+    #[serde(default)]
+    pub throttle: Vec<Throttle>,
     /// Requests matching these routes are never answered while the route is listed.
     #[serde(default)]
     pub hang: Vec<Route>,
@@ -100,6 +115,10 @@ pub(crate) enum Action {
         retry_after: Option<u32>,
     },
     Close,
+    /// Reject as API priority and fairness does.
+    Throttle {
+        retry_after: u32,
+    },
 }
 
 /// A gate: matching requests wait until a permit lets one through; `waiting` counts those held
@@ -170,6 +189,18 @@ impl Faults {
                 remaining: n,
                 status,
                 retry_after: Some(seconds),
+            })
+        });
+    }
+
+    /// Rejects the next `n` matching requests as API priority and fairness does (429 with
+    /// `Retry-After: seconds` and the flow-control headers).
+    pub fn throttle_next(&self, route: Route, n: u32, seconds: u32) {
+        self.edit(|s| {
+            s.throttle.push(Throttle {
+                route,
+                remaining: n,
+                retry_after: seconds,
             })
         });
     }
@@ -362,6 +393,16 @@ impl Faults {
                 c.remaining -= 1;
                 return Action::Close;
             }
+            if let Some(t) = s
+                .throttle
+                .iter_mut()
+                .find(|t| t.remaining > 0 && t.route.matches(method, uri))
+            {
+                t.remaining -= 1;
+                return Action::Throttle {
+                    retry_after: t.retry_after,
+                };
+            }
             if let Some(f) = s
                 .fail
                 .iter_mut()
@@ -374,6 +415,7 @@ impl Faults {
                 };
             }
             s.close.retain(|c| c.remaining > 0);
+            s.throttle.retain(|t| t.remaining > 0);
             s.fail.retain(|f| f.remaining > 0);
             Action::Proceed
         })

@@ -14,6 +14,7 @@ pub mod auth;
 mod control;
 pub mod discovery;
 pub mod faults;
+pub mod flowcontrol;
 pub mod managed;
 pub mod node_graph;
 pub mod patch;

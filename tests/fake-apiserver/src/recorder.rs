@@ -16,6 +16,9 @@ pub struct RecordedRequest {
     pub accept: Option<String>,
     /// The user the bearer token maps to (`system:node:NAME` or `admin`).
     pub user: String,
+    /// The User-Agent header; `None` when the request had none (the apiserver's audit log
+    /// then shows `userAgent: null`).
+    pub user_agent: Option<String>,
     /// The body as text (lossy for binary bodies such as kubectl's protobuf DeleteOptions).
     pub body: String,
     pub body_len: usize,

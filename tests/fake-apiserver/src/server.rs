@@ -161,7 +161,7 @@ async fn accept_loop(app: Arc<App>, listener: TcpListener, epoch: watch::Receive
     }
 }
 
-fn full(body: impl Into<Bytes>) -> Body {
+pub(crate) fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).boxed_unsync()
 }
 
@@ -391,7 +391,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
     };
     let content_type = header(CONTENT_TYPE);
     let accept = header(ACCEPT);
-    let user_agent = header(hyper::header::USER_AGENT).unwrap_or_default();
+    let user_agent = header(hyper::header::USER_AGENT);
     let identity = Identity::from_headers(
         header(AUTHORIZATION).as_deref(),
         header(hyper::header::HeaderName::from_static("impersonate-user")).as_deref(),
@@ -441,7 +441,7 @@ struct Asked {
     raw_query: String,
     content_type: Option<String>,
     accept: Option<String>,
-    user_agent: String,
+    user_agent: Option<String>,
     identity: Identity,
     body: Bytes,
 }
@@ -472,6 +472,7 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
         content_type: content_type.clone(),
         accept,
         user: identity.user(),
+        user_agent: user_agent.clone(),
         body: String::from_utf8_lossy(&body).into_owned(),
         body_len: body.len(),
         status: 0,
@@ -480,7 +481,7 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
         at: arrived,
         elapsed,
     };
-    let response = match app.faults.apply(method.as_str(), &uri).await {
+    let mut response = match app.faults.apply(method.as_str(), &uri).await {
         Action::Close => {
             app.recorder.push(record);
             return Err(std::io::Error::new(
@@ -503,6 +504,7 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
             }
             resp
         }
+        Action::Throttle { retry_after } => crate::flowcontrol::rejection(retry_after),
         Action::Proceed => {
             let call = Call {
                 method: method.clone(),
@@ -510,12 +512,13 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
                 query: query_pairs(&raw_query),
                 content_type: content_type.unwrap_or_default(),
                 identity,
-                user_agent,
+                user_agent: user_agent.unwrap_or_default(),
                 body,
             };
             route(&app, call).await
         }
     };
+    crate::flowcontrol::classify(&mut response);
     record.status = response.status().as_u16();
     record.retry_after = response
         .headers()
