@@ -147,7 +147,7 @@ impl NodeOps<'_> {
             }
         };
         let had_cordon = before.as_ref().is_some_and(|m| {
-            m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node, m).is_ok()
+            m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node).is_ok()
         });
         let (written, taint_forbidden, taint_error) = match self
             .write_prepare(&node, &input, deadline)

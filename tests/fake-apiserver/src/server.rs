@@ -1056,6 +1056,13 @@ fn patch(store: &Store, call: &Call, t: &Target, name: &str) -> Response<Body> {
     }
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
+    let forced;
+    let store = if patch_type == PatchType::Apply && call.flag("force") {
+        forced = store.forcing();
+        &forced
+    } else {
+        store
+    };
     match store.patch_rt(
         t.rt,
         t.namespace.as_deref(),
