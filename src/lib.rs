@@ -13,6 +13,7 @@ pub mod node;
 pub mod policy;
 pub mod report;
 pub mod state_file;
+pub mod text;
 
 // The policy modules by their earlier paths (the configuration reads selectors through these).
 pub use policy::{filters, plan, selector};

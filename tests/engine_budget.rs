@@ -183,6 +183,39 @@ async fn on_deadline_delete_removes_the_blocked_pods() {
     until("`guarded` deleted", || c.pod(NS, "guarded").is_none()).await;
 }
 
+/// A 404 to the delete at the deadline that is not the server's NotFound for the pod (an
+/// ingress's page) does not make the pod gone: it is still there, and the report says so.
+#[tokio::test]
+async fn an_html_404_to_the_delete_at_the_deadline_is_not_gone() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    c.server.faults().fail_next_with_body(
+        fake_apiserver::Route::new("DELETE", "/pods/guarded"),
+        100,
+        404,
+        None,
+        "<html>404 page not found</html>",
+    );
+    let engine =
+        Engine::new(c.settings("[drain]\non_deadline = \"delete\"\ngrace_period = \"1s\"\n"))
+            .unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(2)).await;
+    let guarded = report.pods.iter().find(|p| p.name == "guarded").unwrap();
+    assert_ne!(guarded.outcome, Outcome::Gone, "{}", report.to_text());
+    assert!(!report.complete, "{}", report.to_text());
+    assert!(c.pod(NS, "guarded").is_some());
+    assert!(
+        !c.server
+            .recorder()
+            .matching("DELETE", "/pods/guarded")
+            .is_empty(),
+        "the delete was sent"
+    );
+}
+
 /// A 429 with Retry-After is retried after that many seconds: not earlier (the gap between the
 /// two attempts, a lower bound that load can only lengthen), and not on the 30 s retry interval
 /// (the drain completes by its 10 s deadline).

@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use super::tracker::watch_error;
 use crate::api::Clients;
 use crate::api::client::WATCH_SECONDS;
+use crate::api::path::segment;
 use crate::api::retry;
 
 #[derive(Default)]
@@ -99,7 +100,13 @@ fn allowed_of(pdb: &PodDisruptionBudget) -> Option<i32> {
 
 async fn watch_budget(clients: Clients, namespace: String, name: String, gate: Arc<BudgetGate>) {
     let object = format!("poddisruptionbudget {namespace}/{name}");
-    let api: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &namespace);
+    let Ok(path_namespace) = segment(&namespace) else {
+        // Pods with such a namespace are never planned; nothing to watch.
+        gate.unavailable.store(true, Ordering::Relaxed);
+        gate.notify.notify_waiters();
+        return;
+    };
+    let api: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &path_namespace);
     let config = watcher::Config::default()
         .fields(&format!("metadata.name={name}"))
         .timeout(WATCH_SECONDS);

@@ -60,6 +60,12 @@ pub struct Failure {
     /// Retry-After seconds to send with the failure.
     #[serde(default)]
     pub retry_after: Option<u32>,
+    /// The answer's body instead of a Status (an HTML page from a proxy, a crafted Status).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The body's Content-Type (default `text/html; charset=utf-8`).
+    #[serde(default)]
+    pub content_type: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,6 +100,8 @@ pub(crate) enum Action {
     Fail {
         status: u16,
         retry_after: Option<u32>,
+        /// `(content type, body)` instead of a Status.
+        body: Option<(String, String)>,
     },
     Close,
 }
@@ -154,6 +162,31 @@ impl Faults {
                 remaining: n,
                 status,
                 retry_after: None,
+                body: None,
+                content_type: None,
+            })
+        });
+    }
+
+    /// Answers the next `n` matching requests with `status` and `body` as `content_type`
+    /// (`None`: `text/html; charset=utf-8`) instead of a Status: what a proxy or an ingress in
+    /// front of the API server, or a crafted answer, sends.
+    pub fn fail_next_with_body(
+        &self,
+        route: Route,
+        n: u32,
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+    ) {
+        self.edit(|s| {
+            s.fail.push(Failure {
+                route,
+                remaining: n,
+                status,
+                retry_after: None,
+                body: Some(body.to_string()),
+                content_type: content_type.map(str::to_string),
             })
         });
     }
@@ -166,6 +199,8 @@ impl Faults {
                 remaining: n,
                 status,
                 retry_after: Some(seconds),
+                body: None,
+                content_type: None,
             })
         });
     }
@@ -358,6 +393,10 @@ impl Faults {
                 return Action::Fail {
                     status: f.status,
                     retry_after: f.retry_after,
+                    body: f.body.clone().map(|b| {
+                        let ct = f.content_type.clone();
+                        (ct.unwrap_or_else(|| "text/html; charset=utf-8".into()), b)
+                    }),
                 };
             }
             s.close.retain(|c| c.remaining > 0);
