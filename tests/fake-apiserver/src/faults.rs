@@ -191,7 +191,8 @@ impl Faults {
         });
     }
 
-    /// As `fail_next`, with a Retry-After header.
+    /// As `fail_next`, with a Retry-After: the header and `details.retryAfterSeconds` in the
+    /// Status, as the apiserver sends them together.
     pub fn fail_next_with_retry_after(&self, route: Route, n: u32, status: u16, seconds: u32) {
         self.edit(|s| {
             s.fail.push(Failure {

@@ -457,11 +457,18 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Result<Response<Body>,
             retry_after,
             body,
         } => {
+            // A Retry-After comes in the Status too, as the apiserver writes a 429 or 5xx of
+            // `errors.NewTooManyRequests` / `NewServerTimeout` (details.retryAfterSeconds, and
+            // the header set from it).
+            let details = retry_after.map(|secs| Details {
+                retry_after_seconds: Some(secs),
+                ..Details::default()
+            });
             let mut resp = match body {
                 None => failure(
                     status,
                     format!("fake-apiserver: injected fault {status}"),
-                    None,
+                    details,
                 ),
                 Some((content_type, body)) => raw_response(status, &content_type, body),
             };
