@@ -990,3 +990,99 @@ async fn status_escapes_control_characters_from_the_node_and_the_state_files() {
         "the value itself is kept"
     );
 }
+
+/// The binary with `config` and `args` and `KUBE_SHUTDOWN_DRAIN_LOG` as given (unset: `None`).
+async fn cli_with_log(config: &Path, args: &[&str], log: Option<&str>) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"));
+    command
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("KUBE_SHUTDOWN_DRAIN_LOG")
+        .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS)
+        .kill_on_drop(true);
+    if let Some(log) = log {
+        command.env("KUBE_SHUTDOWN_DRAIN_LOG", log);
+    }
+    let out = command.output().await.expect("the binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `plan` against a server that does not answer says so in one line: kube's client logs an
+/// ERROR line per failed attempt, which is not ours to show (issue 23: ten of them came first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_one_error_line() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "");
+    c.server.stop_listener();
+    for log in [None, Some("info"), Some("debug")] {
+        let r = cli_with_log(&config, &["plan"], log).await;
+        assert_eq!(r.code, 3, "{log:?}: {}", r.stderr);
+        let lines: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.starts_with("error:") || l.contains("WARN"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{log:?}: {}", r.stderr);
+        assert!(
+            lines[0].starts_with("error: cannot read node node-a: API server"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            !r.stderr.contains("client error (Connect)"),
+            "{log:?}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// A `KUBE_SHUTDOWN_DRAIN_LOG` that is not a filter is a warning naming the variable, and the
+/// default level applies (a lone word is a target for EnvFilter: `degub` would have silenced
+/// every line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_log_filter_is_a_warning_naming_the_variable() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "");
+    let r = cli_with_log(&config, &["plan"], Some("degub")).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warning = r.stderr.lines().next().unwrap_or_default();
+    assert!(
+        warning.contains(
+            "WARN environment variable KUBE_SHUTDOWN_DRAIN_LOG=\"degub\" is not a log filter"
+        ) && warning.contains("logging at the default, info"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A budget these credentials may not watch (the kubelet's: 403) is said once, in our words:
+/// kube's watcher logs the refusal as a Debug dump of its error, which never reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_budget_watch_is_one_line_without_a_debug_dump() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    let config = c.config_file(
+        "system:node:node-a",
+        "[drain]\ntimeout = \"3s\"\nretry_interval = \"1s\"\n",
+    );
+    let r = cli_with_log(&config, &["drain"], None).await;
+    assert_eq!(r.code, 1, "the budget holds the pod: {}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("cannot watch poddisruptionbudget work/guarded-pdb"),
+        "{}",
+        r.stderr
+    );
+    for dump in ["Status {", "Api(", "ErrorResponse", "Some(\""] {
+        assert!(!r.stderr.contains(dump), "{dump:?} in:\n{}", r.stderr);
+    }
+}
