@@ -348,14 +348,20 @@ impl Run {
         let wait = async {
             match pause {
                 Pause::For(d) => tokio::time::sleep(d).await,
+                // The budget's change, alone while it is watched; else the retry interval too.
                 Pause::Budget(b) => {
                     let (ns, name) = b.split_once('/').unwrap_or(("", b.as_str()));
                     let gate = self.budgets.gate(ns, name);
-                    if gate.is_unavailable() {
-                        tokio::time::sleep(fallback).await;
+                    // Listening before looking: a watch that fails right after the look wakes
+                    // this waiter, which then takes the timer.
+                    let notified = gate.notify.notified();
+                    let mut notified = std::pin::pin!(notified);
+                    notified.as_mut().enable();
+                    if gate.is_watched() {
+                        notified.await;
                     } else {
                         tokio::select! {
-                            _ = gate.notify.notified() => {}
+                            _ = notified => {}
                             _ = tokio::time::sleep(fallback) => {}
                         }
                     }
