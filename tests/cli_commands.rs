@@ -991,28 +991,6 @@ async fn status_escapes_control_characters_from_the_node_and_the_state_files() {
     );
 }
 
-/// The binary with `config` and `args` and `KUBE_SHUTDOWN_DRAIN_LOG` as given (unset: `None`).
-async fn cli_with_log(config: &Path, args: &[&str], log: Option<&str>) -> Run {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"));
-    command
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("KUBE_SHUTDOWN_DRAIN_LOG")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS)
-        .kill_on_drop(true);
-    if let Some(log) = log {
-        command.env("KUBE_SHUTDOWN_DRAIN_LOG", log);
-    }
-    let out = command.output().await.expect("the binary runs");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 /// `plan` against a server that does not answer says so in one line: kube's client logs an
 /// ERROR line per failed attempt, which is not ours to show (issue 23: ten of them came first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1021,7 +999,7 @@ async fn an_unreachable_server_is_one_error_line() {
     let config = c.config_file("admin", "");
     c.server.stop_listener();
     for log in [None, Some("info"), Some("debug")] {
-        let r = cli_with_log(&config, &["plan"], log).await;
+        let r = cli_with_log(&config, &["plan"], NO_BUS, log).await;
         assert_eq!(r.code, 3, "{log:?}: {}", r.stderr);
         let lines: Vec<&str> = r
             .stderr
@@ -1049,7 +1027,7 @@ async fn an_unreachable_server_is_one_error_line() {
 async fn a_bad_log_filter_is_a_warning_naming_the_variable() {
     let c = Cluster::start(vec![]).await;
     let config = c.config_file("admin", "");
-    let r = cli_with_log(&config, &["plan"], Some("degub")).await;
+    let r = cli_with_log(&config, &["plan"], NO_BUS, Some("degub")).await;
     assert_eq!(r.code, 0, "{}", r.stderr);
     let warning = r.stderr.lines().next().unwrap_or_default();
     assert!(
@@ -1074,7 +1052,7 @@ async fn a_refused_budget_watch_is_one_line_without_a_debug_dump() {
         "system:node:node-a",
         "[drain]\ntimeout = \"3s\"\nretry_interval = \"1s\"\n",
     );
-    let r = cli_with_log(&config, &["drain"], None).await;
+    let r = cli_with_log(&config, &["drain"], NO_BUS, None).await;
     assert_eq!(r.code, 1, "the budget holds the pod: {}", r.stderr);
     assert!(
         r.stderr

@@ -154,17 +154,19 @@ impl Faults {
         });
     }
 
+    fn push_failure(&self, failure: Failure) {
+        self.edit(|s| s.fail.push(failure));
+    }
+
     /// Answers the next `n` matching requests with `status` (a Status body, no Retry-After).
     pub fn fail_next(&self, route: Route, n: u32, status: u16) {
-        self.edit(|s| {
-            s.fail.push(Failure {
-                route,
-                remaining: n,
-                status,
-                retry_after: None,
-                body: None,
-                content_type: None,
-            })
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: None,
+            body: None,
+            content_type: None,
         });
     }
 
@@ -179,30 +181,26 @@ impl Faults {
         content_type: Option<&str>,
         body: &str,
     ) {
-        self.edit(|s| {
-            s.fail.push(Failure {
-                route,
-                remaining: n,
-                status,
-                retry_after: None,
-                body: Some(body.to_string()),
-                content_type: content_type.map(str::to_string),
-            })
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: None,
+            body: Some(body.to_string()),
+            content_type: content_type.map(str::to_string),
         });
     }
 
     /// As `fail_next`, with a Retry-After: the header and `details.retryAfterSeconds` in the
     /// Status, as the apiserver sends them together.
     pub fn fail_next_with_retry_after(&self, route: Route, n: u32, status: u16, seconds: u32) {
-        self.edit(|s| {
-            s.fail.push(Failure {
-                route,
-                remaining: n,
-                status,
-                retry_after: Some(seconds),
-                body: None,
-                content_type: None,
-            })
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: Some(seconds),
+            body: None,
+            content_type: None,
         });
     }
 
