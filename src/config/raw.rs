@@ -221,7 +221,7 @@ impl Table for RawTaint {
 
 impl Table for RawFilters {
     const EXPECTING: &'static str = "`filters` to be a [filters] table (keys skip_tolerating_cordon, skip_selector, \
-                 skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)";
+         skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)";
 }
 
 impl Table for RawRule {
@@ -231,13 +231,13 @@ impl Table for RawRule {
 
 impl Table for RawDrain {
     const EXPECTING: &'static str = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
-                 fit_grace_to_deadline)";
+         timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
+         fit_grace_to_deadline)";
 }
 
 impl Table for RawDaemon {
     const EXPECTING: &'static str = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
-                 kubelet_config)";
+         kubelet_config)";
 }
 
 impl Table for RawMetrics {
@@ -246,5 +246,5 @@ impl Table for RawMetrics {
 
 impl Table for RawShutdown {
     const EXPECTING: &'static str = "`shutdown` to be a [shutdown] table (keys reboot, poweroff, halt, kexec, \
-                 soft_reboot, unknown)";
+         soft_reboot, unknown)";
 }

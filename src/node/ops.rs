@@ -112,9 +112,10 @@ impl NodeOps<'_> {
 
     /// Writes the marker, the taint and the cordon in one guarded patch; transient failures are
     /// retried until `deadline`, and so is a write the server throttles past the deadline or
-    /// whose guard keeps failing (round after round, the node read again each time). When the taint is refused (403: credentials that may not change
-    /// taints; or another final answer) the marker and the cordon are written without it, and a
-    /// refusal other than 403 is returned after that. If nothing can be written, nothing changed.
+    /// whose guard keeps failing (round after round, the node read again each time). When the
+    /// taint is refused (403: credentials that may not change taints; or another final answer)
+    /// the marker and the cordon are written without it, and a refusal other than 403 is
+    /// returned after that. If nothing can be written, nothing changed.
     #[tracing::instrument(skip_all, fields(node = %self.settings.node_name, boot_id = %boot_id))]
     pub async fn prepare(
         &self,
