@@ -239,8 +239,12 @@ impl Engine {
 
     /// Prepares and drains at once, both by `deadline`: the drain lists and plans the pods while
     /// the prepare writes the marker, the taint and the cordon, and starts evicting once the
-    /// prepare is over (done or failed: a shutdown drains anyway). Under a slow API server this
-    /// saves the list's round trip from the budget.
+    /// prepare is over (done, or failed for good: a shutdown drains anyway). Under a slow API
+    /// server this saves the list's round trip from the budget. A prepare that keeps failing
+    /// (throttled, a guard that keeps failing) keeps trying until the deadline, but the
+    /// evictions wait for it only until [`evict_without_cordon_at`]: an uncordoned node may get
+    /// replacements scheduled back onto it, yet a drain that never starts loses every pod's
+    /// graceful end.
     /// `on_plan` sees the drain's plan as soon as its one list is in (the daemon's `STATUS=`
     /// line), so nobody lists the pods a second time for it.
     pub async fn prepare_and_drain(
@@ -263,14 +267,20 @@ impl Engine {
             why: why.to_string(),
             dry_run: false,
         };
-        let drain = self.drain_after(
-            deadline,
-            options,
-            async {
-                let _ = prepared.await;
-            },
-            on_plan,
-        );
+        let node = &self.settings.node_name;
+        let anyway = evict_without_cordon_at(Instant::now(), deadline);
+        let ready = async {
+            tokio::select! {
+                _ = prepared => {}
+                _ = tokio::time::sleep_until(anyway) => tracing::warn!(
+                    node = %node,
+                    "node {node} is not cordoned yet and half of the drain's time is gone; \
+                     evicting without the cordon (replacements may be scheduled onto node \
+                     {node}) while the prepare keeps trying"
+                ),
+            }
+        };
+        let drain = self.drain_after(deadline, options, ready, on_plan);
         tokio::join!(prepare, drain)
     }
 
@@ -465,6 +475,16 @@ impl Engine {
     pub fn last_report(&self) -> Result<Option<Report>, Error> {
         Ok(Report::read_last(&self.settings.state_dir)?)
     }
+}
+
+/// When the evictions of [`Engine::prepare_and_drain`] stop waiting for a prepare that keeps
+/// failing: half way from `start` to `deadline`. The other half is the evictions' own: pods
+/// terminate gracefully only with time left (grace periods are cut to the time left), so the
+/// cordon may cost half the budget, never all of it (the default 120 s drain timeout gives a
+/// throttled or contended control plane a minute, and the pods' default 30 s grace still fits).
+/// Pure.
+pub fn evict_without_cordon_at(start: Instant, deadline: Instant) -> Instant {
+    start + deadline.saturating_duration_since(start) / 2
 }
 
 /// What restore did with the cordon, in words for a person (the CLI, the journal, the Node

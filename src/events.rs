@@ -1,12 +1,15 @@
 //! core/v1 Events on our Node (`kubectl describe node` shows them): drain started, finished with
 //! counts, pods blocked by a budget, deadline reached, restored. An Event that cannot be written
 //! is logged and otherwise ignored: Events are for people, never a reason to stop a drain.
+//! Every message is cleaned ([`crate::text::clean`]: no control characters, at most
+//! [`crate::text::EVENT_MESSAGE_MAX`] bytes), whatever it quotes (a state file, an API answer).
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, PostParams};
 
 use crate::api::Clients;
+use crate::text;
 
 /// The component name on our Events.
 pub const COMPONENT: &str = "kube-shutdown-drain";
@@ -108,7 +111,7 @@ impl NodeEvents {
                 ..ObjectReference::default()
             },
             reason: Some(reason.as_str().into()),
-            message: Some(message.to_string()),
+            message: Some(text::clean(message, text::EVENT_MESSAGE_MAX)),
             type_: Some(reason.type_().into()),
             count: Some(1),
             first_timestamp: Some(Time(now)),
@@ -142,6 +145,7 @@ impl NodeEvents {
     pub async fn emit_by(&self, reason: Reason, message: &str, deadline: tokio::time::Instant) {
         match self.try_emit_by(reason, message, deadline).await {
             Ok(()) => {
+                let message = text::clean(message, text::EVENT_MESSAGE_MAX);
                 tracing::debug!(node = %self.node, "event {} on node {}: {message}", reason.as_str(), self.node)
             }
             Err(e) => {

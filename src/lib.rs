@@ -17,6 +17,7 @@ pub mod report;
 pub mod scheduled;
 pub mod shutdown_kind;
 pub mod state_file;
+pub mod text;
 pub mod words;
 
 // The policy modules by their earlier paths (the configuration reads selectors through these).

@@ -2,11 +2,12 @@
 //! created 0700; a file is written to a random-named temporary file in the same directory and
 //! renamed over its name, so nothing is ever written through a symlink planted there; a file is
 //! read only when it is a regular file (opened without following a symlink, checked on the open
-//! descriptor) of at most [`MAX_LEN`] bytes.
+//! descriptor) of at most [`MAX_LEN`] bytes, owned by the user this program runs as (the
+//! effective uid): a file someone else put there is not ours to believe.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::OFlag;
@@ -59,8 +60,8 @@ pub fn replace(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
 }
 
 /// Reads `path`, `None` when it does not exist. Refuses (an error saying why) a symlink, anything
-/// but a regular file (a device, a FIFO: opened without blocking, never read) and a file larger
-/// than [`MAX_LEN`].
+/// but a regular file (a device, a FIFO: opened without blocking, never read), a file owned by
+/// another user than the effective one, and a file larger than [`MAX_LEN`].
 pub fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     let file = match OpenOptions::new()
         .read(true)
@@ -80,6 +81,13 @@ pub fn read(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(refused("it is not a regular file"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(refused(&format!(
+            "it is owned by uid {}, not by uid {me}, the user this program runs as",
+            meta.uid()
+        )));
     }
     if meta.len() > MAX_LEN {
         return Err(too_large());
@@ -241,6 +249,35 @@ mod tests {
         assert!(err.to_string().contains("larger than 1024 KiB"), "{err}");
         std::fs::write(&large, vec![b' '; MAX_LEN as usize]).unwrap();
         assert!(read(&large).unwrap().is_some(), "exactly the limit is read");
+    }
+
+    #[test]
+    fn a_file_owned_by_another_user_is_refused_naming_the_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("last-report.json");
+        std::fs::write(&path, "{}").unwrap();
+        assert!(read(&path).unwrap().is_some(), "our own file is read");
+        let me = nix::unistd::geteuid();
+        // Root gives the file away; anyone else reads one of root's.
+        let (path, owner) = if me.is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            (path, 65534)
+        } else {
+            (PathBuf::from("/etc/hostname"), 0)
+        };
+        let err = read(&path).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "refused: it is owned by uid {owner}, not by uid {}, the user this program runs as",
+                me.as_raw()
+            )
+        );
+        let err = read_json::<serde_json::Value>(&path).unwrap_err();
+        assert!(
+            err.to_string().contains(&path.display().to_string()),
+            "{err}"
+        );
     }
 
     #[test]

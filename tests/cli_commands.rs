@@ -959,3 +959,228 @@ async fn the_kubelets_credentials_check_plan_drain_and_restore_a_node_with_a_cla
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(!unschedulable(&c.node(NODE)), "{}", r.stdout);
 }
+
+/// `check` fails when someone else can write what the daemon trusts as root (the config file,
+/// the kubeconfig or the directory holding either, the state directory), naming the file and
+/// why, and warns when others can read a kubeconfig that holds credentials (issue 23).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_when_others_can_write_the_files_the_daemon_trusts() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(rig) = logind::Rig::start(logind::LogindOptions::default()).await else {
+        println!("skipped: dbus-daemon or python3-dbusmock missing");
+        return;
+    };
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
+    let kubeconfig = c.kubeconfig("admin");
+    let state = c.dir.path().join("state");
+    let chmod = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    chmod(&kubeconfig, 0o600);
+    let r = cli_on_bus(&config, &["check"], rig.address()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("files: config, kubeconfig and state dir writable only by their owner"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !r.stdout.contains("WARNING it holds credentials"),
+        "{}",
+        r.stdout
+    );
+
+    // Readable by others, with a token inside: a warning, not a failure.
+    chmod(&kubeconfig, 0o644);
+    let r = cli_on_bus(&config, &["check"], rig.address()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "kubeconfig {}: WARNING it holds credentials and its group or others can read it",
+            kubeconfig.display()
+        )),
+        "{}",
+        r.stdout
+    );
+    chmod(&kubeconfig, 0o600);
+
+    let cases: [(&str, &Path, u32, u32, &str); 4] = [
+        (
+            "config",
+            &config,
+            0o666,
+            0o644,
+            "file {}: anyone can write it (mode 0666)",
+        ),
+        (
+            "kubeconfig",
+            &kubeconfig,
+            0o620,
+            0o600,
+            "file {}: its group can write it (mode 0620)",
+        ),
+        (
+            "state dir",
+            &state,
+            0o777,
+            0o700,
+            "directory {}: anyone can write it (mode 0777)",
+        ),
+        (
+            "config",
+            c.dir.path(),
+            0o770,
+            0o700,
+            "its directory {}: its group can write it (mode 0770)",
+        ),
+    ];
+    for (what, path, bad, good, why) in cases {
+        chmod(path, bad);
+        let r = cli_on_bus(&config, &["check"], rig.address()).await;
+        chmod(path, good);
+        assert_eq!(r.code, 1, "{what} {bad:o}: {}\n{}", r.stdout, r.stderr);
+        let why = why.replace("{}", &path.display().to_string());
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains("UNSAFE"))
+            .unwrap_or_else(|| panic!("{what} {bad:o}: no UNSAFE line:\n{}", r.stdout));
+        assert!(line.starts_with(what) && line.contains(&why), "{line}");
+    }
+}
+
+/// `status` prints what the Node and the state files say with their control characters
+/// escaped: a marker or a boot record cannot clear the admin's screen or retitle their terminal
+/// (issue 23). The JSON output escapes them by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_escapes_control_characters_from_the_node_and_the_state_files() {
+    let c = Cluster::start(vec![]).await;
+    let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}";
+    let marker = json!({
+        "was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "0b0e1d00-0000-4000-8000-0000000000ff", "time": "2026-11-29T10:00:00Z",
+        "why": format!("drain{hostile}"), "cordoned": false, "version": 1,
+        "taints": [{"key": format!("kube-shutdown-drain/x{hostile}"), "effect": "NoSchedule"}]
+    });
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"] =
+                json!({"kube-shutdown-drain/marker": marker.to_string()});
+        })
+        .unwrap();
+    let state = c.dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let record = json!({
+        "boot_id": "0b0e1d00-0000-4000-8000-0000000000aa", "since": "2026-11-29T10:00:00Z",
+        "previous": {"boot_id": "0b0e1d00-0000-4000-8000-0000000000bb",
+            "unclean": "DrainIncomplete", "message": format!("boot ended{hostile}"),
+            "event_posted": true}
+    });
+    std::fs::write(state.join("boot-record"), record.to_string()).unwrap();
+    let config = c.config_file("admin", "");
+    let r = cli(&config, &["status"]).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    for c in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(
+            !r.stdout.contains(c),
+            "{c:?} printed raw:\n{}",
+            r.stdout.escape_debug()
+        );
+    }
+    assert!(
+        r.stdout.contains("(drain\\u{1b}]0;owned\\u{7}"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("kube-shutdown-drain/x\\u{1b}"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("boot ended\\u{1b}"), "{}", r.stdout);
+    let r = cli(&config, &["status", "--output", "json"]).await;
+    assert!(!r.stdout.contains('\u{1b}'), "{}", r.stdout.escape_debug());
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        v["marker"]["why"],
+        json!(format!("drain{hostile}")),
+        "the value itself is kept"
+    );
+}
+
+/// `plan` against a server that does not answer says so in one line: kube's client logs an
+/// ERROR line per failed attempt, which is not ours to show (issue 23: ten of them came first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_one_error_line() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "");
+    c.server.stop_listener();
+    for log in [None, Some("info"), Some("debug")] {
+        let r = cli_with_log(&config, &["plan"], NO_BUS, log).await;
+        assert_eq!(r.code, 3, "{log:?}: {}", r.stderr);
+        let lines: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.starts_with("error:") || l.contains("WARN"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{log:?}: {}", r.stderr);
+        assert!(
+            lines[0].starts_with("error: cannot read node node-a: API server"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            !r.stderr.contains("client error (Connect)"),
+            "{log:?}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// A `KUBE_SHUTDOWN_DRAIN_LOG` that is not a filter is a warning naming the variable, and the
+/// default level applies (a lone word is a target for EnvFilter: `degub` would have silenced
+/// every line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_log_filter_is_a_warning_naming_the_variable() {
+    let c = Cluster::start(vec![]).await;
+    let config = c.config_file("admin", "");
+    let r = cli_with_log(&config, &["plan"], NO_BUS, Some("degub")).await;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let warning = r.stderr.lines().next().unwrap_or_default();
+    assert!(
+        warning.contains(
+            "WARN environment variable KUBE_SHUTDOWN_DRAIN_LOG=\"degub\" is not a log filter"
+        ) && warning.contains("logging at the default, info"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A budget these credentials may not watch (the kubelet's: 403) is said once, in our words:
+/// kube's watcher logs the refusal as a Debug dump of its error, which never reaches the log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_budget_watch_is_one_line_without_a_debug_dump() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    let config = c.config_file(
+        "system:node:node-a",
+        "[drain]\ntimeout = \"3s\"\nretry_interval = \"1s\"\n",
+    );
+    let r = cli_with_log(&config, &["drain"], NO_BUS, None).await;
+    assert_eq!(r.code, 1, "the budget holds the pod: {}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("cannot watch poddisruptionbudget work/guarded-pdb"),
+        "{}",
+        r.stderr
+    );
+    for dump in ["Status {", "Api(", "ErrorResponse", "Some(\""] {
+        assert!(!r.stderr.contains(dump), "{dump:?} in:\n{}", r.stderr);
+    }
+}

@@ -239,3 +239,31 @@ async fn a_boot_that_ended_after_a_complete_drain_gets_no_event() {
         "{s}"
     );
 }
+
+/// A boot record is a file: whatever it says goes into the Event only cleaned, at most 1 KiB
+/// (the API server's limit on an event note) and without control characters (issue 23: a
+/// forged record posted a 200,000-character Event).
+#[tokio::test]
+async fn a_forged_boot_record_posts_one_short_clean_event() {
+    let Some((mut world, _)) = running(setup(false)).await else {
+        return;
+    };
+    world.rig.reboot().await;
+    world.expect_released(Duration::from_secs(20)).await;
+    world.kill_daemon();
+    let path = world.state_dir().join("boot-record");
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let forged = format!("{}\u{1b}[2J\n{}", "x".repeat(200_000), "\u{7}".repeat(10));
+    record["shutdown"]["end"]["detail"] = Value::String(forged);
+    std::fs::write(&path, record.to_string()).unwrap();
+    next_boot(&mut world).await;
+    let event = the_event(&world, INCOMPLETE).await;
+    let message = event["message"].as_str().unwrap();
+    assert!(message.len() <= 1024, "{} bytes", message.len());
+    assert!(
+        !message.chars().any(char::is_control),
+        "{:?}",
+        message.escape_debug()
+    );
+    assert!(message.ends_with(" ..."), "cut, and says so: {message}");
+}

@@ -183,6 +183,39 @@ async fn on_deadline_delete_removes_the_blocked_pods() {
     until("`guarded` deleted", || c.pod(NS, "guarded").is_none()).await;
 }
 
+/// A 404 to the delete at the deadline that is not the server's NotFound for the pod (an
+/// ingress's page) does not make the pod gone: it is still there, and the report says so.
+#[tokio::test]
+async fn an_html_404_to_the_delete_at_the_deadline_is_not_gone() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    c.server.faults().fail_next_with_body(
+        fake_apiserver::Route::new("DELETE", "/pods/guarded"),
+        100,
+        404,
+        None,
+        "<html>404 page not found</html>",
+    );
+    let engine =
+        Engine::new(c.settings("[drain]\non_deadline = \"delete\"\ngrace_period = \"1s\"\n"))
+            .unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(2)).await;
+    let guarded = report.pods.iter().find(|p| p.name == "guarded").unwrap();
+    assert_ne!(guarded.outcome, Outcome::Gone, "{}", report.to_text());
+    assert!(!report.complete, "{}", report.to_text());
+    assert!(c.pod(NS, "guarded").is_some());
+    assert!(
+        !c.server
+            .recorder()
+            .matching("DELETE", "/pods/guarded")
+            .is_empty(),
+        "the delete was sent"
+    );
+}
+
 /// A 429 with Retry-After is retried after that many seconds: not earlier (the gap between the
 /// two attempts, a lower bound that load can only lengthen), and not on the 30 s retry interval
 /// (the drain completes by its 10 s deadline).
@@ -347,4 +380,51 @@ async fn the_deadline_delete_never_touches_a_same_name_replacement() {
         .collect();
     assert!(lates.contains(&Outcome::Skipped), "{}", report.to_text());
     assert!(!lates.contains(&Outcome::Deleted), "{}", report.to_text());
+}
+
+/// While its budget is watched, a blocked eviction waits for the budget to change, not for the
+/// retry interval: a budget that stays closed costs one eviction, not one per interval (issue
+/// 23: on a real server 6 tries in 12 s). The kubelet's credentials, which may not watch it,
+/// keep the interval (`engine_node::kubelet_credentials_fall_back_to_the_retry_interval_for_budgets`).
+#[tokio::test]
+async fn a_watched_budget_that_stays_closed_costs_one_eviction() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(5)).await;
+    assert!(!report.complete, "{}", report.to_text());
+    let guarded = report.pods.iter().find(|p| p.name == "guarded").unwrap();
+    assert_eq!(guarded.outcome, Outcome::Blocked, "{}", report.to_text());
+    assert_eq!(c.evictions_of(NS, "guarded"), 1, "{}", report.to_text());
+    assert!(
+        !c.server
+            .recorder()
+            .matching("GET", "poddisruptionbudgets")
+            .is_empty(),
+        "the budget was watched"
+    );
+}
+
+/// A budget watch that keeps failing (503) is no watch: its waiters fall back on the retry
+/// interval until it answers again.
+#[tokio::test]
+async fn a_budget_whose_watch_keeps_failing_falls_back_on_the_retry_interval() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    c.server.faults().fail_next(
+        fake_apiserver::Route::new("GET", "poddisruptionbudgets"),
+        100_000,
+        503,
+    );
+    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(5)).await;
+    assert!(!report.complete, "{}", report.to_text());
+    let tries = c.evictions_of(NS, "guarded");
+    assert!(tries >= 3, "{tries} evictions in 5 s: {}", report.to_text());
 }

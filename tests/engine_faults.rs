@@ -293,3 +293,113 @@ async fn a_hung_event_api_cannot_hold_the_drain() {
         "Events are written once the Event API answers"
     );
 }
+
+/// An Eviction answered 404 that is not the API server's NotFound for the pod (an ingress's
+/// HTML page, a server without the eviction subresource, a Status about something else) says
+/// nothing about the pod: the pod stays planned, the row says why, and the drain is not
+/// complete while the pod runs. Once the eviction is answered for real, it is evicted.
+#[tokio::test]
+async fn an_eviction_404_that_is_not_the_pods_notfound_is_an_error_not_gone() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE), pod(NS, "b", NODE)]).await;
+    let f = c.server.faults();
+    f.fail_next_with_body(
+        Route::new("POST", "/pods/a/eviction"),
+        1_000,
+        404,
+        None,
+        "<html><body><h1>404 Not Found</h1>nginx</body></html>",
+    );
+    f.fail_next(Route::new("POST", "/pods/b/eviction"), 1_000, 404);
+    let engine = Engine::new(c.settings("[drain]\nretry_interval = \"1s\"\n")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(3)).await;
+    assert!(!report.complete, "{}", report.to_text());
+    assert_eq!(report.counts.gone, 0, "{}", report.to_text());
+    for p in ["a", "b"] {
+        assert!(c.pod(NS, p).is_some(), "{p} still runs");
+        let row = report.pods.iter().find(|r| r.name == p).unwrap();
+        assert!(
+            row.detail
+                .as_deref()
+                .is_some_and(|d| d.contains("not the API server's NotFound for this pod")),
+            "{row:?}"
+        );
+    }
+    // The HTML page is quoted cut and on one line, never whole.
+    let a = report.pods.iter().find(|r| r.name == "a").unwrap();
+    assert!(
+        a.detail.as_deref().unwrap().contains("404 Not Found"),
+        "{a:?}"
+    );
+    f.clear();
+    let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(report.counts.evicted, 2, "{}", report.to_text());
+}
+
+/// Even the pod's own NotFound Status is only what the eviction endpoint said: the pod counts as
+/// gone once the pod watch or a GET shows it, and a pod still there is evicted for real.
+#[tokio::test]
+async fn a_notfound_for_a_pod_that_is_still_there_does_not_make_it_gone() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE)]).await;
+    let lie = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "pods \"a\" not found", "reason": "NotFound",
+        "details": {"name": "a", "kind": "pods"}, "code": 404});
+    c.server.faults().fail_next_with_body(
+        Route::new("POST", "/pods/a/eviction"),
+        1,
+        404,
+        Some("application/json"),
+        &lie.to_string(),
+    );
+    let engine = Engine::new(c.settings("")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(report.counts.evicted, 1, "{}", report.to_text());
+    assert_eq!(report.counts.gone, 0, "{}", report.to_text());
+    assert!(
+        !c.server
+            .recorder()
+            .matching("GET", "/namespaces/work/pods/a")
+            .is_empty(),
+        "the claim was checked with a GET"
+    );
+    assert!(c.pod(NS, "a").is_none());
+}
+
+/// Names from the API server's answers go into request paths only when they can be names: a pod
+/// called `../../x` is an error in the report, never a request path (nor gone).
+#[tokio::test]
+async fn a_pod_name_that_cannot_be_one_never_reaches_a_request_path() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE)]).await;
+    for name in ["../../../api/v1/nodes/node-a", "x?dryRun=All"] {
+        let mut p = pod(NS, "placeholder", NODE);
+        p["metadata"]["name"] = serde_json::json!(name);
+        c.server.store().upsert(p).unwrap();
+    }
+    let engine = Engine::new(c.settings("")).unwrap();
+    let report = engine.drain(Instant::now() + Duration::from_secs(10)).await;
+    assert_eq!(report.counts.evicted, 2, "{}", report.to_text());
+    assert!(
+        report.errors.iter().any(
+            |e| e.contains("../../../api/v1/nodes/node-a") && e.contains("valid metadata.name")
+        ),
+        "{:?}",
+        report.errors
+    );
+    assert!(!report.complete, "an error makes the drain incomplete");
+    for r in c.server.recorder().requests() {
+        assert!(!r.path.contains(".."), "{} {}", r.method, r.uri());
+        assert!(!r.query.contains("dryRun=All"), "{} {}", r.method, r.uri());
+    }
+    let sent: Vec<String> = c
+        .server
+        .recorder()
+        .matching("POST", "/eviction")
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(
+        sent.iter().any(|p| p.contains("x%3FdryRun%3DAll")),
+        "{sent:?}"
+    );
+}

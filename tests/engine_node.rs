@@ -1134,3 +1134,101 @@ async fn an_admin_cordon_racing_our_cordon_write_wins() {
     assert!(unschedulable(&node), "the admin's cordon stays");
     assert!(stored_marker(&node).is_none());
 }
+
+/// The index in the request log of the first eviction, and of the first PATCH of the node the
+/// server accepted.
+fn first_eviction_and_cordon(c: &Cluster) -> (Option<usize>, Option<usize>) {
+    let reqs = c.server.recorder().requests();
+    let eviction = reqs
+        .iter()
+        .position(|r| r.method == "POST" && r.path.ends_with("/eviction"));
+    let cordon = reqs
+        .iter()
+        .position(|r| r.method == "PATCH" && r.path == NODE_PATH && r.status == 200);
+    (eviction, cordon)
+}
+
+/// The server throttles the prepare's write with a Retry-After far past the deadline: the
+/// prepare does not give up at once (the one retry would), it keeps trying on its backoff, and
+/// the shutdown path's evictions wait for its cordon.
+#[tokio::test]
+async fn a_prepare_throttled_past_its_deadline_keeps_trying_and_the_evictions_wait_for_it() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE), pod(NS, "b", NODE)]).await;
+    c.server
+        .faults()
+        .fail_next_with_retry_after(node_patches(), 3, 429, 3600);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (prepared, report) = engine.prepare_and_drain("shutdown", deadline, |_| {}).await;
+    let out = prepared.expect("the prepare landed");
+    assert!(out.cordoned && out.tainted, "{out:?}");
+    assert!(unschedulable(&c.node(NODE)));
+    assert!(report.complete, "{}", report.to_text());
+    let throttled = patch_log(&c).iter().filter(|r| r.status == 429).count();
+    assert_eq!(throttled, 3, "every throttled write was tried again");
+    let (eviction, cordon) = first_eviction_and_cordon(&c);
+    assert!(
+        eviction > cordon && cordon.is_some(),
+        "the first eviction ({eviction:?}) after the cordon ({cordon:?})"
+    );
+}
+
+/// A guard that fails round after round (a 422 loop: more than the guarded write's 10
+/// re-reads) is tried again, the node read anew each round, until the write lands.
+#[tokio::test]
+async fn a_prepare_whose_guard_keeps_failing_keeps_trying_until_it_lands() {
+    let c = Cluster::start(vec![]).await;
+    c.server.faults().fail_next(node_patches(), 15, 422);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine
+        .prepare_by("shutdown", Instant::now() + Duration::from_secs(20))
+        .await
+        .expect("the write lands after the guard stops failing");
+    assert!(out.cordoned, "{out:?}");
+    assert!(unschedulable(&c.node(NODE)));
+    let statuses: Vec<u16> = patch_log(&c).iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 422).count(),
+        15,
+        "{statuses:?}"
+    );
+    assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+}
+
+/// A cordon that never lands holds the evictions for half of the drain's time, not longer: the
+/// pods are then evicted without it (a drain that never starts would lose them all) while the
+/// prepare keeps trying to the deadline, and its failure is returned.
+#[tokio::test]
+async fn the_evictions_wait_for_a_cordon_that_never_lands_only_half_of_the_budget() {
+    let c = Cluster::start(vec![pod(NS, "a", NODE), pod(NS, "b", NODE)]).await;
+    c.server.faults().fail_next(node_patches(), 100_000, 422);
+    let engine = Engine::new(c.settings("")).unwrap();
+    let budget = Duration::from_secs(6);
+    let started = std::time::SystemTime::now();
+    let (prepared, report) = engine
+        .prepare_and_drain("shutdown", Instant::now() + budget, |_| {})
+        .await;
+    assert!(prepared.is_err(), "the node was never cordoned");
+    assert!(!unschedulable(&c.node(NODE)));
+    assert_eq!(report.counts.evicted, 2, "{}", report.to_text());
+    let reqs = c.server.recorder().requests();
+    let first = reqs
+        .iter()
+        .find(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .expect("evictions were sent");
+    let after = first.at.duration_since(started).unwrap();
+    // A lower bound: load can only make it later. 100 ms for the clocks' granularity.
+    assert!(
+        after + Duration::from_millis(100) >= budget / 2,
+        "the first eviction {after:?} after the start, before half of {budget:?}"
+    );
+    let last_patch = reqs.iter().rposition(|r| r.method == "PATCH").unwrap();
+    let first_eviction = reqs
+        .iter()
+        .position(|r| r.path.ends_with("/eviction"))
+        .unwrap();
+    assert!(
+        last_patch > first_eviction,
+        "the prepare kept trying after the evictions began"
+    );
+}

@@ -1,6 +1,6 @@
-//! What restore will never undo, against the fake API server (issue 9): the cordon only while
-//! our field manager owns `spec.unschedulable` (the node-lifecycle taint's time where the server
-//! sends no managedFields, else never), only our taint keys, nothing for a foreign marker (which
+//! What restore will never undo, against the fake API server (issues 9 and 23): the cordon only
+//! while our field manager alone owns `spec.unschedulable` (a co-owner keeps it; without
+//! managedFields never), only our taint keys, nothing for a foreign marker (which
 //! prepare replaces, still tainting and cordoning), a stale marker never applied to a later
 //! admin cordon, and the boot restore's wait for a kubelet heartbeat from this boot. Each test
 //! reads its evidence from the server: the request log, managedFields, the Node and its Events.
@@ -202,8 +202,53 @@ async fn a_prepare_after_an_admin_recordon_does_not_record_that_cordon_as_ours()
     assert!(!taints(&node).iter().any(|(k, _)| k == OUR_TAINT));
 }
 
+/// `kubectl apply --server-side` of `spec.unschedulable: true` by an admin, as field manager
+/// `kubectl` (the node may be cordoned already: the same value is shared ownership).
+async fn admin_applies_a_cordon(c: &Cluster) {
+    kubectl(c)
+        .await
+        .patch(
+            NODE,
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                "spec": {"unschedulable": true}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
-async fn without_managed_fields_the_lifecycle_taint_added_with_our_cordon_proves_it_ours() {
+async fn an_admin_who_also_applies_the_cordon_keeps_it_at_restore_and_restore_names_them() {
+    // We cordon for a drain; meanwhile an admin decides the node stays out of service and
+    // applies `unschedulable: true` server-side: the field is now owned by both managers.
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    admin_applies_a_cordon(&c).await;
+    let mut owners = unschedulable_owners(&c.node(NODE));
+    owners.sort();
+    assert_eq!(owners, ["kube-shutdown-drain", "kubectl"]);
+
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned, "{out:?}");
+    let why = out.cordon_kept.clone().expect("says why the cordon stays");
+    assert!(why.contains("kubectl"), "{why}");
+    assert!(out.untainted, "our taint still goes: {out:?}");
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert!(stored_marker(&node).is_none());
+    assert!(
+        event_messages(&c, "CordonLeftInPlace")
+            .iter()
+            .any(|m| m.contains("kubectl")),
+        "the Event names the co-owner"
+    );
+}
+
+#[tokio::test]
+async fn without_managed_fields_even_our_own_cordon_stays_and_restore_says_why() {
     let c = Cluster::start(vec![]).await;
     c.server.store().set_managed_fields(false);
     let engine = Engine::new(c.settings("")).unwrap();
@@ -212,55 +257,42 @@ async fn without_managed_fields_the_lifecycle_taint_added_with_our_cordon_proves
     assert!(node.pointer("/metadata/managedFields").is_none());
     assert!(taints(&node).iter().any(|(k, _)| k == LIFECYCLE_TAINT));
     let out = engine.restore().await.unwrap();
-    assert!(out.uncordoned, "{out:?}");
-    assert!(!unschedulable(&c.node(NODE)));
-}
-
-#[tokio::test]
-async fn without_managed_fields_a_lifecycle_taint_from_a_later_cordon_keeps_the_cordon() {
-    let c = Cluster::start(vec![]).await;
-    c.server.store().set_managed_fields(false);
-    let engine = Engine::new(c.settings("")).unwrap();
-    engine.prepare("drain").await.unwrap();
-    // The marker was written three days before this cordon's lifecycle taint: as after an
-    // uncordon by hand and a cordon by an admin days later.
-    let mut marker = stored_marker(&c.node(NODE)).unwrap();
-    marker["cordoned_at"] = json!("2026-01-01T00:00:00Z");
-    set_marker_text(&c, &marker.to_string());
-    let out = engine.restore().await.unwrap();
     assert!(!out.uncordoned, "{out:?}");
-    let why = out.cordon_kept.unwrap();
-    assert!(why.contains("a cordon by someone else"), "{why}");
-    assert!(unschedulable(&c.node(NODE)));
-}
-
-#[tokio::test]
-async fn without_managed_fields_or_a_lifecycle_taint_time_the_cordon_stays_and_restore_says_so() {
-    let c = Cluster::start(vec![]).await;
-    c.server.store().set_managed_fields(false);
-    let engine = Engine::new(c.settings("")).unwrap();
-    engine.prepare("drain").await.unwrap();
-    c.server
-        .store()
-        .modify("Node", None, NODE, |n| {
-            // A lifecycle taint without `timeAdded` (the simulated controller re-adds a
-            // removed one at once, as the real one does).
-            for t in n["spec"]["taints"].as_array_mut().unwrap() {
-                if t["key"] == json!(LIFECYCLE_TAINT) {
-                    t.as_object_mut().unwrap().remove("timeAdded");
-                }
-            }
-        })
-        .unwrap();
-    let out = engine.restore().await.unwrap();
-    assert!(!out.uncordoned, "{out:?}");
-    assert!(out.cordon_kept.unwrap().contains("cannot be told"));
+    assert!(out.cordon_kept.clone().unwrap().contains("cannot be told"));
+    assert!(out.untainted, "our taint key still goes: {out:?}");
     assert!(unschedulable(&c.node(NODE)));
     assert!(
         event_messages(&c, "CordonLeftInPlace")
             .iter()
             .any(|m| m.contains("cannot be told"))
     );
+}
+
+#[tokio::test]
+async fn without_managed_fields_a_marker_forged_with_the_lifecycle_taint_time_uncordons_nothing() {
+    // An admin cordons; someone who can read and write the Node writes a marker whose
+    // `cordoned_at` is the lifecycle taint's `timeAdded` (as readable as the marker itself).
+    let c = Cluster::start(vec![]).await;
+    c.server.store().set_managed_fields(false);
+    admin_cordons(&c).await;
+    let added = c.node(NODE)["spec"]["taints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == json!(LIFECYCLE_TAINT))
+        .and_then(|t| t["timeAdded"].as_str().map(str::to_string))
+        .expect("the lifecycle controller's taint with its time");
+    let forged = json!({
+        "was_unschedulable": false, "taint_was_present": false,
+        "boot_id": "0b0e1d00-0000-4000-8000-0000000000ff", "time": added,
+        "why": "drain", "cordoned": true, "cordoned_at": added, "version": 1, "taints": []
+    });
+    set_marker_text(&c, &forged.to_string());
+    let engine = Engine::new(c.settings("")).unwrap();
+    let out = engine.restore().await.unwrap();
+    assert!(!out.uncordoned, "{out:?}");
+    assert!(unschedulable(&c.node(NODE)), "the admin's cordon stays");
+    assert!(out.cordon_kept.unwrap().contains("cannot be told"));
 }
 
 #[tokio::test]
@@ -628,6 +660,40 @@ async fn a_label_set_again_by_an_admin_after_ours_stays_at_restore() {
     let why = out.lb_label_kept.clone().expect("says why the label stays");
     assert!(why.contains("kubectl"), "{why}");
     assert!(out.uncordoned, "the rest is restored: {out:?}");
+    assert_eq!(lb_label(&c.node(NODE)).as_deref(), Some("true"));
+}
+
+#[tokio::test]
+async fn a_label_an_admin_also_applies_server_side_stays_at_restore() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("shutdown").await.unwrap();
+    // The same value, applied: both managers own the label now.
+    kubectl(&c)
+        .await
+        .patch(
+            NODE,
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": NODE, "labels": {LB_LABEL: "true"}}
+            })),
+        )
+        .await
+        .unwrap();
+    let mut owners = lb_label_owners(&c.node(NODE));
+    owners.sort();
+    assert_eq!(owners, ["kube-shutdown-drain", "kubectl"]);
+    let out = engine.restore().await.unwrap();
+    assert!(!out.lb_label_removed, "{out:?}");
+    assert!(
+        out.lb_label_kept
+            .as_deref()
+            .unwrap_or("")
+            .contains("also owned by field manager kubectl"),
+        "{out:?}"
+    );
+    assert!(out.uncordoned, "the cordon was ours alone: {out:?}");
     assert_eq!(lb_label(&c.node(NODE)).as_deref(), Some("true"));
 }
 

@@ -131,7 +131,10 @@ impl Step for ApiAnswers {
         async move {
             let response = inner.send(request).await?;
             let code = response.status().as_u16();
-            if code < 300 {
+            // The API server's own flow control (priority and fairness, max-in-flight) answers
+            // 429 in plain text, not a Status (k8s.io/apiserver `pkg/server/filters`): it is the
+            // API's answer, read by its callers (`evict::throttled`, the retry's Retry-After).
+            if code < 300 || code == 429 {
                 return Ok(response);
             }
             let retry_after = response

@@ -1,6 +1,7 @@
 //! `check`: the configuration is valid (it loaded), the API server answers, the node exists,
 //! every permission the drain uses is granted (SelfSubjectAccessReview), the taint may be written,
-//! the state directory is writable and logind answers with a budget that fits. Exit 1 when
+//! the state directory is writable, nobody else can write the files the daemon trusts
+//! ([`super::file_modes`]) and logind answers with a budget that fits. Exit 1 when
 //! something the service needs is missing.
 //!
 //! The taint is checked by a server-side dry run of the taint patch (`?dryRun=All`): no review
@@ -337,6 +338,9 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
                 settings.state_dir.display()
             );
         }
+    }
+    if !super::file_modes::check(&settings) {
+        ok = false;
     }
     if !logind_budget(&settings, "").await {
         ok = false;

@@ -10,6 +10,7 @@ use crate::engine;
 
 pub mod check;
 pub mod drain;
+pub mod file_modes;
 pub mod forecast;
 pub mod manual;
 pub mod plan;

@@ -1,4 +1,8 @@
-//! `status`: the marker, our taint, the cordon and the last report.
+//! `status`: the marker, our taint, the cordon and the last report. Much of what it prints comes
+//! from the Node (the marker, managers' names, reasons) or from state files, which anyone who can
+//! write them fills: every text line goes out with its control characters escaped
+//! ([`crate::text::escaped`]), so a marker cannot drive the admin's terminal; JSON escapes them
+//! by itself.
 
 use std::sync::Arc;
 
@@ -11,6 +15,13 @@ use crate::engine::Engine;
 use crate::node::marker::restore_patch;
 use crate::node::{Marker, MarkerRead, read_marker};
 use crate::report::Report;
+
+/// `outln!` with the line's control characters escaped.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        outln!("{}", crate::text::escaped(&format!($($arg)*)))
+    };
+}
 
 #[derive(Serialize)]
 struct Status {
@@ -66,17 +77,17 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
     match output {
         Output::Json => print_json(&status)?,
         Output::Text => {
-            outln!("node {}", status.node);
-            outln!("  cordoned:      {}", yes_no(status.cordoned));
-            outln!("  our taint:     {}", yes_no(status.taint_present));
+            say!("node {}", status.node);
+            say!("  cordoned:      {}", yes_no(status.cordoned));
+            say!("  our taint:     {}", yes_no(status.taint_present));
             match &status.marker {
-                None if status.foreign_marker.is_some() => outln!(
+                None if status.foreign_marker.is_some() => say!(
                     "  marker:        FOREIGN, not one we wrote ({}); restore clears it and undoes nothing",
                     status.foreign_marker.as_deref().unwrap_or_default()
                 ),
-                None => outln!("  marker:        none"),
+                None => say!("  marker:        none"),
                 Some(m) => {
-                    outln!(
+                    say!(
                         "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
                         m.time,
                         m.boot_id,
@@ -86,7 +97,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     );
                     // What a restore will undo: only what the marker says we did.
                     let taints: Vec<String> = m.taints.iter().map(ToString::to_string).collect();
-                    outln!(
+                    say!(
                         "  we cordoned:   {}; taints we added: {}",
                         yes_no(m.cordoned),
                         if taints.is_empty() {
@@ -98,28 +109,28 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                 }
             }
             if let Some(why) = &status.cordon_kept {
-                outln!("  cordon:        not provably ours, restore leaves it: {why}");
+                say!("  cordon:        not provably ours, restore leaves it: {why}");
             }
             if let Some(why) = &status.label_kept {
-                outln!("  lb exclusion:  not provably ours, restore leaves it: {why}");
+                say!("  lb exclusion:  not provably ours, restore leaves it: {why}");
             }
             super::check::logind_budget(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;
             match &status.last_report {
-                None => outln!("  last report:   none"),
-                Some(r) => outln!(
+                None => say!("  last report:   none"),
+                Some(r) => say!(
                     "  last report:   {} (started {})",
                     r.summary(),
                     r.started_at
                 ),
             }
             match &status.previous_boot {
-                None => outln!(
-                    "  previous boot: not judged (no earlier boot recorded in the state dir)"
-                ),
+                None => {
+                    say!("  previous boot: not judged (no earlier boot recorded in the state dir)")
+                }
                 Some(p) => match p.unclean {
-                    None => outln!("  previous boot: {}", p.message),
-                    Some(reason) => outln!(
+                    None => say!("  previous boot: {}", p.message),
+                    Some(reason) => say!(
                         "  previous boot: UNCLEAN ({reason:?}): {}; Event {}",
                         p.message,
                         if p.event_posted {

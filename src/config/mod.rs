@@ -385,6 +385,17 @@ impl Source<'_> {
             message = message.chars().take(MESSAGE_LIMIT).collect::<String>() + "...";
         }
         let path = self.path.to_path_buf();
+        if message == "duplicate key"
+            && let Some(key) = e.span().and_then(|span| duplicate_key(self.text, span))
+        {
+            return ConfigError::Invalid {
+                path,
+                line,
+                column,
+                key,
+                problem: "given twice; allowed: each key once in its table".to_string(),
+            };
+        }
         match e.span().and_then(|_| key_at(self.text, offset)) {
             Some(key) => ConfigError::Invalid {
                 path,
@@ -429,6 +440,44 @@ fn key_at(text: &str, offset: usize) -> Option<String> {
         })
     }
     search(DeTable::parse(text).ok()?.get_ref(), offset, "")
+}
+
+/// The dotted key (`drain.timeout`, `rules[1].action`, `drain` for a second `[drain]`) of a
+/// duplicate key toml found at `span`. toml gives only the span of the key's second place and the
+/// document does not parse, so its spans cannot be searched: the table comes from the closest
+/// `[table]` or `[[table]]` header line above (an array's entries counted), a dotted key's
+/// prefix from its own line.
+fn duplicate_key(text: &str, span: std::ops::Range<usize>) -> Option<String> {
+    let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |nl| nl + 1);
+    let written = text.get(line_start..span.end)?.trim();
+    let unquote = |k: &str| -> String {
+        k.split('.')
+            .map(|p| p.trim().trim_matches(['"', '\'']))
+            .collect::<Vec<_>>()
+            .join(".")
+    };
+    if let Some(header) = written.strip_prefix('[') {
+        return Some(unquote(header.trim_start_matches('[')));
+    }
+    let before = &text[..line_start];
+    let header = before
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['));
+    let table = match header {
+        None => String::new(),
+        Some(h) if h.starts_with("[[") => {
+            let name = unquote(h.trim_start_matches('[').split(']').next()?);
+            let earlier = before
+                .lines()
+                .filter(|l| l.trim().starts_with("[[") && l.contains(name.as_str()))
+                .count();
+            format!("{name}[{}].", earlier.saturating_sub(1))
+        }
+        Some(h) => format!("{}.", unquote(h.trim_start_matches('[').split(']').next()?)),
+    };
+    Some(format!("{table}{}", unquote(written)))
 }
 
 /// Parses and validates a configuration text. Pure: the host name is passed in (`Err(reason)`

@@ -29,29 +29,26 @@ pub struct RawConfig {
     pub state_dir: Option<AbsolutePath>,
     /// The timeout of every API request. Default: [`super::DEFAULT_REQUEST_TIMEOUT`].
     pub request_timeout: Option<Positive>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub taint: RawTaint,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub filters: RawFilters,
     /// Default: no rules.
     #[serde(default)]
     pub rules: RawRules,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub drain: RawDrain,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub daemon: RawDaemon,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub metrics: RawMetrics,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "table")]
     pub shutdown: RawShutdown,
 }
 
 /// `[taint]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`taint` to be a [taint] table (keys enabled, key, value, effect)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawTaint {
     /// Default: true.
     pub enabled: Option<Flag>,
@@ -65,11 +62,7 @@ pub struct RawTaint {
 
 /// `[filters]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`filters` to be a [filters] table (keys skip_tolerating_cordon, skip_selector, \
-                 skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawFilters {
     /// Default: true.
     pub skip_tolerating_cordon: Option<Flag>,
@@ -89,10 +82,7 @@ pub struct RawFilters {
 
 /// One `[[rules]]` entry. Spans are kept for the checks that span several keys.
 #[derive(Debug, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "each `rules` entry to be a [[rules]] table (keys selector, namespaces, action, order)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawRule {
     /// Default: every pod (but a rule needs a selector or namespaces).
     pub selector: Option<Spanned<PodSelector>>,
@@ -104,7 +94,8 @@ pub struct RawRule {
     pub order: Option<Spanned<Order>>,
 }
 
-/// The `[[rules]]` array; its own type only so a wrong shape names the key `rules`.
+/// The `[[rules]]` array; its own type only so a wrong shape names the key `rules`, and so each
+/// entry must be a table ([`table`]).
 #[derive(Debug, Default)]
 pub struct RawRules(pub Vec<Spanned<RawRule>>);
 
@@ -121,8 +112,9 @@ impl<'de> Deserialize<'de> for RawRules {
                 mut seq: A,
             ) -> Result<RawRules, A::Error> {
                 let mut rules = Vec::new();
-                while let Some(rule) = seq.next_element()? {
-                    rules.push(rule);
+                while let Some(rule) = seq.next_element::<Spanned<Entry>>()? {
+                    let span = rule.span();
+                    rules.push(Spanned::new(span, rule.into_inner().0));
                 }
                 Ok(RawRules(rules))
             }
@@ -133,12 +125,7 @@ impl<'de> Deserialize<'de> for RawRules {
 
 /// `[drain]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
-                 timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
-                 fit_grace_to_deadline)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawDrain {
     /// Default: 10.
     pub concurrency: Option<Concurrency>,
@@ -160,11 +147,7 @@ pub struct RawDrain {
 
 /// `[daemon]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
-                 kubelet_config)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawDaemon {
     /// Default: 5s.
     pub release_margin: Option<ReleaseMargin>,
@@ -176,10 +159,7 @@ pub struct RawDaemon {
 
 /// `[metrics]`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`metrics` to be a [metrics] table (key textfile)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawMetrics {
     /// Default: "" (off).
     pub textfile: Option<TextfilePath>,
@@ -187,11 +167,7 @@ pub struct RawMetrics {
 
 /// `[shutdown]`: every key defaults to "drain".
 #[derive(Debug, Default, Deserialize)]
-#[serde(
-    deny_unknown_fields,
-    expecting = "`shutdown` to be a [shutdown] table (keys reboot, poweroff, halt, kexec, \
-                 soft_reboot, unknown)"
-)]
+#[serde(deny_unknown_fields)]
 pub struct RawShutdown {
     pub reboot: Option<ShutdownPolicy>,
     pub poweroff: Option<ShutdownPolicy>,
@@ -199,4 +175,76 @@ pub struct RawShutdown {
     pub kexec: Option<ShutdownPolicy>,
     pub soft_reboot: Option<ShutdownPolicy>,
     pub unknown: Option<ShutdownPolicy>,
+}
+
+/// A table of the config file. serde builds a struct from a sequence as readily as from a map,
+/// so `taint = [false, "a/b", "x", "NoExecute"]` would be read positionally; every table is read
+/// through [`table`], which takes a map only, and anything else is refused with
+/// [`Table::EXPECTING`] (toml attaches the value's span, so the error names the key).
+pub trait Table {
+    /// What the error says was expected.
+    const EXPECTING: &'static str;
+}
+
+/// Reads a [`Table`] from a map only (`#[serde(deserialize_with = "table")]`).
+pub fn table<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Table,
+{
+    struct Map<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de> + Table> serde::de::Visitor<'de> for Map<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(T::EXPECTING)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(Map(std::marker::PhantomData))
+}
+
+/// One `[[rules]]` entry, read through [`table`].
+struct Entry(RawRule);
+
+impl<'de> Deserialize<'de> for Entry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        table(d).map(Entry)
+    }
+}
+
+impl Table for RawTaint {
+    const EXPECTING: &'static str =
+        "`taint` to be a [taint] table (keys enabled, key, value, effect)";
+}
+
+impl Table for RawFilters {
+    const EXPECTING: &'static str = "`filters` to be a [filters] table (keys skip_tolerating_cordon, skip_selector, \
+         skip_namespaces, honour_capi_drain_label, emptydir, unreplicated, completed)";
+}
+
+impl Table for RawRule {
+    const EXPECTING: &'static str =
+        "each `rules` entry to be a [[rules]] table (keys selector, namespaces, action, order)";
+}
+
+impl Table for RawDrain {
+    const EXPECTING: &'static str = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
+         timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
+         fit_grace_to_deadline)";
+}
+
+impl Table for RawDaemon {
+    const EXPECTING: &'static str = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
+         kubelet_config)";
+}
+
+impl Table for RawMetrics {
+    const EXPECTING: &'static str = "`metrics` to be a [metrics] table (key textfile)";
+}
+
+impl Table for RawShutdown {
+    const EXPECTING: &'static str = "`shutdown` to be a [shutdown] table (keys reboot, poweroff, halt, kexec, \
+         soft_reboot, unknown)";
 }

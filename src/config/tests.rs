@@ -120,6 +120,92 @@ fn wrong_types_name_the_key() {
     }
 }
 
+/// serde builds a struct from a sequence as readily as from a map: a table given as an array
+/// (`taint = [false, "a/b", "x", "NoExecute"]`) would be read positionally. Every table refuses
+/// one, naming its key at the array (issue 23).
+#[test]
+fn tables_given_as_arrays_are_refused_naming_the_key() {
+    let cases: &[(&str, &str, usize, &str)] = &[
+        (
+            "taint = [false, \"a/b\", \"x\", \"NoExecute\"]",
+            "taint",
+            9,
+            "[taint] table",
+        ),
+        (
+            "shutdown = [\"none\", \"none\"]",
+            "shutdown",
+            12,
+            "[shutdown] table",
+        ),
+        ("filters = [true]", "filters", 11, "[filters] table"),
+        ("drain = [10]", "drain", 9, "[drain] table"),
+        ("daemon = [\"5s\"]", "daemon", 10, "[daemon] table"),
+        ("metrics = [\"/x\"]", "metrics", 11, "[metrics] table"),
+        // The entry itself: the inner array.
+        (
+            "rules = [[\"a=b\", [\"ns\"], \"skip\"]]",
+            "rules",
+            10,
+            "each `rules` entry to be a [[rules]] table",
+        ),
+    ];
+    for (text, key, column, needle) in cases {
+        let msg = parse(text).expect_err(text).to_string();
+        let prefix = format!("/etc/x.toml:1:{column}: key `{key}`: ");
+        assert!(
+            msg.starts_with(&prefix),
+            "{text:?}: {msg:?} lacks {prefix:?}"
+        );
+        assert!(
+            msg.contains("found an array") || msg.contains("sequence"),
+            "{text:?}: {msg}"
+        );
+        assert!(msg.contains(needle), "{text:?}: {msg:?} lacks {needle:?}");
+    }
+}
+
+/// A key given twice is named, with the table it is in, at its second place.
+#[test]
+fn a_duplicate_key_is_named() {
+    let cases: &[(&str, usize, usize, &str)] = &[
+        ("node_name = \"a\"\nnode_name = \"b\"", 2, 1, "node_name"),
+        (
+            "[drain]\ntimeout = \"5s\"\n# a comment [x]\ntimeout = \"6s\"",
+            4,
+            1,
+            "drain.timeout",
+        ),
+        (
+            "[drain]\ntimeout = \"5s\"\n[drain]\nconcurrency = 2",
+            3,
+            2,
+            "drain",
+        ),
+        (
+            "drain.timeout = \"5s\"\ndrain.timeout = \"6s\"",
+            2,
+            7,
+            "drain.timeout",
+        ),
+        (
+            "[[rules]]\naction = \"skip\"\n[[rules]]\naction = \"skip\"\naction = \"drain\"",
+            5,
+            1,
+            "rules[1].action",
+        ),
+    ];
+    for (text, line, column, key) in cases {
+        let msg = parse(text).expect_err(text).to_string();
+        let prefix = format!("/etc/x.toml:{line}:{column}: key `{key}`: given twice");
+        assert!(
+            msg.starts_with(&prefix),
+            "{text:?}: {msg:?} lacks {prefix:?}"
+        );
+        assert!(msg.contains("; allowed: "), "{text:?}: {msg}");
+    }
+}
+
 #[test]
 fn bounds_are_inclusive() {
     let s = parse(

@@ -1,8 +1,10 @@
 //! PodDisruptionBudgets that refused an eviction: one watch per budget (kube's watcher), and a
 //! gate where the evictions it blocks wait. The watch hands out as many wake-ups as the budget
 //! allows disruptions, first come first served (`Notify::notify_one` is FIFO), so an opening
-//! wakes a few pods instead of every blocked pod at once. A budget that cannot be watched (403
-//! with kubelet credentials, 404) leaves its waiters on the `retry_interval` timer.
+//! wakes a few pods instead of every blocked pod at once. While the budget is watched its
+//! waiters wait for it alone (a timer would only resend an eviction the budget still refuses);
+//! a budget that cannot be watched (403 with kubelet credentials, 404) or whose watch is failing
+//! leaves its waiters on the `retry_interval` timer, and each of those changes wakes them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +21,7 @@ use tokio::task::JoinSet;
 use super::tracker::watch_error;
 use crate::api::Clients;
 use crate::api::client::WATCH_SECONDS;
+use crate::api::path::segment;
 use crate::api::retry;
 
 #[derive(Default)]
@@ -26,6 +29,8 @@ pub struct BudgetGate {
     pub notify: Notify,
     /// The budget cannot be watched: waiters use the timer.
     unavailable: AtomicBool,
+    /// The watch failed and has not answered since: waiters use the timer meanwhile.
+    failing: AtomicBool,
 }
 
 impl BudgetGate {
@@ -42,8 +47,22 @@ impl BudgetGate {
         }
     }
 
-    pub fn is_unavailable(&self) -> bool {
-        self.unavailable.load(Ordering::Relaxed)
+    /// Whether the budget's changes reach the gate: its watch is starting or answering. When
+    /// not, waiters need the timer.
+    pub fn is_watched(&self) -> bool {
+        !self.unavailable.load(Ordering::Relaxed) && !self.failing.load(Ordering::Relaxed)
+    }
+
+    /// The watch answered again after failing.
+    fn answered(&self) {
+        self.failing.store(false, Ordering::Relaxed);
+    }
+
+    /// The watch failed: waiters wake and fall back on the timer until it answers again.
+    fn failed(&self) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            self.notify.notify_waiters();
+        }
     }
 }
 
@@ -99,7 +118,13 @@ fn allowed_of(pdb: &PodDisruptionBudget) -> Option<i32> {
 
 async fn watch_budget(clients: Clients, namespace: String, name: String, gate: Arc<BudgetGate>) {
     let object = format!("poddisruptionbudget {namespace}/{name}");
-    let api: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &namespace);
+    let Ok(path_namespace) = segment(&namespace) else {
+        // Pods with such a namespace are never planned; nothing to watch.
+        gate.unavailable.store(true, Ordering::Relaxed);
+        gate.notify.notify_waiters();
+        return;
+    };
+    let api: Api<PodDisruptionBudget> = Api::namespaced(clients.watch.clone(), &path_namespace);
     let config = watcher::Config::default()
         .fields(&format!("metadata.name={name}"))
         .timeout(WATCH_SECONDS);
@@ -107,6 +132,9 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
     let mut stream = std::pin::pin!(stream);
     let mut seen = false;
     while let Some(event) = stream.next().await {
+        if event.is_ok() {
+            gate.answered();
+        }
         match event {
             Ok(Event::Init) => seen = false,
             Ok(Event::InitApply(p) | Event::Apply(p)) => {
@@ -125,6 +153,7 @@ async fn watch_budget(clients: Clients, namespace: String, name: String, gate: A
                     return;
                 }
                 tracing::debug!("watch of {e}");
+                gate.failed();
             }
         }
     }

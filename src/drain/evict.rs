@@ -11,16 +11,20 @@ use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use tokio::time::Instant;
 
+use super::gone::is_pod_not_found;
 use crate::api::client::Kind;
+use crate::api::path::segment;
 use crate::api::{ApiError, Clients};
 use crate::policy::plan::PlannedPod;
 use crate::report::GraceFit;
+use crate::text;
 
 /// The server's answer to an eviction.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Answer {
     Accepted,
-    /// 404: the pod is gone; 409 naming the UID precondition: the name holds another pod.
+    /// The server's NotFound for the pod, or a 409 naming the UID precondition (the name holds
+    /// another pod): gone, once the pod watch or a GET confirms it ([`super::gone`]).
     Gone,
     /// Another 409 (the pod changed while the server evicted it): try again soon; the pod watch
     /// decides whether it is still the planned pod.
@@ -155,7 +159,17 @@ pub fn classify(code: u16, header_retry: Option<u64>, body: &[u8]) -> Result<Ans
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     Ok(match code {
         200..=299 => Answer::Accepted,
-        404 => Answer::Gone,
+        // Only the server's NotFound for a pod; a proxy's page, a server without the eviction
+        // subresource or a Status about something else is no news of the pod.
+        404 if status.as_ref().is_some_and(|s| is_pod_not_found(s, None)) => Answer::Gone,
+        404 => Answer::Refused {
+            code,
+            message: format!(
+                "the answer is not the API server's NotFound for this pod (a proxy, or a server \
+                 without the eviction subresource?): {}",
+                text::clean(&message, 200)
+            ),
+        },
         409 if message.contains("UID in precondition") => Answer::Gone,
         409 => Answer::Conflict(message),
         429 => {
@@ -200,11 +214,17 @@ pub async fn post(
     deadline: Instant,
 ) -> Result<Answer, ApiError> {
     let object = format!("pod {}", pod.key());
+    let bad = |e: crate::api::path::BadName| {
+        ApiError::new(&object, &clients.server, Kind::Other(e.to_string()))
+    };
+    let (namespace, name) = (
+        segment(&pod.namespace).map_err(bad)?,
+        segment(&pod.name).map_err(bad)?,
+    );
     let body = serde_json::to_vec(&eviction_body(pod, grace))
         .map_err(|e| clients.error(&object, kube::Error::SerdeError(e)))?;
     let request = http::Request::post(format!(
-        "/api/v1/namespaces/{}/pods/{}/eviction",
-        pod.namespace, pod.name
+        "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
     ))
     .header(http::header::CONTENT_TYPE, "application/json")
     .header(http::header::ACCEPT, "application/json")
@@ -348,7 +368,25 @@ mod tests {
     #[test]
     fn answers_are_classified_by_code_and_status() {
         assert_eq!(classify(201, None, b"{}"), Ok(Answer::Accepted));
-        assert_eq!(classify(404, None, b"{}"), Ok(Answer::Gone));
+        let not_found = body(json!({"kind": "Status", "status": "Failure", "code": 404,
+            "reason": "NotFound", "message": "pods \"web-1\" not found",
+            "details": {"name": "web-1", "kind": "pods"}}));
+        assert_eq!(classify(404, None, &not_found), Ok(Answer::Gone));
+        for other in [
+            b"<html><body>404 Not Found</body></html>".to_vec(),
+            b"404 page not found".to_vec(),
+            b"{}".to_vec(),
+            body(json!({"code": 404, "reason": "NotFound", "details": {"kind": "namespaces"}})),
+        ] {
+            assert!(
+                matches!(
+                    classify(404, None, &other),
+                    Ok(Answer::Refused { code: 404, .. })
+                ),
+                "{}",
+                String::from_utf8_lossy(&other)
+            );
+        }
         let uid = body(
             json!({"code": 409, "message": "Precondition failed: UID in precondition: u-1, UID in object meta: u-2"}),
         );

@@ -2,9 +2,11 @@
 //! concurrency until every planned pod is gone or the deadline, act at the deadline, report.
 //!
 //! - [`evict`]: the Eviction body, the POST and the pure classification of its answer: 201 wait
-//!   for the pod to go; 404 or 409 (UID precondition) gone already; 429 retried after
+//!   for the pod to go; the pod's own NotFound or 409 (UID precondition) gone already once the
+//!   pod watch or a GET confirms it ([`gone`]), any other 404 an error; 429 retried after
 //!   Retry-After when given, otherwise as soon as the budget named in the answer changes
-//!   ([`budgets`], one watch per budget), with `retry_interval` as a fallback; other answers are
+//!   ([`budgets`], one watch per budget; `retry_interval` only while the budget cannot be
+//!   watched or its watch is failing); other answers are
 //!   reported per pod and retried slowly; no answer / 5xx retried with the one backoff.
 //! - [`tracker`]: "gone" comes from one watch on the node's pods (kube's watcher): deleted,
 //!   replaced by another UID, or bound elsewhere. Pods that appear during the drain are planned
@@ -22,6 +24,7 @@
 
 pub mod budgets;
 pub mod evict;
+pub mod gone;
 pub mod health;
 pub mod run;
 pub mod tracker;

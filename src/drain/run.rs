@@ -15,9 +15,11 @@ use tokio::time::Instant;
 
 use super::budgets::Budgets;
 use super::evict::{self, Answer};
+use super::gone::{self, Seen};
 use super::health::ServerHealth;
 use super::tracker::{Finished, Tracker};
 use crate::api::Clients;
+use crate::api::path::segment;
 use crate::api::retry::Backoff;
 use crate::config::Settings;
 use crate::events::{NodeEvents, Reason as EventReason};
@@ -223,13 +225,16 @@ impl Run {
             self.update(id, |p| p.attempts += 1);
             let pause = match answer {
                 Ok(Answer::Accepted) => break,
-                Ok(Answer::Gone) => {
-                    tracing::info!(
-                        outcome = "gone",
-                        "pod {key} is already gone (or replaced by another uid)"
-                    );
-                    return self.finish(id, Outcome::Gone);
-                }
+                Ok(Answer::Gone) => match self.confirm_gone(id, &pod, self.work_deadline).await {
+                    true => {
+                        tracing::info!(
+                            outcome = "gone",
+                            "pod {key} is already gone (or replaced by another uid)"
+                        );
+                        return self.finish(id, Outcome::Gone);
+                    }
+                    false => Pause::For(backoff.next_pause()),
+                },
                 Ok(answer) => self
                     .refused(id, &pod, answer, &mut backoff)
                     .unwrap_or(Pause::For(self.settings.drain.retry_interval)),
@@ -340,20 +345,47 @@ impl Run {
         }
     }
 
+    /// Whether a pod an answer called gone is gone: the pod watch saw it go, or one GET shows
+    /// the server's NotFound for it or another UID ([`gone`]). Otherwise the row says why not and
+    /// the caller tries again.
+    async fn confirm_gone(&self, id: RowId, pod: &PlannedPod, deadline: Instant) -> bool {
+        let seen = tokio::select! {
+            _ = self.tracker.wait(&pod.uid, false) => return true,
+            seen = gone::get(&self.clients, pod, deadline) => seen,
+        };
+        let detail = match seen {
+            Ok(Seen::Gone) => return true,
+            Ok(Seen::Present) => "the server said the pod is gone, but it is still there".into(),
+            Err(e) => format!(
+                "the server said the pod is gone; cannot confirm it: {}",
+                e.problem()
+            ),
+        };
+        tracing::warn!("pod {}: {detail}", pod.key());
+        self.update(id, |p| p.detail = Some(detail));
+        false
+    }
+
     /// Sleeps before the next attempt; returns early when the pod goes.
     async fn pause(&self, pause: Pause, uid: &str) {
         let fallback = self.settings.drain.retry_interval;
         let wait = async {
             match pause {
                 Pause::For(d) => tokio::time::sleep(d).await,
+                // The budget's change, alone while it is watched; else the retry interval too.
                 Pause::Budget(b) => {
                     let (ns, name) = b.split_once('/').unwrap_or(("", b.as_str()));
                     let gate = self.budgets.gate(ns, name);
-                    if gate.is_unavailable() {
-                        tokio::time::sleep(fallback).await;
+                    // Listening before looking: a watch that fails right after the look wakes
+                    // this waiter, which then takes the timer.
+                    let notified = gate.notify.notified();
+                    let mut notified = std::pin::pin!(notified);
+                    notified.as_mut().enable();
+                    if gate.is_watched() {
+                        notified.await;
                     } else {
                         tokio::select! {
-                            _ = gate.notify.notified() => {}
+                            _ = notified => {}
                             _ = tokio::time::sleep(fallback) => {}
                         }
                     }
@@ -386,7 +418,11 @@ impl Run {
     /// UID (a replacement of the same name is never touched). Transient failures are retried
     /// until `deadline`.
     pub async fn delete(self: Arc<Self>, id: RowId, pod: PlannedPod, deadline: Instant) {
-        let api: Api<Pod> = Api::namespaced(self.clients.api.clone(), &pod.namespace);
+        let (Ok(namespace), Ok(name)) = (segment(&pod.namespace), segment(&pod.name)) else {
+            // The tracker hands on only pods whose names can be ones (`missing_part`).
+            return;
+        };
+        let api: Api<Pod> = Api::namespaced(self.clients.api.clone(), &namespace);
         let dp = DeleteParams {
             // The config bounds the grace period to whole seconds up to a day.
             grace_period_seconds: self
@@ -406,7 +442,7 @@ impl Run {
         let object = format!("pod {}", pod.key());
         let result = self
             .clients
-            .retry(deadline, &object, || api.delete(&pod.name, &dp))
+            .retry(deadline, &object, || api.delete(&name, &dp))
             .await;
         self.health.record(&result);
         match result {
@@ -418,7 +454,11 @@ impl Run {
                 );
                 self.finish(id, Outcome::Deleted);
             }
-            Err(e) if e.is_not_found() || e.is_conflict() => self.finish(id, Outcome::Gone),
+            Err(e) if e.is_not_found() || e.is_conflict() => {
+                if self.confirm_gone(id, &pod, deadline).await {
+                    self.finish(id, Outcome::Gone)
+                }
+            }
             Err(e) => {
                 tracing::warn!("cannot delete {e} at the deadline");
                 self.update(id, |p| {

@@ -25,13 +25,22 @@ pub fn field_selector(node: &str) -> String {
     format!("spec.nodeName={node}")
 }
 
-/// What a pod from the API lacks for the drain to act on it, if anything.
+/// What a pod from the API lacks for the drain to act on it, if anything: a name or namespace
+/// that can be one ([`crate::api::path::segment`]: `../../x` cannot), a UID, a spec.
 pub fn missing_part(pod: &Pod) -> Option<&'static str> {
     let m = &pod.metadata;
+    let invalid = |v: &Option<String>| {
+        v.as_deref()
+            .is_some_and(|n| crate::api::path::segment(n).is_err())
+    };
     if m.name.as_deref().is_none_or(str::is_empty) {
         Some("metadata.name")
     } else if m.namespace.as_deref().is_none_or(str::is_empty) {
         Some("metadata.namespace")
+    } else if invalid(&m.name) {
+        Some("a valid metadata.name")
+    } else if invalid(&m.namespace) {
+        Some("a valid metadata.namespace")
     } else if m.uid.as_deref().is_none_or(str::is_empty) {
         Some("metadata.uid")
     } else if pod.spec.is_none() {
@@ -43,10 +52,14 @@ pub fn missing_part(pod: &Pod) -> Option<&'static str> {
 
 /// The report line for a pod the API returned without `part`.
 pub fn malformed_message(pod: &Pod, part: &str) -> String {
+    let shown = |v: &Option<String>| match v.as_deref() {
+        None | Some("") => "?".to_string(),
+        Some(v) => crate::text::escaped(&v.chars().take(100).collect::<String>()),
+    };
     format!(
         "the API server returned pod {}/{} without {part}; it was not drained",
-        pod.metadata.namespace.as_deref().unwrap_or("?"),
-        pod.metadata.name.as_deref().unwrap_or("?"),
+        shown(&pod.metadata.namespace),
+        shown(&pod.metadata.name),
     )
 }
 

@@ -1,9 +1,12 @@
 //! Logging: to the journal with structured fields when stderr is the journal (systemd sets
 //! `JOURNAL_STREAM` to the device and inode of that stream), else one line per event on stderr.
-//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`. Neither sink
-//! ever makes the caller wait: the journal's sends are non-blocking ([`journal`]), stderr is
-//! written by a worker thread from a bounded queue that drops lines when full; a journald or a
-//! terminal that stops reading costs lost lines, never a stalled drain.
+//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`; one that is
+//! not a filter is a warning naming the variable, and the default applies ([`filter`]). kube's
+//! own crates log only when the filter names them: every failed request is said once, by us,
+//! where kube's client logs an ERROR per attempt and its watcher a Debug dump of the error.
+//! Neither sink ever makes the caller wait: the journal's sends are non-blocking ([`journal`]),
+//! stderr is written by a worker thread from a bounded queue that drops lines when full; a
+//! journald or a terminal that stops reading costs lost lines, never a stalled drain.
 //!
 //! A stderr line is `TIME LEVEL MESSAGE [FIELD=VALUE ...]`: the wall-clock time in UTC (to the
 //! microsecond), the
@@ -53,7 +56,11 @@ pub fn stream_names(value: &str, fd: impl AsFd) -> bool {
 /// Installs the global subscriber. Call once, from `main`, and keep the returned guard until
 /// the process ends: dropping it writes out the stderr lines still queued.
 pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
-    let filter = EnvFilter::try_from_env(LOG_ENV).unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, problem) = match std::env::var(LOG_ENV) {
+        Ok(value) => filter(&value),
+        Err(std::env::VarError::NotPresent) => filter(""),
+        Err(std::env::VarError::NotUnicode(_)) => (filter("").0, Some("it is not UTF-8".into())),
+    };
     if stderr_is_journal() {
         match journal::JournalLayer::new("kube-shutdown-drain") {
             Ok(layer) => {
@@ -61,6 +68,7 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
                     .with(filter)
                     .with(layer)
                     .init();
+                warn_filter(problem.as_deref());
                 return None;
             }
             Err(e) => eprintln!("cannot log to the journal ({e}); logging to stderr"),
@@ -76,7 +84,65 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
         .with_writer(writer)
         .event_format(Line { colour })
         .init();
+    warn_filter(problem.as_deref());
     Some(guard)
+}
+
+/// The filter when `KUBE_SHUTDOWN_DRAIN_LOG` is unset, empty or not a filter. kube's crates are
+/// off: their lines repeat, per attempt and as Debug dumps, what our one line per failure says.
+const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off";
+
+/// The levels a directive may name.
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// The filter for a `KUBE_SHUTDOWN_DRAIN_LOG` value, and why the value was not used, if it was
+/// not (then the filter is the default). Stricter than EnvFilter, which reads a lone word as a
+/// target at level trace (so `degub` would silence every line): each comma-separated directive
+/// is a level, or `TARGET=LEVEL` (or EnvFilter's span and field forms, which have `=`). kube's
+/// crates stay off unless the value names a `kube` target.
+pub fn filter(value: &str) -> (EnvFilter, Option<String>) {
+    let value = value.trim();
+    if value.is_empty() {
+        return (EnvFilter::new(DEFAULT_FILTER), None);
+    }
+    let lone = value
+        .split(',')
+        .map(str::trim)
+        .find(|d| !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str()));
+    if let Some(d) = lone {
+        let why = format!(
+            "`{d}` is neither a level ({}) nor TARGET=LEVEL",
+            LEVELS.join(", ")
+        );
+        return (EnvFilter::new(DEFAULT_FILTER), Some(why));
+    }
+    let names_kube = value.split(',').any(|d| {
+        let target = d.trim().split(['=', '[']).next().unwrap_or_default();
+        ["kube", "kube_client", "kube_runtime"]
+            .iter()
+            .any(|k| target == *k || target.starts_with(&format!("{k}::")))
+    });
+    let kube = if names_kube {
+        ""
+    } else {
+        ",kube_client=off,kube_runtime=off"
+    };
+    match EnvFilter::try_new(format!("{value}{kube}")) {
+        Ok(f) => (f, None),
+        Err(e) => (EnvFilter::new(DEFAULT_FILTER), Some(e.to_string())),
+    }
+}
+
+/// Says, once logging is up, that `KUBE_SHUTDOWN_DRAIN_LOG` was not used, and why.
+fn warn_filter(problem: Option<&str>) {
+    if let Some(why) = problem {
+        let value = std::env::var_os(LOG_ENV).unwrap_or_default();
+        tracing::warn!(
+            "environment variable {LOG_ENV}={:?} is not a log filter ({why}); logging at the \
+             default, info",
+            value.to_string_lossy()
+        );
+    }
 }
 
 /// Whether a `NO_COLOR` value asks for no colour: present and not empty.
@@ -228,6 +294,72 @@ mod tests {
         }
         let coloured = formatted(true, a_drain_event);
         assert!(coloured.contains("\x1b[32m INFO\x1b[0m"), "{coloured:?}");
+    }
+
+    /// Whether `filter` lets an event of `target` at `level` through.
+    fn lets_through(filter: EnvFilter, target: &'static str, level: Level) -> bool {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let seen = Arc::new(Mutex::new(false));
+        struct Flag(Arc<Mutex<bool>>);
+        impl<S: Subscriber> tracing_subscriber::Layer<S> for Flag {
+            fn on_event(&self, _: &Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+                *self.0.lock().unwrap() = true;
+            }
+        }
+        let subscriber = tracing_subscriber::registry()
+            .with(filter)
+            .with(Flag(seen.clone()));
+        tracing::subscriber::with_default(subscriber, || match (target, level) {
+            ("kube_client", Level::ERROR) => tracing::error!(target: "kube_client", "x"),
+            ("kube_runtime::watcher", Level::WARN) => {
+                tracing::warn!(target: "kube_runtime::watcher", "x")
+            }
+            ("kube_shutdown_drain", Level::INFO) => {
+                tracing::info!(target: "kube_shutdown_drain", "x")
+            }
+            ("kube_shutdown_drain", Level::DEBUG) => {
+                tracing::debug!(target: "kube_shutdown_drain", "x")
+            }
+            _ => unreachable!("not a case of this test"),
+        });
+        *seen.lock().unwrap()
+    }
+
+    #[test]
+    fn the_log_filter_refuses_what_is_not_one_and_keeps_kube_quiet_unless_named() {
+        let ours = "kube_shutdown_drain";
+        for good in ["", "debug", "warn,kube_shutdown_drain=debug", "INFO"] {
+            assert_eq!(filter(good).1, None, "{good:?}");
+        }
+        let (f, why) = filter("degub");
+        assert_eq!(
+            why.as_deref(),
+            Some(
+                "`degub` is neither a level (off, error, warn, info, debug, trace) nor TARGET=LEVEL"
+            )
+        );
+        assert!(lets_through(f, ours, Level::INFO), "the default applies");
+        let (_, why) = filter("info,x=loud");
+        assert!(why.is_some(), "a bad level after `=`");
+        // Unset or a level: kube's own lines (an ERROR per failed attempt, Debug dumps) are off.
+        assert!(!lets_through(filter("").0, "kube_client", Level::ERROR));
+        assert!(!lets_through(
+            filter("debug").0,
+            "kube_runtime::watcher",
+            Level::WARN
+        ));
+        assert!(lets_through(filter("debug").0, ours, Level::DEBUG));
+        assert!(!lets_through(
+            filter("kube_shutdown_drain=debug").0,
+            "kube_client",
+            Level::ERROR
+        ));
+        // Named, they are the caller's.
+        assert!(lets_through(
+            filter("info,kube_client=error").0,
+            "kube_client",
+            Level::ERROR
+        ));
     }
 
     #[test]

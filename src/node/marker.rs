@@ -4,7 +4,7 @@
 //! resourceVersion read, plus what the patch does; it sends nothing.
 //!
 //! What restore will never undo (README "What restore will never undo"): a cordon whose
-//! `spec.unschedulable` our field manager no longer owns ([`cordon_is_ours`]), a taint whose key
+//! `spec.unschedulable` our field manager does not own alone ([`cordon_is_ours`]), a taint whose key
 //! is not ours ([`is_our_taint_key`]), anything at all for a marker we cannot have written
 //! ([`read_marker`]: unparsable, wrong shape, over [`MARKER_MAX_BYTES`], an impossible boot ID
 //! or version).
@@ -36,10 +36,6 @@ pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-loa
 /// [`EXCLUDE_LB_LABEL`] as a JSON pointer under `/metadata/labels` (RFC 6901: `/` is `~1`).
 const EXCLUDE_LB_POINTER: &str =
     "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers";
-/// The taint the node-lifecycle controller adds on every cordon, with `timeAdded` = when it saw
-/// the cordon (kubernetes-api.md section 5).
-pub const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
-
 /// What prepare is about to change and what it changed, stored on the Node by the same write
 /// that changes it.
 ///
@@ -60,8 +56,8 @@ pub struct Marker {
     /// We cordoned the node: set by the same write that cordoned it.
     #[serde(default)]
     pub cordoned: bool,
-    /// RFC 3339: when we cordoned (to tell our cordon from a later one by the node-lifecycle
-    /// controller's taint, where the server sends no managedFields).
+    /// RFC 3339: when we cordoned (for `status` and people; proof that the cordon is still ours
+    /// comes only from managedFields, [`cordon_is_ours`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cordoned_at: Option<String>,
     /// The marker format ([`MARKER_VERSION`]); markers older than the field are version 1.
@@ -298,7 +294,7 @@ pub fn prepare_patch(
     // What of the earlier record is still true now.
     let kept_cordon = earlier
         .as_ref()
-        .filter(|m| m.cordoned && unschedulable && cordon_is_ours(node, m).is_ok());
+        .filter(|m| m.cordoned && unschedulable && cordon_is_ours(node).is_ok());
     let kept_taints: Vec<MarkerTaint> = earlier
         .as_ref()
         .map(|m| {
@@ -461,7 +457,7 @@ pub fn restore_patch(
     indices.sort_unstable_by(|a, b| b.cmp(a));
     let unschedulable = is_unschedulable(node);
     let cordon_kept = if marker.cordoned && unschedulable {
-        cordon_is_ours(node, marker).err()
+        cordon_is_ours(node).err()
     } else {
         None
     };

@@ -304,35 +304,56 @@ fn restore_never_removes_a_taint_key_that_is_not_ours() {
 fn a_cordon_is_ours_only_while_our_field_manager_owns_it() {
     let m = marker(true, vec![]);
     let n = node_cordoned_by(Value::Null, Some(FIELD_MANAGER), Some(&m));
-    assert_eq!(cordon_is_ours(&n, &m), Ok(()));
+    assert_eq!(cordon_is_ours(&n), Ok(()));
     let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&m));
-    let why = cordon_is_ours(&n, &m).unwrap_err();
+    let why = cordon_is_ours(&n).unwrap_err();
     assert!(why.contains("owned by field manager kubectl"), "{why}");
     let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
     assert!(!plan.uncordons && plan.cordon_kept.is_some());
 }
 
 #[test]
-fn without_managed_fields_the_lifecycle_taint_time_decides() {
+fn a_cordon_we_share_with_another_manager_is_not_ours_alone() {
     let m = marker(true, vec![]);
-    let at = |t: &str| {
-        let mut n = node(
-            json!([{"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule", "timeAdded": t}]),
-            true,
-            Some(&m),
-        );
-        n.metadata.managed_fields = None;
-        n
-    };
-    assert_eq!(cordon_is_ours(&at("2026-11-30T07:00:01Z"), &m), Ok(()));
-    let later = cordon_is_ours(&at("2026-12-03T09:00:00Z"), &m).unwrap_err();
-    assert!(later.contains("a cordon by someone else"), "{later}");
-    let mut bare = node(Value::Null, true, Some(&m));
-    bare.metadata.managed_fields = None;
-    let none = cordon_is_ours(&bare, &m).unwrap_err();
-    assert!(none.contains("cannot be told"), "{none}");
-    let (_, plan) = restore_patch(&bare, "n", &m, "k/shutdown", true).unwrap();
-    assert!(!plan.uncordons);
+    let mut n = node_cordoned_by(Value::Null, Some(FIELD_MANAGER), Some(&m));
+    let field = json!({"f:spec": {"f:unschedulable": {}}});
+    n.metadata.managed_fields.get_or_insert_default().push(
+        serde_json::from_value(json!({"manager": "kubectl", "operation": "Apply",
+            "fieldsType": "FieldsV1", "fieldsV1": field}))
+        .unwrap(),
+    );
+    let why = cordon_is_ours(&n).unwrap_err();
+    assert!(
+        why.contains("also owned by field manager kubectl (Apply)"),
+        "{why}"
+    );
+    let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert!(!plan.uncordons && plan.cordon_kept == Some(why));
+    // An entry of another operation under our name is not ours either.
+    let mut n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&m));
+    for e in n.metadata.managed_fields.as_mut().unwrap() {
+        e.manager = Some(FIELD_MANAGER.into());
+        e.operation = Some("Apply".into());
+    }
+    assert!(cordon_is_ours(&n).is_err());
+}
+
+#[test]
+fn without_managed_fields_no_cordon_is_ours_whatever_the_lifecycle_taint_says() {
+    // A marker whose `cordoned_at` equals the lifecycle taint's `timeAdded` is what anyone who
+    // reads the Node can write: it proves nothing.
+    let m = marker(true, vec![]);
+    let at = m.cordoned_at.clone().unwrap();
+    let mut n = node(
+        json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": at}]),
+        true,
+        Some(&m),
+    );
+    n.metadata.managed_fields = None;
+    let why = cordon_is_ours(&n).unwrap_err();
+    assert!(why.contains("cannot be told"), "{why}");
+    let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert!(!plan.uncordons && plan.cordon_kept.is_some());
 }
 
 #[test]

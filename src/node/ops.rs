@@ -18,7 +18,7 @@ use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, GuardedError, Written};
-use crate::api::retry;
+use crate::api::retry::{self, Backoff};
 use crate::config::Settings;
 
 /// The namespace of the kubelets' node Leases (the Node authorizer lets a node reach its Lease
@@ -116,9 +116,11 @@ impl NodeOps<'_> {
     }
 
     /// Writes the marker, the taint and the cordon in one guarded patch; transient failures are
-    /// retried until `deadline`. When the taint is refused (403: credentials that may not change
-    /// taints; or another final answer) the marker and the cordon are written without it, and a
-    /// refusal other than 403 is returned after that. If nothing can be written, nothing changed.
+    /// retried until `deadline`, and so is a write the server throttles past the deadline or
+    /// whose guard keeps failing (round after round, the node read again each time). When the
+    /// taint is refused (403: credentials that may not change taints; or another final answer)
+    /// the marker and the cordon are written without it, and a refusal other than 403 is
+    /// returned after that. If nothing can be written, nothing changed.
     #[tracing::instrument(skip_all, fields(node = %self.settings.node_name, boot_id = %boot_id))]
     pub async fn prepare(
         &self,
@@ -152,35 +154,32 @@ impl NodeOps<'_> {
             }
         };
         let had_cordon = before.as_ref().is_some_and(|m| {
-            m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node, m).is_ok()
+            m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node).is_ok()
         });
-        let (written, taint_forbidden, taint_error) = match self
-            .write_prepare(&node, &input, deadline)
-            .await
-        {
-            Ok(w) => (w, false, None),
-            Err(GuardedError::Api(e)) if input.taint.is_some() && !e.is_transient() => {
-                input.add_taint = false;
-                let w = self
-                    .write_prepare(&node, &input, deadline)
-                    .await
-                    .map_err(|e| self.failed("prepare", e))?;
-                if e.is_forbidden() {
-                    tracing::warn!(
-                        "may not taint node {name} ({}; kubelet credentials?); cordoned without the taint",
-                        e.problem()
-                    );
-                    (w, true, None)
-                } else {
-                    tracing::error!("cannot taint {e}; cordoned node {name} anyway");
-                    let error = NodeError::Patch {
-                        what: "taint",
-                        source: e,
-                    };
-                    (w, false, Some(error))
-                }
+        // A prepare that cannot write yet keeps trying until the deadline: a node going down
+        // must not stay schedulable because the server throttled (429 with a Retry-After past
+        // the deadline) or a guard kept failing (a 422 loop). Each round reads the node again.
+        let mut backoff = Backoff::new();
+        let mut current = node.clone();
+        let (written, taint_forbidden, taint_error) = loop {
+            let e = match self
+                .write_prepare_or_untainted(&current, &mut input, deadline)
+                .await
+            {
+                Ok(done) => break done,
+                Err(e) => e,
+            };
+            let pause = backoff.next_pause();
+            if !worth_another_prepare(&e) || Instant::now() + pause >= deadline {
+                return Err(e);
             }
-            Err(e) => return Err(self.failed("prepare", e)),
+            tracing::warn!("cannot prepare node {name} yet ({e}); trying again in {pause:?}");
+            tokio::time::sleep(pause).await;
+            current = match self.get_by(deadline).await {
+                Ok(n) => n,
+                Err(e) if worth_another_prepare(&e) => continue,
+                Err(e) => return Err(e),
+            };
         };
         let replaced_foreign = written
             .applied
@@ -234,6 +233,43 @@ impl NodeOps<'_> {
         match taint_error {
             Some(e) => Err(e),
             None => Ok(outcome),
+        }
+    }
+
+    /// One guarded prepare write; when the taint is refused for good (403: credentials that may
+    /// not change taints; or another final answer), the same write without it. Returns the write,
+    /// whether the taint was forbidden, and a refusal of the taint other than 403.
+    async fn write_prepare_or_untainted(
+        &self,
+        node: &Node,
+        input: &mut PrepareInput,
+        deadline: Instant,
+    ) -> Result<(Written<Node, PreparePlan>, bool, Option<NodeError>), NodeError> {
+        let name = self.name();
+        match self.write_prepare(node, input, deadline).await {
+            Ok(w) => Ok((w, false, None)),
+            Err(GuardedError::Api(e)) if input.taint.is_some() && !e.is_transient() => {
+                input.add_taint = false;
+                let w = self
+                    .write_prepare(node, input, deadline)
+                    .await
+                    .map_err(|e| self.failed("prepare", e))?;
+                if e.is_forbidden() {
+                    tracing::warn!(
+                        "may not taint node {name} ({}; kubelet credentials?); cordoned without the taint",
+                        e.problem()
+                    );
+                    Ok((w, true, None))
+                } else {
+                    tracing::error!("cannot taint {e}; cordoned node {name} anyway");
+                    let error = NodeError::Patch {
+                        what: "taint",
+                        source: e,
+                    };
+                    Ok((w, false, Some(error)))
+                }
+            }
+            Err(e) => Err(self.failed("prepare", e)),
         }
     }
 
@@ -475,6 +511,17 @@ impl NodeOps<'_> {
         tokio::time::timeout_at(deadline, wait)
             .await
             .unwrap_or(Ok(false))
+    }
+}
+
+/// Whether a failed prepare is worth another round before the deadline: no answer, 429 or 5xx
+/// (including a Retry-After past the deadline, which the one retry gives up on at once), or a
+/// guard that kept failing. A final refusal (403, 404, ...) is not.
+fn worth_another_prepare(e: &NodeError) -> bool {
+    match e {
+        NodeError::Contended { .. } => true,
+        NodeError::Get(e) | NodeError::WriteMarker(e) => e.is_transient(),
+        _ => false,
     }
 }
 

@@ -1,22 +1,42 @@
 //! What on a Node is provably ours, for restore: a taint key under our prefix or configured, a
-//! cordon whose `spec.unschedulable` our field manager still owns (or, without managedFields,
-//! whose lifecycle taint dates from our cordon), a load-balancer label our manager still owns.
-//! Pure: reads a Node, sends nothing.
+//! cordon whose `spec.unschedulable` our field manager alone owns, a load-balancer label our
+//! manager alone owns. Pure: reads a Node, sends nothing.
+//!
+//! Ownership is read from `metadata.managedFields`, which only the API server writes. A
+//! co-owner means someone else set the same value too (server-side apply shares a field whose
+//! value it does not change, so an admin's `kubectl apply --server-side` of
+//! `unschedulable: true` lists both managers): their wish is kept. Without managedFields there
+//! is no evidence only we could have produced: the marker and the node-lifecycle controller's
+//! `node.kubernetes.io/unschedulable` taint (with its readable `timeAdded`) can be copied by
+//! anyone who reads and writes the Node, so a time match proves nothing; the cordon and the
+//! label then stay.
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::marker::{EXCLUDE_LB_LABEL, Marker, OUR_TAINT_PREFIX, UNSCHEDULABLE_TAINT, taints};
+use super::marker::{EXCLUDE_LB_LABEL, OUR_TAINT_PREFIX};
 use crate::api::guarded::FIELD_MANAGER;
 
-/// Its field in managedFields' `fieldsV1`, as a JSON pointer.
-const EXCLUDE_LB_FIELD: &str =
-    "/f:metadata/f:labels/f:node.kubernetes.io~1exclude-from-external-load-balancers";
-/// How far the lifecycle controller's `timeAdded` may lie before the time we recorded our
-/// cordon (clocks of node and control plane differ; `timeAdded` has whole seconds).
-const CORDON_TAINT_BEFORE: std::time::Duration = std::time::Duration::from_secs(5);
-/// How far it may lie after (the controller's reaction time plus clock difference). A later
-/// `timeAdded` is a later cordon: someone uncordoned and cordoned again.
-const CORDON_TAINT_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+/// A field we may have set, as restore names it.
+struct Field {
+    /// In managedFields' `fieldsV1`, as a JSON pointer.
+    pointer: &'static str,
+    /// For a person.
+    name: &'static str,
+    /// What happened when our manager no longer owns it.
+    lost: &'static str,
+}
+
+const CORDON: Field = Field {
+    pointer: "/f:spec/f:unschedulable",
+    name: "spec.unschedulable",
+    lost: "someone uncordoned and cordoned it since",
+};
+
+const LB_LABEL: Field = Field {
+    pointer: "/f:metadata/f:labels/f:node.kubernetes.io~1exclude-from-external-load-balancers",
+    name: "label node.kubernetes.io/exclude-from-external-load-balancers",
+    lost: "someone removed and set it again since",
+};
 
 /// A taint key restore may remove: the configured `[taint] key` or one under
 /// [`OUR_TAINT_PREFIX`]. Nothing in a marker widens this.
@@ -24,55 +44,13 @@ pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
     key == configured || key.starts_with(OUR_TAINT_PREFIX)
 }
 
-/// Whether the cordon on `node` is still the one `marker` recorded as ours; `Err` says why not
-/// (or why that cannot be told). With managedFields: our field manager must own
-/// `f:spec.f:unschedulable` (an uncordon removes that, a later cordon by anyone gives it to
-/// them). Without: the node-lifecycle controller's [`UNSCHEDULABLE_TAINT`] must have been added
-/// when we cordoned ([`Marker::cordoned_at`]). Without both, it is not ours.
-pub fn cordon_is_ours(node: &Node, marker: &Marker) -> Result<(), String> {
-    if let Some(owners) = owners(node, "/f:spec/f:unschedulable") {
-        if owners.contains(&FIELD_MANAGER) {
-            return Ok(());
-        }
-        return Err(if owners.is_empty() {
-            format!(
-                "field manager {FIELD_MANAGER} no longer owns spec.unschedulable (someone uncordoned and cordoned it since)"
-            )
-        } else {
-            format!(
-                "spec.unschedulable is owned by field manager {} now, not by {FIELD_MANAGER}",
-                owners.join(", ")
-            )
-        });
-    }
-    let added = taints(node)
-        .into_iter()
-        .find(|t| t.key == UNSCHEDULABLE_TAINT)
-        .and_then(|t| t.time_added);
-    let ours = marker
-        .cordoned_at
-        .as_deref()
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-    match (added, ours) {
-        (Some(added), Some(ours)) => {
-            let added = added.0;
-            let lo = ours - CORDON_TAINT_BEFORE;
-            let hi = ours + CORDON_TAINT_AFTER;
-            if lo <= added && added <= hi {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the server sends no managedFields and the {UNSCHEDULABLE_TAINT} taint was added at {added}, not when we cordoned at {ours}: a cordon by someone else"
-                ))
-            }
-        }
-        (None, _) => Err(format!(
-            "the server sends no managedFields and the node carries no {UNSCHEDULABLE_TAINT} taint with a time, so whose cordon this is cannot be told"
-        )),
-        (Some(_), None) => Err(format!(
-            "the server sends no managedFields and the marker records no time of our cordon to compare with the {UNSCHEDULABLE_TAINT} taint"
-        )),
-    }
+/// Whether the cordon on `node` is still ours alone; `Err` says why not (or why that cannot be
+/// told). Our field manager must be the sole owner of `f:spec.f:unschedulable`: an uncordon
+/// removes our ownership, a later cordon by anyone gives it to them, and an admin's server-side
+/// apply of the same value makes them a co-owner. Without managedFields it is never ours (see
+/// the module doc).
+pub fn cordon_is_ours(node: &Node) -> Result<(), String> {
+    sole_owner(node, &CORDON)
 }
 
 /// The value of [`EXCLUDE_LB_LABEL`] on `node`, if it has the label.
@@ -84,47 +62,66 @@ pub fn lb_label(node: &Node) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Whether [`EXCLUDE_LB_LABEL`] on `node` is still the one we added; `Err` says why not. The
-/// same rule as for the cordon ([`cordon_is_ours`]): our field manager must own
-/// `f:metadata.f:labels.f:node.kubernetes.io/exclude-from-external-load-balancers` (a removal
-/// drops the ownership, a later write of the label by anyone takes it over). A server that sends
-/// no managedFields gives no other evidence (a label has no time): the label is then not ours,
-/// and stays.
+/// Whether [`EXCLUDE_LB_LABEL`] on `node` is still ours alone; `Err` says why not. The same
+/// rule as for the cordon ([`cordon_is_ours`]). One case it cannot see: an admin who re-sets the
+/// label to the value it already has with a plain write (`kubectl label --overwrite`, a merge
+/// patch) changes nothing, so the server records no new owner and restore removes the label
+/// (README "What restore will never undo" says how to keep it).
 pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
-    let Some(owners) = owners(node, EXCLUDE_LB_FIELD) else {
-        return Err(format!(
-            "the server sends no managedFields, so whose label {EXCLUDE_LB_LABEL} is cannot be told"
-        ));
-    };
-    if owners.contains(&FIELD_MANAGER) {
-        Ok(())
-    } else if owners.is_empty() {
-        Err(format!(
-            "field manager {FIELD_MANAGER} no longer owns label {EXCLUDE_LB_LABEL} (someone \
-             removed and set it again since)"
-        ))
-    } else {
-        Err(format!(
-            "label {EXCLUDE_LB_LABEL} is owned by field manager {} now, not by {FIELD_MANAGER}",
-            owners.join(", ")
-        ))
-    }
+    sole_owner(node, &LB_LABEL)
 }
 
-/// The field managers owning the field at `pointer` (in managedFields' `fieldsV1`); `None` when
-/// the server sends no managedFields at all.
-fn owners<'a>(node: &'a Node, pointer: &str) -> Option<Vec<&'a str>> {
+/// Whether our field manager (operation Update, the only one we send) is the sole owner of
+/// `field` on `node`.
+fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
     let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
-    (!managed.is_empty()).then(|| {
-        managed
-            .iter()
-            .filter(|e| {
-                e.fields_v1
-                    .as_ref()
-                    .and_then(|f| f.0.pointer(pointer))
-                    .is_some()
-            })
-            .map(|e| e.manager.as_deref().unwrap_or("?"))
-            .collect()
-    })
+    if managed.is_empty() {
+        return Err(format!(
+            "the server sends no managedFields, so whose {} this is cannot be told (nothing \
+             on a Node that only we could have written proves it ours)",
+            field.name
+        ));
+    }
+    let mut ours = false;
+    let mut others: Vec<String> = Vec::new();
+    for e in managed {
+        let owns = e
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.pointer(field.pointer))
+            .is_some();
+        if !owns {
+            continue;
+        }
+        let manager = e.manager.as_deref().unwrap_or("?");
+        let operation = e.operation.as_deref().unwrap_or("?");
+        if manager == FIELD_MANAGER && operation == "Update" && e.subresource.is_none() {
+            ours = true;
+            continue;
+        }
+        let name = if operation == "Update" {
+            manager.to_string()
+        } else {
+            format!("{manager} ({operation})")
+        };
+        if !others.contains(&name) {
+            others.push(name);
+        }
+    }
+    let others = others.join(", ");
+    match (ours, others.is_empty()) {
+        (true, true) => Ok(()),
+        (true, false) => Err(format!(
+            "{} is also owned by field manager {others}: someone else set it too",
+            field.name
+        )),
+        (false, true) => Err(format!(
+            "field manager {FIELD_MANAGER} no longer owns {} ({})",
+            field.name, field.lost
+        )),
+        (false, false) => Err(format!(
+            "{} is owned by field manager {others} now, not by {FIELD_MANAGER}",
+            field.name
+        )),
+    }
 }

@@ -195,18 +195,25 @@ pub const NO_BUS: &str = "unix:path=/nonexistent/kube-shutdown-drain-test-bus";
 
 /// [`cli`] with logind on the bus at `bus` (a test's private bus).
 pub async fn cli_on_bus(config: &Path, args: &[&str], bus: &str) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+    cli_with_log(config, args, bus, Some("warn")).await
+}
+
+/// [`cli_on_bus`] with `KUBE_SHUTDOWN_DRAIN_LOG` as given (`None`: unset).
+pub async fn cli_with_log(config: &Path, args: &[&str], bus: &str, log: Option<&str>) -> Run {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"));
+    command
         .arg("--config")
         .arg(config)
         .args(args)
         .env_remove("JOURNAL_STREAM")
+        .env_remove("KUBE_SHUTDOWN_DRAIN_LOG")
         // A run that outlives its test (a timeout around `cli`) is killed, not left running.
         .kill_on_drop(true)
-        .env("KUBE_SHUTDOWN_DRAIN_LOG", "warn")
-        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
-        .output()
-        .await
-        .expect("the binary runs");
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus);
+    if let Some(log) = log {
+        command.env("KUBE_SHUTDOWN_DRAIN_LOG", log);
+    }
+    let out = command.output().await.expect("the binary runs");
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

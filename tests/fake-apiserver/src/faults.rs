@@ -61,6 +61,12 @@ pub struct Failure {
     /// Retry-After seconds to send with the failure.
     #[serde(default)]
     pub retry_after: Option<u32>,
+    /// The answer's body instead of a Status (an HTML page from a proxy, a crafted Status).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The body's Content-Type (default `text/html; charset=utf-8`).
+    #[serde(default)]
+    pub content_type: Option<String>,
 }
 
 /// The next `remaining` matching requests are rejected as API priority and fairness rejects a
@@ -113,6 +119,8 @@ pub(crate) enum Action {
     Fail {
         status: u16,
         retry_after: Option<u32>,
+        /// `(content type, body)` instead of a Status.
+        body: Option<(String, String)>,
     },
     Close,
     /// Reject as API priority and fairness does.
@@ -169,27 +177,53 @@ impl Faults {
         });
     }
 
+    fn push_failure(&self, failure: Failure) {
+        self.edit(|s| s.fail.push(failure));
+    }
+
     /// Answers the next `n` matching requests with `status` (a Status body, no Retry-After).
     pub fn fail_next(&self, route: Route, n: u32, status: u16) {
-        self.edit(|s| {
-            s.fail.push(Failure {
-                route,
-                remaining: n,
-                status,
-                retry_after: None,
-            })
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: None,
+            body: None,
+            content_type: None,
         });
     }
 
-    /// As `fail_next`, with a Retry-After header.
+    /// Answers the next `n` matching requests with `status` and `body` as `content_type`
+    /// (`None`: `text/html; charset=utf-8`) instead of a Status: what a proxy or an ingress in
+    /// front of the API server, or a crafted answer, sends.
+    pub fn fail_next_with_body(
+        &self,
+        route: Route,
+        n: u32,
+        status: u16,
+        content_type: Option<&str>,
+        body: &str,
+    ) {
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: None,
+            body: Some(body.to_string()),
+            content_type: content_type.map(str::to_string),
+        });
+    }
+
+    /// As `fail_next`, with a Retry-After: the header and `details.retryAfterSeconds` in the
+    /// Status, as the apiserver sends them together.
     pub fn fail_next_with_retry_after(&self, route: Route, n: u32, status: u16, seconds: u32) {
-        self.edit(|s| {
-            s.fail.push(Failure {
-                route,
-                remaining: n,
-                status,
-                retry_after: Some(seconds),
-            })
+        self.push_failure(Failure {
+            route,
+            remaining: n,
+            status,
+            retry_after: Some(seconds),
+            body: None,
+            content_type: None,
         });
     }
 
@@ -412,6 +446,10 @@ impl Faults {
                 return Action::Fail {
                     status: f.status,
                     retry_after: f.retry_after,
+                    body: f.body.clone().map(|b| {
+                        let ct = f.content_type.clone();
+                        (ct.unwrap_or_else(|| "text/html; charset=utf-8".into()), b)
+                    }),
                 };
             }
             s.close.retain(|c| c.remaining > 0);

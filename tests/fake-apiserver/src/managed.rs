@@ -1,15 +1,21 @@
-//! Field ownership (`metadata.managedFields`) of Nodes on Update and Patch, as the real
-//! apiserver keeps it for non-apply writes (kubernetes-api.md section 5):
-//! - the writer's manager (`?fieldManager=`, else the User-Agent's product part, e.g.
+//! Field ownership (`metadata.managedFields`) of Nodes on Update, Patch and server-side apply, as
+//! the real apiserver keeps it (kubernetes-api.md sections 5 and 6):
+//! - a non-apply write's manager (`?fieldManager=`, else the User-Agent's product part, e.g.
 //!   `kubectl`) gets an `operation: Update` entry owning every field the write set or changed;
-//! - other managers lose the fields the write changed, and every manager loses the fields the
+//!   a write that sets a field to the value it already has records no new owner;
+//! - a server-side apply's manager gets an `operation: Apply` entry owning exactly the fields of
+//!   its applied configuration, changed or not: a field another manager owns with the same value
+//!   becomes shared (both listed); one whose value the apply changes is a 409 conflict naming the
+//!   other manager unless `?force=true`, which takes it from them;
+//! - other managers lose the fields a write changed, and every manager loses the fields the
 //!   write removed; an entry left owning nothing is dropped (so `kubectl uncordon` removes our
 //!   entry owning only `f:spec.f:unschedulable`);
 //! - lists are atomic (`spec.taints` has no merge key): the last writer of the list owns
 //!   `f:spec.f:taints` as a whole.
 //!
 //! Fields tracked: `metadata.labels`, `metadata.annotations` (per key) and `spec`; status
-//! writes leave ownership alone (not modelled).
+//! writes leave ownership alone (not modelled), and a field dropped from a later apply of the
+//! same manager stays on the object (the real server removes it when nobody else owns it).
 
 use std::collections::BTreeSet;
 
@@ -118,36 +124,84 @@ fn render(set: &BTreeSet<Path>) -> Value {
     Value::Object(root)
 }
 
+/// The entries of `old`'s managedFields, each with the fields it owns.
+fn entries_of(old: Option<&Value>) -> Vec<(Value, BTreeSet<Path>)> {
+    old.and_then(|o| o.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|entry| {
+            let mut set = BTreeSet::new();
+            if let Some(f) = entry.get("fieldsV1") {
+                parse_fields(f, &mut Vec::new(), &mut set);
+            }
+            (entry, set)
+        })
+        .collect()
+}
+
+fn is_entry_of(entry: &Value, manager: &str, operation: &str) -> bool {
+    entry.get("manager").and_then(Value::as_str) == Some(manager)
+        && entry.get("operation").and_then(Value::as_str) == Some(operation)
+        && entry.get("subresource").is_none()
+}
+
+fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// The fields of `new` whose value differs from `old` (all of them for a create).
+fn changed_fields(old: Option<&Value>, new: &Value) -> BTreeSet<Path> {
+    fields(new)
+        .into_iter()
+        .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
+        .collect()
+}
+
+/// The entry of `manager` with `operation`, owning `set`, stamped now when it `grew`.
+fn entry_for(
+    kept: Option<Value>,
+    manager: &str,
+    operation: &str,
+    set: &BTreeSet<Path>,
+    grew: bool,
+) -> Option<Value> {
+    if set.is_empty() {
+        return None;
+    }
+    let mut entry = kept
+        .unwrap_or_else(|| json!({"manager": manager, "operation": operation, "apiVersion": "v1"}));
+    if grew || entry.get("time").is_none() {
+        entry["time"] = json!(timestamp(std::time::Duration::ZERO));
+    }
+    entry["fieldsType"] = json!("FieldsV1");
+    entry["fieldsV1"] = render(set);
+    Some(entry)
+}
+
+fn store_entries(new: &mut Value, out: Vec<Value>) {
+    let meta = crate::store::meta_mut(new);
+    if out.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(out));
+    }
+}
+
 /// Updates `new`'s managedFields for a write by `manager` (operation Update) that turned `old`
 /// (None: a create) into `new`. Whatever managedFields the client sent are ignored.
 pub fn track(old: Option<&Value>, new: &mut Value, manager: &str) {
     let new_fields = fields(new);
     let old_fields = old.map(fields).unwrap_or_default();
-    let changed: BTreeSet<Path> = new_fields
-        .iter()
-        .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
-        .cloned()
-        .collect();
+    let changed = changed_fields(old, new);
     let removed: BTreeSet<Path> = old_fields.difference(&new_fields).cloned().collect();
-    let entries = old
-        .and_then(|o| o.pointer("/metadata/managedFields"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let now = timestamp(std::time::Duration::ZERO);
     let mut out = Vec::new();
     let mut mine: Option<(Value, BTreeSet<Path>)> = None;
-    for entry in entries {
-        let mut set = BTreeSet::new();
-        if let Some(f) = entry.get("fieldsV1") {
-            parse_fields(f, &mut Vec::new(), &mut set);
-        }
-        let is_mine = entry.get("manager").and_then(Value::as_str) == Some(manager)
-            && entry.get("operation").and_then(Value::as_str) == Some("Update")
-            && entry.get("subresource").is_none();
+    for (entry, mut set) in entries_of(old) {
+        let is_mine = is_entry_of(&entry, manager, "Update");
         set.retain(|p| {
-            let untouched = !removed.contains(p)
-                && !changed.iter().any(|c| p.starts_with(c) || c.starts_with(p));
+            let untouched = !removed.contains(p) && !changed.iter().any(|c| overlaps(p, c));
             untouched || (is_mine && new_fields.contains(p))
         });
         if is_mine {
@@ -158,29 +212,75 @@ pub fn track(old: Option<&Value>, new: &mut Value, manager: &str) {
             out.push(entry);
         }
     }
-    let (entry, mut set) = mine.unwrap_or_else(|| {
-        (
-            json!({"manager": manager, "operation": "Update", "apiVersion": "v1"}),
-            BTreeSet::new(),
-        )
-    });
+    let (entry, mut set) = mine.map_or((None, BTreeSet::new()), |(e, s)| (Some(e), s));
     let grew = !changed.is_empty();
     set.extend(changed);
-    if !set.is_empty() {
-        let mut entry = entry;
-        if grew {
-            entry["time"] = json!(now);
+    out.extend(entry_for(entry, manager, "Update", &set, grew));
+    store_entries(new, out);
+}
+
+/// Updates `new`'s managedFields for a server-side apply by `manager` of `applied` (the
+/// configuration the request sent) that turned `old` (None: a create) into `new`. The apply's
+/// entry owns every field of `applied`; another manager keeps a field the apply left at its
+/// value (shared ownership) and loses one the apply changed, which without `force` is a
+/// conflict: `Err` names each, as the apiserver's 409 does.
+pub fn track_apply(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    applied: &Value,
+    force: bool,
+) -> Result<(), String> {
+    let new_fields = fields(new);
+    let old_fields = old.map(fields).unwrap_or_default();
+    let changed = changed_fields(old, new);
+    let removed: BTreeSet<Path> = old_fields.difference(&new_fields).cloned().collect();
+    let mine: BTreeSet<Path> = fields(applied)
+        .into_iter()
+        .filter(|p| new_fields.contains(p))
+        .collect();
+    let mut conflicts = Vec::new();
+    let mut out = Vec::new();
+    let mut kept = None;
+    for (entry, mut set) in entries_of(old) {
+        if is_entry_of(&entry, manager, "Apply") {
+            kept = Some(entry);
+            continue;
         }
-        entry["fieldsType"] = json!("FieldsV1");
-        entry["fieldsV1"] = render(&set);
-        out.push(entry);
+        let other = entry.get("manager").and_then(Value::as_str).unwrap_or("?");
+        for p in set
+            .iter()
+            .filter(|p| changed.iter().any(|c| overlaps(p, c)))
+        {
+            if mine.iter().any(|m| overlaps(p, m)) && !force {
+                let field: Vec<&str> = p.iter().map(|s| s.trim_start_matches("f:")).collect();
+                conflicts.push(format!("conflict with \"{other}\": .{}", field.join(".")));
+            }
+        }
+        set.retain(|p| !removed.contains(p) && !changed.iter().any(|c| overlaps(p, c)));
+        if !set.is_empty() {
+            let mut entry = entry;
+            entry["fieldsV1"] = render(&set);
+            out.push(entry);
+        }
     }
-    let meta = crate::store::meta_mut(new);
-    if out.is_empty() {
-        meta.remove("managedFields");
-    } else {
-        meta.insert("managedFields".into(), Value::Array(out));
+    if !conflicts.is_empty() {
+        return Err(format!(
+            "Apply failed with {} conflict{}: {}",
+            conflicts.len(),
+            if conflicts.len() == 1 { "" } else { "s" },
+            conflicts.join("\n")
+        ));
     }
+    out.extend(entry_for(
+        kept,
+        manager,
+        "Apply",
+        &mine,
+        !changed.is_empty(),
+    ));
+    store_entries(new, out);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -262,6 +362,75 @@ mod tests {
             "kube-shutdown-drain".into(),
             json!({"f:spec": {"f:taints": {}}})
         )));
+    }
+
+    /// An admin's `kubectl apply --server-side` of `unschedulable: true` on a node our Update
+    /// cordoned: the same value, so both managers own the field (server-side apply's shared
+    /// ownership), where an Update with the same value records no new owner.
+    #[test]
+    fn an_apply_of_the_same_value_shares_the_field_and_an_update_does_not() {
+        let mut created = node(json!({}));
+        track(None, &mut created, "kubelet");
+        let mut cordoned = created.clone();
+        cordoned["spec"]["unschedulable"] = json!(true);
+        track(Some(&created), &mut cordoned, "kube-shutdown-drain");
+        let mut same = cordoned.clone();
+        track(Some(&cordoned), &mut same, "kubectl");
+        assert_eq!(
+            owners(&same),
+            owners(&cordoned),
+            "an Update that changes nothing owns nothing"
+        );
+        let mut applied = cordoned.clone();
+        let config = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
+            "spec": {"unschedulable": true}});
+        track_apply(Some(&cordoned), &mut applied, "kubectl", &config, false).unwrap();
+        let field = json!({"f:spec": {"f:unschedulable": {}}});
+        let all = owners(&applied);
+        assert!(
+            all.contains(&("kube-shutdown-drain".into(), field.clone())),
+            "{all:?}"
+        );
+        assert!(all.contains(&("kubectl".into(), field)), "{all:?}");
+        let apply = applied["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["manager"] == json!("kubectl"))
+            .unwrap();
+        assert_eq!(apply["operation"], json!("Apply"));
+    }
+
+    #[test]
+    fn an_apply_that_changes_a_field_of_another_manager_conflicts_unless_forced() {
+        let mut created = node(json!({}));
+        track(None, &mut created, "kubelet");
+        let mut cordoned = created.clone();
+        cordoned["spec"]["unschedulable"] = json!(true);
+        track(Some(&created), &mut cordoned, "kube-shutdown-drain");
+        let config = json!({"spec": {"unschedulable": false}});
+        let mut changed = cordoned.clone();
+        changed["spec"]["unschedulable"] = json!(false);
+        let err = track_apply(
+            Some(&cordoned),
+            &mut changed.clone(),
+            "admin",
+            &config,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "Apply failed with 1 conflict: conflict with \"kube-shutdown-drain\": .spec.unschedulable"
+        );
+        track_apply(Some(&cordoned), &mut changed, "admin", &config, true).unwrap();
+        assert_eq!(
+            owners(&changed),
+            vec![(
+                "admin".to_string(),
+                json!({"f:spec": {"f:unschedulable": {}}})
+            )]
+        );
     }
 
     #[test]

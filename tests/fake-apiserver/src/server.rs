@@ -173,6 +173,17 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
     resp
 }
 
+/// An answer with any body (a fault's HTML page); an unknown content type reads as text.
+fn raw_response(code: u16, content_type: &str, body: String) -> Response<Body> {
+    let mut resp = Response::new(full(body.into_bytes()));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static("text/plain")),
+    );
+    resp
+}
+
 fn value_response(status: StatusCode, value: &Value) -> Response<Body> {
     json_response(status, serde_json::to_vec(value).unwrap_or_default())
 }
@@ -313,12 +324,18 @@ pub fn query_pairs(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k), percent_decode(v))
+            (percent_decode(k, true), percent_decode(v, true))
         })
         .collect()
 }
 
-fn percent_decode(s: &str) -> String {
+/// A path segment (a namespace, a name) as the apiserver reads it: percent-decoded (Go's
+/// `net/url` unescapes the path; `+` stays a `+` there).
+fn segment_decode(s: &str) -> String {
+    percent_decode(s, false)
+}
+
+fn percent_decode(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -332,7 +349,7 @@ fn percent_decode(s: &str) -> String {
                 out.push(b);
                 i += 3;
             }
-            (b'+', None) => {
+            (b'+', None) if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -492,12 +509,23 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
         Action::Fail {
             status,
             retry_after,
+            body,
         } => {
-            let mut resp = failure(
-                status,
-                format!("fake-apiserver: injected fault {status}"),
-                None,
-            );
+            // A Retry-After comes in the Status too, as the apiserver writes a 429 or 5xx of
+            // `errors.NewTooManyRequests` / `NewServerTimeout` (details.retryAfterSeconds, and
+            // the header set from it).
+            let details = retry_after.map(|secs| Details {
+                retry_after_seconds: Some(secs),
+                ..Details::default()
+            });
+            let mut resp = match body {
+                None => failure(
+                    status,
+                    format!("fake-apiserver: injected fault {status}"),
+                    details,
+                ),
+                Some((content_type, body)) => raw_response(status, &content_type, body),
+            };
             if let Some(secs) = retry_after {
                 resp.headers_mut()
                     .insert("Retry-After", HeaderValue::from(secs));
@@ -610,14 +638,14 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> Option<Target> {
         |p: &str| resources::by_path(group, version, p).filter(|r| r.namespaced);
     let (namespace, rest) = match rest {
         ["namespaces", ns, plural, tail @ ..] if namespaced_plural(plural).is_some() => {
-            (Some(ns.to_string()), [&[*plural][..], tail].concat())
+            (Some(segment_decode(ns)), [&[*plural][..], tail].concat())
         }
         _ => (None, rest.to_vec()),
     };
     let (plural, name, sub) = match rest.as_slice() {
         [plural] => (*plural, None, None),
-        [plural, name] => (*plural, Some(name.to_string()), None),
-        [plural, name, sub] => (*plural, Some(name.to_string()), Some(sub.to_string())),
+        [plural, name] => (*plural, Some(segment_decode(name)), None),
+        [plural, name, sub] => (*plural, Some(segment_decode(name)), Some(sub.to_string())),
         _ => return None,
     };
     let rt = resources::by_path(group, version, plural)?;
@@ -1097,6 +1125,13 @@ fn patch(store: &Store, call: &Call, t: &Target, name: &str) -> Response<Body> {
     }
     let check = node_check(&call.identity, t.rt);
     let status_only = t.sub.as_deref() == Some("status");
+    let forced;
+    let store = if patch_type == PatchType::Apply && call.flag("force") {
+        forced = store.forcing();
+        &forced
+    } else {
+        store
+    };
     match store.patch_rt(
         t.rt,
         t.namespace.as_deref(),

@@ -191,6 +191,9 @@ pub struct Store {
     /// The field manager writes are attributed to (managedFields of Nodes); None: the
     /// library's own writes (`fake-apiserver`).
     manager: Option<Arc<str>>,
+    /// `?force=true` on a server-side apply: take the fields it changes from their owners
+    /// instead of answering 409.
+    force: bool,
 }
 
 /// RFC 3339 UTC time with seconds precision, as metav1.Time serialises.
@@ -511,6 +514,7 @@ impl Store {
             }),
             dry_run: false,
             manager: None,
+            force: false,
         }
     }
 
@@ -520,6 +524,7 @@ impl Store {
             shared: self.shared.clone(),
             dry_run: true,
             manager: self.manager.clone(),
+            force: self.force,
         }
     }
 
@@ -535,18 +540,50 @@ impl Store {
             shared: self.shared.clone(),
             dry_run: self.dry_run,
             manager: Some(manager.into()),
+            force: self.force,
         }
+    }
+
+    /// This store for a server-side apply sent with `?force=true`.
+    pub(crate) fn forcing(&self) -> Store {
+        Store {
+            force: true,
+            ..self.clone()
+        }
+    }
+
+    fn manager_name(&self) -> &str {
+        self.manager.as_deref().unwrap_or("fake-apiserver")
     }
 
     /// Keeps a Node's managedFields for a write by this store's manager (`old` None: create).
     fn track(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
         if rt.key == "nodes" {
-            crate::managed::track(
-                old,
-                new,
-                self.manager.as_deref().unwrap_or("fake-apiserver"),
-            );
+            crate::managed::track(old, new, self.manager_name());
         }
+    }
+
+    /// Keeps a Node's managedFields for a server-side apply of `body` by this store's manager;
+    /// a conflict with another manager is the apiserver's 409.
+    fn track_apply(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        old: Option<&Value>,
+        new: &mut Value,
+        body: &[u8],
+    ) -> Result<(), StoreError> {
+        if rt.key != "nodes" {
+            return Ok(());
+        }
+        let applied: Value = serde_yaml::from_slice(body).unwrap_or(Value::Null);
+        crate::managed::track_apply(old, new, self.manager_name(), &applied, self.force).map_err(
+            |message| StoreError::Conflict {
+                resource: rt.qualified(),
+                name: name.to_string(),
+                message,
+            },
+        )
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -1044,6 +1081,7 @@ impl Store {
                     meta_mut(&mut obj).insert("name".into(), Value::String(name.into()));
                     self.prepare_new(rt, namespace, &mut obj);
                     check(&Value::Null, &obj)?;
+                    self.track_apply(rt, name, None, &mut obj, body)?;
                     return Ok(present(
                         view,
                         &st.commit(live, rt, key, obj, ChangeKind::Added),
@@ -1070,8 +1108,10 @@ impl Store {
             bump_generation(&old, &mut new);
             check(&old, &new)?;
             keep_managed(&old, &mut new);
-            if !status_only {
-                self.track(rt, Some(&old), &mut new);
+            match patch_type {
+                _ if status_only => {}
+                PatchType::Apply => self.track_apply(rt, name, Some(&old), &mut new, body)?,
+                _ => self.track(rt, Some(&old), &mut new),
             }
             if strip_rv(&old) == strip_rv(&new) {
                 // A no-op patch writes nothing, as the real apiserver.
