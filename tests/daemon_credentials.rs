@@ -139,3 +139,79 @@ async fn sigterm_during_a_hanging_exec_plugin_stops_the_daemon_and_the_plugin() 
     assert!(gone(child), "the plugin's child outlived the daemon");
     assert!(!world.log().contains(SECRET), "{}", world.log());
 }
+
+/// A plugin whose token expires: the daemon fetches it once it is ready and again before it
+/// expires (the drain timeout and a request timeout ahead), never on the shutdown's path: the
+/// reboot's drain runs no plugin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_credential_is_fetched_ahead_and_refreshed_before_it_expires_not_at_the_shutdown() {
+    let Some(mut world) = World::start(setup()).await else {
+        return;
+    };
+    let dir = world.dir().to_path_buf();
+    let counter = dir.join("plugin-runs");
+    // The first token expires in 38 s, so it is refreshed 33 s (3 s drain timeout + 30 s
+    // request timeout) before: about 5 s after the first fetch. Later tokens last an hour.
+    let plugin = dir.join("plugin-ok");
+    std::fs::write(
+        &plugin,
+        format!(
+            "#!/bin/sh\nn=$(cat {runs} 2>/dev/null | wc -l)\necho run >> {runs}\n\
+             if [ \"$n\" -eq 0 ]; then e=$(date -u -d '+38 seconds' +%FT%TZ); \
+             else e=$(date -u -d '+1 hour' +%FT%TZ); fi\n\
+             echo '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
+             \"kind\":\"ExecCredential\",\"status\":{{\"token\":\"admin\",\
+             \"expirationTimestamp\":\"'$e'\"}}}}'\n",
+            runs = counter.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = world.api.url();
+    std::fs::write(
+        dir.join("kubeconfig"),
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {server}\n\
+             users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+             command: {}\n      interactiveMode: Never\n\
+             contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: u\ncurrent-context: fake\n",
+            plugin.display()
+        ),
+    )
+    .unwrap();
+    let runs = || {
+        std::fs::read_to_string(&counter)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |_| runs() >= 1,
+            "the credential fetched once the daemon is ready",
+        )
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(20),
+            |_| runs() >= 2,
+            "the credential fetched again before it expires",
+        )
+        .await;
+    let before = runs();
+    world.rig.reboot().await;
+    world.expect_released(Duration::from_secs(25)).await;
+    assert!(
+        world.is_cordoned(),
+        "drained with the cached token; log:\n{}",
+        world.log()
+    );
+    assert_eq!(
+        runs(),
+        before,
+        "the shutdown's drain ran the plugin; log:\n{}",
+        world.log()
+    );
+}

@@ -501,7 +501,12 @@ const POST_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Writes the Warning Event about an unclean previous boot, retrying until the API server takes
 /// it, then records it as posted (a daemon restarted before that posts it again).
-pub async fn post_until_done(settings: Arc<Settings>, log: BootLog, previous: PreviousBoot) {
+pub(crate) async fn post_until_done(
+    access: crate::daemon::access::Access,
+    log: BootLog,
+    previous: PreviousBoot,
+) {
+    let settings = &access.settings;
     use crate::events::Reason;
     let reason = match previous.unclean {
         Some(Unclean::ShutdownWithoutDrain) => Reason::ShutdownWithoutDrain,
@@ -511,7 +516,7 @@ pub async fn post_until_done(settings: Arc<Settings>, log: BootLog, previous: Pr
     let node = &settings.node_name;
     let mut backoff = crate::api::retry::Backoff::between(POST_RETRY_FIRST, POST_RETRY_MAX);
     loop {
-        let posted = match crate::engine::Engine::new(settings.clone()) {
+        let posted = match access.engine() {
             Ok(engine) => engine.try_event(reason, &previous.message).await,
             Err(e) => Err(e),
         };

@@ -1,5 +1,6 @@
 //! The daemon: holds a logind delay inhibitor, drains on shutdown, restores on the next boot.
 
+mod access;
 pub mod boot_record;
 pub mod kubelet;
 pub mod lock;

@@ -8,16 +8,15 @@
 //! shutdown is being prepared (a daemon merely restarted during the soft-reboot's own drain sees
 //! it still under way, and the drain, not the restore, gets the node).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::api::retry::Backoff;
-use crate::config::Settings;
+use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
-use crate::engine::{Engine, Error};
+use crate::engine::Error;
 use crate::node::MarkerRead;
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
@@ -39,21 +38,21 @@ pub enum Trigger {
 }
 
 /// Restores the node, retrying with a doubling backoff until an attempt succeeds.
-#[tracing::instrument(skip_all, fields(node = %settings.node_name, trigger = ?trigger))]
-pub async fn restore_until_done(
-    settings: Arc<Settings>,
+#[tracing::instrument(skip_all, fields(node = %access.settings.node_name, trigger = ?trigger))]
+pub(crate) async fn restore_until_done(
+    access: Access,
     status: Status,
     metrics: Metrics,
     trigger: Trigger,
     mut quiet: watch::Receiver<bool>,
 ) {
-    let node = settings.node_name.clone();
+    let node = access.settings.node_name.clone();
     let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
     // This userspace's start, near enough: a kubelet heartbeat after it is of this userspace
     // even when the kernel (and its boot time) outlived a soft-reboot.
     let spawned = jiff::Timestamp::now();
     loop {
-        match attempt(&settings, &status, trigger, &mut quiet, spawned).await {
+        match attempt(&access, &status, trigger, &mut quiet, spawned).await {
             Ok(restored) => {
                 status.set_restore(None);
                 if restored {
@@ -79,15 +78,17 @@ pub async fn restore_until_done(
 /// ours to undo now. `quiet` turns true once the daemon read from logind that no shutdown is
 /// being prepared.
 async fn attempt(
-    settings: &Arc<Settings>,
+    access: &Access,
     status: &Status,
     trigger: Trigger,
     quiet: &mut watch::Receiver<bool>,
     spawned: jiff::Timestamp,
 ) -> Result<bool, Error> {
+    let settings = &access.settings;
     let node = &settings.node_name;
-    // A fresh engine per attempt: the client lives only while the restore runs.
-    let engine = Engine::new(settings.clone())?;
+    // A fresh engine per attempt (the credential cache is shared): the client lives only while
+    // the restore runs.
+    let engine = access.engine()?;
     let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
         tracing::info!("node {node} carries no marker of ours; nothing to restore");

@@ -181,7 +181,7 @@ impl Daemon {
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
         if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
             self.engine.spawn(boot_record::post_until_done(
-                self.settings.clone(),
+                self.access.clone(),
                 self.boot_log.clone(),
                 previous,
             ));
@@ -212,6 +212,10 @@ impl Daemon {
             );
         }
         self.status.ready();
+        // The credential fetched now, and again before it expires, so that no shutdown waits
+        // for it: a drain takes at most its timeout, each request the request timeout more.
+        let within = self.settings.drain.timeout + self.settings.request_timeout;
+        self.engine.spawn(self.access.clone().keep_fresh(within));
         if let Some(logind) = logind {
             let (settings, logind) = (self.settings.clone(), logind.clone());
             self.engine
@@ -222,7 +226,7 @@ impl Daemon {
     pub(super) fn spawn_restore(&mut self, trigger: Trigger) {
         self.abort_restore("a new restore starts");
         self.restore = Some(self.engine.spawn(restore::restore_until_done(
-            self.settings.clone(),
+            self.access.clone(),
             self.status.clone(),
             self.metrics.clone(),
             trigger,

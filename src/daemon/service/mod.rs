@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use crate::api::retry::Backoff;
 use crate::budget::Budget;
 use crate::config::Settings;
+use crate::daemon::access::Access;
 use crate::daemon::boot_record::BootLog;
 use crate::daemon::lock::Inhibitor;
 use crate::daemon::logind::{InhibitorLock, Logind, LogindError, ShutdownSignal, ShutdownSignals};
@@ -80,6 +81,8 @@ pub(crate) struct Running {
 /// The loop's state across bus connections.
 pub(crate) struct Daemon {
     settings: Arc<Settings>,
+    /// The settings and the credential cache every API call of the daemon shares.
+    access: Access,
     phase: Phase,
     status: Status,
     inhibitor: Inhibitor,
@@ -146,6 +149,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         quiet: watch::Sender::new(false),
         ready_sent: false,
         engine: engine.handle().clone(),
+        access: Access::new(settings.clone()),
         settings,
     };
     // The boot restore runs beside the lock, never before it.

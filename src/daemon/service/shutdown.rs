@@ -82,7 +82,7 @@ impl Daemon {
             );
         }
         let why = self.what_is_done(kind, policy, &budget, left, guarded);
-        let settings = self.settings.clone();
+        let access = self.access.clone();
         let status = self.status.clone();
         let no_time = if budget.drain.is_zero() {
             Some(DrainOutcome::NoTime {
@@ -99,9 +99,9 @@ impl Daemon {
             let outcome = match (no_time, policy) {
                 (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
                 (Some(outcome), _) => outcome,
-                (None, ShutdownPolicy::Cordon) => work::cordon_node(settings, kind, deadline).await,
+                (None, ShutdownPolicy::Cordon) => work::cordon_node(access, kind, deadline).await,
                 (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(settings, status, kind, deadline, why).await
+                    work::drain_node(access, status, kind, deadline, why).await
                 }
             };
             Finished {

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::budget::RELEASE_GUARD;
 use crate::config::Settings;
+use crate::daemon::access::Access;
 use crate::daemon::status::Status;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
@@ -48,15 +49,15 @@ impl DrainOutcome {
 // from the caller's `shutdown` span.
 #[tracing::instrument(skip_all)]
 pub(crate) async fn drain_node(
-    settings: Arc<Settings>,
+    access: Access,
     status: Status,
     kind: ShutdownKind,
     deadline: Instant,
     unguarded: Option<String>,
 ) -> DrainOutcome {
-    let node = settings.node_name.clone();
+    let node = access.settings.node_name.clone();
     let why = format!("{} of the host", kind.noun());
-    let engine = match Engine::new(settings) {
+    let engine = match access.engine() {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
@@ -101,17 +102,18 @@ pub(crate) async fn drain_node(
 /// awaited).
 #[tracing::instrument(skip_all)]
 pub(crate) async fn cordon_node(
-    settings: Arc<Settings>,
+    access: Access,
     kind: ShutdownKind,
     deadline: Instant,
 ) -> DrainOutcome {
+    let settings = access.settings.clone();
     let node = settings.node_name.clone();
     let key = kind.config_key();
     tracing::info!(
         "[shutdown] {key} = \"cordon\": tainting and cordoning node {node}, evicting no pods"
     );
     let why = format!("{} of the host", kind.noun());
-    let engine = match Engine::new(settings.clone()) {
+    let engine = match access.engine() {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
