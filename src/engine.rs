@@ -16,7 +16,7 @@ use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::node::{self, Marker, NodeError, NodeOps};
-use crate::plan::Plan;
+use crate::policy::plan::Plan;
 use crate::report::{Report, ReportError};
 use crate::shutdown_kind::ShutdownKind;
 

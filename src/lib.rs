@@ -2,6 +2,7 @@
 //! announces a shutdown, and restores what it changed on the next boot.
 
 pub mod api;
+pub mod backoff;
 pub mod budget;
 pub mod cli;
 pub mod config;
@@ -19,6 +20,3 @@ pub mod shutdown_kind;
 pub mod state_file;
 pub mod text;
 pub mod words;
-
-// The policy modules by their earlier paths (the configuration reads selectors through these).
-pub use policy::{filters, plan, selector};

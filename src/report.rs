@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::filters::{Action, Reason};
-use crate::plan::PlannedPod;
+use crate::policy::filters::{Action, Reason};
+use crate::policy::plan::PlannedPod;
 use crate::shutdown_kind::ShutdownKind;
 
 /// The file name of the last report inside the state directory.
@@ -348,7 +348,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = self.summary();
         out.push('\n');
-        let width = crate::plan::key_width(self.pods.iter().map(PodReport::key));
+        let width = crate::policy::plan::key_width(self.pods.iter().map(PodReport::key));
         let _ = writeln!(
             out,
             "{:<width$}  {:<6}  {:<9}  {:>9}  REASON / DETAIL",

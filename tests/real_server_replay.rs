@@ -1,5 +1,5 @@
 //! The product's `drain` on the setups recorded against a real control plane
-//! (`../shared/reference/real-server/product-on-real-server.md`, P1-P3), replayed against the
+//! (P1-P3, on kube-apiserver v1.29.7 with its controllers), replayed against the
 //! fake: the same verdicts and outcomes, the same budget refusals.
 
 mod engine_support;

@@ -6,7 +6,8 @@
 //!
 //! The taint is checked by a server-side dry run of the taint patch (`?dryRun=All`): no review
 //! can show it, because NodeRestriction is admission, not authorization, and a dry-run patch goes
-//! through admission exactly like the real one (kubernetes-api.md, section 5).
+//! through admission exactly like the real one (kubernetes `plugin/pkg/admission/noderestriction`;
+//! measured on kube-apiserver v1.29.7 and v1.36).
 
 use std::sync::Arc;
 
@@ -19,10 +20,8 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::api::guarded::FIELD_MANAGER;
 use crate::api::{ApiError, Clients, Credentials};
-use crate::budget;
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, outln};
-use crate::config::{OnDeadline, Settings, TaintEffect};
-use crate::daemon::logind::Logind;
+use crate::config::{OnDeadline, Settings};
 use crate::engine::Engine;
 
 /// One permission the drain uses.
@@ -321,7 +320,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             }
         }
     }
-    if let Some(w) = taint_effect_warning(&settings) {
+    if let Some(w) = crate::config::advice::taint_effect(&settings) {
         outln!("taint: WARNING {w}");
     }
     match crate::state_file::check_writable(&settings.state_dir) {
@@ -342,7 +341,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     if !super::file_modes::check(&settings) {
         ok = false;
     }
-    if !logind_budget(&settings, "").await {
+    if !super::logind_lines::logind_budget(&settings, "").await {
         ok = false;
     }
     super::forecast::line(&settings, "").await;
@@ -409,67 +408,4 @@ async fn taint_dry_run(
         )
         .await
         .map(|_| ())
-}
-
-/// The advice for a taint effect that defeats the drain: a `NoExecute` taint makes the taint
-/// manager delete every pod that does not tolerate it at once, ignoring PodDisruptionBudgets, the
-/// drain's order and its filters. Said by `check`, `plan` and the daemon at start.
-pub fn taint_effect_warning(settings: &Settings) -> Option<String> {
-    (settings.taint.enabled && settings.taint.effect == TaintEffect::NoExecute).then(|| {
-        format!(
-            "[taint] effect = \"NoExecute\" in {}: Kubernetes deletes every pod on the node that \
-             does not tolerate taint {} at once, ignoring PodDisruptionBudgets and the drain's \
-             order; use \"PreferNoSchedule\" (the default) or \"NoSchedule\"",
-            settings
-                .source
-                .as_ref()
-                .map_or("the built-in defaults".into(), |p| p.display().to_string()),
-            settings.taint.key
-        )
-    })
-}
-
-/// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
-/// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
-/// the configured drain timeout short.
-pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
-    match Logind::connect().await {
-        Err(e) => {
-            outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
-            false
-        }
-        Ok(logind) => match logind.budget(settings).await {
-            Err(e) => {
-                outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
-                false
-            }
-            Ok(b) => {
-                outln!(
-                    "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
-                    budget::seconds(b.logind_max),
-                    budget::seconds(b.drain)
-                );
-                kubelet_lock(&logind, settings, indent).await;
-                match b.warning {
-                    Some(w) => {
-                        outln!("{indent}logind: WARNING {w}");
-                        false
-                    }
-                    None => true,
-                }
-            }
-        },
-    }
-}
-
-/// Warns when the kubelet holds its own delay inhibitor for shutdowns (Graceful Node Shutdown):
-/// it acts at the same moment as the daemon (README "Living with the kubelet's Graceful Node
-/// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
-/// kubelet kills first.
-async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
-    match crate::daemon::kubelet::inspect(settings, logind).await {
-        Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
-        Ok(Some(w)) => outln!("{indent}kubelet: WARNING {w}"),
-        Ok(None) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
-    }
 }

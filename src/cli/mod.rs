@@ -12,6 +12,7 @@ pub mod check;
 pub mod drain;
 pub mod file_modes;
 pub mod forecast;
+mod logind_lines;
 pub mod manual;
 pub mod plan;
 pub mod restore;

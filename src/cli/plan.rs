@@ -7,7 +7,7 @@ use crate::config::Settings;
 use crate::engine::Engine;
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
-    if let Some(w) = super::check::taint_effect_warning(&settings) {
+    if let Some(w) = crate::config::advice::taint_effect(&settings) {
         eprintln!("warning: {w}");
     }
     let engine = Engine::new(settings)?;

@@ -36,7 +36,7 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         ),
         logind::system_bus_address()
     );
-    if let Some(w) = crate::cli::check::taint_effect_warning(&settings) {
+    if let Some(w) = crate::config::advice::taint_effect(&settings) {
         tracing::warn!("{w}");
     }
     // A kubeconfig that cannot be used is a configuration error now, not at the first shutdown.

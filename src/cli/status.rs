@@ -114,7 +114,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             if let Some(why) = &status.label_kept {
                 say!("  lb exclusion:  not provably ours, restore leaves it: {why}");
             }
-            super::check::logind_budget(&settings, "  ").await;
+            super::logind_lines::logind_budget(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;
             match &status.last_report {
                 None => say!("  last report:   none"),

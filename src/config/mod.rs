@@ -22,14 +22,16 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::selector::Selector;
 use crate::shutdown_kind::ShutdownKind;
+use selector::Selector;
 
+pub mod advice;
 mod duration;
 pub mod file;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
+pub mod selector;
 mod validate;
 mod values;
 

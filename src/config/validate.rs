@@ -8,6 +8,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{RawConfig, RawRule};
+use super::selector::Selector;
 use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
@@ -15,7 +16,6 @@ use super::{
     FilterSettings, MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings,
     ShutdownSettings, Source, TaintEffect, TaintSettings,
 };
-use crate::selector::Selector;
 
 /// Turns the raw file into settings. Pure: the host name is passed in (`Err(reason)` when it
 /// could not be read), so this can be table-tested without touching the machine.

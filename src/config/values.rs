@@ -13,7 +13,7 @@ use serde::de::{self, Deserializer, IgnoredAny, Visitor};
 
 use super::duration::{format_duration, parse_duration};
 use super::names::{is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name};
-use crate::selector::Selector;
+use super::selector::Selector;
 
 /// The most characters of a configured value an error repeats.
 pub const ECHO_LIMIT: usize = 200;

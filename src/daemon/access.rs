@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::api::Credentials;
-use crate::api::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::engine::{Engine, Error};
 

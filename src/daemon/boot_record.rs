@@ -514,7 +514,7 @@ pub(crate) async fn post_until_done(
         None => return,
     };
     let node = &settings.node_name;
-    let mut backoff = crate::api::retry::Backoff::between(POST_RETRY_FIRST, POST_RETRY_MAX);
+    let mut backoff = crate::backoff::Backoff::between(POST_RETRY_FIRST, POST_RETRY_MAX);
     loop {
         let posted = match access.engine() {
             Ok(engine) => engine.try_event(reason, &previous.message).await,

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedVariant, proxy};
 
-use crate::api::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::Settings;
 pub use crate::daemon::lock::InhibitorLock;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::api::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;

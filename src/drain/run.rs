@@ -20,7 +20,7 @@ use super::health::ServerHealth;
 use super::tracker::{Finished, Tracker};
 use crate::api::Clients;
 use crate::api::path::segment;
-use crate::api::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;

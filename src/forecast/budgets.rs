@@ -26,8 +26,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::config::selector::Selector;
 use crate::policy::filters::tolerates;
-use crate::policy::selector::Selector;
 
 /// `namespace/name` of a budget.
 pub fn budget_name(b: &PodDisruptionBudget) -> String {

@@ -363,7 +363,7 @@ fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Ve
     }
     for b in inputs.budgets {
         if let Some(sel) = b.spec.as_ref().and_then(|s| s.selector.as_ref())
-            && let Err(e) = crate::policy::selector::Selector::from_label_selector(sel)
+            && let Err(e) = crate::config::selector::Selector::from_label_selector(sel)
         {
             assumptions.push(format!(
                 "budget {} has an invalid selector ({e}): it guards no pod",

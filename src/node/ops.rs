@@ -18,7 +18,8 @@ use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, GuardedError, Written};
-use crate::api::retry::{self, Backoff};
+use crate::api::retry;
+use crate::backoff::Backoff;
 use crate::config::Settings;
 
 /// The namespace of the kubelets' node Leases (the Node authorizer lets a node reach its Lease
@@ -394,7 +395,8 @@ impl NodeOps<'_> {
     /// Waits until a live kubelet reports the Node Ready: Ready=True with a `lastHeartbeatTime`
     /// later than `since` (this boot's start), or Ready=True and the node Lease's `renewTime`
     /// later than `since` (read every [`LEASE_POLL`]). A Ready=True left by the previous boot's
-    /// kubelet stays for ~40 s after it stopped (kubernetes-api.md section 5) and is not enough.
+    /// kubelet stays for ~40 s after it stopped (the node lifecycle controller's
+    /// `--node-monitor-grace-period`, kubernetes `pkg/controller/nodelifecycle`) and is not enough.
     /// By kube's watcher (its backoff after errors, watch requests paced), until `deadline`.
     #[tracing::instrument(skip_all, fields(node = %self.settings.node_name))]
     pub async fn wait_ready(

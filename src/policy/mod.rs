@@ -1,6 +1,6 @@
-//! Pure policy: which pods a drain acts on and how (filters), in what order (plan), and the label
-//! selectors the configuration's rules use. No API call anywhere below this module.
+//! Pure policy: which pods a drain acts on and how (filters) and in what order (plan), from the
+//! settings (`config`, whose label selectors the rules use). No API call anywhere below this
+//! module.
 
 pub mod filters;
 pub mod plan;
-pub mod selector;

@@ -1,6 +1,6 @@
 # tests/e2e/lib.sh: the container rig for the end-to-end test (sourced, not run): a cached
 # Debian bookworm rootfs with systemd and dbus, booted with systemd-nspawn so that real
-# systemd and systemd-logind run inside (rig 3 of shared/reference/logind.md).
+# systemd and systemd-logind run inside.
 #
 # The container shares the host's network namespace (no --private-network), so programs in it
 # reach the fake API server on 127.0.0.1. --register=no and --keep-unit: the host's PID 1 may

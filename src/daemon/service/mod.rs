@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::retry::Backoff;
+use crate::backoff::Backoff;
 use crate::budget::Budget;
 use crate::config::Settings;
 use crate::daemon::access::Access;

@@ -13,8 +13,8 @@ use crate::daemon::access::Access;
 use crate::daemon::status::Status;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
-use crate::filters::Action;
-use crate::plan::Plan;
+use crate::policy::filters::Action;
+use crate::policy::plan::Plan;
 use crate::report::Report;
 use crate::shutdown_kind::ShutdownKind;
 

@@ -1,5 +1,6 @@
 //! Field ownership (`metadata.managedFields`) of Nodes on Update, Patch and server-side apply, as
-//! the real apiserver keeps it (kubernetes-api.md sections 5 and 6):
+//! the real apiserver keeps it (k8s.io/apiserver `pkg/endpoints/handlers/fieldmanager`; measured
+//! on kube-apiserver v1.29.7 and v1.36):
 //! - a non-apply write's manager (`?fieldManager=`, else the User-Agent's product part, e.g.
 //!   `kubectl`) gets an `operation: Update` entry owning every field the write set or changed;
 //!   a write that sets a field to the value it already has records no new owner;

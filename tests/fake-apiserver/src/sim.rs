@@ -5,8 +5,8 @@
 //! disruption controller's expected scale, and the attach-detach controller (VolumeAttachments
 //! deleted after the last pod using the volume on that node is gone).
 //!
-//! Facts: `../shared/reference/kubernetes-api.md` section 5 and `real-server/` S1, S2, S3, S6,
-//! S7 (kube-apiserver and kube-controller-manager v1.29.7). The controllers react to every
+//! Facts: measured on kube-apiserver and kube-controller-manager v1.29.7 (the drain scenarios
+//! S1, S2, S3, S6 and S7 that `tests/fidelity.rs` replays). The controllers react to every
 //! committed change under the store's lock, so a test sees their effect as soon as the write
 //! that caused it returns; what takes time on a real cluster (terminations, a replacement
 //! becoming Ready, node-monitor grace, detach) runs on timers with knobs (`Timings`).

@@ -1,4 +1,4 @@
-//! The recorded real-server scenarios (`../shared/reference/real-server/` S1-S7: objects in,
+//! The drain scenarios recorded on a real control plane (S1-S7: objects in,
 //! request sequences, budget status and outcomes out, kube-apiserver + controllers v1.29.7)
 //! replayed against the fake by real `kubectl.1.32` and `kubectl.1.27`, asserting the
 //! outcomes the recordings show: which pods are left, which evictions got 429 (and with what

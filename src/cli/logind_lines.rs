@@ -1,0 +1,52 @@
+//! The logind lines `check` and `status` print: the shutdown budget from logind's
+//! `InhibitDelayMaxUSec` and whether the kubelet holds a delay inhibitor of its own.
+
+use crate::budget;
+use crate::cli::outln;
+use crate::config::Settings;
+use crate::daemon::logind::Logind;
+
+/// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
+/// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
+/// the configured drain timeout short.
+pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
+    match Logind::connect().await {
+        Err(e) => {
+            outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
+            false
+        }
+        Ok(logind) => match logind.budget(settings).await {
+            Err(e) => {
+                outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
+                false
+            }
+            Ok(b) => {
+                outln!(
+                    "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
+                    budget::seconds(b.logind_max),
+                    budget::seconds(b.drain)
+                );
+                kubelet_lock(&logind, settings, indent).await;
+                match b.warning {
+                    Some(w) => {
+                        outln!("{indent}logind: WARNING {w}");
+                        false
+                    }
+                    None => true,
+                }
+            }
+        },
+    }
+}
+
+/// Warns when the kubelet holds its own delay inhibitor for shutdowns (Graceful Node Shutdown):
+/// it acts at the same moment as the daemon (README "Living with the kubelet's Graceful Node
+/// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
+/// kubelet kills first.
+async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
+    match crate::daemon::kubelet::inspect(settings, logind).await {
+        Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
+        Ok(Some(w)) => outln!("{indent}kubelet: WARNING {w}"),
+        Ok(None) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
+    }
+}
