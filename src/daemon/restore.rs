@@ -16,8 +16,8 @@ use crate::backoff::Backoff;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
-use crate::engine::Error;
-use crate::node::MarkerRead;
+use crate::engine::{Engine, Error};
+use crate::node::{Marker, MarkerRead};
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -84,22 +84,15 @@ async fn attempt(
     quiet: &mut watch::Receiver<bool>,
     spawned: jiff::Timestamp,
 ) -> Result<bool, Error> {
-    let settings = &access.settings;
-    let node = &settings.node_name;
+    let node = &access.settings.node_name;
     // A fresh engine per attempt (the credential cache is shared): the client lives only while
     // the restore runs.
     let engine = access.engine()?;
     let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
-        tracing::info!("node {node} carries no marker of ours; nothing to restore");
-        // The prepare PATCH of a drain stopped by the cancel may have been sent and not yet
-        // applied: kube-apiserver finishes a request whose client went away, up to its
-        // request timeout. Watch for it that long.
-        let deadline = tokio::time::Instant::now() + LANDING_WINDOW;
-        if !engine.wait_for_marker(deadline).await? {
+        if !late_marker(&engine, node).await? {
             return Ok(false);
         }
-        tracing::info!("a marker landed on node {node} after the cancel; restoring it");
         read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     }
     let marker = match read {
@@ -121,52 +114,10 @@ async fn attempt(
         }
         MarkerRead::Ours(m) => m,
     };
-    if trigger == Trigger::Boot {
-        let boot_id = engine.boot_id()?;
-        if marker.boot_id == boot_id {
-            if !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
-                tracing::info!(
-                    "the marker on node {node} is from this boot ({boot_id}); left for the \
-                     shutdown that wrote it"
-                );
-                return Ok(false);
-            }
-            tracing::info!(
-                "the marker on node {node} is from a soft-reboot of this boot ({boot_id}); \
-                 restoring it once logind says no shutdown is being prepared"
-            );
-            // Never resolves while a shutdown is under way: that shutdown aborts this task.
-            if quiet.wait_for(|q| *q).await.is_err() {
-                return Ok(false);
-            }
-            tracing::info!(
-                "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
-            );
-        }
-        // After a soft-reboot the kernel's boot time predates the old kubelet's last
-        // heartbeats: only one after this userspace started shows the new kubelet.
-        let soft_reboot = marker.boot_id == boot_id;
-        let limit = settings.daemon.restore_ready_timeout;
-        status.set_restore(Some(format!(
-            "waiting up to {} s for node {node} to be Ready before restoring",
-            limit.as_secs()
-        )));
-        tracing::info!(
-            "node {node} carries our marker from boot {} ({}); waiting up to {} s for it to be \
-             Ready",
-            marker.boot_id,
-            marker.kind.map_or("kind not recorded", |k| k.as_str()),
-            limit.as_secs()
-        );
-        let deadline = tokio::time::Instant::now() + limit;
-        // Only a live kubelet counts: a Ready=True left by the previous boot's kubelet stays
-        // for ~40 s after it stopped. Without one the node stays cordoned and this attempt
-        // fails, to be tried again.
-        if soft_reboot {
-            engine.wait_ready_since(deadline, spawned).await?;
-        } else {
-            engine.wait_ready(deadline).await?;
-        }
+    if trigger == Trigger::Boot
+        && !ready_for_boot_restore(access, &engine, status, &marker, quiet, spawned).await?
+    {
+        return Ok(false);
     }
     status.set_restore(Some(format!("restoring node {node}")));
     let outcome = engine.restore().await?;
@@ -175,5 +126,78 @@ async fn attempt(
         marker.boot_id,
         crate::engine::restore_text(&outcome)
     );
+    Ok(true)
+}
+
+/// After a cancel found no marker: the prepare PATCH of a drain stopped by the cancel may have
+/// been sent and not yet applied (kube-apiserver finishes a request whose client went away, up
+/// to its request timeout). Watches the Node that long; true when a marker appeared.
+async fn late_marker(engine: &Engine, node: &str) -> Result<bool, Error> {
+    tracing::info!("node {node} carries no marker of ours; nothing to restore");
+    let deadline = tokio::time::Instant::now() + LANDING_WINDOW;
+    if !engine.wait_for_marker(deadline).await? {
+        return Ok(false);
+    }
+    tracing::info!("a marker landed on node {node} after the cancel; restoring it");
+    Ok(true)
+}
+
+/// The boot restore's conditions for `marker`: of another boot, or of a soft-reboot of this one
+/// once logind prepares no shutdown (`quiet`); then the node Ready with a live kubelet (an
+/// error when it is not, by the restore timeout: the attempt is tried again). False: the
+/// marker is left for the shutdown of this boot that wrote it.
+async fn ready_for_boot_restore(
+    access: &Access,
+    engine: &Engine,
+    status: &Status,
+    marker: &Marker,
+    quiet: &mut watch::Receiver<bool>,
+    spawned: jiff::Timestamp,
+) -> Result<bool, Error> {
+    let node = &access.settings.node_name;
+    let boot_id = engine.boot_id()?;
+    // After a soft-reboot the kernel's boot time predates the old kubelet's last heartbeats:
+    // only one after this userspace started shows the new kubelet.
+    let soft_reboot = marker.boot_id == boot_id;
+    if soft_reboot {
+        if !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
+            tracing::info!(
+                "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
+                 that wrote it"
+            );
+            return Ok(false);
+        }
+        tracing::info!(
+            "the marker on node {node} is from a soft-reboot of this boot ({boot_id}); \
+             restoring it once logind says no shutdown is being prepared"
+        );
+        // Never resolves while a shutdown is under way: that shutdown aborts this task.
+        if quiet.wait_for(|q| *q).await.is_err() {
+            return Ok(false);
+        }
+        tracing::info!(
+            "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
+        );
+    }
+    let limit = access.settings.daemon.restore_ready_timeout;
+    status.set_restore(Some(format!(
+        "waiting up to {} s for node {node} to be Ready before restoring",
+        limit.as_secs()
+    )));
+    tracing::info!(
+        "node {node} carries our marker from boot {} ({}); waiting up to {} s for it to be Ready",
+        marker.boot_id,
+        marker.kind.map_or("kind not recorded", |k| k.as_str()),
+        limit.as_secs()
+    );
+    let deadline = tokio::time::Instant::now() + limit;
+    // Only a live kubelet counts: a Ready=True left by the previous boot's kubelet stays for
+    // ~40 s after it stopped. Without one the node stays cordoned and this attempt fails, to be
+    // tried again.
+    if soft_reboot {
+        engine.wait_ready_since(deadline, spawned).await?;
+    } else {
+        engine.wait_ready(deadline).await?;
+    }
     Ok(true)
 }
