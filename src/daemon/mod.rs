@@ -1,6 +1,7 @@
 //! The daemon: holds a logind delay inhibitor, drains on shutdown, restores on the next boot.
 
 pub mod boot_record;
+pub mod forecast;
 pub mod kubelet;
 pub mod lock;
 pub mod logind;

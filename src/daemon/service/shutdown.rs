@@ -82,6 +82,7 @@ impl Daemon {
             );
         }
         let why = self.what_is_done(kind, policy, &budget, left, guarded);
+        let reason = format!("{} of the host", kind.noun());
         let settings = self.settings.clone();
         let status = self.status.clone();
         let no_time = if budget.drain.is_zero() {
@@ -99,9 +100,11 @@ impl Daemon {
             let outcome = match (no_time, policy) {
                 (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
                 (Some(outcome), _) => outcome,
-                (None, ShutdownPolicy::Cordon) => work::cordon_node(settings, kind, deadline).await,
+                (None, ShutdownPolicy::Cordon) => {
+                    work::cordon_node(settings, kind, deadline, reason).await
+                }
                 (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(settings, status, kind, deadline, why).await
+                    work::drain_node(settings, status, kind, deadline, reason, why).await
                 }
             };
             Finished {

@@ -42,8 +42,9 @@ impl DrainOutcome {
 
 /// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
 /// once it is over). Never outlives the deadline by more than [`RELEASE_GUARD`].
-/// `unguarded`: no inhibitor is held; the message goes into a Warning Event on the Node beside
-/// the prepare.
+/// `why`: the reason the marker and the Events give ("reboot of the host", "reboot scheduled
+/// for TIME"). `unguarded`: no inhibitor is held; the message goes into a Warning Event on the
+/// Node beside the prepare.
 // The node field comes from the spans of the prepare and the drain inside; the shutdown kind
 // from the caller's `shutdown` span.
 #[tracing::instrument(skip_all)]
@@ -52,10 +53,10 @@ pub(crate) async fn drain_node(
     status: Status,
     kind: ShutdownKind,
     deadline: Instant,
+    why: String,
     unguarded: Option<String>,
 ) -> DrainOutcome {
     let node = settings.node_name.clone();
-    let why = format!("{} of the host", kind.noun());
     let engine = match Engine::new(settings) {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
@@ -98,19 +99,19 @@ pub(crate) async fn drain_node(
 
 /// `[shutdown]` policy "cordon": the prepare alone (marker with the kind, taint, cordon), by
 /// `deadline`, and a `DrainSkipped` Event saying why nothing is evicted (posted beside, not
-/// awaited).
+/// awaited). `why` as for [`drain_node`].
 #[tracing::instrument(skip_all)]
 pub(crate) async fn cordon_node(
     settings: Arc<Settings>,
     kind: ShutdownKind,
     deadline: Instant,
+    why: String,
 ) -> DrainOutcome {
     let node = settings.node_name.clone();
     let key = kind.config_key();
     tracing::info!(
         "[shutdown] {key} = \"cordon\": tainting and cordoning node {node}, evicting no pods"
     );
-    let why = format!("{} of the host", kind.noun());
     let engine = match Engine::new(settings.clone()) {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
@@ -119,9 +120,7 @@ pub(crate) async fn cordon_node(
         tokio::time::timeout_at(deadline + RELEASE_GUARD, engine.prepare_by(&why, deadline)).await;
     // The Event in its own task: the inhibitor is not held for it.
     let message = format!(
-        "the {} of the host: [shutdown] {key} = \"cordon\": tainted and cordoned node {node}, \
-         evicting no pods",
-        kind.noun()
+        "{why}: [shutdown] {key} = \"cordon\": tainted and cordoned node {node}, evicting no pods"
     );
     tokio::spawn(Engine::post_event(
         settings,
