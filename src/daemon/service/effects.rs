@@ -54,6 +54,7 @@ impl Daemon {
             Effect::ReleaseLock => self.release(),
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => {
+                self.warm = None;
                 let recorded = self.boot_log.shutdown_over();
                 let restore = match undo {
                     Undo::Heard => true,

@@ -102,6 +102,8 @@ pub(crate) struct Daemon {
     ready_sent: bool,
     /// The runtime every API call runs on.
     engine: tokio::runtime::Handle,
+    /// The early drain's engine, kept for the drain of the shutdown it was for.
+    warm: Option<Arc<crate::engine::Engine>>,
     /// logind's schedule file and the timer it needs.
     scheduled: scheduled::Tracked,
     /// True while no drain runs and none is due: the forecast runs only then.
@@ -153,6 +155,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         quiet: watch::Sender::new(false),
         ready_sent: false,
         engine: engine.handle().clone(),
+        warm: None,
         scheduled: scheduled::Tracked::open(&settings),
         idle: watch::Sender::new(true),
         forecast_budget: watch::Sender::new(None),

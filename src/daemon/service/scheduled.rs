@@ -206,12 +206,17 @@ impl Daemon {
         self.status
             .set(format!("{doing} node {node} ahead of the {reason}"));
         let (settings, status) = (self.settings.clone(), self.status.clone());
+        // Kept for the drain of logind's window: its client is connected by then.
+        let warm = crate::engine::Engine::new(settings.clone())
+            .ok()
+            .map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
+        self.warm = warm.clone();
         let task = async move {
             let outcome = match policy {
                 ShutdownPolicy::None => DrainOutcome::LeftAsIs,
                 ShutdownPolicy::Cordon => work::cordon_node(settings, kind, deadline, reason).await,
                 ShutdownPolicy::Drain => {
-                    work::drain_node(settings, status, kind, deadline, reason, None).await
+                    work::drain_node(settings, status, kind, deadline, reason, None, warm).await
                 }
             };
             Finished {

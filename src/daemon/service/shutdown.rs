@@ -83,6 +83,7 @@ impl Daemon {
         }
         let why = self.what_is_done(kind, policy, &budget, left, guarded);
         let reason = format!("{} of the host", kind.noun());
+        let warm = self.warm.take();
         let settings = self.settings.clone();
         let status = self.status.clone();
         let no_time = if budget.drain.is_zero() {
@@ -104,7 +105,7 @@ impl Daemon {
                     work::cordon_node(settings, kind, deadline, reason).await
                 }
                 (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(settings, status, kind, deadline, reason, why).await
+                    work::drain_node(settings, status, kind, deadline, reason, why, warm).await
                 }
             };
             Finished {

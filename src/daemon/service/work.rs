@@ -55,10 +55,11 @@ pub(crate) async fn drain_node(
     deadline: Instant,
     why: String,
     unguarded: Option<String>,
+    warm: Option<Arc<Engine>>,
 ) -> DrainOutcome {
     let node = settings.node_name.clone();
-    let engine = match Engine::new(settings) {
-        Ok(engine) => engine.for_shutdown_kind(kind),
+    let engine = match engine_for(settings, kind, warm) {
+        Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
     // The status line comes from the drain's own plan (no second list of the pods); the Event is
@@ -94,6 +95,18 @@ pub(crate) async fn drain_node(
             "the drain of node {node} overran its deadline by {} ms and was stopped",
             RELEASE_GUARD.as_millis()
         )),
+    }
+}
+
+/// The engine for a shutdown's work: `warm` when it is for `kind`, else a new one.
+pub(crate) fn engine_for(
+    settings: Arc<Settings>,
+    kind: ShutdownKind,
+    warm: Option<Arc<Engine>>,
+) -> Result<Arc<Engine>, crate::engine::Error> {
+    match warm {
+        Some(engine) if engine.shutdown_kind() == Some(kind) => Ok(engine),
+        _ => Ok(Arc::new(Engine::new(settings)?.for_shutdown_kind(kind))),
     }
 }
 
