@@ -163,4 +163,9 @@ async fn a_schedule_of_a_kind_mapped_to_none_does_nothing() {
         "nothing is drained; log:\n{}",
         world.log()
     );
+    assert!(
+        !world.log().contains("ahead of it"),
+        "no drain ahead was started for it; log:\n{}",
+        world.log()
+    );
 }
