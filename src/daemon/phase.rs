@@ -289,45 +289,56 @@ impl Phase {
     /// The transitions of the phases and events of a scheduled shutdown; `None` for the rest
     /// (`Some(None)`: refused).
     fn on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
-        use Effect::*;
         let schedule_event = matches!(
             event,
             Event::Scheduled { .. } | Event::Due | Event::Unscheduled { .. } | Event::Overdue
         );
-        let planned = match self {
-            Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => *p,
-            Phase::Starting | Phase::Stopped if schedule_event => return Some(None),
-            Phase::Draining(_) | Phase::Released(_) if schedule_event => {
-                return Some(Some((self.clone(), vec![])));
+        match self {
+            Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => {
+                Some(self.planned_on(*p, event))
             }
-            Phase::Waiting => return self.waiting_on_schedule(event),
-            _ => return None,
-        };
-        let early = matches!(self, Phase::Early(_));
-        let abort = || if early { vec![AbortDrain] } else { vec![] };
-        let keep = |p: Planned| match self {
-            Phase::Scheduled(_) => Phase::Scheduled(p),
-            Phase::Early(_) => Phase::Early(p),
-            _ => Phase::Ready(p),
+            Phase::Starting | Phase::Stopped if schedule_event => Some(None),
+            Phase::Draining(_) | Phase::Released(_) if schedule_event => {
+                Some(Some((self.clone(), vec![])))
+            }
+            Phase::Waiting => self.waiting_on_schedule(event),
+            _ => None,
+        }
+    }
+
+    /// Any event in a phase of a scheduled shutdown (`planned`); `None`: refused.
+    fn planned_on(&self, planned: Planned, event: Event) -> Option<(Phase, Vec<Effect>)> {
+        use Effect::*;
+        let (scheduled, early) = (
+            matches!(self, Phase::Scheduled(_)),
+            matches!(self, Phase::Early(_)),
+        );
+        // The early drain stops first whenever the phase is left.
+        let then = |phase: Phase, effects: &[Effect]| {
+            let mut all = if early { vec![AbortDrain] } else { vec![] };
+            all.extend_from_slice(effects);
+            (phase, all)
         };
         let restored = || {
-            let mut effects = abort();
-            effects.extend([ForgetShutdown { undo: Undo::Heard }, ShowWaiting]);
-            (Phase::Waiting, effects)
+            then(
+                Phase::Waiting,
+                &[ForgetShutdown { undo: Undo::Heard }, ShowWaiting],
+            )
         };
         let shutdown = |kind, guarded, announced_now| {
-            let mut effects = abort();
-            effects.extend([
-                Quiet(false),
-                StartDrain {
-                    kind,
-                    announced_now,
-                },
-            ]);
-            (Phase::Draining(Shutdown { kind, guarded }), effects)
+            let draining = Phase::Draining(Shutdown { kind, guarded });
+            then(
+                draining,
+                &[
+                    Quiet(false),
+                    StartDrain {
+                        kind,
+                        announced_now,
+                    },
+                ],
+            )
         };
-        let scheduled = matches!(self, Phase::Scheduled(_));
-        Some(Some(match event {
+        Some(match event {
             Event::Scheduled { policy, .. } if scheduled && policy == ShutdownPolicy::None => {
                 (Phase::Waiting, vec![ShowScheduled])
             }
@@ -335,40 +346,37 @@ impl Phase {
                 Phase::Scheduled(Planned { kind, fired: false }),
                 vec![ShowScheduled],
             ),
-            Event::Scheduled { .. } => (self.clone(), vec![]),
             Event::Due if scheduled => (
                 Phase::Early(planned),
                 vec![StartEarly { kind: planned.kind }],
             ),
-            Event::Due => return Some(None),
             Event::Unscheduled { .. } if scheduled => (Phase::Waiting, vec![ShowWaiting]),
-            Event::Unscheduled { fired: true } => (
-                keep(Planned {
+            Event::Unscheduled { fired: true } => {
+                let fired = Planned {
                     fired: true,
                     ..planned
-                }),
-                vec![],
-            ),
+                };
+                let phase = if early {
+                    Phase::Early(fired)
+                } else {
+                    Phase::Ready(fired)
+                };
+                (phase, vec![])
+            }
             Event::Unscheduled { fired: false } => restored(),
             Event::Overdue if planned.fired => restored(),
-            Event::Overdue => return Some(None),
             Event::Ended if early => (Phase::Ready(planned), vec![SayEarly]),
-            Event::Ended => return Some(None),
+            Event::Due | Event::Overdue | Event::Ended => return None,
             Event::Announced { kind, locked } => shutdown(kind, locked, true),
             Event::Connected {
                 under_way: Some(kind),
                 locked,
             } => shutdown(kind, locked, false),
-            Event::Connected {
-                under_way: None, ..
+            Event::Scheduled { .. } | Event::Connected { .. } | Event::Cancelled => {
+                (self.clone(), vec![])
             }
-            | Event::Cancelled => (self.clone(), vec![]),
-            Event::Stop => {
-                let mut effects = abort();
-                effects.extend([RecordStopped, ReleaseLock]);
-                (Phase::Stopped, effects)
-            }
-        }))
+            Event::Stop => then(Phase::Stopped, &[RecordStopped, ReleaseLock]),
+        })
     }
 
     /// A schedule's events while waiting.
