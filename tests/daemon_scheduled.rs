@@ -76,6 +76,23 @@ async fn a_schedule_written_ahead_drains_the_node_before_logind_announces_anythi
 }
 
 #[tokio::test]
+async fn a_schedule_already_there_when_the_daemon_starts_is_drained_for() {
+    let Some(mut world) = World::start(setup("")).await else {
+        return;
+    };
+    world.schedule("reboot", Duration::from_secs(12));
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_drained(
+            Duration::from_secs(10),
+            "the schedule found at start drains the node",
+        )
+        .await;
+    assert!(world.rig.outcomes().is_empty(), "logind announced nothing");
+}
+
+#[tokio::test]
 async fn prepare_for_shutdown_after_the_early_drain_releases_the_lock() {
     let Some(world) = started(setup("")).await else {
         return;

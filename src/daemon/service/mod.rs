@@ -246,7 +246,8 @@ impl Daemon {
                         continue;
                     }
                 },
-                read = scheduled::next_schedule(&mut self.scheduled) => {
+                // Read once logind was: a schedule there at start waits for the first connection.
+                read = scheduled::next_schedule(&mut self.scheduled), if self.phase != Phase::Starting => {
                     match self.schedule_read(read) {
                         Some(event) => event,
                         None => continue,
