@@ -115,6 +115,11 @@ impl Engine {
         self
     }
 
+    /// The kind of shutdown given by [`Engine::for_shutdown_kind`], if any.
+    pub fn shutdown_kind(&self) -> Option<ShutdownKind> {
+        self.kind
+    }
+
     pub fn settings(&self) -> &Arc<Settings> {
         &self.settings
     }

@@ -40,6 +40,10 @@ pub enum Reason {
     ShutdownWithoutDrain,
     /// The previous boot ended during, or after an incomplete, drain of ours.
     DrainIncomplete,
+    /// The daemon's forecast turned to blocked: a drain now would not finish.
+    DrainWouldBlock,
+    /// The daemon's forecast, blocked before, says a drain now would complete.
+    DrainWouldComplete,
 }
 
 impl Reason {
@@ -58,6 +62,8 @@ impl Reason {
             Reason::KubeletShutdown => "KubeletGracefulShutdownActive",
             Reason::ShutdownWithoutDrain => "ShutdownWithoutDrain",
             Reason::DrainIncomplete => "DrainIncomplete",
+            Reason::DrainWouldBlock => "DrainWouldBlock",
+            Reason::DrainWouldComplete => "DrainWouldComplete",
         }
     }
 
@@ -71,7 +77,8 @@ impl Reason {
             | Reason::LabelKept
             | Reason::KubeletShutdown
             | Reason::ShutdownWithoutDrain
-            | Reason::DrainIncomplete => "Warning",
+            | Reason::DrainIncomplete
+            | Reason::DrainWouldBlock => "Warning",
             _ => "Normal",
         }
     }

@@ -80,6 +80,13 @@ fn the_readme_lists_exactly_the_metrics_the_daemon_writes() {
         last_drain: Some(report),
         last_restore: Some((1.0, true)),
         unclean: Some(Default::default()),
+        forecast: Some(kube_shutdown_drain::daemon::metrics::ForecastFacts {
+            at: 1.0,
+            verdict: kube_shutdown_drain::forecast::Verdict::Blocked,
+            blocked: [("a/b".to_owned(), 1)].into(),
+            estimate_seconds: Some(1.0),
+            budget_seconds: 1.0,
+        }),
     });
     let written: BTreeSet<String> = text
         .lines()

@@ -88,6 +88,11 @@ State: the report of the last drain (\fIlast\-report.json\fR), the moment the cu
 was announced (\fIshutdown\-started\fR) and the record of this boot (\fIboot\-record\fR), from
 which the next start tells whether the boot ended with a complete drain.
 .TP
+\fI/run/systemd/shutdown/scheduled\fR
+logind's record of a shutdown scheduled ahead (\fBshutdown \-r +15\fR); watched (inotify) by the
+daemon, which drains the node \fB[daemon] scheduled_lead\fR before its time unless
+\fBdrain_when_scheduled = false\fR. \fBshutdown \-k\fR writes the same file and drains too.
+.TP
 \fI/usr/lib/systemd/system/kube\-shutdown\-drain.service\fR
 The daemon's unit (\fBkube\-shutdown\-drain run\fR).
 .TP

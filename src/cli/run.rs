@@ -13,8 +13,24 @@ use crate::engine::Engine;
 /// tests and the demo set it, to simulate a reboot without one.
 pub const BOOT_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 
+/// Names a directory to watch for logind's schedule file instead of `/run/systemd/shutdown`.
+/// Only the tests set it: the real path is fixed, as logind's is.
+pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
+
 /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
 pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
+    let settings = match std::env::var_os(SCHEDULE_DIR_ENV) {
+        Some(dir) => {
+            let mut changed = Settings::clone(&settings);
+            changed.schedule_dir = PathBuf::from(dir);
+            tracing::info!(
+                "watching {} for logind's schedule ({SCHEDULE_DIR_ENV} is set; tests only)",
+                changed.schedule_dir.display()
+            );
+            Arc::new(changed)
+        }
+        None => settings,
+    };
     let settings = match std::env::var_os(BOOT_ID_FILE_ENV) {
         Some(path) => {
             let mut changed = Settings::clone(&settings);

@@ -245,6 +245,12 @@ pub struct DaemonSettings {
     pub restore_ready_timeout: Duration,
     /// The kubelet's config file, read (when readable) for its `shutdownGracePeriod`.
     pub kubelet_config: PathBuf,
+    /// Drain ahead of a shutdown logind has scheduled (`crate::scheduled`).
+    pub drain_when_scheduled: bool,
+    /// How long before a scheduled shutdown its drain starts (default `[drain] timeout`).
+    pub scheduled_lead: Duration,
+    /// How often the daemon makes a forecast (`None`: never, the default).
+    pub forecast_interval: Option<Duration>,
 }
 
 /// The `[metrics]` table.
@@ -306,6 +312,9 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Not a TOML key: the kernel's boot ID file, replaceable in tests.
     pub boot_id_path: PathBuf,
+    /// Not a TOML key: logind's schedule directory (`scheduled::SCHEDULE_DIR`), replaceable in
+    /// tests.
+    pub schedule_dir: PathBuf,
     pub taint: TaintSettings,
     pub filters: FilterSettings,
     pub rules: Vec<Rule>,

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::values::{
-    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Namespaces, NodeName, Order,
-    PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
+    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, Namespaces, NodeName,
+    Order, PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
 };
 use super::{OnDeadline, Policy, ShutdownPolicy, TaintEffect};
 
@@ -155,6 +155,12 @@ pub struct RawDaemon {
     pub restore_ready_timeout: Option<Positive>,
     /// Default: [`super::DEFAULT_KUBELET_CONFIG`].
     pub kubelet_config: Option<AbsolutePath>,
+    /// Default: true.
+    pub drain_when_scheduled: Option<Flag>,
+    /// Default: `[drain] timeout`.
+    pub scheduled_lead: Option<Positive>,
+    /// Default: "off".
+    pub forecast_interval: Option<Interval>,
 }
 
 /// `[metrics]`.
@@ -237,7 +243,7 @@ impl Table for RawDrain {
 
 impl Table for RawDaemon {
     const EXPECTING: &'static str = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
-         kubelet_config)";
+         kubelet_config, drain_when_scheduled, scheduled_lead, forecast_interval)";
 }
 
 impl Table for RawMetrics {

@@ -165,6 +165,31 @@ pub(super) const BAD_VALUES: &[(&str, &str, usize, usize, &[&str])] = &[
         &["filters.skip_namespaces", "found an integer", "DNS labels"],
     ),
     (
+        "a forecast interval that is neither off nor a duration",
+        "[daemon]\nforecast_interval = \"never\"",
+        2,
+        21,
+        &[
+            "daemon.forecast_interval",
+            "neither \"off\" nor a duration",
+            "\"6h\"",
+        ],
+    ),
+    (
+        "a forecast interval under a second",
+        "[daemon]\nforecast_interval = \"500ms\"",
+        2,
+        21,
+        &["daemon.forecast_interval", "out of range", "from 1s"],
+    ),
+    (
+        "zero scheduled lead",
+        "[daemon]\nscheduled_lead = \"0s\"",
+        2,
+        18,
+        &["daemon.scheduled_lead", "out of range"],
+    ),
+    (
         "zero release margin",
         "[daemon]\nrelease_margin = \"0s\"",
         2,
@@ -376,5 +401,10 @@ pub(super) const WRONG_TYPES: &[(&str, &str, &[&str])] = &[
         "[daemon]\nrestore_ready_timeout = [\"1m\"]",
         "daemon.restore_ready_timeout",
         &["found an array"],
+    ),
+    (
+        "[daemon]\ndrain_when_scheduled = \"yes\"",
+        "daemon.drain_when_scheduled",
+        &["true or false"],
     ),
 ];

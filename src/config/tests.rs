@@ -36,6 +36,26 @@ fn empty_file_gives_the_documented_defaults() {
     assert_eq!(s.drain.on_deadline, OnDeadline::Report);
     assert_eq!(s.daemon.release_margin, Duration::from_secs(5));
     assert_eq!(s.daemon.restore_ready_timeout, Duration::from_secs(600));
+    assert!(s.daemon.drain_when_scheduled);
+    assert_eq!(s.daemon.scheduled_lead, s.drain.timeout);
+    assert_eq!(s.daemon.forecast_interval, None);
+}
+
+#[test]
+fn the_scheduled_lead_follows_the_drain_timeout_unless_given_and_the_forecast_interval_reads_off() {
+    let s = parse("[drain]\ntimeout = \"90s\"\n[daemon]\nforecast_interval = \"off\"").unwrap();
+    assert_eq!(s.daemon.scheduled_lead, Duration::from_secs(90));
+    assert_eq!(s.daemon.forecast_interval, None);
+    let s = parse(
+        "[daemon]\ndrain_when_scheduled = false\nscheduled_lead = \"10m\"\nforecast_interval = \"6h\"",
+    )
+    .unwrap();
+    assert!(!s.daemon.drain_when_scheduled);
+    assert_eq!(s.daemon.scheduled_lead, Duration::from_secs(600));
+    assert_eq!(
+        s.daemon.forecast_interval,
+        Some(Duration::from_secs(6 * 3600))
+    );
 }
 
 #[test]

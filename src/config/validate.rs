@@ -89,6 +89,12 @@ pub fn settings(
             .daemon
             .kubelet_config
             .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
+        drain_when_scheduled: flag(raw.daemon.drain_when_scheduled, true),
+        scheduled_lead: raw
+            .daemon
+            .scheduled_lead
+            .map_or(drain.timeout, |DurationIn(d)| d),
+        forecast_interval: raw.daemon.forecast_interval.and_then(|i| i.0),
     };
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
@@ -103,6 +109,7 @@ pub fn settings(
             .request_timeout
             .map_or(DEFAULT_REQUEST_TIMEOUT, |DurationIn(d)| d),
         boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
+        schedule_dir: PathBuf::from(crate::scheduled::SCHEDULE_DIR),
         taint,
         filters,
         rules,

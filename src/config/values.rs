@@ -260,6 +260,35 @@ impl FromValue for TextfilePath {
     }
 }
 
+/// `daemon.forecast_interval`: `"off"` or a duration from 1s to a week.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval(pub Option<Duration>);
+
+impl FromValue for Interval {
+    fn from_value(value: Value) -> Result<Interval, Invalid> {
+        const ALLOWED: &str = "\"off\" or a duration from 1s to 168h, e.g. \"6h\"";
+        let text = string(value, ALLOWED)?;
+        if text == "off" {
+            return Ok(Interval(None));
+        }
+        match parse_duration(&text) {
+            Some(d)
+                if d >= Duration::from_secs(1) && d <= Duration::from_millis(MAX_DURATION_MS) =>
+            {
+                Ok(Interval(Some(d)))
+            }
+            Some(_) => Err(Invalid::new(
+                format!("{} is out of range", quote(&text)),
+                ALLOWED,
+            )),
+            None => Err(Invalid::new(
+                format!("{} is neither \"off\" nor a duration", quote(&text)),
+                ALLOWED,
+            )),
+        }
+    }
+}
+
 /// A Node name: a lower-case DNS subdomain. Checked the same way whether it comes from
 /// `node_name`, the host name or `--node`, so only such a name is ever put in a request path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -532,6 +561,7 @@ deserialize_checked!(
     Flag,
     AbsolutePath,
     TextfilePath,
+    Interval,
     NodeName,
     GracePeriod,
     TaintKey,

@@ -14,8 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use crate::daemon::boot_record::UncleanCounts;
 use crate::daemon::writer::Writer;
+use crate::forecast::{Forecast, Verdict};
 use crate::report::Report;
 
 const PREFIX: &str = "kube_shutdown_drain";
@@ -32,6 +35,33 @@ pub struct Snapshot {
     pub last_restore: Option<(f64, bool)>,
     /// Boots that ended unclean, once this boot's record is read.
     pub unclean: Option<UncleanCounts>,
+    /// The last forecast the daemon made (`[daemon] forecast_interval`).
+    pub forecast: Option<ForecastFacts>,
+}
+
+/// What the metrics say of a forecast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForecastFacts {
+    /// When it was made, Unix seconds.
+    pub at: f64,
+    pub verdict: Verdict,
+    /// Pods each blocking budget keeps.
+    pub blocked: BTreeMap<String, usize>,
+    /// The drain's estimated time (`None`: blocked pods hold it to the deadline).
+    pub estimate_seconds: Option<f64>,
+    pub budget_seconds: f64,
+}
+
+impl ForecastFacts {
+    pub fn of(f: &Forecast) -> ForecastFacts {
+        ForecastFacts {
+            at: jiff::Timestamp::now().as_millisecond() as f64 / 1000.0,
+            verdict: f.verdict,
+            blocked: f.blocked_per_budget(),
+            estimate_seconds: f.estimate_seconds,
+            budget_seconds: f.budget.drain_seconds,
+        }
+    }
 }
 
 /// Renders the exposition text. Pure.
@@ -80,6 +110,9 @@ pub fn render(s: &Snapshot) -> String {
                 ),
             ],
         );
+    }
+    if let Some(f) = &s.forecast {
+        forecast(&mut out, f);
     }
     if let Some((at, ok)) = s.last_restore {
         let node = out.labels(&[]);
@@ -160,6 +193,57 @@ fn last_drain(out: &mut Exposition, r: &Report) {
         "last_drain_budget_blocked_pods",
         "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
         &samples,
+    );
+}
+
+/// The families about the last forecast.
+fn forecast(out: &mut Exposition, f: &ForecastFacts) {
+    let node = out.labels(&[]);
+    out.family(
+        "forecast_timestamp_seconds",
+        "When the daemon last made a forecast of a drain of the node now, Unix time.",
+        &[(node.clone(), f.at)],
+    );
+    let verdicts: Vec<_> = [Verdict::Completes, Verdict::CutAtDeadline, Verdict::Blocked]
+        .iter()
+        .map(|v| {
+            let name = match v {
+                Verdict::Completes => "completes",
+                Verdict::CutAtDeadline => "cut",
+                Verdict::Blocked => "blocked",
+            };
+            (
+                out.labels(&[("verdict", name)]),
+                bool_value(*v == f.verdict),
+            )
+        })
+        .collect();
+    out.family(
+        "forecast_verdict",
+        "The last forecast's verdict for a drain of the node now: 1 for the verdict it gave (completes, cut at the deadline, blocked), 0 for the others.",
+        &verdicts,
+    );
+    let blocked: Vec<_> = f
+        .blocked
+        .iter()
+        .map(|(b, n)| (out.labels(&[("budget", b)]), *n as f64))
+        .collect();
+    out.family(
+        "forecast_blocked_pods",
+        "Pods the last forecast found a PodDisruptionBudget would keep on the node, by budget.",
+        &blocked,
+    );
+    if let Some(e) = f.estimate_seconds {
+        out.family(
+            "forecast_estimate_seconds",
+            "How long the last forecast estimates a drain of the node now would take.",
+            &[(node.clone(), e)],
+        );
+    }
+    out.family(
+        "forecast_budget_seconds",
+        "The drain budget the last forecast measured its estimate against.",
+        &[(node, f.budget_seconds)],
     );
 }
 
@@ -272,6 +356,10 @@ impl Metrics {
         self.update(|s| s.unclean = Some(counts));
     }
 
+    pub fn forecast(&self, facts: ForecastFacts) {
+        self.update(|s| s.forecast = Some(facts));
+    }
+
     pub fn restored(&self, ok: bool) {
         let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
         self.update(|s| s.last_restore = Some((now, ok)));
@@ -308,8 +396,21 @@ mod tests {
                 shutdown_without_drain: 2,
                 drain_incomplete: 0,
             }),
+            forecast: Some(ForecastFacts {
+                at: 1_764_486_100.0,
+                verdict: Verdict::Blocked,
+                blocked: [("shop/web".to_owned(), 1)].into(),
+                estimate_seconds: None,
+                budget_seconds: 120.0,
+            }),
         });
         for line in [
+            "kube_shutdown_drain_forecast_timestamp_seconds{node=\"node-a\"} 1764486100",
+            "kube_shutdown_drain_forecast_verdict{node=\"node-a\",verdict=\"blocked\"} 1",
+            "kube_shutdown_drain_forecast_verdict{node=\"node-a\",verdict=\"completes\"} 0",
+            "kube_shutdown_drain_forecast_verdict{node=\"node-a\",verdict=\"cut\"} 0",
+            "kube_shutdown_drain_forecast_blocked_pods{node=\"node-a\",budget=\"shop/web\"} 1",
+            "kube_shutdown_drain_forecast_budget_seconds{node=\"node-a\"} 120",
             "kube_shutdown_drain_inhibitor_lock_held 1",
             "kube_shutdown_drain_drain_budget_seconds 120",
             "kube_shutdown_drain_logind_inhibit_delay_max_seconds 150",
@@ -334,6 +435,7 @@ mod tests {
         let empty = render(&Snapshot::default());
         assert!(empty.contains("kube_shutdown_drain_inhibitor_lock_held 0"));
         assert!(!empty.contains("last_drain"), "{empty}");
+        assert!(!empty.contains("forecast"), "{empty}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 mod access;
 pub mod boot_record;
+pub mod forecast;
 pub mod kubelet;
 pub mod lock;
 pub mod logind;

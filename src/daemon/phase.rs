@@ -18,10 +18,33 @@
 //! | Starting, Waiting | Stop | Stopped | RecordStopped, ReleaseLock |
 //! | Draining | Stop | Stopped | AbortDrain, ReleaseLock |
 //! | Released | Stop | Stopped | (the lock is already gone) |
+//! | Waiting | Scheduled, policy "none" | Waiting | ShowScheduled (nothing is done for it) |
+//! | Waiting, Scheduled | Scheduled, policy "drain"/"cordon" | Scheduled | ShowScheduled (the lead's timer follows the phase) |
+//! | Scheduled | Scheduled, policy "none" | Waiting | ShowScheduled |
+//! | Scheduled | Due | Early | StartEarly |
+//! | Scheduled | Unscheduled | Waiting | ShowWaiting (nothing was done) |
+//! | Early | Ended | Ready | SayEarly |
+//! | Early, Ready | Unscheduled before its time, or Overdue | Waiting | AbortDrain (Early), ForgetShutdown + restore, ShowWaiting |
+//! | Early, Ready | Unscheduled at its time | unchanged, `fired` | (logind starts it now; Overdue if it announces nothing) |
+//! | Early, Ready | Scheduled | unchanged | (moved: the node stays drained until it comes or is cancelled) |
+//! | Scheduled, Ready | Announced | Draining | Quiet(false), StartDrain (what came back, within the budget) |
+//! | Early | Announced | Draining | AbortDrain, Quiet(false), StartDrain |
+//! | Scheduled, Early, Ready | Connected, a shutdown under way | Draining | as Announced, counted from its recorded start |
+//! | Scheduled, Early, Ready | Connected, none under way; Cancelled | unchanged | (the schedule stands) |
+//! | Scheduled, Ready | Stop | Stopped | RecordStopped, ReleaseLock |
+//! | Early | Stop | Stopped | AbortDrain, RecordStopped, ReleaseLock |
+//! | Draining, Released | Scheduled, Unscheduled, Due, Overdue | unchanged | (logind's window owns the node) |
+//! | Waiting | Unscheduled | Waiting | (nothing was scheduled for us) |
+//!
+//! A scheduled shutdown's drain ("early") runs outside logind's window: no lock of its own (the
+//! one held for the shutdown stays), no boot record (logind's timer has not started), and its
+//! deadline is the scheduled time, the moment logind announces the shutdown and the usual drain,
+//! within its own budget, takes over whatever is left.
 //!
 //! Anything else is refused ([`Refused`]): a drain ending while none runs, an event after the
 //! stop. The daemon logs a refusal and stays where it was.
 
+use crate::config::ShutdownPolicy;
 use crate::shutdown_kind::ShutdownKind;
 
 /// Where the daemon is.
@@ -37,6 +60,20 @@ pub enum Phase {
     Released(Shutdown),
     /// The daemon stops.
     Stopped,
+    /// logind has scheduled a shutdown; waiting for its lead (the lock is held).
+    Scheduled(Planned),
+    /// The scheduled shutdown's drain runs, ahead of logind's window (the lock is held).
+    Early(Planned),
+    /// The scheduled shutdown's drain is over; waiting for logind to announce it.
+    Ready(Planned),
+}
+
+/// A shutdown logind has scheduled, as far as the phases care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    pub kind: ShutdownKind,
+    /// Its file went at its time: logind is starting it (an announcement is due).
+    pub fired: bool,
 }
 
 /// The shutdown a drain is for.
@@ -65,6 +102,20 @@ pub enum Event {
     Cancelled,
     /// SIGTERM or SIGINT.
     Stop,
+    /// logind's schedule file says a shutdown of `kind` is scheduled (new or changed), and
+    /// `[shutdown]` says `policy` for it.
+    Scheduled {
+        kind: ShutdownKind,
+        policy: ShutdownPolicy,
+    },
+    /// The scheduled shutdown's lead is reached: its drain starts now.
+    Due,
+    /// The schedule file went: before its time (`shutdown -c`), or at it (`fired`: logind
+    /// starts the shutdown and removes the file).
+    Unscheduled { fired: bool },
+    /// A fired schedule's shutdown was never announced (`scheduled::ANNOUNCE_WINDOW`): it did
+    /// not happen.
+    Overdue,
 }
 
 /// What the daemon does on a transition, in the order given.
@@ -98,6 +149,13 @@ pub enum Effect {
     ShowWaiting,
     /// Say how the drain ended (log, `STATUS=`, metrics, Events), after the release.
     SayOutcome,
+    /// Say what the daemon does for the schedule (log, `STATUS=`).
+    ShowScheduled,
+    /// Start the drain (or cordon) of a scheduled shutdown, by its scheduled time: stop a
+    /// running restore; no boot record, no lock of its own.
+    StartEarly { kind: ShutdownKind },
+    /// Say how the early drain ended (log, `STATUS=`, metrics).
+    SayEarly,
 }
 
 /// Whether a shutdown that is over gets its prepare undone.
@@ -156,6 +214,9 @@ impl Phase {
                 ],
             )
         };
+        if let Some(step) = self.on_schedule(event) {
+            return step.ok_or_else(refused);
+        }
         Ok(match (self, event) {
             (Phase::Stopped, _) => return Err(refused()),
             (_, Event::Stop) => match self {
@@ -223,6 +284,124 @@ impl Phase {
             }
             _ => return Err(refused()),
         })
+    }
+
+    /// The transitions of the phases and events of a scheduled shutdown; `None` for the rest
+    /// (`Some(None)`: refused).
+    fn on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
+        let schedule_event = matches!(
+            event,
+            Event::Scheduled { .. } | Event::Due | Event::Unscheduled { .. } | Event::Overdue
+        );
+        match self {
+            Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => {
+                Some(self.planned_on(*p, event))
+            }
+            Phase::Starting | Phase::Stopped if schedule_event => Some(None),
+            Phase::Draining(_) | Phase::Released(_) if schedule_event => {
+                Some(Some((self.clone(), vec![])))
+            }
+            Phase::Waiting => self.waiting_on_schedule(event),
+            _ => None,
+        }
+    }
+
+    /// Any event in a phase of a scheduled shutdown (`planned`); `None`: refused.
+    fn planned_on(&self, planned: Planned, event: Event) -> Option<(Phase, Vec<Effect>)> {
+        use Effect::*;
+        let (scheduled, early) = (
+            matches!(self, Phase::Scheduled(_)),
+            matches!(self, Phase::Early(_)),
+        );
+        // The early drain stops first whenever the phase is left.
+        let then = |phase: Phase, effects: &[Effect]| {
+            let mut all = if early { vec![AbortDrain] } else { vec![] };
+            all.extend_from_slice(effects);
+            (phase, all)
+        };
+        let restored = || {
+            then(
+                Phase::Waiting,
+                &[ForgetShutdown { undo: Undo::Heard }, ShowWaiting],
+            )
+        };
+        let shutdown = |kind, guarded, announced_now| {
+            let draining = Phase::Draining(Shutdown { kind, guarded });
+            then(
+                draining,
+                &[
+                    Quiet(false),
+                    StartDrain {
+                        kind,
+                        announced_now,
+                    },
+                ],
+            )
+        };
+        Some(match event {
+            Event::Scheduled { policy, .. } if scheduled && policy == ShutdownPolicy::None => {
+                (Phase::Waiting, vec![ShowScheduled])
+            }
+            Event::Scheduled { kind, .. } if scheduled => (
+                Phase::Scheduled(Planned { kind, fired: false }),
+                vec![ShowScheduled],
+            ),
+            Event::Due if scheduled => (
+                Phase::Early(planned),
+                vec![StartEarly { kind: planned.kind }],
+            ),
+            Event::Unscheduled { .. } if scheduled => (Phase::Waiting, vec![ShowWaiting]),
+            Event::Unscheduled { fired: true } => {
+                let fired = Planned {
+                    fired: true,
+                    ..planned
+                };
+                let phase = if early {
+                    Phase::Early(fired)
+                } else {
+                    Phase::Ready(fired)
+                };
+                (phase, vec![])
+            }
+            Event::Unscheduled { fired: false } => restored(),
+            Event::Overdue if planned.fired => restored(),
+            Event::Ended if early => (Phase::Ready(planned), vec![SayEarly]),
+            Event::Due | Event::Overdue | Event::Ended => return None,
+            Event::Announced { kind, locked } => shutdown(kind, locked, true),
+            Event::Connected {
+                under_way: Some(kind),
+                locked,
+            } => shutdown(kind, locked, false),
+            Event::Scheduled { .. } | Event::Connected { .. } | Event::Cancelled => {
+                (self.clone(), vec![])
+            }
+            Event::Stop => then(Phase::Stopped, &[RecordStopped, ReleaseLock]),
+        })
+    }
+
+    /// A schedule's events while waiting.
+    fn waiting_on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
+        Some(Some(match event {
+            Event::Scheduled {
+                policy: ShutdownPolicy::None,
+                ..
+            } => (Phase::Waiting, vec![Effect::ShowScheduled]),
+            Event::Scheduled { kind, .. } => (
+                Phase::Scheduled(Planned { kind, fired: false }),
+                vec![Effect::ShowScheduled],
+            ),
+            Event::Unscheduled { .. } => (Phase::Waiting, vec![]),
+            Event::Due | Event::Overdue => return Some(None),
+            _ => return None,
+        }))
+    }
+
+    /// The scheduled shutdown the daemon waits for or drains ahead of, if any.
+    pub fn planned(&self) -> Option<Planned> {
+        match self {
+            Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => Some(*p),
+            _ => None,
+        }
     }
 
     /// The shutdown being drained or drained, if any.
@@ -490,6 +669,250 @@ mod tests {
             all.iter().filter(|e| **e == TakeLock).count(),
             1,
             "the lock is taken again after the cancel only: {all:?}"
+        );
+    }
+
+    fn planned(fired: bool) -> Planned {
+        Planned {
+            kind: REBOOT,
+            fired,
+        }
+    }
+
+    fn scheduled(policy: ShutdownPolicy) -> Event {
+        Event::Scheduled {
+            kind: REBOOT,
+            policy,
+        }
+    }
+
+    #[test]
+    fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
+        let drain = scheduled(ShutdownPolicy::Drain);
+        let none = scheduled(ShutdownPolicy::None);
+        let announced = Event::Announced {
+            kind: REBOOT,
+            locked: true,
+        };
+        let start_now = StartDrain {
+            kind: REBOOT,
+            announced_now: true,
+        };
+        let restore = vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting];
+        let mut abort_restore = vec![AbortDrain];
+        abort_restore.extend(restore.clone());
+        let on = |p: fn(Planned) -> Phase, fired| p(planned(fired));
+        let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+            (Phase::Waiting, none, Phase::Waiting, vec![ShowScheduled]),
+            (
+                Phase::Waiting,
+                scheduled(ShutdownPolicy::Cordon),
+                on(Phase::Scheduled, false),
+                vec![ShowScheduled],
+            ),
+            (
+                Phase::Waiting,
+                drain,
+                on(Phase::Scheduled, false),
+                vec![ShowScheduled],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                drain,
+                on(Phase::Scheduled, false),
+                vec![ShowScheduled],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                none,
+                Phase::Waiting,
+                vec![ShowScheduled],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                Event::Due,
+                on(Phase::Early, false),
+                vec![StartEarly { kind: REBOOT }],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                Event::Unscheduled { fired: false },
+                Phase::Waiting,
+                vec![ShowWaiting],
+            ),
+            (
+                on(Phase::Early, false),
+                Event::Ended,
+                on(Phase::Ready, false),
+                vec![SayEarly],
+            ),
+            (
+                on(Phase::Early, false),
+                Event::Unscheduled { fired: false },
+                Phase::Waiting,
+                abort_restore.clone(),
+            ),
+            (
+                on(Phase::Ready, false),
+                Event::Unscheduled { fired: false },
+                Phase::Waiting,
+                restore.clone(),
+            ),
+            (
+                on(Phase::Ready, false),
+                Event::Unscheduled { fired: true },
+                on(Phase::Ready, true),
+                vec![],
+            ),
+            (
+                on(Phase::Early, false),
+                Event::Unscheduled { fired: true },
+                on(Phase::Early, true),
+                vec![],
+            ),
+            (
+                on(Phase::Ready, true),
+                Event::Overdue,
+                Phase::Waiting,
+                restore.clone(),
+            ),
+            (
+                on(Phase::Ready, false),
+                drain,
+                on(Phase::Ready, false),
+                vec![],
+            ),
+            (
+                on(Phase::Ready, true),
+                announced,
+                draining(true),
+                vec![Quiet(false), start_now],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                announced,
+                draining(true),
+                vec![Quiet(false), start_now],
+            ),
+            (
+                on(Phase::Early, false),
+                announced,
+                draining(true),
+                vec![AbortDrain, Quiet(false), start_now],
+            ),
+            (
+                on(Phase::Ready, false),
+                connected(Some(REBOOT), false),
+                draining(false),
+                vec![
+                    Quiet(false),
+                    StartDrain {
+                        kind: REBOOT,
+                        announced_now: false,
+                    },
+                ],
+            ),
+            (
+                on(Phase::Early, false),
+                connected(None, true),
+                on(Phase::Early, false),
+                vec![],
+            ),
+            (
+                on(Phase::Ready, false),
+                Event::Cancelled,
+                on(Phase::Ready, false),
+                vec![],
+            ),
+            (
+                on(Phase::Early, false),
+                Event::Stop,
+                Phase::Stopped,
+                vec![AbortDrain, RecordStopped, ReleaseLock],
+            ),
+            (
+                on(Phase::Scheduled, false),
+                Event::Stop,
+                Phase::Stopped,
+                vec![RecordStopped, ReleaseLock],
+            ),
+            (
+                Phase::Waiting,
+                Event::Unscheduled { fired: false },
+                Phase::Waiting,
+                vec![],
+            ),
+            // logind's window owns the node: the schedule's file going as it fires changes nothing.
+            (
+                draining(true),
+                Event::Unscheduled { fired: true },
+                draining(true),
+                vec![],
+            ),
+            (draining(true), drain, draining(true), vec![]),
+            (
+                released(true),
+                Event::Unscheduled { fired: false },
+                released(true),
+                vec![],
+            ),
+        ];
+        for (from, event, to, effects) in cases {
+            let (next, did) = step(from.clone(), event);
+            assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+        }
+    }
+
+    #[test]
+    fn a_schedule_s_timers_out_of_their_phase_are_refused() {
+        let refused = [
+            (Phase::Waiting, Event::Due),
+            (Phase::Waiting, Event::Overdue),
+            (Phase::Starting, scheduled(ShutdownPolicy::Drain)),
+            (Phase::Stopped, Event::Unscheduled { fired: false }),
+            (Phase::Early(planned(false)), Event::Due),
+            (Phase::Ready(planned(false)), Event::Overdue),
+            (Phase::Ready(planned(false)), Event::Ended),
+            (Phase::Scheduled(planned(false)), Event::Ended),
+        ];
+        for (from, event) in refused {
+            let err = from.on(event).expect_err("refused");
+            assert_eq!((err.phase, err.event), (from, event));
+        }
+    }
+
+    #[test]
+    fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown() {
+        let script = [
+            connected(None, true),
+            scheduled(ShutdownPolicy::Drain),
+            Event::Due,
+            Event::Ended,
+            Event::Unscheduled { fired: true },
+            Event::Announced {
+                kind: REBOOT,
+                locked: true,
+            },
+            Event::Ended,
+        ];
+        let mut phase = Phase::Starting;
+        let mut all = Vec::new();
+        for event in script {
+            let (next, effects) = step(phase, event);
+            if matches!(event, Event::Announced { .. }) {
+                assert!(
+                    !all.contains(&ReleaseLock) && !all.contains(&TakeLock),
+                    "{all:?}"
+                );
+            }
+            all.extend(effects);
+            phase = next;
+        }
+        assert_eq!(phase, released(true));
+        assert_eq!(
+            all.iter().filter(|e| **e == ReleaseLock).count(),
+            1,
+            "{all:?}"
         );
     }
 }

@@ -18,6 +18,9 @@ pub const NODE: &str = "demo-node-1";
 pub const ADMIN_TOKEN: &str = "daemon-test-admin";
 /// The environment variable `kube-shutdown-drain run` reads the boot-ID file from (tests only).
 pub const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
+/// The environment variable naming the directory `run` watches for logind's schedule file
+/// (tests only): every test's daemon watches its own, never the host's.
+pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
 /// The demo's seed: a realistic node with every kind of pod the filters know.
 pub fn demo_seed() -> Vec<Value> {
@@ -169,6 +172,7 @@ impl World {
             runs: 0,
         };
         world.new_boot();
+        std::fs::create_dir_all(world.schedule_dir()).expect("the schedule dir");
         Some(world)
     }
 
@@ -183,6 +187,34 @@ impl World {
 
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.toml")
+    }
+
+    /// The directory the daemon watches for logind's schedule file (created with the world).
+    pub fn schedule_dir(&self) -> PathBuf {
+        self.dir.path().join("shutdown")
+    }
+
+    /// Writes logind's schedule file as logind does (a temporary file renamed over it): a
+    /// shutdown of `mode` (`reboot`, `poweroff`, ...) `in_` from now.
+    pub fn schedule(&self, mode: &str, in_: Duration) {
+        let at = std::time::SystemTime::now() + in_;
+        let usec = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_micros();
+        self.write_schedule(&format!("USEC={usec}\nWARN_WALL=1\nMODE={mode}\nUID=0\n"));
+    }
+
+    /// Writes `text` as the schedule file (temporary file, then rename).
+    pub fn write_schedule(&self, text: &str) {
+        let tmp = self.schedule_dir().join(".#scheduledXXXX");
+        std::fs::write(&tmp, text).expect("write the schedule");
+        std::fs::rename(&tmp, self.schedule_dir().join("scheduled")).expect("rename the schedule");
+    }
+
+    /// Removes the schedule file, as `shutdown -c` does.
+    pub fn cancel_schedule(&self) {
+        std::fs::remove_file(self.schedule_dir().join("scheduled")).expect("remove the schedule");
     }
 
     pub fn boot_id_path(&self) -> PathBuf {
@@ -234,6 +266,7 @@ impl World {
             .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
             .env("NOTIFY_SOCKET", self.notify.path())
             .env(BOOT_ID_ENV, self.boot_id_path())
+            .env(SCHEDULE_DIR_ENV, self.schedule_dir())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -5,7 +5,7 @@ use super::Daemon;
 use crate::daemon::boot_record;
 use crate::daemon::lock::Released;
 use crate::daemon::logind::{Logind, LogindError};
-use crate::daemon::phase::{Effect, Event, Undo};
+use crate::daemon::phase::{Effect, Event, Phase, Undo};
 use crate::daemon::restore::{self, Trigger};
 
 /// How long the start waits for this boot's record to be written before READY=1.
@@ -27,14 +27,12 @@ impl Daemon {
             self.carry_out(effect, &before, logind).await;
         }
         self.metrics.lock_held(self.inhibitor.is_held());
+        let idle = matches!(self.phase, Phase::Waiting | Phase::Scheduled(_));
+        self.idle
+            .send_if_modified(|was| std::mem::replace(was, idle) != idle);
     }
 
-    async fn carry_out(
-        &mut self,
-        effect: Effect,
-        before: &crate::daemon::phase::Phase,
-        logind: Option<&Logind>,
-    ) {
+    async fn carry_out(&mut self, effect: Effect, before: &Phase, logind: Option<&Logind>) {
         let node = self.settings.node_name.clone();
         match effect {
             Effect::Quiet(quiet) => {
@@ -56,6 +54,7 @@ impl Daemon {
             Effect::ReleaseLock => self.release(),
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => {
+                self.warm = None;
                 let recorded = self.boot_log.shutdown_over();
                 let restore = match undo {
                     Undo::Heard => true,
@@ -81,6 +80,9 @@ impl Daemon {
             }
             Effect::RecordStopped => self.boot_log.stopped(),
             Effect::ShowWaiting => self.show_waiting(),
+            Effect::ShowScheduled => self.show_scheduled(),
+            Effect::StartEarly { kind } => self.start_early(kind),
+            Effect::SayEarly => self.say_early(),
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
                     crate::daemon::outcome::say(

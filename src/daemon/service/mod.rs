@@ -36,6 +36,7 @@ use crate::daemon::writer::Writer;
 use crate::shutdown_kind::ShutdownKind;
 
 mod effects;
+mod scheduled;
 mod shutdown;
 mod work;
 
@@ -104,6 +105,14 @@ pub(crate) struct Daemon {
     ready_sent: bool,
     /// The runtime every API call runs on.
     engine: tokio::runtime::Handle,
+    /// The early drain's engine, kept for the drain of the shutdown it was for.
+    warm: Option<Arc<crate::engine::Engine>>,
+    /// logind's schedule file and the timer it needs.
+    scheduled: scheduled::Tracked,
+    /// True while no drain runs and none is due: the forecast runs only then.
+    idle: watch::Sender<bool>,
+    /// The budget as last read from logind, for the forecast.
+    forecast_budget: watch::Sender<Option<Budget>>,
 }
 
 /// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
@@ -150,8 +159,13 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         ready_sent: false,
         engine: engine.handle().clone(),
         access: Access::new(settings.clone()),
+        warm: None,
+        scheduled: scheduled::Tracked::open(&settings),
+        idle: watch::Sender::new(true),
+        forecast_budget: watch::Sender::new(None),
         settings,
     };
+    daemon.spawn_forecast();
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
     daemon.run(&bus_address, &mut signals).await;
@@ -173,6 +187,27 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     // Its threads may be blocked in the kube client; they end with the process.
     engine.shutdown_background();
     Ok(())
+}
+
+impl Daemon {
+    /// The standing forecast, on the engine runtime, when `[daemon] forecast_interval` is set.
+    fn spawn_forecast(&self) {
+        let Some(interval) = self.settings.daemon.forecast_interval else {
+            return;
+        };
+        tracing::info!(
+            "forecasting a drain of node {} every {}",
+            self.settings.node_name,
+            crate::config::format_duration(interval)
+        );
+        self.engine.spawn(crate::daemon::forecast::run_every(
+            self.access.clone(),
+            interval,
+            self.metrics.clone(),
+            self.idle.subscribe(),
+            self.forecast_budget.subscribe(),
+        ));
+    }
 }
 
 /// Says once at start when the state directory cannot keep the boot record.
@@ -197,6 +232,9 @@ impl Daemon {
     async fn run(&mut self, bus_address: &str, signals: &mut Signals) {
         let mut connection: Option<Connection> = None;
         loop {
+            let (at, timed) = self
+                .timer()
+                .map_or((None, Event::Due), |(at, e)| (Some(at), e));
             let event = tokio::select! {
                 asked = signals.recv() => match asked {
                     Asked::Stop(name) => {
@@ -212,6 +250,14 @@ impl Daemon {
                         continue;
                     }
                 },
+                // Read once logind was: a schedule there at start waits for the first connection.
+                read = scheduled::next_schedule(&mut self.scheduled), if self.phase != Phase::Starting => {
+                    match self.schedule_read(read) {
+                        Some(event) => event,
+                        None => continue,
+                    }
+                }
+                _ = sleep_until(at), if at.is_some() => timed,
                 finished = drain_end(&mut self.drain) => {
                     self.drain = None;
                     self.finished = Some(finished);
@@ -257,6 +303,7 @@ impl Daemon {
             self.inhibitor.hold(lock);
         }
         self.budget = Some(made.budget.clone());
+        self.forecast_budget.send_replace(Some(made.budget.clone()));
         self.metrics
             .budget(made.budget.drain, made.budget.logind_max);
         self.status
@@ -327,6 +374,14 @@ impl Daemon {
                 "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
             ),
         }
+    }
+}
+
+/// Sleeps until `at` (never without one).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -82,6 +82,8 @@ impl Daemon {
             );
         }
         let why = self.what_is_done(kind, policy, &budget, left, guarded);
+        let reason = format!("{} of the host", kind.noun());
+        let warm = self.warm.take();
         let access = self.access.clone();
         let status = self.status.clone();
         let no_time = if budget.drain.is_zero() {
@@ -99,9 +101,11 @@ impl Daemon {
             let outcome = match (no_time, policy) {
                 (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
                 (Some(outcome), _) => outcome,
-                (None, ShutdownPolicy::Cordon) => work::cordon_node(access, kind, deadline).await,
+                (None, ShutdownPolicy::Cordon) => {
+                    work::cordon_node(access, kind, deadline, reason).await
+                }
                 (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(access, status, kind, deadline, why).await
+                    work::drain_node(access, status, kind, deadline, reason, why, warm).await
                 }
             };
             Finished {

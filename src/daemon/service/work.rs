@@ -43,8 +43,9 @@ impl DrainOutcome {
 
 /// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
 /// once it is over). Never outlives the deadline by more than [`RELEASE_GUARD`].
-/// `unguarded`: no inhibitor is held; the message goes into a Warning Event on the Node beside
-/// the prepare.
+/// `why`: the reason the marker and the Events give ("reboot of the host", "reboot scheduled
+/// for TIME"). `unguarded`: no inhibitor is held; the message goes into a Warning Event on the
+/// Node beside the prepare.
 // The node field comes from the spans of the prepare and the drain inside; the shutdown kind
 // from the caller's `shutdown` span.
 #[tracing::instrument(skip_all)]
@@ -53,12 +54,13 @@ pub(crate) async fn drain_node(
     status: Status,
     kind: ShutdownKind,
     deadline: Instant,
+    why: String,
     unguarded: Option<String>,
+    warm: Option<Arc<Engine>>,
 ) -> DrainOutcome {
     let node = access.settings.node_name.clone();
-    let why = format!("{} of the host", kind.noun());
-    let engine = match access.engine() {
-        Ok(engine) => engine.for_shutdown_kind(kind),
+    let engine = match engine_for(&access, kind, warm) {
+        Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
     // The status line comes from the drain's own plan (no second list of the pods); the Event is
@@ -97,14 +99,27 @@ pub(crate) async fn drain_node(
     }
 }
 
+/// The engine for a shutdown's work: `warm` when it is for `kind`, else a new one.
+pub(crate) fn engine_for(
+    access: &Access,
+    kind: ShutdownKind,
+    warm: Option<Arc<Engine>>,
+) -> Result<Arc<Engine>, crate::engine::Error> {
+    match warm {
+        Some(engine) if engine.shutdown_kind() == Some(kind) => Ok(engine),
+        _ => Ok(Arc::new(access.engine()?.for_shutdown_kind(kind))),
+    }
+}
+
 /// `[shutdown]` policy "cordon": the prepare alone (marker with the kind, taint, cordon), by
 /// `deadline`, and a `DrainSkipped` Event saying why nothing is evicted (posted beside, not
-/// awaited).
+/// awaited). `why` as for [`drain_node`].
 #[tracing::instrument(skip_all)]
 pub(crate) async fn cordon_node(
     access: Access,
     kind: ShutdownKind,
     deadline: Instant,
+    why: String,
 ) -> DrainOutcome {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
@@ -112,7 +127,6 @@ pub(crate) async fn cordon_node(
     tracing::info!(
         "[shutdown] {key} = \"cordon\": tainting and cordoning node {node}, evicting no pods"
     );
-    let why = format!("{} of the host", kind.noun());
     let engine = match access.engine() {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
@@ -121,9 +135,7 @@ pub(crate) async fn cordon_node(
         tokio::time::timeout_at(deadline + RELEASE_GUARD, engine.prepare_by(&why, deadline)).await;
     // The Event in its own task: the inhibitor is not held for it.
     let message = format!(
-        "the {} of the host: [shutdown] {key} = \"cordon\": tainted and cordoned node {node}, \
-         evicting no pods",
-        kind.noun()
+        "{why}: [shutdown] {key} = \"cordon\": tainted and cordoned node {node}, evicting no pods"
     );
     tokio::spawn(Engine::post_event(
         settings,
