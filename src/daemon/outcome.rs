@@ -2,13 +2,57 @@
 //! per outcome (with the blocking budgets of an incomplete drain), `STATUS=`, the metrics, the
 //! Event of a `[shutdown]` policy "none".
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::budget::seconds;
 use crate::config::Settings;
 use crate::daemon::boot_record::EndOutcome;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::service::{DrainOutcome, Finished};
 use crate::daemon::status::Status;
+use crate::engine::Engine;
+use crate::events::Reason as EventReason;
+use crate::report::Report;
 use crate::shutdown_kind::ShutdownKind;
+
+/// How a shutdown's work ended.
+pub(crate) enum DrainOutcome {
+    /// The engine ran; the report says how far it got.
+    Drained(Box<Report>),
+    /// No drain ran (no client, or the prepare used the whole budget).
+    Failed(String),
+    /// `[shutdown]` said "cordon": the node was prepared (tainted, cordoned), nothing evicted.
+    Cordoned,
+    /// `[shutdown]` said "none": the node was left as it is.
+    LeftAsIs,
+    /// The budget of a shutdown under way at (re)start was already spent: nothing ran.
+    Spent { budget: Duration },
+    /// logind's maximum does not exceed the release margin: there is no time to drain at all.
+    NoTime { logind_max: Duration },
+}
+
+impl DrainOutcome {
+    /// Whether nothing ran because an earlier daemon had this shutdown's whole budget.
+    pub(crate) fn is_spent(&self) -> bool {
+        matches!(self, DrainOutcome::Spent { .. })
+    }
+}
+
+/// A shutdown's work, once it is over.
+pub(crate) struct Finished {
+    pub(crate) outcome: DrainOutcome,
+    /// How long it took, from the announcement.
+    pub(crate) took: Duration,
+}
+
+impl Finished {
+    pub(crate) fn failed(why: String) -> Finished {
+        Finished {
+            outcome: DrainOutcome::Failed(why),
+            took: Duration::ZERO,
+        }
+    }
+}
 
 /// How the drain ended, for the boot record: the outcome and the report's summary (or why no
 /// drain ran).
@@ -132,7 +176,7 @@ pub(crate) fn say(
                 "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
                  {released}"
             ));
-            engine.spawn(crate::daemon::service::post_skipped(settings.clone(), kind));
+            engine.spawn(post_skipped(settings.clone(), kind));
         }
         DrainOutcome::Spent { budget } => {
             let released = if held {
@@ -173,4 +217,17 @@ pub(crate) fn say(
             ));
         }
     }
+}
+
+/// `[shutdown]` policy "none": a `DrainSkipped` Event, bounded by the request timeout; posted
+/// after the inhibitor is released.
+pub(crate) async fn post_skipped(settings: Arc<Settings>, kind: ShutdownKind) {
+    let message = format!(
+        "the {} of the host: [shutdown] {} = \"none\": left node {} as it is and released the \
+         inhibitor at once",
+        kind.noun(),
+        kind.config_key(),
+        settings.node_name
+    );
+    Engine::post_event(settings, EventReason::DrainSkipped, message).await;
 }

@@ -28,6 +28,7 @@ use crate::daemon::boot_record::BootLog;
 use crate::daemon::lock::Inhibitor;
 use crate::daemon::logind::{InhibitorLock, Logind, LogindError, ShutdownSignal, ShutdownSignals};
 use crate::daemon::metrics::Metrics;
+use crate::daemon::outcome::Finished;
 use crate::daemon::phase::{Event, Phase};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
@@ -39,9 +40,6 @@ mod effects;
 mod scheduled;
 mod shutdown;
 mod work;
-
-pub(crate) use shutdown::Finished;
-pub(crate) use work::{DrainOutcome, post_skipped};
 
 /// First wait before trying logind again after a failure; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_millis(250);
@@ -76,7 +74,7 @@ struct Connection {
 
 /// The running drain of a shutdown.
 pub(crate) struct Running {
-    task: JoinHandle<shutdown::Finished>,
+    task: JoinHandle<Finished>,
 }
 
 /// The loop's state across bus connections.
@@ -96,7 +94,7 @@ pub(crate) struct Daemon {
     /// The drain of the shutdown being drained, while it runs.
     drain: Option<Running>,
     /// How the last drain ended, until it is recorded and said.
-    finished: Option<shutdown::Finished>,
+    finished: Option<Finished>,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
@@ -386,11 +384,11 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 }
 
 /// The drain's end, once it ends; never while none runs.
-async fn drain_end(drain: &mut Option<Running>) -> shutdown::Finished {
+async fn drain_end(drain: &mut Option<Running>) -> Finished {
     match drain {
         Some(running) => match (&mut running.task).await {
             Ok(finished) => finished,
-            Err(e) => shutdown::Finished::failed(format!("the drain task ended: {e}")),
+            Err(e) => Finished::failed(format!("the drain task ended: {e}")),
         },
         None => std::future::pending().await,
     }

@@ -18,10 +18,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::work::{self, DrainOutcome};
-use super::{Daemon, Running, shutdown::Finished};
+use super::work;
+use super::{Daemon, Running};
 use crate::budget::seconds;
 use crate::config::ShutdownPolicy;
+use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::phase::{Event, Phase};
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;

@@ -7,32 +7,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::work::{self, DrainOutcome};
+use super::work;
 use super::{Daemon, Running};
 use crate::budget::{self, Budget, RELEASE_GUARD, seconds};
 use crate::config::ShutdownPolicy;
 use crate::daemon::logind::Logind;
+use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::shutdown_kind::ShutdownKind;
 
 /// How long the shutdown path waits for logind to say its maximum again; a logind that does
 /// not answer by then costs no more of the budget, and the maximum read at connect is used.
 const BUDGET_REREAD_MAX: Duration = Duration::from_secs(1);
-
-/// A shutdown's work, once it is over.
-pub(crate) struct Finished {
-    pub(crate) outcome: DrainOutcome,
-    /// How long it took, from the announcement.
-    pub(crate) took: Duration,
-}
-
-impl Finished {
-    pub(crate) fn failed(why: String) -> Finished {
-        Finished {
-            outcome: DrainOutcome::Failed(why),
-            took: Duration::ZERO,
-        }
-    }
-}
 
 impl Daemon {
     /// `StartDrain`: counts the budget, arms the guard and starts the work for `kind`.
@@ -55,14 +40,7 @@ impl Daemon {
                 (started + left(&node, counted_from, b, kind, false) + RELEASE_GUARD).into_std(),
             );
         }
-        let budget = match self.reread_budget(logind).await {
-            Some(budget) => budget,
-            None => match connect_budget {
-                Some(budget) => budget,
-                // Never connected (cannot happen: a shutdown is learnt from logind): no time.
-                None => budget::compute(Duration::ZERO, Duration::ZERO, Duration::ZERO),
-            },
-        };
+        let budget = self.budget_now(logind, connect_budget).await;
         let left = left(&node, counted_from, &budget, kind, true);
         let deadline = started + left;
         self.inhibitor
@@ -70,33 +48,14 @@ impl Daemon {
         let policy = self.settings.shutdown.policy(kind);
         let guarded = self.inhibitor.is_held();
         if !announced_now {
-            let lock = if guarded {
-                // From before a reconnect: logind kept it (its fd never depended on the bus).
-                "with the inhibitor held since before the reconnect"
-            } else {
-                "without an inhibitor"
-            };
-            tracing::warn!(
-                "logind is already preparing a {}; draining node {node} at once {lock}",
-                kind.noun()
-            );
+            say_under_way(&node, kind, guarded);
         }
         let why = self.what_is_done(kind, policy, &budget, left, guarded);
         let reason = format!("{} of the host", kind.noun());
         let warm = self.warm.take();
         let access = self.access.clone();
         let status = self.status.clone();
-        let no_time = if budget.drain.is_zero() {
-            Some(DrainOutcome::NoTime {
-                logind_max: budget.logind_max,
-            })
-        } else if left.is_zero() {
-            Some(DrainOutcome::Spent {
-                budget: budget.drain,
-            })
-        } else {
-            None
-        };
+        let no_time = no_time(&budget, left);
         let task = async move {
             let outcome = match (no_time, policy) {
                 (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
@@ -117,6 +76,19 @@ impl Daemon {
         self.drain = Some(Running {
             task: self.engine.spawn(task),
         });
+    }
+
+    /// The budget for this shutdown: logind's maximum read again ([`Daemon::reread_budget`]),
+    /// else as read at connect.
+    async fn budget_now(&self, logind: Option<&Logind>, at_connect: Option<Budget>) -> Budget {
+        match self.reread_budget(logind).await {
+            Some(budget) => budget,
+            None => match at_connect {
+                Some(budget) => budget,
+                // Never connected (cannot happen: a shutdown is learnt from logind): no time.
+                None => budget::compute(Duration::ZERO, Duration::ZERO, Duration::ZERO),
+            },
+        }
     }
 
     /// logind's maximum read again (an admin may have raised it since the connection), bounded
@@ -231,5 +203,35 @@ fn left(
             }
             budget.drain
         }
+    }
+}
+
+/// A shutdown found under way at (re)start, drained at once.
+fn say_under_way(node: &str, kind: ShutdownKind, guarded: bool) {
+    let lock = if guarded {
+        // From before a reconnect: logind kept it (its fd never depended on the bus).
+        "with the inhibitor held since before the reconnect"
+    } else {
+        "without an inhibitor"
+    };
+    tracing::warn!(
+        "logind is already preparing a {}; draining node {node} at once {lock}",
+        kind.noun()
+    );
+}
+
+/// What ends a shutdown's work before it starts: no time at all (logind's maximum within the
+/// margin), or a budget already spent (by an earlier daemon). Pure.
+fn no_time(budget: &Budget, left: Duration) -> Option<DrainOutcome> {
+    if budget.drain.is_zero() {
+        Some(DrainOutcome::NoTime {
+            logind_max: budget.logind_max,
+        })
+    } else if left.is_zero() {
+        Some(DrainOutcome::Spent {
+            budget: budget.drain,
+        })
+    } else {
+        None
     }
 }

@@ -3,43 +3,18 @@
 //! fault in the engine ends the work by the time the lock's guard closes the lock anyway.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::budget::RELEASE_GUARD;
-use crate::config::Settings;
 use crate::daemon::access::Access;
+use crate::daemon::outcome::DrainOutcome;
 use crate::daemon::status::Status;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::policy::filters::Action;
 use crate::policy::plan::Plan;
-use crate::report::Report;
 use crate::shutdown_kind::ShutdownKind;
-
-/// How a shutdown's work ended.
-pub(crate) enum DrainOutcome {
-    /// The engine ran; the report says how far it got.
-    Drained(Box<Report>),
-    /// No drain ran (no client, or the prepare used the whole budget).
-    Failed(String),
-    /// `[shutdown]` said "cordon": the node was prepared (tainted, cordoned), nothing evicted.
-    Cordoned,
-    /// `[shutdown]` said "none": the node was left as it is.
-    LeftAsIs,
-    /// The budget of a shutdown under way at (re)start was already spent: nothing ran.
-    Spent { budget: Duration },
-    /// logind's maximum does not exceed the release margin: there is no time to drain at all.
-    NoTime { logind_max: Duration },
-}
-
-impl DrainOutcome {
-    /// Whether nothing ran because an earlier daemon had this shutdown's whole budget.
-    pub(crate) fn is_spent(&self) -> bool {
-        matches!(self, DrainOutcome::Spent { .. })
-    }
-}
 
 /// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
 /// once it is over). Never outlives the deadline by more than [`RELEASE_GUARD`].
@@ -150,17 +125,4 @@ pub(crate) async fn cordon_node(
             RELEASE_GUARD.as_millis()
         )),
     }
-}
-
-/// `[shutdown]` policy "none": a `DrainSkipped` Event, bounded by the request timeout; posted
-/// after the inhibitor is released.
-pub(crate) async fn post_skipped(settings: Arc<Settings>, kind: ShutdownKind) {
-    let message = format!(
-        "the {} of the host: [shutdown] {} = \"none\": left node {} as it is and released the \
-         inhibitor at once",
-        kind.noun(),
-        kind.config_key(),
-        settings.node_name
-    );
-    Engine::post_event(settings, EventReason::DrainSkipped, message).await;
 }
