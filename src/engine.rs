@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::api::client;
 use crate::api::{ApiError, ClientError, Clients, Credentials};
+use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
@@ -259,10 +260,12 @@ impl Engine {
         on_plan: impl FnOnce(&Plan),
     ) -> (Result<PrepareOutcome, Error>, Report) {
         let (done, prepared) = tokio::sync::oneshot::channel::<()>();
+        let (over, prepare_over) = tokio::sync::oneshot::channel::<()>();
         let prepare = async {
             let outcome = self.prepare_write(why, deadline).await;
             // The evictions start now; an Event about a replaced marker must not hold them.
             let _ = done.send(());
+            let _ = over.send(());
             if let Ok(out) = &outcome {
                 self.say_foreign_replaced(out, deadline).await;
             }
@@ -285,8 +288,75 @@ impl Engine {
                 ),
             }
         };
-        let drain = self.drain_after(deadline, options, ready, on_plan);
+        // The hold starts once the prepare is over (it would race the prepare's own write) and
+        // ends with the drain: dropped when the drain returns, it never writes after it.
+        let hold = async {
+            if prepare_over.await.is_ok() {
+                self.hold_prepared(why, deadline).await;
+            }
+            std::future::pending::<std::convert::Infallible>().await
+        };
+        let drain = async {
+            tokio::select! {
+                report = self.drain_after(deadline, options, ready, on_plan) => report,
+                never = hold => match never {},
+            }
+        };
         tokio::join!(prepare, drain)
+    }
+
+    /// Holds what this boot's prepare did while the drain runs: watches the Node and, when
+    /// another writer uncordons it or removes our taint ([`node::hold::lost`]; a controller, an
+    /// admin's script), writes the prepare again (the same guarded write, recorded by the
+    /// marker's own rules) and says so in the log and in a `CordonRemovedDuringDrain` Event
+    /// naming the writer where managedFields do. A writer that keeps undoing it is answered at
+    /// a pace ([`HOLD_PACE`]), with at most [`HOLD_EVENTS_MAX`] Events. Returns at `deadline`,
+    /// or when the Node cannot be watched for good (the drain goes on without the hold).
+    async fn hold_prepared(&self, why: &str, deadline: Instant) {
+        let (Ok(ops), Ok(boot_id)) = (self.ops_by(deadline).await, self.boot_id()) else {
+            return;
+        };
+        let name = &self.settings.node_name;
+        let t = &self.settings.taint;
+        let ours = t.enabled.then(|| t.taint());
+        let mut pace = Backoff::between(HOLD_PACE.0, HOLD_PACE.1);
+        let mut events = 0;
+        loop {
+            let seen = std::sync::Mutex::new(None);
+            let taken = |n: &Node| {
+                let lost = node::hold::lost(n, &boot_id, ours.as_ref());
+                let Some(lost) = lost else { return false };
+                let what = node::hold::describe(n, name, &lost);
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((lost, what));
+                true
+            };
+            if !matches!(ops.watch_until(deadline, taken).await, Ok(true)) {
+                return;
+            }
+            let Some((lost, what)) = seen.into_inner().unwrap_or_else(|p| p.into_inner()) else {
+                return;
+            };
+            let again = match (lost.cordon, lost.taint.is_some()) {
+                (true, true) => "cordoning and tainting it again",
+                (true, false) => "cordoning it again",
+                _ => "tainting it again",
+            };
+            tracing::warn!(node = %name, "{what}; {again}");
+            let message = match ops.prepare(why, &boot_id, deadline).await {
+                Ok(_) => format!("{what}; {again}: done"),
+                Err(e) => {
+                    tracing::warn!(node = %name, "cannot put the prepare of node {name} back: {e}");
+                    format!("{what}; {again} failed: {e}")
+                }
+            };
+            if events < HOLD_EVENTS_MAX {
+                events += 1;
+                NodeEvents::new(ops.clients.clone(), name)
+                    .emit_by(EventReason::CordonRemoved, &message, deadline)
+                    .await;
+            }
+            tokio::time::sleep(pace.next_pause()).await;
+        }
     }
 
     /// [`Engine::drain_with`], evicting only once `ready` resolves (bounded by the deadline).
@@ -481,6 +551,13 @@ impl Engine {
         Ok(Report::read_last(&self.settings.state_dir)?)
     }
 }
+
+/// The pauses between two answers to a writer that keeps undoing the prepare during a drain
+/// (first, longest): the first answer comes at once (within one watch event), later ones no
+/// faster than a fight with a controller is worth.
+pub const HOLD_PACE: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(10));
+/// At most this many `CordonRemovedDuringDrain` Events per drain; the log has every one.
+pub const HOLD_EVENTS_MAX: u32 = 3;
 
 /// When the evictions of [`Engine::prepare_and_drain`] stop waiting for a prepare that keeps
 /// failing: half way from `start` to `deadline`. The other half is the evictions' own: pods

@@ -44,6 +44,8 @@ pub enum Reason {
     DrainWouldBlock,
     /// The daemon's forecast, blocked before, says a drain now would complete.
     DrainWouldComplete,
+    /// Another writer uncordoned the node (or removed our taint) during the drain; put back.
+    CordonRemoved,
 }
 
 impl Reason {
@@ -64,6 +66,7 @@ impl Reason {
             Reason::DrainIncomplete => "DrainIncomplete",
             Reason::DrainWouldBlock => "DrainWouldBlock",
             Reason::DrainWouldComplete => "DrainWouldComplete",
+            Reason::CordonRemoved => "CordonRemovedDuringDrain",
         }
     }
 
@@ -78,7 +81,8 @@ impl Reason {
             | Reason::KubeletShutdown
             | Reason::ShutdownWithoutDrain
             | Reason::DrainIncomplete
-            | Reason::DrainWouldBlock => "Warning",
+            | Reason::DrainWouldBlock
+            | Reason::CordonRemoved => "Warning",
             _ => "Normal",
         }
     }

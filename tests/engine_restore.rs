@@ -10,8 +10,7 @@ mod engine_support;
 use std::time::Duration;
 
 use engine_support::*;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube_shutdown_drain::engine::Engine;
 use kube_shutdown_drain::node::MARKER_ANNOTATION;
 use serde_json::{Value, json};
@@ -55,51 +54,9 @@ fn event_messages(c: &Cluster, reason: &str) -> Vec<String> {
         .collect()
 }
 
-/// A node API as an admin's kubectl writes it (field manager `kubectl`).
-async fn kubectl(c: &Cluster) -> Api<Node> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(c.kubeconfig("admin")).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    Api::all(kube::Client::try_from(config).unwrap())
-}
-
-fn as_kubectl() -> PatchParams {
-    PatchParams {
-        field_manager: Some("kubectl".into()),
-        ..PatchParams::default()
-    }
-}
-
-/// `kubectl uncordon` and `kubectl taint node-a kube-shutdown-drain/shutdown-`, by hand.
-async fn admin_uncordons_and_removes_our_taint(c: &Cluster) {
-    let api = kubectl(c).await;
-    api.patch(
-        NODE,
-        &as_kubectl(),
-        &Patch::Strategic(json!({"spec": {"unschedulable": null}})),
-    )
-    .await
-    .unwrap();
-    let left: Vec<Value> = c.node(NODE)["spec"]["taints"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t["key"] != json!(OUR_TAINT))
-        .collect();
-    api.patch(
-        NODE,
-        &as_kubectl(),
-        &Patch::Merge(json!({"spec": {"taints": left}})),
-    )
-    .await
-    .unwrap();
-}
-
 /// `kubectl cordon node-a`.
 async fn admin_cordons(c: &Cluster) {
-    kubectl(c)
+    kubectl_api(c)
         .await
         .patch(
             NODE,
@@ -205,7 +162,7 @@ async fn a_prepare_after_an_admin_recordon_does_not_record_that_cordon_as_ours()
 /// `kubectl apply --server-side` of `spec.unschedulable: true` by an admin, as field manager
 /// `kubectl` (the node may be cordoned already: the same value is shared ownership).
 async fn admin_applies_a_cordon(c: &Cluster) {
-    kubectl(c)
+    kubectl_api(c)
         .await
         .patch(
             NODE,
@@ -392,7 +349,7 @@ async fn restore_clears_each_kind_of_foreign_marker_and_undoes_nothing() {
     for (case, text, why) in cases {
         let c = Cluster::start(vec![]).await;
         c.add_taint(OUR_TAINT, "PreferNoSchedule");
-        kubectl(&c)
+        kubectl_api(&c)
             .await
             .patch(
                 NODE,
@@ -570,7 +527,7 @@ fn lb_label_owners(node: &Value) -> Vec<String> {
 
 /// `kubectl label node node-a LB_LABEL=VALUE --overwrite` (`None`: `LB_LABEL-`).
 async fn admin_labels(c: &Cluster, value: Option<&str>) {
-    kubectl(c)
+    kubectl_api(c)
         .await
         .patch(
             NODE,
@@ -669,7 +626,7 @@ async fn a_label_an_admin_also_applies_server_side_stays_at_restore() {
     let engine = Engine::new(c.settings("")).unwrap();
     engine.prepare("shutdown").await.unwrap();
     // The same value, applied: both managers own the label now.
-    kubectl(&c)
+    kubectl_api(&c)
         .await
         .patch(
             NODE,

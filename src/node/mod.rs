@@ -11,7 +11,9 @@
 //!
 //! - [`marker`]: the marker and the pure patch builders.
 //! - [`ops`]: the calls (read, prepare, restore, wait for Ready).
+//! - [`hold`]: what another writer took from a prepared node while it drains.
 
+pub mod hold;
 pub mod marker;
 pub mod ops;
 pub mod ownership;

@@ -71,24 +71,33 @@ pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
     sole_owner(node, &LB_LABEL)
 }
 
-/// Whether our field manager (operation Update, the only one we send) is the sole owner of
-/// `field` on `node`.
-fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
+/// The field managers other than ours that own `spec.unschedulable` on `node` (one that set it
+/// to `false` does; an uncordon that removed the field leaves no owner), for people.
+pub fn cordon_owners(node: &Node) -> Vec<String> {
+    owners(node, CORDON.pointer).1
+}
+
+/// The field managers other than ours that own `spec.taints` on `node`: the list is atomic, so
+/// its last writer owns all of it (the one that removed a taint, or the node-lifecycle
+/// controller when it changed its own taints since), for people.
+pub fn taint_owners(node: &Node) -> Vec<String> {
+    owners(node, TAINTS_POINTER).1
+}
+
+const TAINTS_POINTER: &str = "/f:spec/f:taints";
+
+/// Whether our field manager (operation Update, the only one we send) owns the field at
+/// `pointer` on `node`, and which other managers do ("name", or "name (operation)" when not an
+/// Update).
+fn owners(node: &Node, pointer: &str) -> (bool, Vec<String>) {
     let managed = node.metadata.managed_fields.as_deref().unwrap_or_default();
-    if managed.is_empty() {
-        return Err(format!(
-            "the server sends no managedFields, so whose {} this is cannot be told (nothing \
-             on a Node that only we could have written proves it ours)",
-            field.name
-        ));
-    }
     let mut ours = false;
     let mut others: Vec<String> = Vec::new();
     for e in managed {
         let owns = e
             .fields_v1
             .as_ref()
-            .and_then(|f| f.0.pointer(field.pointer))
+            .and_then(|f| f.0.pointer(pointer))
             .is_some();
         if !owns {
             continue;
@@ -108,6 +117,26 @@ fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
             others.push(name);
         }
     }
+    (ours, others)
+}
+
+/// Whether our field manager (operation Update, the only one we send) is the sole owner of
+/// `field` on `node`.
+fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
+    if node
+        .metadata
+        .managed_fields
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(format!(
+            "the server sends no managedFields, so whose {} this is cannot be told (nothing \
+             on a Node that only we could have written proves it ours)",
+            field.name
+        ));
+    }
+    let (ours, others) = owners(node, field.pointer);
     let others = others.join(", ");
     match (ours, others.is_empty()) {
         (true, true) => Ok(()),

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use fake_apiserver::store::set_pod_ready_in;
 use fake_apiserver::{FakeApiServer, Options, TERMINATION_ANNOTATION};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
 use kube_shutdown_drain::config::Settings;
 use serde_json::{Value, json};
 
@@ -378,4 +380,45 @@ pub fn kubectl_132() -> Option<PathBuf> {
         .parent()?
         .join("kubectl.1.32");
     fixed.exists().then_some(fixed)
+}
+/// A node API as an admin's kubectl writes it (field manager `kubectl`).
+pub async fn kubectl_api(c: &Cluster) -> Api<Node> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(c.kubeconfig("admin")).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    Api::all(kube::Client::try_from(config).unwrap())
+}
+
+pub fn as_kubectl() -> PatchParams {
+    PatchParams {
+        field_manager: Some("kubectl".into()),
+        ..PatchParams::default()
+    }
+}
+
+/// `kubectl uncordon` and `kubectl taint node-a kube-shutdown-drain/shutdown-`, by hand.
+pub async fn admin_uncordons_and_removes_our_taint(c: &Cluster) {
+    let api = kubectl_api(c).await;
+    api.patch(
+        NODE,
+        &as_kubectl(),
+        &Patch::Strategic(json!({"spec": {"unschedulable": null}})),
+    )
+    .await
+    .unwrap();
+    let left: Vec<Value> = c.node(NODE)["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t["key"] != json!("kube-shutdown-drain/shutdown"))
+        .collect();
+    api.patch(
+        NODE,
+        &as_kubectl(),
+        &Patch::Merge(json!({"spec": {"taints": left}})),
+    )
+    .await
+    .unwrap();
 }

@@ -1,0 +1,158 @@
+//! The cordon held while the node drains (issue 21): an uncordon, and the removal of our taint,
+//! by another field manager during a drain are put back at the next watch event by the
+//! prepare's guarded write, with a `CordonRemovedDuringDrain` Event; once the drain has ended
+//! nothing is put back. The drain is held open by a budget that allows no disruption
+//! until the test opens it.
+
+mod engine_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine_support::*;
+use kube_shutdown_drain::engine::{Engine, Error as EngineError, PrepareOutcome};
+use kube_shutdown_drain::report::Report;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const OUR_TAINT: (&str, &str) = ("kube-shutdown-drain/shutdown", "PreferNoSchedule");
+
+fn has_our_taint(node: &Value) -> bool {
+    taints(node).contains(&(OUR_TAINT.0.to_string(), OUR_TAINT.1.to_string()))
+}
+
+fn hold_events(c: &Cluster) -> Vec<Value> {
+    c.server
+        .store()
+        .list("Event", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == json!("CordonRemovedDuringDrain"))
+        .collect()
+}
+
+/// `kubectl uncordon` and the removal of our taint in one merge patch by field manager `kubectl`,
+/// so the drain sees both in one watch event.
+async fn uncordon_and_untaint_in_one_write(c: &Cluster) {
+    let left: Vec<Value> = c.node(NODE)["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t["key"] != json!(OUR_TAINT.0))
+        .collect();
+    let patch = json!({"spec": {"unschedulable": null, "taints": left}});
+    kubectl_api(c)
+        .await
+        .patch(NODE, &as_kubectl(), &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// A cluster whose one pod on node-a sits behind a budget that never lets it go.
+async fn blocked_drain() -> Cluster {
+    Cluster::start(vec![
+        pod_with(
+            NS,
+            "db-0",
+            NODE,
+            json!({"metadata": {"labels": {"app": "db"}}}),
+        ),
+        pdb(NS, "db", "db", 1),
+    ])
+    .await
+}
+
+type Drained = (Result<PrepareOutcome, EngineError>, Report);
+
+/// The daemon's path (prepare and drain at once) on node-a, deadline `within` from now.
+fn start_drain(c: &Cluster, within: Duration) -> tokio::task::JoinHandle<Drained> {
+    let engine = Arc::new(Engine::new(c.settings("")).unwrap());
+    let deadline = Instant::now() + within;
+    tokio::spawn(async move { engine.prepare_and_drain("reboot", deadline, |_| {}).await })
+}
+
+#[tokio::test]
+async fn an_uncordon_by_another_manager_during_the_drain_is_undone_and_said() {
+    let c = blocked_drain().await;
+    // Far away: the drain ends when the budget opens, long before it.
+    let drain = start_drain(&c, Duration::from_secs(60));
+    until("node-a prepared", || {
+        let n = c.node(NODE);
+        unschedulable(&n) && has_our_taint(&n) && marker_text(&n).is_some()
+    })
+    .await;
+    uncordon_and_untaint_in_one_write(&c).await;
+
+    until("node-a cordoned and tainted again", || {
+        let n = c.node(NODE);
+        unschedulable(&n) && has_our_taint(&n)
+    })
+    .await;
+    until("a CordonRemovedDuringDrain Event", || {
+        !hold_events(&c).is_empty()
+    })
+    .await;
+    let event = &hold_events(&c)[0];
+    assert_eq!(event["type"], json!("Warning"), "{event}");
+    let message = event["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("node node-a was uncordoned")
+            && message
+                .contains("its taint kube-shutdown-drain/shutdown:PreferNoSchedule was removed")
+            && message.ends_with("cordoning and tainting it again: done"),
+        "{message}"
+    );
+    // The cordon put back is recorded as ours, so the next boot's restore can undo it.
+    let marker: Value = serde_json::from_str(&c.marker_text().unwrap()).unwrap();
+    assert_eq!(marker["cordoned"], json!(true), "{marker}");
+
+    c.server
+        .store()
+        .modify("PodDisruptionBudget", Some(NS), "db", |p| {
+            p["spec"]["minAvailable"] = json!(0)
+        })
+        .unwrap();
+    let (prepared, report) = drain.await.unwrap();
+    prepared.expect("the first prepare landed");
+    assert!(report.complete, "{}", report.to_text());
+
+    // After the drain (its deadline still far): an uncordon stays.
+    admin_uncordons_and_removes_our_taint(&c).await;
+    let recordoned = eventually(Duration::from_secs(2), || unschedulable(&c.node(NODE))).await;
+    assert!(
+        !recordoned,
+        "the node was cordoned again after the drain had ended"
+    );
+    assert_eq!(hold_events(&c).len(), 1);
+}
+
+#[tokio::test]
+async fn a_writer_that_sets_unschedulable_false_is_named_in_the_event() {
+    let c = blocked_drain().await;
+    let drain = start_drain(&c, Duration::from_secs(6));
+    until("node-a prepared", || unschedulable(&c.node(NODE))).await;
+    let params = kube::api::PatchParams {
+        field_manager: Some("rebalancer".into()),
+        ..Default::default()
+    };
+    kubectl_api(&c)
+        .await
+        .patch(
+            NODE,
+            &params,
+            &kube::api::Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .unwrap();
+    until("a CordonRemovedDuringDrain Event", || {
+        !hold_events(&c).is_empty()
+    })
+    .await;
+    let message = hold_events(&c)[0]["message"].as_str().unwrap().to_string();
+    assert_eq!(
+        message,
+        "node node-a was uncordoned (field manager rebalancer) during the drain; cordoning it again: done"
+    );
+    assert!(unschedulable(&c.node(NODE)));
+    drain.abort();
+}
