@@ -534,6 +534,69 @@ impl Engine {
             .await?)
     }
 
+    /// Whether the boot restore waits for the node's agents (`[restore]` names pods or
+    /// conditions).
+    pub fn waits_for_agents(&self) -> bool {
+        let r = &self.settings.restore;
+        r.wait_for_pods.is_some() || !r.wait_for_conditions.is_empty()
+    }
+
+    /// Waits until `deadline` for the node's agents of `[restore]`
+    /// ([`node::agents`]): the pods Ready since `since`, the conditions held; `waiting` hears
+    /// what is still waited for.
+    pub async fn wait_for_agents(
+        &self,
+        deadline: Instant,
+        since: jiff::Timestamp,
+        waiting: impl Fn(&str),
+    ) -> Result<(), Error> {
+        let r = &self.settings.restore;
+        Ok(self
+            .ops_by(deadline)
+            .await?
+            .wait_for_agents(
+                deadline,
+                since,
+                r.wait_for_pods.as_ref(),
+                &r.wait_for_conditions,
+                waiting,
+            )
+            .await?)
+    }
+
+    /// What the boot restore would wait for now among the node's agents (`[restore]`), from one
+    /// list of the node's matching pods and `node` as read; `None` when nothing. For `status`.
+    pub async fn agents_waiting(&self, node: &Node) -> Result<Option<String>, Error> {
+        use k8s_openapi::api::core::v1::Pod;
+        let r = &self.settings.restore;
+        let since = node::boot_started()?;
+        let mut left = Vec::new();
+        if let Some(sel) = &r.wait_for_pods {
+            let clients = self.clients().await?;
+            let name = &self.settings.node_name;
+            let api: kube::Api<Pod> = kube::Api::all(clients.api.clone());
+            let params = kube::api::ListParams::default()
+                .fields(&format!("spec.nodeName={name}"))
+                .labels(&sel.to_string());
+            let object = format!("pods of node {name} matching {sel}");
+            let pods = clients
+                .retry(Instant::now() + clients.request_timeout, &object, || {
+                    api.list(&params)
+                })
+                .await
+                .map_err(|source| Error::ListPods {
+                    node: name.clone(),
+                    source,
+                })?;
+            left.extend(node::agents::pods_waiting(&pods.items, sel, since));
+        }
+        left.extend(node::agents::conditions_waiting(
+            Some(node),
+            &r.wait_for_conditions,
+        ));
+        Ok((!left.is_empty()).then(|| left.join("; ")))
+    }
+
     /// Watches the Node until it carries a marker annotation (ours or not): `Ok(true)`, or
     /// `deadline` passes: `Ok(false)`.
     pub async fn wait_for_marker(&self, deadline: Instant) -> Result<bool, Error> {

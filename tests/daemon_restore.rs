@@ -240,3 +240,62 @@ async fn a_prepare_write_that_lands_after_the_cancel_is_restored_too() {
         )
         .await;
 }
+
+/// `[restore] wait_for_pods` (issue 21): after the kubelet's fresh heartbeat the boot restore
+/// still waits, the node cordoned, until the CNI pod is Ready in this boot (its Ready=True from
+/// the last boot does not count), and says what it waits for.
+#[tokio::test]
+async fn the_boot_restore_waits_for_the_cni_pod_of_this_boot() {
+    let mut setup = setup();
+    setup
+        .config
+        .push_str("[restore]\nwait_for_pods = \"app=flannel\"\n");
+    setup.config = setup.config.replace(
+        "restore_ready_timeout = \"2s\"",
+        "restore_ready_timeout = \"60s\"",
+    );
+    let Some(mut world) = started(setup).await else {
+        return;
+    };
+    world.rig.reboot().await;
+    world
+        .expect_drained(Duration::from_secs(20), "the reboot drains")
+        .await;
+    world.expect_released(Duration::from_secs(20)).await;
+    world.kill_daemon();
+    world.rig.simulate_boot().await;
+    world.new_boot();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_log(
+            "before restoring, waiting for pods matching app=flannel not Ready in this boot: \
+             kube-system/kube-flannel-ds-7xk2p",
+            Duration::from_secs(20),
+            "the restore waits for the CNI pod after the heartbeat",
+        )
+        .await;
+    assert!(
+        world.is_cordoned() && world.marker_text().is_some(),
+        "nothing undone yet"
+    );
+
+    world
+        .api
+        .store()
+        .modify("Pod", Some("kube-system"), "kube-flannel-ds-7xk2p", |p| {
+            fake_apiserver::store::set_pod_ready_in(p, true)
+        })
+        .unwrap();
+    world
+        .expect_restored(
+            Duration::from_secs(20),
+            "restored once the CNI pod is Ready",
+        )
+        .await;
+    assert!(
+        world
+            .log()
+            .contains("the agents of node demo-node-1 run: restoring")
+    );
+}

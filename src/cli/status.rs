@@ -41,6 +41,9 @@ struct Status {
     last_report: Option<Report>,
     /// How the boot before this one ended, as the daemon judged it at its start (`boot-record`).
     previous_boot: Option<PreviousBoot>,
+    /// With `[restore] wait_for_pods` / `wait_for_conditions`: what of the node's agents a boot
+    /// restore would wait for now (`None`: nothing, or nothing configured).
+    restore_waits_for: Option<String>,
 }
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
@@ -58,6 +61,12 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         .map_or((None, None), |(_, plan)| {
             (plan.cordon_kept, plan.label_kept)
         });
+    let restore_waits_for = if engine.waits_for_agents() {
+        engine.agents_waiting(&node).await?
+    } else {
+        None
+    };
+    let waits = engine.waits_for_agents();
     let spec = node.spec.unwrap_or_default();
     let status = Status {
         node: settings.node_name.clone(),
@@ -73,6 +82,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         label_kept,
         last_report: engine.last_report()?,
         previous_boot: previous_boot(&settings),
+        restore_waits_for,
     };
     match output {
         Output::Json => print_json(&status)?,
@@ -113,6 +123,12 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
             }
             if let Some(why) = &status.label_kept {
                 say!("  lb exclusion:  not provably ours, restore leaves it: {why}");
+            }
+            if waits {
+                match &status.restore_waits_for {
+                    None => say!("  node agents:   running ([restore] waits for nothing now)"),
+                    Some(left) => say!("  node agents:   a restore would wait for {left}"),
+                }
             }
             super::logind_lines::logind_budget(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;

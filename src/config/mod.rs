@@ -39,6 +39,7 @@ pub use duration::format_duration;
 pub use file::{FileError, MAX_FILE_SIZE};
 // Kept for callers that import these from `config` (they live in `names`).
 pub use names::{is_label_value, is_qualified_name};
+pub use values::NodeCondition;
 use values::{Invalid, Named, deserialize_checked};
 
 /// Where the configuration is read from when neither `--config` nor the environment names a file.
@@ -253,6 +254,16 @@ pub struct DaemonSettings {
     pub forecast_interval: Option<Duration>,
 }
 
+/// The `[restore]` table: what the boot restore waits for, after a kubelet heartbeat of this
+/// boot, before it uncordons (the node's own agents: CNI and CSI node pods, conditions).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RestoreSettings {
+    /// Pods on this node matching it must all be Ready since this boot began (at least one).
+    pub wait_for_pods: Option<Selector>,
+    /// Node conditions that must hold, each `Type=Status`.
+    pub wait_for_conditions: Vec<NodeCondition>,
+}
+
 /// The `[metrics]` table.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MetricsSettings {
@@ -322,6 +333,7 @@ pub struct Settings {
     pub daemon: DaemonSettings,
     pub metrics: MetricsSettings,
     pub shutdown: ShutdownSettings,
+    pub restore: RestoreSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

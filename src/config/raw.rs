@@ -9,8 +9,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::values::{
-    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, Namespaces, NodeName,
-    Order, PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey, TaintValue, TextfilePath,
+    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, List, Namespaces,
+    NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey,
+    TaintValue, TextfilePath,
 };
 use super::{OnDeadline, Policy, ShutdownPolicy, TaintEffect};
 
@@ -44,6 +45,8 @@ pub struct RawConfig {
     pub metrics: RawMetrics,
     #[serde(default, deserialize_with = "table")]
     pub shutdown: RawShutdown,
+    #[serde(default, deserialize_with = "table")]
+    pub restore: RawRestore,
 }
 
 /// `[taint]`.
@@ -171,6 +174,16 @@ pub struct RawMetrics {
     pub textfile: Option<TextfilePath>,
 }
 
+/// `[restore]`: what the boot restore waits for after the kubelet's fresh heartbeat.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestore {
+    /// Default: none.
+    pub wait_for_pods: Option<PodSelector>,
+    /// Default: none.
+    pub wait_for_conditions: Option<List<NodeCondition>>,
+}
+
 /// `[shutdown]`: every key defaults to "drain".
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,6 +261,11 @@ impl Table for RawDaemon {
 
 impl Table for RawMetrics {
     const EXPECTING: &'static str = "`metrics` to be a [metrics] table (key textfile)";
+}
+
+impl Table for RawRestore {
+    const EXPECTING: &'static str =
+        "`restore` to be a [restore] table (keys wait_for_pods, wait_for_conditions)";
 }
 
 impl Table for RawShutdown {

@@ -158,6 +158,28 @@ pub(super) const BAD_VALUES: &[(&str, &str, usize, usize, &[&str])] = &[
     ),
     ("bad syntax", "[drain\n", 1, 7, &["/etc/x.toml"]),
     (
+        "a condition without its status",
+        "[restore]\nwait_for_conditions = [\"NetworkUnavailable\"]",
+        2,
+        24,
+        &[
+            "restore.wait_for_conditions",
+            "\"NetworkUnavailable\" is not a condition",
+            "Type=Status",
+        ],
+    ),
+    (
+        "a condition status that is none",
+        "[restore]\nwait_for_conditions = [\"Ready=True\", \"Ready=Yes\"]",
+        2,
+        38,
+        &[
+            "restore.wait_for_conditions",
+            "\"Ready=Yes\" is not a condition",
+            "True, False or Unknown",
+        ],
+    ),
+    (
         "a namespace of the wrong type",
         "[filters]\nskip_namespaces = [\"a\", 1]",
         2,
@@ -406,5 +428,15 @@ pub(super) const WRONG_TYPES: &[(&str, &str, &[&str])] = &[
         "[daemon]\ndrain_when_scheduled = \"yes\"",
         "daemon.drain_when_scheduled",
         &["true or false"],
+    ),
+    (
+        "[restore]\nwait_for_conditions = \"Ready=True\"",
+        "restore.wait_for_conditions",
+        &["expected an array of strings, found a string"],
+    ),
+    (
+        "[restore]\nwait_for_pods = \"\"",
+        "restore.wait_for_pods",
+        &["an empty selector"],
     ),
 ];

@@ -126,6 +126,10 @@ fn wrong_types_name_the_key() {
         ("filters = \"x\"", "`filters` to be a [filters] table"),
         ("drain = []", "`drain` to be a [drain] table"),
         ("daemon = 1", "`daemon` to be a [daemon] table"),
+        (
+            "restore = [\"app=cni\"]",
+            "`restore` to be a [restore] table",
+        ),
         ("rules = 3", "`rules` to be an array of [[rules]] tables"),
         ("rules = [1]", "each `rules` entry to be a [[rules]] table"),
         (

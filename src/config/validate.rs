@@ -9,12 +9,12 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawRule};
 use super::selector::Selector;
-use super::values::{ActionName, DurationIn, Flag, Invalid, NodeName, quote};
+use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
     DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings,
-    FilterSettings, MetricsSettings, OnDeadline, Policy, Rule, RuleAction, Settings,
-    ShutdownSettings, Source, TaintEffect, TaintSettings,
+    FilterSettings, MetricsSettings, OnDeadline, Policy, RestoreSettings, Rule, RuleAction,
+    Settings, ShutdownSettings, Source, TaintEffect, TaintSettings,
 };
 
 /// Turns the raw file into settings. Pure: the host name is passed in (`Err(reason)` when it
@@ -129,6 +129,14 @@ pub fn settings(
                 soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
                 unknown: s.unknown.unwrap_or(d.unknown),
             }
+        },
+        restore: RestoreSettings {
+            wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
+            wait_for_conditions: raw
+                .restore
+                .wait_for_conditions
+                .map(|List(c)| c)
+                .unwrap_or_default(),
         },
     })
 }

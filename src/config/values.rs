@@ -508,51 +508,119 @@ impl FromValue for Namespace {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Namespaces(pub Vec<String>);
 
+impl ListElement for Namespace {
+    const LIST: &'static str = "an array of namespace names";
+    const ALLOWED: &'static str = NAMESPACES_ALLOWED;
+}
+
 impl<'de> Deserialize<'de> for Namespaces {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct List;
-        impl List {
-            fn wrong<E: de::Error>(found: Value) -> Result<Namespaces, E> {
-                Err(E::custom(Invalid::wrong_type(
-                    "an array of strings",
-                    &found,
-                    NAMESPACES_ALLOWED,
-                )))
-            }
+        let List(names) = List::<Namespace>::deserialize(d)?;
+        Ok(Namespaces(names.into_iter().map(|n| n.0).collect()))
+    }
+}
+
+const CONDITION_ALLOWED: &str = "\"Type=Status\": a condition type (letters, digits, '.', '/', \
+     '_', '-'; at most 316 characters) and True, False or Unknown, e.g. \"NetworkUnavailable=False\"";
+
+/// One Node condition and the status it must have: `"Type=Status"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCondition {
+    pub type_: String,
+    pub status: String,
+}
+
+impl fmt::Display for NodeCondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.type_, self.status)
+    }
+}
+
+impl FromValue for NodeCondition {
+    fn from_value(value: Value) -> Result<NodeCondition, Invalid> {
+        let text = string(value, CONDITION_ALLOWED)?;
+        let bad = || {
+            Invalid::new(
+                format!("{} is not a condition", quote(&text)),
+                CONDITION_ALLOWED,
+            )
+        };
+        let (type_, status) = text.split_once('=').ok_or_else(bad)?;
+        let type_ok = !type_.is_empty()
+            && type_.len() <= 316
+            && type_
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '/' | '_' | '-'));
+        if !type_ok || !matches!(status, "True" | "False" | "Unknown") {
+            return Err(bad());
         }
-        impl<'de> Visitor<'de> for List {
-            type Value = Namespaces;
+        Ok(NodeCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+        })
+    }
+}
+
+impl ListElement for NodeCondition {
+    const LIST: &'static str = "an array of conditions";
+    const ALLOWED: &'static str = CONDITION_ALLOWED;
+}
+
+/// What an array of `Self` is called and what each element may be, for errors.
+pub trait ListElement {
+    const LIST: &'static str;
+    const ALLOWED: &'static str;
+}
+
+/// An array whose elements are each read as a `T` of their own, so an error points at the
+/// element; anything but an array is refused with what is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct List<T>(pub Vec<T>);
+
+impl<'de, T: Deserialize<'de> + ListElement> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Elements<T>(std::marker::PhantomData<T>);
+        fn wrong<T: ListElement, E: de::Error>(found: Value) -> Result<List<T>, E> {
+            // Every list of ours holds strings.
+            Err(E::custom(Invalid::wrong_type(
+                "an array of strings",
+                &found,
+                T::ALLOWED,
+            )))
+        }
+        impl<'de, T: Deserialize<'de> + ListElement> Visitor<'de> for Elements<T> {
+            type Value = List<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an array of namespace names")
+                f.write_str(T::LIST)
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Namespaces, A::Error> {
-                let mut names = Vec::new();
-                while let Some(Namespace(ns)) = seq.next_element()? {
-                    names.push(ns);
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<List<T>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
                 }
-                Ok(Namespaces(names))
+                Ok(List(items))
             }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Namespaces, E> {
-                List::wrong(Value::Boolean(v))
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<List<T>, E> {
+                wrong(Value::Boolean(v))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Namespaces, E> {
-                List::wrong(Value::Integer(v))
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<List<T>, E> {
+                wrong(Value::Integer(v))
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Namespaces, E> {
-                List::wrong(Value::Integer(i64::MAX))
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<List<T>, E> {
+                wrong(Value::Integer(i64::MAX))
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Namespaces, E> {
-                List::wrong(Value::Float)
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<List<T>, E> {
+                wrong(Value::Float)
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Namespaces, E> {
-                List::wrong(Value::String(String::new()))
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<List<T>, E> {
+                wrong(Value::String(String::new()))
             }
-            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Namespaces, A::Error> {
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<List<T>, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                List::wrong(Value::Table)
+                wrong(Value::Table)
             }
         }
-        d.deserialize_any(List)
+        d.deserialize_any(Elements(std::marker::PhantomData))
     }
 }
 
@@ -570,4 +638,5 @@ deserialize_checked!(
     Order,
     PodSelector,
     Namespace,
+    NodeCondition,
 );

@@ -194,10 +194,22 @@ async fn ready_for_boot_restore(
     // Only a live kubelet counts: a Ready=True left by the previous boot's kubelet stays for
     // ~40 s after it stopped. Without one the node stays cordoned and this attempt fails, to be
     // tried again.
-    if soft_reboot {
-        engine.wait_ready_since(deadline, spawned).await?;
+    let since = if soft_reboot {
+        spawned
     } else {
-        engine.wait_ready(deadline).await?;
+        crate::node::boot_started()?
+    };
+    engine.wait_ready_since(deadline, since).await?;
+    // Then the node's own agents, within the same timeout (the same retry when they do not run).
+    if engine.waits_for_agents() {
+        engine
+            .wait_for_agents(deadline, since, |left| {
+                tracing::info!("node {node} is Ready; before restoring, waiting for {left}");
+                status.set_restore(Some(format!(
+                    "waiting for the agents of node {node} before restoring: {left}"
+                )));
+            })
+            .await?;
     }
     Ok(true)
 }

@@ -11,8 +11,10 @@
 //!
 //! - [`marker`]: the marker and the pure patch builders.
 //! - [`ops`]: the calls (read, prepare, restore, wait for Ready).
+//! - [`agents`]: the boot restore's wait for the node's own agents (pods, conditions).
 //! - [`hold`]: what another writer took from a prepared node while it drains.
 
+pub mod agents;
 pub mod hold;
 pub mod marker;
 pub mod ops;
@@ -75,6 +77,13 @@ pub enum NodeError {
         node: String,
         waited: Duration,
         /// What was last seen, e.g. a Ready=True with a heartbeat from before this boot.
+        state: String,
+    },
+    #[error("the agents of node {node} do not run after waiting {waited:?} ({state})")]
+    AgentsNotReady {
+        node: String,
+        waited: Duration,
+        /// What was still waited for.
         state: String,
     },
     #[error("cannot tell when this boot began: {0}")]
