@@ -247,6 +247,11 @@ impl Logind {
         })
     }
 
+    /// The bus connection (for other services on the same bus: systemd's manager).
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
     /// Connects, retrying with a doubling backoff (250 ms up to 2 s) until it succeeds.
     /// Each failure is logged; the caller bounds the whole wait by dropping the future.
     pub async fn connect_with_backoff(address: &str) -> Logind {

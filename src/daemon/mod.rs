@@ -13,4 +13,5 @@ pub mod restore;
 pub mod service;
 mod signals;
 pub mod status;
+pub mod systemd;
 pub mod writer;

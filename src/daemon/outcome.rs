@@ -32,6 +32,17 @@ pub(crate) enum DrainOutcome {
 }
 
 impl DrainOutcome {
+    /// Whether pods may be left to drain: an incomplete drain, or none that ran.
+    pub(crate) fn leaves_work(&self) -> bool {
+        match self {
+            DrainOutcome::Drained(report) => !report.complete,
+            DrainOutcome::Failed(_) | DrainOutcome::Spent { .. } | DrainOutcome::NoTime { .. } => {
+                true
+            }
+            DrainOutcome::Cordoned | DrainOutcome::LeftAsIs => false,
+        }
+    }
+
     /// Whether nothing ran because an earlier daemon had this shutdown's whole budget.
     pub(crate) fn is_spent(&self) -> bool {
         matches!(self, DrainOutcome::Spent { .. })

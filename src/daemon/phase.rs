@@ -34,12 +34,25 @@
 //! | Scheduled, Ready | Stop | Stopped | RecordStopped, ReleaseLock |
 //! | Early | Stop | Stopped | AbortDrain, RecordStopped, ReleaseLock |
 //! | Draining, Released | Scheduled, Unscheduled, Due, Overdue | unchanged | (logind's window owns the node) |
+//! | Starting, Waiting, Scheduled, Ready | StopInShutdown | Stopping | Quiet(false), ReleaseLock, StartStopStage |
+//! | Draining, Early | StopInShutdown | Stopping | AbortDrain, Quiet(false), ReleaseLock, StartStopStage |
+//! | Released | StopInShutdown | Stopping | StartStopStage (the lock is already gone) |
+//! | Stopping | Ended | Stopped | RecordEnd, SayOutcome |
+//! | Stopping | Stop | Stopped | AbortDrain |
+//! | Stopping | anything else | unchanged | (the system goes down: nothing else matters) |
 //! | Waiting | Unscheduled | Waiting | (nothing was scheduled for us) |
 //!
 //! A scheduled shutdown's drain ("early") runs outside logind's window: no lock of its own (the
 //! one held for the shutdown stays), no boot record (logind's timer has not started), and its
 //! deadline is the scheduled time, the moment logind announces the shutdown and the usual drain,
 //! within its own budget, takes over whatever is left.
+//!
+//! The stop phase's second stage ("stopping"): SIGTERM while the system shuts down (systemd's
+//! `SystemState` is `stopping`: a shutdown past logind's window, or one that never went through
+//! logind) drains what is left within the unit's stop timeout, while the kubelet, the container
+//! runtime and the network still run (the unit is ordered after them, so systemd stops it
+//! first). It never holds logind: the lock goes at once. The service sends `StopInShutdown` only
+//! when there is something to drain (not after a complete drain of this shutdown).
 //!
 //! Anything else is refused ([`Refused`]): a drain ending while none runs, an event after the
 //! stop. The daemon logs a refusal and stays where it was.
@@ -60,6 +73,9 @@ pub enum Phase {
     Released(Shutdown),
     /// The daemon stops.
     Stopped,
+    /// The system shuts down and systemd stops the unit: the second stage drains what is left,
+    /// within the unit's stop timeout, without the lock.
+    Stopping(Shutdown),
     /// logind has scheduled a shutdown; waiting for its lead (the lock is held).
     Scheduled(Planned),
     /// The scheduled shutdown's drain runs, ahead of logind's window (the lock is held).
@@ -102,6 +118,9 @@ pub enum Event {
     Cancelled,
     /// SIGTERM or SIGINT.
     Stop,
+    /// SIGTERM while the system shuts down (systemd's `SystemState` is `stopping`) and this
+    /// shutdown is not drained yet: the stop phase's second stage.
+    StopInShutdown,
     /// logind's schedule file says a shutdown of `kind` is scheduled (new or changed), and
     /// `[shutdown]` says `policy` for it.
     Scheduled {
@@ -156,6 +175,9 @@ pub enum Effect {
     StartEarly { kind: ShutdownKind },
     /// Say how the early drain ended (log, `STATUS=`, metrics).
     SayEarly,
+    /// Start the stop phase's drain (or cordon) for `kind`, within the unit's stop timeout: the
+    /// boot record gets the shutdown, no lock is involved.
+    StartStopStage { kind: ShutdownKind },
 }
 
 /// Whether a shutdown that is over gets its prepare undone.
@@ -214,6 +236,16 @@ impl Phase {
                 ],
             )
         };
+        if event == Event::StopInShutdown {
+            return self.on_stop_in_shutdown().ok_or_else(refused);
+        }
+        if let Phase::Stopping(s) = self {
+            return Ok(match event {
+                Event::Ended => (Phase::Stopped, vec![RecordEnd, SayOutcome]),
+                Event::Stop => (Phase::Stopped, vec![AbortDrain]),
+                _ => (Phase::Stopping(*s), vec![]),
+            });
+        }
         if let Some(step) = self.on_schedule(event) {
             return step.ok_or_else(refused);
         }
@@ -284,6 +316,32 @@ impl Phase {
             }
             _ => return Err(refused()),
         })
+    }
+
+    /// SIGTERM while the system shuts down: the second stage, after whatever ran; `None`:
+    /// refused (after the stop).
+    fn on_stop_in_shutdown(&self) -> Option<(Phase, Vec<Effect>)> {
+        use Effect::*;
+        let stage = |kind, before: &[Effect]| {
+            let mut effects = before.to_vec();
+            effects.push(StartStopStage { kind });
+            let stopping = Phase::Stopping(Shutdown {
+                kind,
+                guarded: false,
+            });
+            Some((stopping, effects))
+        };
+        match self {
+            Phase::Stopped => None,
+            Phase::Stopping(_) => Some((self.clone(), vec![])),
+            Phase::Starting | Phase::Waiting => {
+                stage(ShutdownKind::Unknown, &[Quiet(false), ReleaseLock])
+            }
+            Phase::Scheduled(p) | Phase::Ready(p) => stage(p.kind, &[Quiet(false), ReleaseLock]),
+            Phase::Early(p) => stage(p.kind, &[AbortDrain, Quiet(false), ReleaseLock]),
+            Phase::Draining(s) => stage(s.kind, &[AbortDrain, ReleaseLock]),
+            Phase::Released(s) => stage(s.kind, &[]),
+        }
     }
 
     /// The transitions of the phases and events of a scheduled shutdown; `None` for the rest
@@ -366,7 +424,7 @@ impl Phase {
             Event::Unscheduled { fired: false } => restored(),
             Event::Overdue if planned.fired => restored(),
             Event::Ended if early => (Phase::Ready(planned), vec![SayEarly]),
-            Event::Due | Event::Overdue | Event::Ended => return None,
+            Event::Due | Event::Overdue | Event::Ended | Event::StopInShutdown => return None,
             Event::Announced { kind, locked } => shutdown(kind, locked, true),
             Event::Connected {
                 under_way: Some(kind),
@@ -407,7 +465,7 @@ impl Phase {
     /// The shutdown being drained or drained, if any.
     pub fn shutdown(&self) -> Option<Shutdown> {
         match self {
-            Phase::Draining(s) | Phase::Released(s) => Some(*s),
+            Phase::Draining(s) | Phase::Released(s) | Phase::Stopping(s) => Some(*s),
             _ => None,
         }
     }
@@ -670,6 +728,65 @@ mod tests {
             1,
             "the lock is taken again after the cancel only: {all:?}"
         );
+    }
+
+    #[test]
+    fn a_stop_in_a_shutdown_drains_in_the_stop_phase_without_the_lock() {
+        let stage = |kind| StartStopStage { kind };
+        let unknown = ShutdownKind::Unknown;
+        let stopping = |kind| {
+            Phase::Stopping(Shutdown {
+                kind,
+                guarded: false,
+            })
+        };
+        let cases = [
+            (
+                Phase::Waiting,
+                stopping(unknown),
+                vec![Quiet(false), ReleaseLock, stage(unknown)],
+            ),
+            (
+                Phase::Starting,
+                stopping(unknown),
+                vec![Quiet(false), ReleaseLock, stage(unknown)],
+            ),
+            (
+                draining(true),
+                stopping(REBOOT),
+                vec![AbortDrain, ReleaseLock, stage(REBOOT)],
+            ),
+            (released(true), stopping(REBOOT), vec![stage(REBOOT)]),
+            (
+                Phase::Scheduled(planned(false)),
+                stopping(REBOOT),
+                vec![Quiet(false), ReleaseLock, stage(REBOOT)],
+            ),
+            (
+                Phase::Early(planned(false)),
+                stopping(REBOOT),
+                vec![AbortDrain, Quiet(false), ReleaseLock, stage(REBOOT)],
+            ),
+            (stopping(REBOOT), stopping(REBOOT), vec![]),
+        ];
+        for (from, to, effects) in cases {
+            let (next, did) = step(from.clone(), Event::StopInShutdown);
+            assert_eq!((&next, &did), (&to, &effects), "{from:?}");
+        }
+        // The stage's end is recorded and said; a second stop aborts it; logind is not heard.
+        assert_eq!(
+            step(stopping(REBOOT), Event::Ended),
+            (Phase::Stopped, vec![RecordEnd, SayOutcome])
+        );
+        assert_eq!(
+            step(stopping(REBOOT), Event::Stop),
+            (Phase::Stopped, vec![AbortDrain])
+        );
+        assert_eq!(
+            step(stopping(REBOOT), Event::Cancelled),
+            (stopping(REBOOT), vec![])
+        );
+        assert!(Phase::Stopped.on(Event::StopInShutdown).is_err());
     }
 
     fn planned(fired: bool) -> Planned {

@@ -558,8 +558,8 @@ async fn watch_until_gone(
                 let waiting = still_attached(&reports);
                 if !waiting.is_empty() {
                     tracing::info!(
-                        "waiting for {} volumes of the evicted pods to detach from node {node}: {}",
-                        waiting.len(),
+                        "waiting for {} of the evicted pods to detach from node {node}: {}",
+                        crate::words::count(waiting.len(), "volume", "volumes"),
                         waiting.join(", ")
                     );
                 }

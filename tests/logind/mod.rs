@@ -92,6 +92,8 @@ pub struct Rig {
     dir: tempfile::TempDir,
     bus: Child,
     logind: Option<Child>,
+    /// The fake systemd manager, when a test started one ([`Rig::start_systemd`]).
+    systemd: Option<Child>,
     keeper: Child,
     options: LogindOptions,
     address: String,
@@ -140,6 +142,7 @@ impl Rig {
             dir,
             bus,
             logind: None,
+            systemd: None,
             keeper,
             options,
             address,
@@ -184,6 +187,11 @@ impl Rig {
             .spawn()
             .expect("start python-dbusmock");
         self.logind = Some(child);
+        self.wait_for_name(BUS_NAME, "logind.log").await;
+    }
+
+    /// Waits until `name` is owned on the bus; fails with the fake's log `log` after 20 s.
+    async fn wait_for_name(&self, name: &str, log: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(conn) = self.connection().await {
@@ -193,7 +201,7 @@ impl Rig {
                         "/org/freedesktop/DBus",
                         Some("org.freedesktop.DBus"),
                         "NameHasOwner",
-                        &(BUS_NAME,),
+                        &(name,),
                     )
                     .await
                     .and_then(|m| m.body().deserialize::<bool>());
@@ -203,11 +211,50 @@ impl Rig {
             }
             assert!(
                 Instant::now() < deadline,
-                "the fake logind did not appear on the bus within 20 s; its log: {}",
-                std::fs::read_to_string(self.dir.path().join("logind.log")).unwrap_or_default()
+                "{name} did not appear on the bus within 20 s; its log: {}",
+                std::fs::read_to_string(self.dir.path().join(log)).unwrap_or_default()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Starts the fake systemd manager (`fake_systemd.py`) on the bus: `SystemState` `state`,
+    /// the daemon's unit with `TimeoutStopUSec` `stop_timeout`.
+    pub async fn start_systemd(&mut self, state: &str, stop_timeout: Duration) {
+        let params = serde_json::json!({
+            "SystemState": state,
+            "TimeoutStopUSec": stop_timeout.as_micros() as u64,
+        });
+        let log = std::fs::File::create(self.dir.path().join("systemd.log")).expect("a log file");
+        let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/fake_systemd.py");
+        let child = Command::new(SYSTEM_PYTHON)
+            .args(["-m", "dbusmock", "--system", "-t"])
+            .arg(template)
+            .arg("-p")
+            .arg(params.to_string())
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.address)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start python-dbusmock for systemd");
+        self.systemd = Some(child);
+        self.wait_for_name("org.freedesktop.systemd1", "systemd.log")
+            .await;
+    }
+
+    /// Changes the fake systemd's `SystemState` (`stopping`: the system shuts down).
+    pub async fn set_system_state(&self, state: &str) {
+        let conn = self.connection().await.expect("connect to the private bus");
+        conn.call_method(
+            Some("org.freedesktop.systemd1"),
+            "/org/freedesktop/systemd1",
+            Some(MOCK),
+            "SetSystemState",
+            &(state,),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("fake systemd SetSystemState: {e}"));
     }
 
     /// Kills the bus daemon and the fake logind, then starts both again on the same socket:
@@ -216,6 +263,9 @@ impl Rig {
     pub async fn restart_bus(&mut self) {
         if let Some(mut logind) = self.logind.take() {
             kill(&mut logind);
+        }
+        if let Some(mut systemd) = self.systemd.take() {
+            kill(&mut systemd);
         }
         kill(&mut self.bus);
         let socket = self.dir.path().join("system_bus_socket");

@@ -39,6 +39,7 @@ use crate::shutdown_kind::ShutdownKind;
 mod effects;
 mod scheduled;
 mod shutdown;
+mod stop_stage;
 mod work;
 
 /// First wait before trying logind again after a failure; doubled up to [`RETRY_MAX`].
@@ -111,6 +112,11 @@ pub(crate) struct Daemon {
     idle: watch::Sender<bool>,
     /// The budget as last read from logind, for the forecast.
     forecast_budget: watch::Sender<Option<Budget>>,
+    /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
+    /// them in the stop phase.
+    left_work: bool,
+    /// The stop phase's time, read from systemd when SIGTERM came during a shutdown.
+    stage: Option<std::time::Duration>,
 }
 
 /// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
@@ -161,6 +167,8 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         scheduled: scheduled::Tracked::open(&settings),
         idle: watch::Sender::new(true),
         forecast_budget: watch::Sender::new(None),
+        left_work: true,
+        stage: None,
         settings,
     };
     daemon.spawn_forecast();
@@ -236,8 +244,11 @@ impl Daemon {
             let event = tokio::select! {
                 asked = signals.recv() => match asked {
                     Asked::Stop(name) => {
-                        self.say_stop(name);
-                        Event::Stop
+                        let event = self.stop_event(connection.as_ref().map(|c| &c.logind)).await;
+                        if event == Event::Stop {
+                            self.say_stop(name);
+                        }
+                        event
                     }
                     Asked::Hangup => {
                         tracing::info!(
@@ -258,6 +269,7 @@ impl Daemon {
                 _ = sleep_until(at), if at.is_some() => timed,
                 finished = drain_end(&mut self.drain) => {
                     self.drain = None;
+                    self.left_work = finished.outcome.leaves_work();
                     self.finished = Some(finished);
                     Event::Ended
                 }

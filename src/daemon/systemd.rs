@@ -1,0 +1,97 @@
+//! What the daemon asks the service manager (systemd, `org.freedesktop.systemd1` on the system
+//! bus): whether the system is shutting down when SIGTERM arrives, and how long the unit may take
+//! to stop. These decide the stop phase's second stage (`service/stop_stage.rs`).
+//!
+//! "Shutting down" is the manager's `SystemState` being `stopping`: systemd's `manager_state()`
+//! (src/core/manager.c) returns it while `shutdown.target` is active or has a job queued, which
+//! every orderly shutdown has (reboot, poweroff, halt, kexec, soft-reboot, whether it went
+//! through logind or not: `systemctl start reboot.target`, SIGRTMIN+5 to PID 1), and never a
+//! `systemctl stop` or `restart` of the unit while the system runs.
+//!
+//! The stage's time is the unit's own `TimeoutStopUSec` (the unit's `TimeoutStopSec=`, read from
+//! the unit the daemon runs in, `GetUnitByPID(0)`: the caller's unit): one number in one place,
+//! which a drop-in or `systemctl edit` changes for systemd and the daemon alike.
+
+use std::time::Duration;
+
+use zbus::{Connection, proxy};
+
+/// `org.freedesktop.systemd1.Manager`, only what the daemon reads.
+#[proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1"
+)]
+trait Manager {
+    /// The unit a process belongs to; PID 0 is the caller.
+    #[zbus(name = "GetUnitByPID")]
+    fn get_unit_by_pid(&self, pid: u32) -> zbus::Result<zbus::OwnedObjectPath>;
+
+    /// `initializing`, `starting`, `running`, `degraded`, `maintenance`, `stopping`, ...
+    #[zbus(property(emits_changed_signal = "false"))]
+    fn system_state(&self) -> zbus::Result<String>;
+}
+
+/// `org.freedesktop.systemd1.Service`, only its stop timeout.
+#[proxy(
+    interface = "org.freedesktop.systemd1.Service",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Service {
+    #[zbus(property(emits_changed_signal = "false"), name = "TimeoutStopUSec")]
+    fn timeout_stop_usec(&self) -> zbus::Result<u64>;
+}
+
+/// Whether the system is shutting down now (`SystemState` is `stopping`).
+pub async fn shutting_down(conn: &Connection) -> zbus::Result<bool> {
+    let manager = ManagerProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    Ok(manager.system_state().await? == "stopping")
+}
+
+/// The daemon's own unit's `TimeoutStopUSec`; `None` when it has none (infinity).
+pub async fn stop_timeout(conn: &Connection) -> zbus::Result<Option<Duration>> {
+    let manager = ManagerProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    let unit = manager.get_unit_by_pid(0).await?;
+    let service = ServiceProxy::builder(conn)
+        .path(unit)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    let usec = service.timeout_stop_usec().await?;
+    Ok((usec != u64::MAX).then(|| Duration::from_micros(usec)))
+}
+
+/// The second stage's time from the unit's stop timeout: what systemd allows minus `margin`
+/// (the daemon's exit, the report's write), at most `drain_timeout` (no drain of ours runs longer).
+/// `None` when nothing is left. Pure.
+pub fn stage_time(
+    stop_timeout: Option<Duration>,
+    margin: Duration,
+    drain_timeout: Duration,
+) -> Option<Duration> {
+    let time = match stop_timeout {
+        Some(t) => t.saturating_sub(margin).min(drain_timeout),
+        None => drain_timeout,
+    };
+    (!time.is_zero()).then_some(time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stage_is_the_unit_timeout_less_the_margin_capped_by_the_drain_timeout() {
+        let s = Duration::from_secs;
+        assert_eq!(stage_time(Some(s(90)), s(5), s(120)), Some(s(85)));
+        assert_eq!(stage_time(Some(s(300)), s(5), s(120)), Some(s(120)));
+        assert_eq!(stage_time(None, s(5), s(120)), Some(s(120)));
+        assert_eq!(stage_time(Some(s(4)), s(5), s(120)), None);
+    }
+}
