@@ -47,6 +47,11 @@ async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
     match crate::daemon::kubelet::inspect(settings, logind).await {
         Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
         Ok(Some(w)) => outln!("{indent}kubelet: WARNING {w}"),
-        Ok(None) => outln!("{indent}kubelet: holds no shutdown inhibitor"),
+        Ok(None) => outln!(
+            "{indent}kubelet: holds no shutdown inhibitor ({})",
+            crate::daemon::kubelet::describe_grace(&crate::daemon::kubelet::settings_grace(
+                settings
+            ))
+        ),
     }
 }

@@ -52,6 +52,8 @@ pub const DEFAULT_KUBECONFIG: &str = "/etc/kube-shutdown-drain/kubeconfig";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/kube-shutdown-drain";
 /// The kubelet's config file as kubeadm writes it (`--config`), read for `shutdownGracePeriod`.
 pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
+/// The kubelet's drop-in directory (its `--config-dir`) as the kubelet's documentation sets it.
+pub const DEFAULT_KUBELET_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 /// The kernel's boot ID: a new random UUID every boot.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
@@ -246,6 +248,8 @@ pub struct DaemonSettings {
     pub restore_ready_timeout: Duration,
     /// The kubelet's config file, read (when readable) for its `shutdownGracePeriod`.
     pub kubelet_config: PathBuf,
+    /// The kubelet's drop-in directory (`--config-dir`): its `*.conf` override the config file.
+    pub kubelet_config_dir: PathBuf,
     /// Drain ahead of a shutdown logind has scheduled (`crate::scheduled`).
     pub drain_when_scheduled: bool,
     /// How long before a scheduled shutdown its drain starts (default `[drain] timeout`).

@@ -158,6 +158,8 @@ pub struct RawDaemon {
     pub restore_ready_timeout: Option<Positive>,
     /// Default: [`super::DEFAULT_KUBELET_CONFIG`].
     pub kubelet_config: Option<AbsolutePath>,
+    /// Default: [`super::DEFAULT_KUBELET_CONFIG_DIR`].
+    pub kubelet_config_dir: Option<AbsolutePath>,
     /// Default: true.
     pub drain_when_scheduled: Option<Flag>,
     /// Default: `[drain] timeout`.
@@ -256,7 +258,8 @@ impl Table for RawDrain {
 
 impl Table for RawDaemon {
     const EXPECTING: &'static str = "`daemon` to be a [daemon] table (keys release_margin, restore_ready_timeout, \
-         kubelet_config, drain_when_scheduled, scheduled_lead, forecast_interval)";
+         kubelet_config, kubelet_config_dir, drain_when_scheduled, scheduled_lead, \
+         forecast_interval)";
 }
 
 impl Table for RawMetrics {

@@ -12,9 +12,10 @@ use super::selector::Selector;
 use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY, DaemonSettings, DrainSettings,
-    FilterSettings, MetricsSettings, OnDeadline, Policy, RestoreSettings, Rule, RuleAction,
-    Settings, ShutdownSettings, Source, TaintEffect, TaintSettings,
+    DEFAULT_KUBELET_CONFIG_DIR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY,
+    DaemonSettings, DrainSettings, FilterSettings, MetricsSettings, OnDeadline, Policy,
+    RestoreSettings, Rule, RuleAction, Settings, ShutdownSettings, Source, TaintEffect,
+    TaintSettings,
 };
 
 /// Turns the raw file into settings. Pure: the host name is passed in (`Err(reason)` when it
@@ -89,6 +90,10 @@ pub fn settings(
             .daemon
             .kubelet_config
             .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
+        kubelet_config_dir: raw
+            .daemon
+            .kubelet_config_dir
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG_DIR), |p| p.0),
         drain_when_scheduled: flag(raw.daemon.drain_when_scheduled, true),
         scheduled_lead: raw
             .daemon

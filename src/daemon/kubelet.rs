@@ -4,7 +4,7 @@
 //! with both on the kubelet kills pods locally, ignoring disruption budgets, while we evict
 //! (kubernetes#96129): worth one warning.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::Settings;
@@ -40,6 +40,56 @@ pub fn grace_period(path: &Path) -> Result<Option<String>, String> {
     Ok(doc.shutdown_grace_period)
 }
 
+/// The kubelet's effective `shutdownGracePeriod` and the file that set it: its config file,
+/// then each `*.conf` of its drop-in directory (`--config-dir`) in lexical order, each overriding
+/// what came before (the kubelet's merge order, kubernetes `cmd/kubelet/app/server.go`,
+/// `mergeKubeletConfigurations`). `Ok(None)`: no file sets it (the kubelet's default, 0: off).
+/// A directory that does not exist holds nothing.
+pub fn effective_grace(config: &Path, dir: &Path) -> Result<Option<(String, PathBuf)>, String> {
+    let mut found = grace_period(config)?.map(|g| (g, config.to_path_buf()));
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => {
+            return Err(format!(
+                "cannot read the kubelet's drop-in directory {}: {e}",
+                dir.display()
+            ));
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+        .collect();
+    files.sort();
+    for file in files {
+        if let Some(g) = grace_period(&file)? {
+            found = Some((g, file));
+        }
+    }
+    Ok(found)
+}
+
+/// The kubelet's effective grace period in words, for `check` and the warning.
+pub fn describe_grace(grace: &Result<Option<(String, PathBuf)>, String>) -> String {
+    match grace {
+        Ok(Some((g, from))) => format!("shutdownGracePeriod {g}, from {}", from.display()),
+        Ok(None) => {
+            "shutdownGracePeriod not set in its config file or drop-ins (0: off)".to_owned()
+        }
+        Err(e) => format!("its grace period unknown: {e}"),
+    }
+}
+
+/// The effective grace of the kubelet `settings` name.
+pub fn settings_grace(settings: &Settings) -> Result<Option<(String, PathBuf)>, String> {
+    effective_grace(
+        &settings.daemon.kubelet_config,
+        &settings.daemon.kubelet_config_dir,
+    )
+}
+
 /// The one key of the kubelet's config file we read; every other key is ignored.
 #[derive(serde::Deserialize)]
 struct KubeletConfig {
@@ -49,15 +99,15 @@ struct KubeletConfig {
 
 /// The warning for a kubelet delay inhibitor on `node`, naming the grace period where it was
 /// read; `None` when the kubelet holds none.
-pub fn warning(node: &str, holds: bool, grace: &Result<Option<String>, String>) -> Option<String> {
+pub fn warning(
+    node: &str,
+    holds: bool,
+    grace: &Result<Option<(String, PathBuf)>, String>,
+) -> Option<String> {
     if !holds {
         return None;
     }
-    let grace = match grace {
-        Ok(Some(g)) => format!("shutdownGracePeriod {g}"),
-        Ok(None) => "shutdownGracePeriod not set in its config file".to_owned(),
-        Err(e) => format!("its grace period unknown: {e}"),
-    };
+    let grace = describe_grace(grace);
     Some(format!(
         "the kubelet on node {node} holds a delay inhibitor for shutdowns (Graceful Node \
          Shutdown, {grace}): logind signals it at the same moment as us, and it kills pods \
@@ -76,8 +126,11 @@ pub(crate) async fn inspect(
     if !kubelet_holds_delay(&logind.list_inhibitors().await?) {
         return Ok(None);
     }
-    let grace = grace_period(&settings.daemon.kubelet_config);
-    Ok(warning(&settings.node_name, true, &grace))
+    Ok(warning(
+        &settings.node_name,
+        true,
+        &settings_grace(settings),
+    ))
 }
 
 /// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
@@ -143,11 +196,61 @@ mod tests {
         assert_eq!(grace_period(&path), Ok(None));
         let missing = dir.path().join("nope.yaml");
         assert!(grace_period(&missing).unwrap_err().contains("nope.yaml"));
-        let w = warning("n1", true, &Ok(Some("30s".into()))).unwrap();
+        let set = Ok(Some(("30s".to_string(), path.clone())));
+        let w = warning("n1", true, &set).unwrap();
         assert!(
-            w.contains("node n1") && w.contains("shutdownGracePeriod 30s"),
+            w.contains("node n1") && w.contains("shutdownGracePeriod 30s, from "),
             "{w}"
         );
-        assert_eq!(warning("n1", false, &Ok(Some("30s".into()))), None);
+        assert_eq!(warning("n1", false, &set), None);
+    }
+
+    #[test]
+    fn drop_ins_override_the_config_file_in_lexical_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            "kind: KubeletConfiguration
+shutdownGracePeriod: 30s
+",
+        )
+        .unwrap();
+        let drop_ins = dir.path().join("kubelet.conf.d");
+        assert_eq!(
+            effective_grace(&config, &drop_ins),
+            Ok(Some(("30s".into(), config.clone()))),
+            "a missing directory holds nothing"
+        );
+        std::fs::create_dir(&drop_ins).unwrap();
+        // The file the packages ship, as an admin installs it; and one sorting before it.
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/kubelet/99-kube-shutdown-drain.conf");
+        std::fs::copy(&shipped, drop_ins.join("99-kube-shutdown-drain.conf")).unwrap();
+        std::fs::write(
+            drop_ins.join("10-site.conf"),
+            "shutdownGracePeriod: 45s
+",
+        )
+        .unwrap();
+        std::fs::write(
+            drop_ins.join("zz-ignored.yaml"),
+            "shutdownGracePeriod: 90s
+",
+        )
+        .unwrap();
+        assert_eq!(
+            effective_grace(&config, &drop_ins),
+            Ok(Some((
+                "0s".into(),
+                drop_ins.join("99-kube-shutdown-drain.conf")
+            )))
+        );
+        std::fs::write(drop_ins.join("10-site.conf"), "[not, a, map\n").unwrap();
+        assert!(
+            effective_grace(&config, &drop_ins)
+                .unwrap_err()
+                .contains("10-site.conf")
+        );
     }
 }
