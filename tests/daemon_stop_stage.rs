@@ -169,3 +169,37 @@ async fn after_a_complete_drain_the_stop_in_the_shutdown_drains_nothing_again() 
         "the window's report stays"
     );
 }
+
+/// `[drain] timeout` is the drain's one time across both stages: a window drain that had all of
+/// it (logind allows more) leaves nothing for the stop phase.
+#[tokio::test]
+async fn a_drain_that_had_its_whole_timeout_in_the_window_has_no_second_stage() {
+    let mut setup = setup(demo_seed());
+    setup.config = setup
+        .config
+        .replace("timeout = \"15s\"", "timeout = \"7s\"");
+    let Some(mut world) = started(setup).await else {
+        return;
+    };
+    with_systemd(&mut world, "running").await;
+    world.reboot_until_stuck_on_the_budget().await;
+    world.expect_released(Duration::from_secs(15)).await;
+    assert!(!world.is_drained(), "the web budget held a pod");
+    world.rig.set_system_state("stopping").await;
+    world.signal(Signal::SIGTERM);
+    let status = exit_within(&mut world, Duration::from_secs(10)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(
+        world
+            .log()
+            .contains("has had its [drain] timeout (7 s) but for "),
+        "{}",
+        world.log()
+    );
+    assert!(world.log().contains("no second stage; stopping at once"));
+    assert!(
+        !world.log().contains("draining what is left"),
+        "{}",
+        world.log()
+    );
+}

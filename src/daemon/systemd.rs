@@ -68,16 +68,16 @@ pub async fn stop_timeout(conn: &Connection) -> zbus::Result<Option<Duration>> {
 }
 
 /// The second stage's time from the unit's stop timeout: what systemd allows minus `margin`
-/// (the daemon's exit, the report's write), at most `drain_timeout` (no drain of ours runs longer).
-/// `None` when nothing is left. Pure.
+/// (the daemon's exit, the report's write), at most `drain_left` (what is left of the drain's
+/// `[drain] timeout`). `None` when nothing is left. Pure.
 pub fn stage_time(
     stop_timeout: Option<Duration>,
     margin: Duration,
-    drain_timeout: Duration,
+    drain_left: Duration,
 ) -> Option<Duration> {
     let time = match stop_timeout {
-        Some(t) => t.saturating_sub(margin).min(drain_timeout),
-        None => drain_timeout,
+        Some(t) => t.saturating_sub(margin).min(drain_left),
+        None => drain_left,
     };
     (!time.is_zero()).then_some(time)
 }

@@ -2,7 +2,9 @@
 //! before the kubelet, the container runtime and the network (the unit is ordered after them),
 //! so what the window's drain left, or a shutdown that never went through logind
 //! (`systemctl start reboot.target`, SIGRTMIN+5 to PID 1), is drained here, within the unit's
-//! own stop timeout ([`crate::daemon::systemd`]). A plain `systemctl stop` or `restart` while the
+//! own stop timeout ([`crate::daemon::systemd`]) and what is left of `[drain] timeout`: that is
+//! the drain's one time across both stages, so a drain that had all of it in logind's window
+//! (the shipped drop-in allows more than the default timeout) has no second stage. A plain `systemctl stop` or `restart` while the
 //! system runs stops at once, as before.
 
 use std::time::Duration;
@@ -14,6 +16,7 @@ use super::work;
 use super::{Daemon, Running};
 use crate::budget::seconds;
 use crate::config::ShutdownPolicy;
+use crate::daemon::boot_record;
 use crate::daemon::logind::Logind;
 use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::phase::{Event, Phase};
@@ -23,6 +26,9 @@ use crate::shutdown_kind::ShutdownKind;
 /// How long SIGTERM's handling waits for systemd to say whether the system shuts down and how
 /// long the unit may take; no answer by then is a plain stop.
 const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
+/// The shortest stage worth starting: a list, an eviction and a pod's stop take seconds, and a
+/// stage that cannot finish one would only replace the window's report with an emptier one.
+const STAGE_MIN: Duration = Duration::from_secs(5);
 
 impl Daemon {
     /// The event for SIGTERM or SIGINT: the second stage when the system shuts down and this
@@ -66,7 +72,17 @@ impl Daemon {
             }
         };
         let margin = self.settings.daemon.release_margin;
-        let Some(stage) = systemd::stage_time(timeout, margin, self.settings.drain.timeout) else {
+        let left = self.drain_time_left();
+        if left < STAGE_MIN {
+            tracing::info!(
+                "the system shuts down and the drain of node {node} has had its [drain] timeout \
+                 ({}) but for {}: no second stage; stopping at once",
+                seconds(self.settings.drain.timeout),
+                seconds(left)
+            );
+            return Event::Stop;
+        }
+        let Some(stage) = systemd::stage_time(timeout, margin, left) else {
             tracing::warn!(
                 "the system shuts down, but the unit's TimeoutStopSec ({}) leaves nothing after \
                  the {} margin; stopping the daemon of node {node} at once",
@@ -82,6 +98,23 @@ impl Daemon {
         );
         self.stage = Some(stage);
         Event::StopInShutdown
+    }
+
+    /// What is left of `[drain] timeout` for this shutdown: the drain's one time across both
+    /// stages, counted from the shutdown's recorded start (logind's announcement); all of it for
+    /// a shutdown that never went through logind (none recorded).
+    fn drain_time_left(&self) -> Duration {
+        let timeout = self.settings.drain.timeout;
+        let started = self
+            .boot_log
+            .record()
+            .and_then(|r| r.shutdown)
+            .and_then(|s| s.boottime_ns)
+            .map(Duration::from_nanos);
+        match (started, boot_record::boottime_now()) {
+            (Some(from), Ok(now)) => crate::budget::remaining(from, now, timeout),
+            _ => timeout,
+        }
     }
 
     /// `StartStopStage`: the boot record gets the shutdown (kept if the window recorded it),
