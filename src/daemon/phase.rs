@@ -119,8 +119,9 @@ pub enum Event {
     /// SIGTERM or SIGINT.
     Stop,
     /// SIGTERM while the system shuts down (systemd's `SystemState` is `stopping`) and this
-    /// shutdown is not drained yet: the stop phase's second stage.
-    StopInShutdown,
+    /// shutdown is not drained yet: the stop phase's second stage, `within` this long (the unit's
+    /// stop timeout and what is left of the drain's).
+    StopInShutdown { within: std::time::Duration },
     /// logind's schedule file says a shutdown of `kind` is scheduled (new or changed), and
     /// `[shutdown]` says `policy` for it.
     Scheduled {
@@ -177,7 +178,10 @@ pub enum Effect {
     SayEarly,
     /// Start the stop phase's drain (or cordon) for `kind`, within the unit's stop timeout: the
     /// boot record gets the shutdown, no lock is involved.
-    StartStopStage { kind: ShutdownKind },
+    StartStopStage {
+        kind: ShutdownKind,
+        within: std::time::Duration,
+    },
 }
 
 /// Whether a shutdown that is over gets its prepare undone.
@@ -236,8 +240,8 @@ impl Phase {
                 ],
             )
         };
-        if event == Event::StopInShutdown {
-            return self.on_stop_in_shutdown().ok_or_else(refused);
+        if let Event::StopInShutdown { within } = event {
+            return self.on_stop_in_shutdown(within).ok_or_else(refused);
         }
         if let Phase::Stopping(s) = self {
             return Ok(match event {
@@ -320,11 +324,11 @@ impl Phase {
 
     /// SIGTERM while the system shuts down: the second stage, after whatever ran; `None`:
     /// refused (after the stop).
-    fn on_stop_in_shutdown(&self) -> Option<(Phase, Vec<Effect>)> {
+    fn on_stop_in_shutdown(&self, within: std::time::Duration) -> Option<(Phase, Vec<Effect>)> {
         use Effect::*;
         let stage = |kind, before: &[Effect]| {
             let mut effects = before.to_vec();
-            effects.push(StartStopStage { kind });
+            effects.push(StartStopStage { kind, within });
             let stopping = Phase::Stopping(Shutdown {
                 kind,
                 guarded: false,
@@ -424,7 +428,9 @@ impl Phase {
             Event::Unscheduled { fired: false } => restored(),
             Event::Overdue if planned.fired => restored(),
             Event::Ended if early => (Phase::Ready(planned), vec![SayEarly]),
-            Event::Due | Event::Overdue | Event::Ended | Event::StopInShutdown => return None,
+            Event::Due | Event::Overdue | Event::Ended | Event::StopInShutdown { .. } => {
+                return None;
+            }
             Event::Announced { kind, locked } => shutdown(kind, locked, true),
             Event::Connected {
                 under_way: Some(kind),
@@ -732,7 +738,8 @@ mod tests {
 
     #[test]
     fn a_stop_in_a_shutdown_drains_in_the_stop_phase_without_the_lock() {
-        let stage = |kind| StartStopStage { kind };
+        let within = std::time::Duration::from_secs(30);
+        let stage = |kind| StartStopStage { kind, within };
         let unknown = ShutdownKind::Unknown;
         let stopping = |kind| {
             Phase::Stopping(Shutdown {
@@ -770,7 +777,7 @@ mod tests {
             (stopping(REBOOT), stopping(REBOOT), vec![]),
         ];
         for (from, to, effects) in cases {
-            let (next, did) = step(from.clone(), Event::StopInShutdown);
+            let (next, did) = step(from.clone(), Event::StopInShutdown { within });
             assert_eq!((&next, &did), (&to, &effects), "{from:?}");
         }
         // The stage's end is recorded and said; a second stop aborts it; logind is not heard.
@@ -786,7 +793,7 @@ mod tests {
             step(stopping(REBOOT), Event::Cancelled),
             (stopping(REBOOT), vec![])
         );
-        assert!(Phase::Stopped.on(Event::StopInShutdown).is_err());
+        assert!(Phase::Stopped.on(Event::StopInShutdown { within }).is_err());
     }
 
     fn planned(fired: bool) -> Planned {

@@ -10,11 +10,20 @@
 //! container has been running since after it (a kubelet that restarted the containers before
 //! its first status update keeps the old transition time).
 //!
-//! The predicates are pure; [`super::NodeOps::wait_for_agents`] follows the pods and the Node
+//! The predicates are pure; `NodeOps::wait_for_agents` (here) follows the pods and the Node
 //! with kube's watcher into reflector stores.
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
+use kube::runtime::reflector::{self, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::time::Instant;
 
+use super::{NodeError, NodeOps};
+use crate::api::client::WATCH_SECONDS;
+use crate::api::retry;
 use crate::config::NodeCondition;
 use crate::config::selector::Selector;
 
@@ -98,6 +107,87 @@ pub fn conditions_waiting(node: Option<&Node>, wanted: &[NodeCondition]) -> Opti
         })
         .collect();
     (!missing.is_empty()).then(|| format!("node conditions: {}", missing.join(", ")))
+}
+
+impl NodeOps<'_> {
+    /// Waits until the node's agents run (the module doc): every pod on this node matching
+    /// `pods` (at least one) Ready since `since`, and every condition of `conditions` held by
+    /// the Node; each followed by kube's watcher into a reflector store (relists after 410,
+    /// backoff after errors). `waiting` hears what is still waited for whenever that changes
+    /// (the daemon's `STATUS=` line). By `deadline`, else [`NodeError::AgentsNotReady`] with the
+    /// last state.
+    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name))]
+    pub async fn wait_for_agents(
+        &self,
+        deadline: Instant,
+        since: jiff::Timestamp,
+        pods: Option<&Selector>,
+        conditions: &[NodeCondition],
+        waiting: impl Fn(&str),
+    ) -> Result<(), NodeError> {
+        let started = Instant::now();
+        let name = self.settings.node_name.clone();
+        let (pod_store, pod_writer) = reflector::store::<Pod>();
+        let (node_store, node_writer) = reflector::store::<Node>();
+        let pod_events: BoxStream<'_, ()> = match pods {
+            Some(sel) => {
+                let config = watcher::Config::default()
+                    .fields(&format!("spec.nodeName={name}"))
+                    .labels(&sel.to_string())
+                    .timeout(WATCH_SECONDS);
+                let api: Api<Pod> = Api::all(self.clients.watch.clone());
+                let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+                reflector(pod_writer, stream).map(|_| ()).boxed()
+            }
+            None => futures::stream::pending().boxed(),
+        };
+        let node_events: BoxStream<'_, ()> = if conditions.is_empty() {
+            futures::stream::pending().boxed()
+        } else {
+            let (api, config) = self.node_watch();
+            let stream = watcher::watcher(api, config).backoff(retry::for_watches());
+            reflector(node_writer, stream).map(|_| ()).boxed()
+        };
+        let state = || {
+            let pods_left = pods.and_then(|sel| {
+                let listed = pod_store.state();
+                pods_waiting(listed.iter().map(|p| p.as_ref()), sel, since)
+            });
+            let node = node_store.state().into_iter().next();
+            let conditions_left = conditions_waiting(node.as_deref(), conditions);
+            let left: Vec<String> = pods_left.into_iter().chain(conditions_left).collect();
+            (!left.is_empty()).then(|| left.join("; "))
+        };
+        let mut last = String::new();
+        let wait = async {
+            let mut events = futures::stream::select(pod_events, node_events);
+            loop {
+                match state() {
+                    None => return,
+                    Some(now) if now != last => {
+                        waiting(&now);
+                        last = now;
+                    }
+                    Some(_) => {}
+                }
+                if events.next().await.is_none() {
+                    // Both watches ended (they do not): wait for the deadline.
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, wait).await {
+            Ok(()) => {
+                tracing::info!("the agents of node {name} run: restoring");
+                Ok(())
+            }
+            Err(_) => Err(NodeError::AgentsNotReady {
+                node: name,
+                waited: started.elapsed(),
+                state: state().unwrap_or(last),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

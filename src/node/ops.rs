@@ -45,6 +45,14 @@ impl NodeOps<'_> {
         format!("node {}", self.name())
     }
 
+    /// This Node alone, watched: the watch client's API and kube's watcher config for it.
+    pub(super) fn node_watch(&self) -> (Api<Node>, watcher::Config) {
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={}", self.name()))
+            .timeout(WATCH_SECONDS);
+        (Api::all(self.clients.watch.clone()), config)
+    }
+
     fn api(&self) -> Api<Node> {
         Api::all(self.clients.api.clone())
     }
@@ -406,11 +414,8 @@ impl NodeOps<'_> {
     ) -> Result<(), NodeError> {
         let started = Instant::now();
         let name = self.name().to_string();
-        let api: Api<Node> = Api::all(self.clients.watch.clone());
+        let (api, config) = self.node_watch();
         let leases: Api<Lease> = Api::namespaced(self.clients.api.clone(), NODE_LEASE_NAMESPACE);
-        let config = watcher::Config::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(WATCH_SECONDS);
         let last = std::sync::Mutex::new(String::from("no Ready condition seen"));
         let wait = async {
             let stream = watch(api, config).backoff(retry::for_watches());
@@ -476,92 +481,6 @@ impl NodeOps<'_> {
 }
 
 impl NodeOps<'_> {
-    /// Waits until the node's agents run ([`super::agents`]): every pod on this node matching
-    /// `pods` (at least one) Ready since `since`, and every condition of `conditions` held by
-    /// the Node; each followed by kube's watcher into a reflector store (relists after 410,
-    /// backoff after errors). `waiting` hears what is still waited for whenever that changes
-    /// (the daemon's `STATUS=` line). By `deadline`, else [`NodeError::AgentsNotReady`] with the
-    /// last state.
-    #[tracing::instrument(skip_all, fields(node = %self.settings.node_name))]
-    pub async fn wait_for_agents(
-        &self,
-        deadline: Instant,
-        since: jiff::Timestamp,
-        pods: Option<&crate::config::selector::Selector>,
-        conditions: &[crate::config::NodeCondition],
-        waiting: impl Fn(&str),
-    ) -> Result<(), NodeError> {
-        use futures::stream::BoxStream;
-        use k8s_openapi::api::core::v1::Pod;
-        use kube::runtime::reflector::{self, reflector};
-
-        let started = Instant::now();
-        let name = self.name().to_string();
-        let (pod_store, pod_writer) = reflector::store::<Pod>();
-        let (node_store, node_writer) = reflector::store::<Node>();
-        let pod_events: BoxStream<'_, ()> = match pods {
-            Some(sel) => {
-                let config = watcher::Config::default()
-                    .fields(&format!("spec.nodeName={name}"))
-                    .labels(&sel.to_string())
-                    .timeout(WATCH_SECONDS);
-                let api: Api<Pod> = Api::all(self.clients.watch.clone());
-                let stream = watch(api, config).backoff(retry::for_watches());
-                reflector(pod_writer, stream).map(|_| ()).boxed()
-            }
-            None => futures::stream::pending().boxed(),
-        };
-        let node_events: BoxStream<'_, ()> = if conditions.is_empty() {
-            futures::stream::pending().boxed()
-        } else {
-            let config = watcher::Config::default()
-                .fields(&format!("metadata.name={name}"))
-                .timeout(WATCH_SECONDS);
-            let api: Api<Node> = Api::all(self.clients.watch.clone());
-            let stream = watch(api, config).backoff(retry::for_watches());
-            reflector(node_writer, stream).map(|_| ()).boxed()
-        };
-        let state = || {
-            let pods_left = pods.and_then(|sel| {
-                let listed = pod_store.state();
-                super::agents::pods_waiting(listed.iter().map(|p| p.as_ref()), sel, since)
-            });
-            let node = node_store.state().into_iter().next();
-            let conditions_left = super::agents::conditions_waiting(node.as_deref(), conditions);
-            let left: Vec<String> = pods_left.into_iter().chain(conditions_left).collect();
-            (!left.is_empty()).then(|| left.join("; "))
-        };
-        let mut last = String::new();
-        let wait = async {
-            let mut events = futures::stream::select(pod_events, node_events);
-            loop {
-                match state() {
-                    None => return,
-                    Some(now) if now != last => {
-                        waiting(&now);
-                        last = now;
-                    }
-                    Some(_) => {}
-                }
-                if events.next().await.is_none() {
-                    // Both watches ended (they do not): wait for the deadline.
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
-        match tokio::time::timeout_at(deadline, wait).await {
-            Ok(()) => {
-                tracing::info!("the agents of node {name} run: restoring");
-                Ok(())
-            }
-            Err(_) => Err(NodeError::AgentsNotReady {
-                node: name,
-                waited: started.elapsed(),
-                state: state().unwrap_or(last),
-            }),
-        }
-    }
-
     /// Watches the Node until `until` holds for it (`Ok(true)`) or `deadline` passes
     /// (`Ok(false)`); the Node's absence is an error.
     pub async fn watch_until(
@@ -570,10 +489,7 @@ impl NodeOps<'_> {
         until: impl Fn(&Node) -> bool,
     ) -> Result<bool, NodeError> {
         let name = self.name().to_string();
-        let api: Api<Node> = Api::all(self.clients.watch.clone());
-        let config = watcher::Config::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(WATCH_SECONDS);
+        let (api, config) = self.node_watch();
         let wait = async {
             let stream = watch(api, config).backoff(retry::for_watches());
             let mut stream = std::pin::pin!(stream);

@@ -174,10 +174,17 @@ impl Rig {
             "result_file": self.result_file(),
             "keeper": self.dir.path().join("lock-keeper.sock"),
         });
-        let log = std::fs::File::create(self.dir.path().join("logind.log")).expect("a log file");
-        let child = Command::new(SYSTEM_PYTHON)
+        self.logind = Some(self.spawn_mock(&template_path(), &params, "logind.log"));
+        self.wait_for_name(BUS_NAME, "logind.log").await;
+    }
+
+    /// Starts python-dbusmock with `template` and `params` on the bus, its stderr in `log` (in
+    /// the rig's dir).
+    fn spawn_mock(&self, template: &Path, params: &serde_json::Value, log: &str) -> Child {
+        let log = std::fs::File::create(self.dir.path().join(log)).expect("a log file");
+        Command::new(SYSTEM_PYTHON)
             .args(["-m", "dbusmock", "--system", "-t"])
-            .arg(template_path())
+            .arg(template)
             .arg("-p")
             .arg(params.to_string())
             .env("DBUS_SYSTEM_BUS_ADDRESS", &self.address)
@@ -185,9 +192,7 @@ impl Rig {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start python-dbusmock");
-        self.logind = Some(child);
-        self.wait_for_name(BUS_NAME, "logind.log").await;
+            .unwrap_or_else(|e| panic!("start python-dbusmock with {}: {e}", template.display()))
     }
 
     /// Waits until `name` is owned on the bus; fails with the fake's log `log` after 20 s.
@@ -225,20 +230,8 @@ impl Rig {
             "SystemState": state,
             "TimeoutStopUSec": stop_timeout.as_micros() as u64,
         });
-        let log = std::fs::File::create(self.dir.path().join("systemd.log")).expect("a log file");
         let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/fake_systemd.py");
-        let child = Command::new(SYSTEM_PYTHON)
-            .args(["-m", "dbusmock", "--system", "-t"])
-            .arg(template)
-            .arg("-p")
-            .arg(params.to_string())
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.address)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start python-dbusmock for systemd");
-        self.systemd = Some(child);
+        self.systemd = Some(self.spawn_mock(&template, &params, "systemd.log"));
         self.wait_for_name("org.freedesktop.systemd1", "systemd.log")
             .await;
     }

@@ -83,7 +83,7 @@ impl Daemon {
             Effect::ShowScheduled => self.show_scheduled(),
             Effect::StartEarly { kind } => self.start_early(kind),
             Effect::SayEarly => self.say_early(),
-            Effect::StartStopStage { kind } => self.start_stop_stage(kind),
+            Effect::StartStopStage { kind, within } => self.start_stop_stage(kind, within),
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
                     crate::daemon::outcome::say(

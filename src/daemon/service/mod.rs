@@ -115,8 +115,6 @@ pub(crate) struct Daemon {
     /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
     /// them in the stop phase.
     left_work: bool,
-    /// The stop phase's time, read from systemd when SIGTERM came during a shutdown.
-    stage: Option<std::time::Duration>,
 }
 
 /// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
@@ -168,7 +166,6 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         idle: watch::Sender::new(true),
         forecast_budget: watch::Sender::new(None),
         left_work: true,
-        stage: None,
         settings,
     };
     daemon.spawn_forecast();

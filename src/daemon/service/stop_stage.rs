@@ -96,8 +96,7 @@ impl Daemon {
              and the network still run); draining what is left in the stop phase, within {}",
             seconds(stage)
         );
-        self.stage = Some(stage);
-        Event::StopInShutdown
+        Event::StopInShutdown { within: stage }
     }
 
     /// What is left of `[drain] timeout` for this shutdown: the drain's one time across both
@@ -118,13 +117,12 @@ impl Daemon {
     }
 
     /// `StartStopStage`: the boot record gets the shutdown (kept if the window recorded it),
-    /// and what `[shutdown]` says for `kind` runs within the stage's time. No lock, no guard.
-    pub(super) fn start_stop_stage(&mut self, kind: ShutdownKind) {
+    /// and what `[shutdown]` says for `kind` runs within `stage`. No lock, no guard.
+    pub(super) fn start_stop_stage(&mut self, kind: ShutdownKind, stage: Duration) {
         let started = Instant::now();
         let node = self.settings.node_name.clone();
         self.abort_restore("the system shuts down");
         let _ = self.boot_log.shutdown_started(kind, false);
-        let stage = self.stage.take().unwrap_or(self.settings.drain.timeout);
         let deadline = started + stage;
         let policy = self.settings.shutdown.policy(kind);
         let what = kind.noun();
