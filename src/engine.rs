@@ -534,6 +534,16 @@ impl Engine {
             .await?)
     }
 
+    /// Removes the taint of the drain's last stage ([`node::daemonsets`]) ahead of the rest of
+    /// the restore, by `deadline`; true when it was there (ours) and is gone now.
+    pub async fn untaint_daemonsets(&self, deadline: Instant) -> Result<bool, Error> {
+        Ok(self
+            .ops_by(deadline)
+            .await?
+            .untaint_daemonsets(deadline)
+            .await?)
+    }
+
     /// Whether the boot restore waits for the node's agents (`[restore]` names pods or
     /// conditions).
     pub fn waits_for_agents(&self) -> bool {

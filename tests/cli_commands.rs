@@ -412,6 +412,46 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
     );
     assert_eq!(asked("create", "events")["namespace"], "default");
 
+    // `daemonsets = "stop-last"` needs the last stage's taint: a dry run of it passes with the
+    // admin's credentials and fails check with the kubelet's, naming what the drain then does.
+    let stop_last = "[drain]\ntimeout = \"10s\"\ndaemonsets = \"stop-last\"\n";
+    let line = |r: &Run| {
+        r.stdout
+            .lines()
+            .find(|l| {
+                l.starts_with(
+                    "daemonsets stop-last: taint kube-shutdown-drain/daemonsets:NoSchedule",
+                )
+            })
+            .unwrap_or_else(|| panic!("no daemonsets line:\n{}", r.stdout))
+            .to_string()
+    };
+    let r = cli_on_bus(
+        &c.config_file("admin", stop_last),
+        &["check"],
+        rig.address(),
+    )
+    .await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(line(&r).contains("allowed"), "{}", line(&r));
+    let r = cli_on_bus(
+        &c.config_file("system:node:node-a", stop_last),
+        &["check"],
+        rig.address(),
+    )
+    .await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        line(&r).contains("not allowed to modify taints")
+            && line(&r).contains("leaves the DaemonSet pods of node node-a running"),
+        "{}",
+        line(&r)
+    );
+    assert!(
+        c.node(NODE)["spec"]["taints"].is_null(),
+        "the dry runs stored nothing"
+    );
+
     // A state directory that cannot be written (its parent is a file): exit 1, named.
     let file = c.dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();

@@ -262,11 +262,7 @@ async fn the_boot_restore_waits_for_the_cni_pod_of_this_boot() {
         .expect_drained(Duration::from_secs(20), "the reboot drains")
         .await;
     world.expect_released(Duration::from_secs(20)).await;
-    world.kill_daemon();
-    world.rig.simulate_boot().await;
-    world.new_boot();
-    world.spawn_daemon();
-    world.wait_ready().await;
+    world.boot_again().await;
     world
         .expect_log(
             "before restoring, waiting for pods matching app=flannel not Ready in this boot: \
@@ -298,4 +294,81 @@ async fn the_boot_restore_waits_for_the_cni_pod_of_this_boot() {
             .log()
             .contains("the agents of node demo-node-1 run: restoring")
     );
+}
+
+/// `[drain] daemonsets = "stop-last"` with `[restore] wait_for_pods` naming a DaemonSet's pods
+/// (issue 21): the reboot's drain stops node-exporter last, under our second taint; on the next
+/// boot the restore removes that taint first (the node still cordoned), the DaemonSet controller
+/// brings node-exporter back, and once it is Ready the rest is restored. Without the early
+/// untaint the restore would wait for a pod the taint keeps away.
+#[tokio::test]
+async fn the_boot_restore_brings_back_the_daemonset_pods_it_waits_for_first() {
+    let mut setup = setup();
+    setup.config = setup
+        .config
+        .replace("[drain]\n", "[drain]\ndaemonsets = \"stop-last\"\n")
+        .replace(
+            "restore_ready_timeout = \"2s\"",
+            "restore_ready_timeout = \"60s\"",
+        );
+    setup
+        .config
+        .push_str("[restore]\nwait_for_pods = \"app.kubernetes.io/name=node-exporter\"\n");
+    let Some(mut world) = started(setup).await else {
+        return;
+    };
+    let exporters = |world: &World| -> Vec<String> {
+        world
+            .api
+            .store()
+            .list("Pod", Some("monitoring"))
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"] == json!(NODE))
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let ds_tainted = |world: &World| {
+        world.node()["spec"]["taints"].as_array().is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["key"] == "kube-shutdown-drain/daemonsets")
+        })
+    };
+    world.rig.reboot().await;
+    world
+        .expect_until(
+            Duration::from_secs(20),
+            |w| exporters(w).is_empty() && ds_tainted(w),
+            "the reboot's drain stops node-exporter last, under the DaemonSet taint",
+        )
+        .await;
+    world.expect_released(Duration::from_secs(20)).await;
+    world.boot_again().await;
+    world
+        .expect_log(
+            "removed taint kube-shutdown-drain/daemonsets first",
+            Duration::from_secs(20),
+            "the boot restore removes the DaemonSet taint before it waits for the agents",
+        )
+        .await;
+    world
+        .expect_until(
+            Duration::from_secs(20),
+            |w| exporters(w).len() == 1,
+            "the DaemonSet controller brings node-exporter back",
+        )
+        .await;
+    assert!(world.is_cordoned(), "the node stays cordoned meanwhile");
+    world
+        .expect_restored(
+            Duration::from_secs(20),
+            "restored once the new node-exporter pod is Ready",
+        )
+        .await;
+    assert!(world.marker_text().is_none() && !ds_tainted(&world));
 }

@@ -1273,11 +1273,7 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
 
     // The next boot: the last drain is still exported (read back from the report) and the
     // restore is added.
-    world.kill_daemon();
-    world.rig.simulate_boot().await;
-    world.new_boot();
-    world.spawn_daemon();
-    world.wait_ready().await;
+    world.boot_again().await;
     world
         .expect_restored(Duration::from_secs(15), "restored in the new boot")
         .await;

@@ -49,11 +49,7 @@ async fn running(setup: Setup) -> Option<(World, String)> {
 
 /// The machine comes back: logind forgets the old boot, a new boot ID, the daemon starts.
 async fn next_boot(world: &mut World) {
-    world.kill_daemon();
-    world.rig.simulate_boot().await;
-    world.new_boot();
-    world.spawn_daemon();
-    world.wait_ready().await;
+    world.boot_again().await;
 }
 
 /// The one Event with `reason` on the node, once it is there; fails naming what was found.

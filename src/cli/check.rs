@@ -308,7 +308,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     }
     if settings.taint.enabled {
         let taint = settings.taint.to_string();
-        match taint_dry_run(clients, &settings, &node_object).await {
+        match taint_dry_run(clients, &settings, &node_object, &settings.taint.taint()).await {
             Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
             Err(e) if e.is_forbidden() => outln!(
                 "taint {taint}: denied (optional): {}; the drain cordons without it",
@@ -317,6 +317,28 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             Err(e) => {
                 ok = false;
                 outln!("taint {taint}: cannot check: {e}");
+            }
+        }
+    }
+    if settings.drain.daemonsets == crate::config::DaemonSetPolicy::StopLast {
+        let taint = crate::node::daemonsets::taint();
+        let name = format!("{}:{}", taint.key, taint.effect);
+        match taint_dry_run(clients, &settings, &node_object, &taint).await {
+            Ok(()) => outln!(
+                "daemonsets stop-last: taint {name} allowed (server-side dry run of the patch)"
+            ),
+            Err(e) => {
+                ok = false;
+                let why = if e.is_forbidden() {
+                    format!("denied: {}", e.problem())
+                } else {
+                    format!("cannot check: {e}")
+                };
+                outln!(
+                    "daemonsets stop-last: taint {name} {why}; without it the drain leaves the \
+                     DaemonSet pods of node {} running",
+                    settings.node_name
+                );
             }
         }
     }
@@ -367,23 +389,27 @@ async fn credentials_line(credentials: &Credentials) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The taint patch the drain would send, as a server-side dry run (`?dryRun=All`): admission
-/// (NodeRestriction, policies) answers it as it would the real one, and nothing is stored. Adds
-/// our taint, or removes it when it is already there, so the patch always changes the taints.
+/// A taint patch the drain would send (`taint`: ours, or the last stage's), as a server-side
+/// dry run (`?dryRun=All`): admission (NodeRestriction, policies) answers it as it would the
+/// real one, and nothing is stored. Adds the taint, or removes it when it is already there, so
+/// the patch always changes the taints.
 async fn taint_dry_run(
     clients: &Clients,
     settings: &Settings,
     node: &Node,
+    taint: &k8s_openapi::api::core::v1::Taint,
 ) -> Result<(), ApiError> {
     let mut taints = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    if taints.iter().any(|t| settings.taint.matches(t)) {
-        taints.retain(|t| !settings.taint.matches(t));
+    let same =
+        |t: &k8s_openapi::api::core::v1::Taint| t.key == taint.key && t.effect == taint.effect;
+    if taints.iter().any(same) {
+        taints.retain(|t| !same(t));
     } else {
-        taints.push(settings.taint.taint());
+        taints.push(taint.clone());
     }
     let object = format!(
         "a dry run of the taint patch of node {}",

@@ -119,6 +119,24 @@ impl Named for OnDeadline {
     ];
 }
 
+/// What the drain does with the node's DaemonSet pods (`[drain] daemonsets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonSetPolicy {
+    /// Leave them running, as `kubectl drain --ignore-daemonsets` does (the default).
+    Leave,
+    /// Once every other planned pod is gone, taint the node with
+    /// [`crate::node::DAEMONSETS_TAINT_KEY`]`:NoSchedule` and stop the DaemonSet pods that do
+    /// not tolerate it, by priority, `system-node-critical` last.
+    StopLast,
+}
+
+impl Named for DaemonSetPolicy {
+    const NAMES: &'static [(&'static str, Self)] = &[
+        ("leave", DaemonSetPolicy::Leave),
+        ("stop-last", DaemonSetPolicy::StopLast),
+    ];
+}
+
 /// `as_str` (the spelling in the file and, for the taint effect, the API's) and `Serialize`,
 /// both from `NAMES`.
 macro_rules! named_enum {
@@ -154,8 +172,20 @@ impl Named for ShutdownPolicy {
     ];
 }
 
-named_enum!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
-deserialize_checked!(TaintEffect, Policy, OnDeadline, ShutdownPolicy);
+named_enum!(
+    TaintEffect,
+    Policy,
+    OnDeadline,
+    ShutdownPolicy,
+    DaemonSetPolicy
+);
+deserialize_checked!(
+    TaintEffect,
+    Policy,
+    OnDeadline,
+    ShutdownPolicy,
+    DaemonSetPolicy
+);
 
 /// What a matching rule does with a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +269,8 @@ pub struct DrainSettings {
     pub wait_for_detach: bool,
     /// Evict a pod whose grace period is longer than the time left with that time instead.
     pub fit_grace_to_deadline: bool,
+    /// Leave the node's DaemonSet pods, or stop them last (`crate::drain` "the last stage").
+    pub daemonsets: DaemonSetPolicy,
 }
 
 /// The `[daemon]` table.

@@ -13,7 +13,7 @@ use super::values::{
     NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey,
     TaintValue, TextfilePath,
 };
-use super::{OnDeadline, Policy, ShutdownPolicy, TaintEffect};
+use super::{DaemonSetPolicy, OnDeadline, Policy, ShutdownPolicy, TaintEffect};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -146,6 +146,8 @@ pub struct RawDrain {
     pub wait_for_detach: Option<Flag>,
     /// Default: true.
     pub fit_grace_to_deadline: Option<Flag>,
+    /// Default: leave.
+    pub daemonsets: Option<DaemonSetPolicy>,
 }
 
 /// `[daemon]`.
@@ -253,7 +255,7 @@ impl Table for RawRule {
 impl Table for RawDrain {
     const EXPECTING: &'static str = "`drain` to be a [drain] table (keys concurrency, grace_period, retry_interval, \
          timeout, on_deadline, exclude_from_load_balancers, wait_for_detach, \
-         fit_grace_to_deadline)";
+         fit_grace_to_deadline, daemonsets)";
 }
 
 impl Table for RawDaemon {

@@ -118,6 +118,17 @@ pub(super) const BAD_VALUES: &[(&str, &str, usize, usize, &[&str])] = &[
         ],
     ),
     (
+        "bad daemonsets",
+        "[drain]\ndaemonsets = \"stop\"",
+        2,
+        14,
+        &[
+            "key `drain.daemonsets`",
+            "unknown value \"stop\"",
+            "one of \"leave\", \"stop-last\"",
+        ],
+    ),
+    (
         "relative path",
         "kubeconfig = \"kc.yaml\"",
         1,

@@ -34,6 +34,7 @@ fn empty_file_gives_the_documented_defaults() {
     assert_eq!(s.drain.retry_interval, Duration::from_secs(5));
     assert_eq!(s.drain.concurrency, 10);
     assert_eq!(s.drain.on_deadline, OnDeadline::Report);
+    assert_eq!(s.drain.daemonsets, DaemonSetPolicy::Leave);
     assert_eq!(s.daemon.release_margin, Duration::from_secs(5));
     assert_eq!(s.daemon.restore_ready_timeout, Duration::from_secs(600));
     assert!(s.daemon.drain_when_scheduled);
@@ -317,6 +318,7 @@ fn enum_names_are_listed_once_and_round_trip() {
     round_trip(&[PreferNoSchedule, NoSchedule, NoExecute]);
     round_trip(&[Policy::Evict, Policy::Skip]);
     round_trip(&[OnDeadline::Report, OnDeadline::Delete]);
+    round_trip(&[DaemonSetPolicy::Leave, DaemonSetPolicy::StopLast]);
     use values::{ActionName, Named};
     for a in [
         ActionName::Drain,

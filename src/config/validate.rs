@@ -13,8 +13,8 @@ use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
     DEFAULT_KUBELET_CONFIG_DIR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY,
-    DaemonSettings, DrainSettings, FilterSettings, MetricsSettings, OnDeadline, Policy,
-    RestoreSettings, Rule, RuleAction, Settings, ShutdownSettings, Source, TaintEffect,
+    DaemonSetPolicy, DaemonSettings, DrainSettings, FilterSettings, MetricsSettings, OnDeadline,
+    Policy, RestoreSettings, Rule, RuleAction, Settings, ShutdownSettings, Source, TaintEffect,
     TaintSettings,
 };
 
@@ -76,6 +76,7 @@ pub fn settings(
         exclude_from_load_balancers: flag(d.exclude_from_load_balancers, true),
         wait_for_detach: flag(d.wait_for_detach, true),
         fit_grace_to_deadline: flag(d.fit_grace_to_deadline, true),
+        daemonsets: d.daemonsets.unwrap_or(DaemonSetPolicy::Leave),
     };
     let daemon = DaemonSettings {
         release_margin: raw

@@ -17,7 +17,7 @@ use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
-use crate::node::{Marker, MarkerRead};
+use crate::node::{DAEMONSETS_TAINT_KEY, Marker, MarkerRead};
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -200,6 +200,17 @@ async fn ready_for_boot_restore(
         crate::node::boot_started()?
     };
     engine.wait_ready_since(deadline, since).await?;
+    // The DaemonSet pods a last stage stopped come back first, while the node stays cordoned:
+    // they may be the very agents the restore waits for.
+    if marker.taints.iter().any(|t| t.key == DAEMONSETS_TAINT_KEY)
+        && engine.untaint_daemonsets(deadline).await?
+    {
+        tracing::info!(
+            "node {node} is Ready; removed taint {DAEMONSETS_TAINT_KEY} first, so the \
+             DaemonSet controller brings back the pods the drain stopped last while the node \
+             stays cordoned"
+        );
+    }
     // Then the node's own agents, within the same timeout (the same retry when they do not run).
     if engine.waits_for_agents() {
         engine

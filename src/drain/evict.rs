@@ -306,6 +306,7 @@ mod tests {
     #[test]
     fn eviction_body_carries_delete_options_in_camel_case() {
         let pod = PlannedPod {
+            last: None,
             namespace: "work".into(),
             name: "web-1".into(),
             uid: "u-1".into(),

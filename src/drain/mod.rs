@@ -18,6 +18,9 @@
 //!   not answer at the deadline, the report says so and names the server and the node.
 //! - [`volumes`]: with `wait_for_detach`, once the evicted pods are gone the drain holds until
 //!   the VolumeAttachments of their volumes on the node are gone, or the deadline.
+//! - [`last`]: with `daemonsets = "stop-last"`, once every other planned pod is gone (and the
+//!   volumes detached), the node's DaemonSet pods that do not tolerate our second taint are
+//!   evicted under it, by priority, `system-node-critical` last.
 //! - At the deadline every task stops; the remaining pods are reported with the budgets that
 //!   blocked them, and with `on_deadline = "delete"` deleted, ignoring their budgets (the report
 //!   keeps the budget). The final Node Events get at most [`FINAL_EVENTS_MAX`].
@@ -26,6 +29,7 @@ pub mod budgets;
 pub mod evict;
 pub mod gone;
 pub mod health;
+mod last;
 pub mod run;
 pub mod tracker;
 pub mod volumes;
@@ -45,7 +49,7 @@ use self::health::{ServerHealth, outage_message};
 use self::run::{RowId, Run};
 use self::tracker::{Tracker, field_selector, malformed_message, missing_part};
 use crate::api::{ApiError, Clients};
-use crate::config::{OnDeadline, Settings};
+use crate::config::{DaemonSetPolicy, OnDeadline, Settings};
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;
 use crate::policy::plan::{Plan, PlannedPod};
@@ -257,20 +261,26 @@ pub async fn drain(
     for p in plan.pods {
         schedule.place(&run, p);
     }
-    let reached = schedule
+    // Cut: pods remain at the deadline (the deadline action follows); reached: the deadline
+    // came first, pods or volumes.
+    let mut cut = schedule
         .run(&run, &mut new_rx, &mut report.errors, work_deadline)
         .await;
     drop(schedule);
-    run.budgets.stop();
-    if reached {
-        at_deadline(&run, &mut report, &clients.server, deadline).await;
-    }
-    watch.abort_all();
-
-    let mut reached = reached;
+    let mut reached = cut;
     if let Some(detach) = detach.filter(|_| !reached) {
         reached = wait_for_volumes(clients, &run, detach, &mut report, work_deadline).await;
     }
+    // The DaemonSet pods go last: after the volumes, whose unmount may need a node plugin.
+    if !reached && settings.drain.daemonsets == DaemonSetPolicy::StopLast {
+        cut = last::stop(&run, &mut new_rx, &mut report.errors, work_deadline).await;
+        reached = cut;
+    }
+    run.budgets.stop();
+    if cut {
+        at_deadline(&run, &mut report, &clients.server, deadline).await;
+    }
+    watch.abort_all();
     report.pods = run.take_reports();
     report.deadline_reached = reached;
     let report = finished(report, started);
@@ -344,9 +354,13 @@ impl Schedule {
     /// Files a planned pod: into the running group when its order has come, else into its
     /// group. A pod that has a row already (same UID) is not filed again.
     fn place(&mut self, run: &Arc<Run>, p: PlannedPod) {
-        let Some(id) = run.add(&p) else {
-            return;
-        };
+        if let Some(id) = run.add(&p) {
+            self.file(run, id, p);
+        }
+    }
+
+    /// Files the pod of row `id` by its plan.
+    fn file(&mut self, run: &Arc<Run>, id: RowId, p: PlannedPod) {
         match (p.action, p.order) {
             (Action::Evict, Some(order)) => match self.current.as_mut() {
                 Some((cur, set)) if order <= *cur => {

@@ -124,6 +124,15 @@ impl Run {
         Some(id)
     }
 
+    /// Gives row `id` a new plan (a DaemonSet pod of the last stage, now to be evicted): its
+    /// report row starts again as pending under that plan.
+    pub fn replan(&self, id: RowId, planned: &PlannedPod) {
+        if let Some(r) = self.rows().list.get_mut(id) {
+            r.plan = planned.clone();
+            r.report = PodReport::from_plan(planned, Outcome::Pending);
+        }
+    }
+
     /// A copy of every row.
     pub fn snapshot(&self) -> Vec<Row> {
         self.rows().list.clone()

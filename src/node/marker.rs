@@ -203,7 +203,7 @@ pub fn marker_of(node: &Node, name: &str) -> Result<Option<Marker>, NodeError> {
     }
 }
 
-fn build_error<'a>(
+pub(super) fn build_error<'a>(
     name: &'a str,
     what: &'static str,
 ) -> impl Fn(serde_json::Error) -> NodeError + 'a {
@@ -216,12 +216,16 @@ fn build_error<'a>(
 
 /// The guard every Node write starts with: the resourceVersion we read. Any change by another
 /// writer in between (a taint, a cordon, the marker) fails it with 422 and we read again.
-fn guard(node: &Node) -> Value {
+pub(super) fn guard(node: &Node) -> Value {
     json!({"op": "test", "path": "/metadata/resourceVersion", "value": node.metadata.resource_version})
 }
 
 /// The operation storing `marker` (or removing it, for `None`).
-fn marker_op(node: &Node, name: &str, marker: Option<&Marker>) -> Result<Value, NodeError> {
+pub(super) fn marker_op(
+    node: &Node,
+    name: &str,
+    marker: Option<&Marker>,
+) -> Result<Value, NodeError> {
     let Some(marker) = marker else {
         return Ok(json!({"op": "remove", "path": MARKER_POINTER}));
     };

@@ -12,9 +12,11 @@
 //! - [`marker`]: the marker and the pure patch builders.
 //! - [`ops`]: the calls (read, prepare, restore, wait for Ready).
 //! - [`agents`]: the boot restore's wait for the node's own agents (pods, conditions).
+//! - [`daemonsets`]: the taint of the drain's last stage, which stops DaemonSet pods.
 //! - [`hold`]: what another writer took from a prepared node while it drains.
 
 pub mod agents;
+pub mod daemonsets;
 pub mod hold;
 pub mod marker;
 pub mod ops;
@@ -27,6 +29,7 @@ use k8s_openapi::api::core::v1::Node;
 
 use crate::api::ApiError;
 
+pub use daemonsets::DAEMONSETS_TAINT_KEY;
 pub use marker::{
     EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours,
     is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
@@ -44,6 +47,12 @@ pub enum NodeError {
     WriteMarker(ApiError),
     #[error("the marker annotation on node {node} is not one we wrote ({reason})")]
     BadMarker { node: String, reason: String },
+    #[error("not adding {what} to node {node}: {why}, so no marker would record it")]
+    Unrecorded {
+        node: String,
+        what: &'static str,
+        why: String,
+    },
     #[error("cannot build the {what} patch for node {node}: {source}")]
     BuildPatch {
         node: String,

@@ -80,7 +80,7 @@ impl NodeOps<'_> {
             })
     }
 
-    fn failed(&self, what: &'static str, e: GuardedError<NodeError>) -> NodeError {
+    pub(super) fn failed(&self, what: &'static str, e: GuardedError<NodeError>) -> NodeError {
         match e {
             GuardedError::Build(e) => e,
             GuardedError::Api(source) if what == "prepare" => NodeError::WriteMarker(source),
@@ -94,7 +94,7 @@ impl NodeOps<'_> {
     }
 
     /// One guarded write of this node, starting from `node` as read.
-    async fn write<P>(
+    pub(super) async fn write<P>(
         &self,
         node: &Node,
         deadline: Instant,

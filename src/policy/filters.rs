@@ -22,13 +22,18 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{FilterSettings, Policy, Rule, RuleAction, Settings};
+use crate::config::{DaemonSetPolicy, FilterSettings, Policy, Rule, RuleAction, Settings};
+use crate::node::daemonsets::{DAEMONSETS_TAINT_EFFECT, DAEMONSETS_TAINT_KEY};
 
 /// The taint key `kubectl cordon` stands for (the node lifecycle controller adds it to cordoned
 /// nodes, and the scheduler treats `spec.unschedulable` as this taint).
 pub const CORDON_TAINT_KEY: &str = "node.kubernetes.io/unschedulable";
 /// Set by the kubelet on the API mirror of a static pod.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The priority class of the node's own agents, stopped after every other DaemonSet pod
+/// (its value, 2000001000, is the highest a pod can have; the class name decides here even when
+/// a pod's `spec.priority` was never resolved).
+pub const NODE_CRITICAL_CLASS: &str = "system-node-critical";
 /// Cluster API's per-pod drain opt-out label (values `skip`, `wait-completed`).
 pub const CAPI_DRAIN_LABEL: &str = "cluster.x-k8s.io/drain";
 
@@ -287,6 +292,42 @@ pub fn verdict(settings: &Settings, pod: &Pod) -> Verdict {
         return Verdict::evict(Reason::Completed, order);
     }
     Verdict::evict(Reason::Default, order)
+}
+
+/// The order group of a DaemonSet pod in the drain's last stage (`[drain] daemonsets =
+/// "stop-last"`, [`crate::node::daemonsets`]): its priority, lowest first, and
+/// [`NODE_CRITICAL_CLASS`] pods after all others. `None` when the drain leaves it: DaemonSets
+/// left, not a DaemonSet pod the drain skipped (a terminating one is waited for), a mirror pod,
+/// or a pod that tolerates the stage's taint (it would run on under it: CNI, kube-proxy and
+/// most CSI node plugins tolerate every taint). Pure.
+pub fn last_stage_order(settings: &Settings, pod: &Pod, verdict: &Verdict) -> Option<i32> {
+    if settings.drain.daemonsets != DaemonSetPolicy::StopLast
+        || verdict.reason != Reason::DaemonSet
+        || verdict.action != Action::Skip
+    {
+        return None;
+    }
+    let spec = pod.spec.as_ref()?;
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+    let tolerated = spec
+        .tolerations
+        .iter()
+        .flatten()
+        .any(|t| tolerates(t, DAEMONSETS_TAINT_KEY, "", DAEMONSETS_TAINT_EFFECT));
+    if mirror || tolerated {
+        return None;
+    }
+    Some(
+        if spec.priority_class_name.as_deref() == Some(NODE_CRITICAL_CLASS) {
+            i32::MAX
+        } else {
+            priority(pod)
+        },
+    )
 }
 
 #[cfg(test)]

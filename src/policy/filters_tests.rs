@@ -396,3 +396,57 @@ fn verdict_table() {
         );
     }
 }
+
+/// The last stage's order (`daemonsets = "stop-last"`): DaemonSet pods by priority, the
+/// node-critical class last whatever its resolved priority; none for pods it leaves.
+#[test]
+fn the_last_stage_orders_daemonset_pods_and_leaves_what_would_run_on() {
+    let stop_last = settings("[drain]\ndaemonsets = \"stop-last\"\n");
+    let ds = |spec: serde_json::Value| {
+        let mut p = pod(serde_json::json!({"spec": spec}));
+        p.metadata.owner_references.as_mut().unwrap()[0].kind = "DaemonSet".into();
+        p
+    };
+    let order = |s: &Settings, p: &Pod| last_stage_order(s, p, &verdict(s, p));
+    let cordon_only = serde_json::json!([{"key": CORDON_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]);
+    assert_eq!(
+        order(
+            &stop_last,
+            &ds(serde_json::json!({"tolerations": cordon_only}))
+        ),
+        Some(0)
+    );
+    assert_eq!(
+        order(&stop_last, &ds(serde_json::json!({"priority": 1000}))),
+        Some(1000)
+    );
+    assert_eq!(
+        order(
+            &stop_last,
+            &ds(serde_json::json!({"priorityClassName": "system-node-critical"}))
+        ),
+        Some(i32::MAX)
+    );
+    // Tolerating every taint, or ours by key, or every NoSchedule taint: it stays.
+    for t in [
+        serde_json::json!([{"operator": "Exists"}]),
+        serde_json::json!([{"key": "kube-shutdown-drain/daemonsets", "operator": "Exists"}]),
+        serde_json::json!([{"operator": "Exists", "effect": "NoSchedule"}]),
+    ] {
+        assert_eq!(
+            order(&stop_last, &ds(serde_json::json!({"tolerations": t}))),
+            None
+        );
+    }
+    // Not a DaemonSet pod, a terminating one, a mirror one, or DaemonSets left: none.
+    assert_eq!(order(&stop_last, &pod(serde_json::json!({}))), None);
+    let mut terminating = ds(serde_json::json!({}));
+    terminating.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+    );
+    assert_eq!(order(&stop_last, &terminating), None);
+    let mut mirror = ds(serde_json::json!({}));
+    mirror.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "x".to_string())].into());
+    assert_eq!(order(&stop_last, &mirror), None);
+    assert_eq!(order(&settings(""), &ds(serde_json::json!({}))), None);
+}

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use crate::config::Settings;
-use crate::policy::filters::{Action, Reason, verdict};
+use crate::policy::filters::{Action, Reason, last_stage_order, verdict};
 
 /// The API's default `terminationGracePeriodSeconds`.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
@@ -25,6 +25,10 @@ pub struct PlannedPod {
     pub reason: Reason,
     /// The order group of an evicted pod (lower first); `null` otherwise.
     pub order: Option<i32>,
+    /// A DaemonSet pod the drain stops in its last stage, in this order group (lower first;
+    /// `[drain] daemonsets = "stop-last"`, [`last_stage_order`]); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<i32>,
     /// The PersistentVolumeClaims (in the pod's namespace) its volumes mount, a generic
     /// ephemeral volume's claim (`POD-VOLUME`) included; the drain waits for their volumes to
     /// detach.
@@ -46,6 +50,7 @@ impl PlannedPod {
             action: v.action,
             reason: v.reason,
             order: v.order,
+            last: last_stage_order(settings, pod, &v),
             claims: claims_of(pod),
             grace_seconds: pod
                 .spec
@@ -90,22 +95,25 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Plans every pod. Evicted pods come first by order group, then waits, then skips; within a
-    /// class by namespace and name, so the output is stable.
+    /// Plans every pod. Evicted pods come first by order group, then waits, then the DaemonSet
+    /// pods of the last stage by their group, then skips; within a class by namespace and name,
+    /// so the output is stable.
     pub fn build(settings: &Settings, pods: &[Pod]) -> Plan {
         let mut planned: Vec<PlannedPod> = pods
             .iter()
             .map(|p| PlannedPod::for_pod(settings, p))
             .collect();
         planned.sort_by(|a, b| {
-            let class = |p: &PlannedPod| match p.action {
-                Action::Evict => 0,
-                Action::Wait => 1,
-                Action::Skip => 2,
+            let class = |p: &PlannedPod| match (p.action, p.last) {
+                (Action::Evict, _) => 0,
+                (Action::Wait, _) => 1,
+                (Action::Skip, Some(_)) => 2,
+                (Action::Skip, None) => 3,
             };
-            (class(a), a.order, &a.namespace, &a.name).cmp(&(
+            (class(a), a.order, a.last, &a.namespace, &a.name).cmp(&(
                 class(b),
                 b.order,
+                b.last,
                 &b.namespace,
                 &b.name,
             ))
@@ -132,10 +140,20 @@ impl Plan {
         self.pods.iter().filter(|p| p.action == action).count()
     }
 
-    /// A table for people.
+    /// How many DaemonSet pods the last stage stops.
+    pub fn count_last(&self) -> usize {
+        self.pods.iter().filter(|p| p.last.is_some()).count()
+    }
+
+    /// A table for people. A pod of the last stage shows `last` as its action and its group as
+    /// its order (`critical` for [`crate::policy::filters::NODE_CRITICAL_CLASS`]).
     pub fn to_text(&self) -> String {
+        let last = match self.count_last() {
+            0 => String::new(),
+            n => format!(" ({n} of them stopped last)"),
+        };
         let mut out = format!(
-            "node {}: {} to evict, {} to wait for, {} skipped\n",
+            "node {}: {} to evict, {} to wait for, {} skipped{last}\n",
             self.node,
             self.count(Action::Evict),
             self.count(Action::Wait),
@@ -148,8 +166,14 @@ impl Plan {
             "POD", "ACTION", "ORDER"
         );
         for p in &self.pods {
-            let action = p.action.as_str();
-            let order = p.order.map_or("-".to_string(), |o| o.to_string());
+            let (action, order) = match p.last {
+                Some(i32::MAX) => ("last", "critical".to_string()),
+                Some(o) => ("last", o.to_string()),
+                None => (
+                    p.action.as_str(),
+                    p.order.map_or("-".to_string(), |o| o.to_string()),
+                ),
+            };
             let _ = writeln!(
                 out,
                 "{:<width$}  {:<6}  {:>11}  {}",

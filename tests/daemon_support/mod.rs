@@ -330,6 +330,16 @@ impl World {
     }
 
     /// Waits for `READY=1` and asserts the lock was visible to logind by then.
+    /// The machine goes down and comes back: the daemon killed, logind's boot simulated, a new
+    /// boot ID, the daemon started again and READY=1 awaited.
+    pub async fn boot_again(&mut self) {
+        self.kill_daemon();
+        self.rig.simulate_boot().await;
+        self.new_boot();
+        self.spawn_daemon();
+        self.wait_ready().await;
+    }
+
     pub async fn wait_ready(&mut self) {
         let ready = self
             .notify

@@ -2,6 +2,8 @@
 //! terminating pods through phase Succeeded/Failed, stop/start), the node-lifecycle controller
 //! (cordon taint, unreachable after a stopped kubelet's grace), the ReplicaSet and StatefulSet
 //! controllers with a minimal scheduler (replacements on another Ready, schedulable node), the
+//! DaemonSet controller (a pod of a DaemonSet that left its node comes back there while the
+//! node's taints allow it, or once they do), the
 //! disruption controller's expected scale, and the attach-detach controller (VolumeAttachments
 //! deleted after the last pod using the volume on that node is gone).
 //!
@@ -39,6 +41,17 @@ pub const PHASE_ANNOTATION: &str = "fake-apiserver.test/phase";
 pub const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+/// The tolerations the DaemonSet controller adds to every pod it creates (kubernetes
+/// `pkg/controller/daemon/util`, `AddOrUpdateDaemonPodTolerations`; network-unavailable only
+/// for host-network pods).
+const DAEMON_TOLERATIONS: &[(&str, &str)] = &[
+    ("node.kubernetes.io/not-ready", "NoExecute"),
+    ("node.kubernetes.io/unreachable", "NoExecute"),
+    ("node.kubernetes.io/disk-pressure", "NoSchedule"),
+    ("node.kubernetes.io/memory-pressure", "NoSchedule"),
+    ("node.kubernetes.io/pid-pressure", "NoSchedule"),
+    ("node.kubernetes.io/unschedulable", "NoSchedule"),
+];
 const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// How long the simulated components take. Defaults are a real cluster's.
@@ -147,6 +160,9 @@ pub(crate) struct SimState {
     unscheduled: BTreeSet<Key>,
     /// PDBs that already got their UnmanagedPods Warning event.
     warned_unmanaged: HashSet<Key>,
+    /// DaemonSets (namespace, name) whose pod left a node (the third) whose taints it does not
+    /// tolerate: created there again once they change.
+    daemons_held: BTreeSet<(String, String, String)>,
 }
 
 /// What a timer does when it fires.
@@ -368,6 +384,25 @@ pub(crate) fn warn_unmanaged(st: &mut State, live: &broadcast::Sender<Arc<Change
     st.commit(live, events, ekey, event, ChangeKind::Added);
 }
 
+/// The tolerations of a pod the DaemonSet controller makes from `ds`: its template's, and
+/// [`DAEMON_TOLERATIONS`] where the template has none for that key and effect.
+fn daemon_tolerations(ds: &Value) -> Value {
+    let mut all: Vec<Value> = ds
+        .pointer("/spec/template/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (key, effect) in DAEMON_TOLERATIONS {
+        let has = all.iter().any(|t| {
+            str_at(t, "/key") == Some(*key) && str_at(t, "/effect").is_none_or(|e| e == *effect)
+        });
+        if !has {
+            all.push(json!({"key": key, "operator": "Exists", "effect": effect}));
+        }
+    }
+    Value::Array(all)
+}
+
 /// Whether `pod` tolerates `taint` (key, operator Exists/Equal, value, effect).
 fn tolerates(pod: &Value, taint: &Value) -> bool {
     let Some(tolerations) = pod.pointer("/spec/tolerations").and_then(Value::as_array) else {
@@ -492,6 +527,7 @@ impl Store {
             self.replace_pod(st, live, pod, change.kind == ChangeKind::Deleted);
         }
         if change.kind == ChangeKind::Deleted {
+            self.replace_daemon_pod(st, live, pod);
             st.sim.unscheduled.remove(&key);
             st.sim.unready_by_controller.remove(&key);
             if let Some(old) = &change.old {
@@ -530,23 +566,127 @@ impl Store {
         match str_at(&owner, "/kind") {
             Some("ReplicaSet") => {
                 for _ in 0..missing.max(0) {
-                    self.create_replacement(st, live, &owner, None);
+                    self.create_replacement(st, live, &owner, None, None);
                 }
             }
             // A StatefulSet recreates a pod under the same name once the old one is gone.
             Some("StatefulSet") if deleted && missing > 0 => {
-                self.create_replacement(st, live, &owner, Some(name_of(pod)));
+                self.create_replacement(st, live, &owner, Some(name_of(pod)), None);
             }
             _ => {}
         }
     }
 
+    /// The DaemonSet controller: a pod of a DaemonSet left its node.
+    fn replace_daemon_pod(
+        &self,
+        st: &mut State,
+        live: &broadcast::Sender<Arc<Change>>,
+        pod: &Value,
+    ) {
+        let (Some(node), Some(reference)) = (node_of(pod), controller_ref(pod)) else {
+            return;
+        };
+        if str_at(reference, "/kind") != Some("DaemonSet") {
+            return;
+        }
+        let Some(ds) = owner(st, namespace_of(pod), reference) else {
+            return;
+        };
+        if !pdb::is_terminating(&ds) {
+            self.run_daemon_pod(st, live, &ds, node);
+        }
+    }
+
+    /// Creates `ds`'s pod on `node` unless one runs there, when the node's NoSchedule and
+    /// NoExecute taints are all tolerated by the pod as the controller makes it
+    /// (`NodeShouldRunDaemonPod`); else remembers it for when the node's taints change.
+    fn run_daemon_pod(
+        &self,
+        st: &mut State,
+        live: &broadcast::Sender<Arc<Change>>,
+        ds: &Value,
+        node: &str,
+    ) {
+        let ns = namespace_of(ds).to_string();
+        let held = (ns.clone(), name_of(ds).to_string(), node.to_string());
+        let running = st.tables.get(rt("Pod").key).is_some_and(|t| {
+            t.range((ns.clone(), String::new())..)
+                .take_while(|((n, _), _)| *n == ns)
+                .any(|(_, p)| is_active(p) && same_owner(p, ds) && node_of(p) == Some(node))
+        });
+        let Some(node_obj) = st.get(rt("Node"), &key_of(rt("Node"), None, node)) else {
+            st.sim.daemons_held.remove(&held);
+            return;
+        };
+        if running {
+            st.sim.daemons_held.remove(&held);
+            return;
+        }
+        let probe = json!({"spec": {"tolerations": daemon_tolerations(ds)}});
+        let fits = node_obj
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .is_none_or(|ts| {
+                ts.iter().all(|t| {
+                    !matches!(str_at(t, "/effect"), Some("NoSchedule" | "NoExecute"))
+                        || tolerates(&probe, t)
+                })
+            });
+        if fits {
+            st.sim.daemons_held.remove(&held);
+            tracing::debug!(
+                "daemonset controller creates a pod of {}/{} on node {node}",
+                held.0,
+                held.1
+            );
+            self.create_replacement(st, live, ds, None, Some(node));
+        } else {
+            st.sim.daemons_held.insert(held);
+        }
+    }
+
+    /// The DaemonSet controller on a node whose taints changed: the pods it held back there.
+    fn daemons_on_node(
+        &self,
+        st: &mut State,
+        live: &broadcast::Sender<Arc<Change>>,
+        change: &Change,
+        name: &str,
+    ) {
+        let taints_of = |n: &Value| n.pointer("/spec/taints").cloned();
+        if change.old.as_deref().map(taints_of) == Some(taints_of(&change.new)) {
+            return;
+        }
+        let held: Vec<_> = st
+            .sim
+            .daemons_held
+            .iter()
+            .filter(|(_, _, n)| n == name)
+            .cloned()
+            .collect();
+        for (ns, ds, node) in held {
+            let found = st.get(rt("DaemonSet"), &key_of(rt("DaemonSet"), Some(&ns), &ds));
+            match found {
+                Some(obj) if !pdb::is_terminating(&obj) => {
+                    self.run_daemon_pod(st, live, &obj, &node)
+                }
+                _ => {
+                    st.sim.daemons_held.remove(&(ns, ds, node));
+                }
+            }
+        }
+    }
+
+    /// A controller's new pod from `owner`'s template: named `name` or generated, bound to
+    /// `on` (a DaemonSet's node) or to the node the minimal scheduler picks.
     fn create_replacement(
         &self,
         st: &mut State,
         live: &broadcast::Sender<Arc<Change>>,
         owner: &Value,
         name: Option<&str>,
+        on: Option<&str>,
     ) {
         let ns = namespace_of(owner);
         let template = owner
@@ -577,13 +717,16 @@ impl Store {
             "spec": template.get("spec").cloned().unwrap_or(json!({})),
             "status": {"phase": "Pending"},
         });
+        if str_at(owner, "/kind") == Some("DaemonSet") {
+            pod["spec"]["tolerations"] = daemon_tolerations(owner);
+        }
         let pods = rt("Pod");
         self.prepare_new(pods, Some(ns), &mut pod);
         let key = key_of(pods, Some(ns), name_of(&pod));
         if st.get(pods, &key).is_some() {
             return;
         }
-        match pick_node(st, &pod) {
+        match on.map(str::to_string).or_else(|| pick_node(st, &pod)) {
             Some(node) => {
                 pod["spec"]["nodeName"] = json!(node);
                 st.timers.push(Timer {
@@ -669,6 +812,9 @@ impl Store {
                     }
                 },
             });
+        }
+        if !st.sim.daemons_held.is_empty() {
+            self.daemons_on_node(st, live, change, &name);
         }
         // The node-lifecycle controller: the cordon taint follows spec.unschedulable (a new
         // timeAdded on every cordon).
@@ -1612,6 +1758,117 @@ mod tests {
         advance(Duration::from_millis(600)).await;
         assert!(pdb::is_ready(
             &store.get("Pod", Some("work"), "db-0").expect("pod")
+        ));
+    }
+
+    /// The DaemonSet controller: a deleted pod comes back on its node while the node's taints
+    /// allow it (the cordon does: the controller tolerates it); under a NoSchedule taint the
+    /// template does not tolerate it does not, until the taint goes; a template tolerating every
+    /// taint comes back under it.
+    #[tokio::test(start_paused = true)]
+    async fn a_daemonset_recreates_its_pod_on_its_node_unless_a_taint_keeps_it_off() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        store.upsert(node("node-a", json!({}))).expect("node");
+        store.upsert(node("node-b", json!({}))).expect("node");
+        for (ds, tolerations) in [
+            ("logs", json!([])),
+            ("cni", json!([{"operator": "Exists"}])),
+        ] {
+            store
+                .upsert(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "metadata": {"name": ds, "namespace": "work", "uid": format!("{ds}-uid")},
+                    "spec": {"template": {"metadata": {"labels": {"app": ds}},
+                             "spec": {"containers": [{"name": "c", "image": "x"}],
+                                      "tolerations": tolerations}}}}))
+                .expect("daemonset");
+            store
+                .upsert(owned_by(&format!("{ds}-1"), "DaemonSet", ds))
+                .expect("pod");
+        }
+        let on_a = |s: &Store, app: &str| -> Vec<String> {
+            s.list("Pod", Some("work"))
+                .into_iter()
+                .filter(|p| p["spec"]["nodeName"] == "node-a")
+                .filter(|p| {
+                    p["metadata"]["labels"]["app"] == app
+                        || p["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.starts_with(app))
+                })
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+                .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+                .collect()
+        };
+        let delete = |s: &Store, name: &str| {
+            s.remove("Pod", Some("work"), name).expect("deleted");
+        };
+        // Cordoned: the controller's own toleration lets the pod come back.
+        store
+            .modify("Node", None, "node-a", |n| {
+                n["spec"] = json!({"unschedulable": true})
+            })
+            .expect("cordon");
+        delete(&store, "logs-1");
+        let back = on_a(&store, "logs");
+        assert_eq!(back.len(), 1, "{back:?}");
+        assert!(back[0].starts_with("logs-"), "{back:?}");
+        let made = store.get("Pod", Some("work"), &back[0]).expect("pod");
+        assert!(
+            made["spec"]["tolerations"]
+                .as_array()
+                .is_some_and(|ts| ts.iter().any(|t| t["key"] == UNSCHEDULABLE_TAINT)),
+            "{made}"
+        );
+        // Under a NoSchedule taint of another key: not again, and not on another node.
+        store
+            .modify(
+                "Node",
+                None,
+                "node-a",
+                |n| {
+                    n["spec"]["taints"] =
+                        json!([{"key": "kube-shutdown-drain/daemonsets", "effect": "NoSchedule"}])
+                },
+            )
+            .expect("taint");
+        delete(&store, &back[0]);
+        delete(&store, "cni-1");
+        advance(Duration::from_secs(5)).await;
+        assert!(on_a(&store, "logs").is_empty());
+        let all_logs = store
+            .list("Pod", Some("work"))
+            .into_iter()
+            .filter(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("logs"))
+            })
+            .count();
+        assert_eq!(all_logs, 0, "no logs pod anywhere");
+        assert_eq!(
+            on_a(&store, "cni").len(),
+            1,
+            "the tolerate-all pod comes back"
+        );
+        // A PreferNoSchedule taint change keeps it off too (the NoSchedule one is still there).
+        store
+            .modify("Node", None, "node-a", |n| {
+                n["spec"]["taints"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"key": "soft", "effect": "PreferNoSchedule"}))
+            })
+            .expect("taint");
+        assert!(on_a(&store, "logs").is_empty());
+        // The taint goes: the pod is created there again, and it turns Ready.
+        store
+            .modify("Node", None, "node-a", |n| n["spec"]["taints"] = json!([]))
+            .expect("untaint");
+        let again = on_a(&store, "logs");
+        assert_eq!(again.len(), 1, "{again:?}");
+        advance(Duration::from_secs(5)).await;
+        assert!(pdb::is_ready(
+            &store.get("Pod", Some("work"), &again[0]).expect("pod")
         ));
     }
 }
