@@ -13,9 +13,10 @@ use tokio::time::Instant;
 use crate::api::client;
 use crate::api::{ApiError, ClientError, Clients, Credentials};
 use crate::backoff::Backoff;
-use crate::config::Settings;
+use crate::config::{OnNoSlot, Settings};
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
+use crate::fleet::{self, slots::Taken};
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::policy::plan::Plan;
 use crate::report::{Report, ReportError};
@@ -36,6 +37,8 @@ pub enum Error {
     Report(#[from] ReportError),
     #[error("cannot write {0}")]
     Event(ApiError),
+    #[error("drain slot of node {node}: {source}")]
+    Slot { node: String, source: ApiError },
 }
 
 impl Error {
@@ -259,6 +262,12 @@ impl Engine {
         deadline: Instant,
         on_plan: impl FnOnce(&Plan),
     ) -> (Result<PrepareOutcome, Error>, Report) {
+        // Boxed: the slot's calls would otherwise sit in this future's every poll frame.
+        if let Some(refused) = Box::pin(self.take_slot(deadline)).await
+            && self.settings.fleet.on_no_slot == OnNoSlot::Cordon
+        {
+            return Box::pin(self.cordon_without_slot(why, deadline, refused)).await;
+        }
         let (done, prepared) = tokio::sync::oneshot::channel::<()>();
         let (over, prepare_over) = tokio::sync::oneshot::channel::<()>();
         let prepare = async {
@@ -303,6 +312,123 @@ impl Engine {
             }
         };
         tokio::join!(prepare, drain)
+    }
+
+    /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),
+    /// waiting for one at most half the time to `deadline` (the rest is the drain's; the wait
+    /// counts against it and is said in the journal and the Events). `None`: a slot is held, or
+    /// there are no slots; else why no slot came (`DrainSlotUnavailable` posted, naming the
+    /// holders or the error).
+    async fn take_slot(&self, deadline: Instant) -> Option<String> {
+        if self.settings.fleet.slots == 0 {
+            return None;
+        }
+        let node = &self.settings.node_name;
+        let started = Instant::now();
+        let until = evict_without_cordon_at(started, deadline);
+        let taken = self.wait_for_slot(until).await;
+        let waited = started.elapsed().as_secs_f64();
+        let (reason, message, refused) = match taken {
+            Ok(Taken::Slot(name)) => (
+                EventReason::SlotTaken,
+                format!("node {node} took drain slot {name} after {waited:.1} s"),
+                false,
+            ),
+            Ok(Taken::Full(holders)) => (
+                EventReason::SlotUnavailable,
+                format!(
+                    "no drain slot for node {node} within {waited:.1} s: held by {}; [fleet] on_no_slot = \"{}\"",
+                    holders.join(", "),
+                    self.settings.fleet.on_no_slot.as_str()
+                ),
+                true,
+            ),
+            Err(e) => (
+                EventReason::SlotUnavailable,
+                format!(
+                    "no drain slot for node {node}: {e}; [fleet] on_no_slot = \"{}\"",
+                    self.settings.fleet.on_no_slot.as_str()
+                ),
+                true,
+            ),
+        };
+        if refused {
+            tracing::warn!(node = %node, "{message}");
+        } else {
+            tracing::info!(node = %node, "{message}");
+        }
+        if let Ok(clients) = self.clients_by(deadline).await {
+            NodeEvents::new(clients.clone(), node)
+                .emit_by(reason, &message, deadline)
+                .await;
+        }
+        refused.then_some(message)
+    }
+
+    /// Takes a drain slot of this node's group (`[fleet]`), looking again at a pace until one
+    /// is free or `until`; changes nothing else.
+    pub async fn wait_for_slot(&self, until: Instant) -> Result<Taken, Error> {
+        let clients = self.clients_by(until).await?;
+        let node = self.ops_by(until).await?.get_by(until).await?;
+        let boot_id = self.boot_id()?;
+        let slots = fleet::slots::Slots {
+            clients,
+            settings: &self.settings,
+        };
+        slots
+            .take(&node, &boot_id, until)
+            .await
+            .map_err(|source| Error::Slot {
+                node: self.settings.node_name.clone(),
+                source,
+            })
+    }
+
+    /// `[fleet] on_no_slot = "cordon"`: the prepare alone (marker, taint, cordon: no pod is
+    /// scheduled onto a node going down), no eviction; the report says why.
+    async fn cordon_without_slot(
+        &self,
+        why: &str,
+        deadline: Instant,
+        refused: String,
+    ) -> (Result<PrepareOutcome, Error>, Report) {
+        let outcome = self.prepare_by(why, deadline).await;
+        let options = DrainOptions {
+            why: why.to_string(),
+            dry_run: false,
+        };
+        let report = self.failed_report(&options, format!("{refused}: cordoned, nothing evicted"));
+        self.store_report(&report, deadline).await;
+        (outcome, report)
+    }
+
+    /// Gives back the drain slots this node holds (`[fleet]`), with a `DrainSlotReleased` Event
+    /// each; by `deadline`. Nothing without slots.
+    pub async fn give_back_slots(&self, deadline: Instant) -> Result<(), Error> {
+        if self.settings.fleet.slots == 0 {
+            return Ok(());
+        }
+        let node = &self.settings.node_name;
+        let clients = self.clients_by(deadline).await?;
+        let slots = fleet::slots::Slots {
+            clients,
+            settings: &self.settings,
+        };
+        let given = slots
+            .give_back(deadline)
+            .await
+            .map_err(|source| Error::Slot {
+                node: node.clone(),
+                source,
+            })?;
+        let events = NodeEvents::new(clients.clone(), node);
+        for name in given {
+            let message = format!("node {node} gave back drain slot {name}");
+            events
+                .emit_by(EventReason::SlotReleased, &message, deadline)
+                .await;
+        }
+        Ok(())
     }
 
     /// Holds what this boot's prepare did while the drain runs: watches the Node and, when
@@ -466,6 +592,8 @@ impl Engine {
         for (reason, msg) in said.into_iter().flatten() {
             events.emit_by(reason, &msg, until).await;
         }
+        // The node's capacity is back: so is its drain slot.
+        self.give_back_slots(deadline).await?;
         Ok(out)
     }
 

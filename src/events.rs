@@ -46,6 +46,12 @@ pub enum Reason {
     DrainWouldComplete,
     /// Another writer uncordoned the node (or removed our taint) during the drain; put back.
     CordonRemoved,
+    /// The node took a drain slot (`[fleet]`).
+    SlotTaken,
+    /// The node gave its drain slot back (restore, cancel).
+    SlotReleased,
+    /// No drain slot came in time; `[fleet] on_no_slot` decided.
+    SlotUnavailable,
 }
 
 impl Reason {
@@ -67,6 +73,9 @@ impl Reason {
             Reason::DrainWouldBlock => "DrainWouldBlock",
             Reason::DrainWouldComplete => "DrainWouldComplete",
             Reason::CordonRemoved => "CordonRemovedDuringDrain",
+            Reason::SlotTaken => "DrainSlotTaken",
+            Reason::SlotReleased => "DrainSlotReleased",
+            Reason::SlotUnavailable => "DrainSlotUnavailable",
         }
     }
 
@@ -82,7 +91,8 @@ impl Reason {
             | Reason::ShutdownWithoutDrain
             | Reason::DrainIncomplete
             | Reason::DrainWouldBlock
-            | Reason::CordonRemoved => "Warning",
+            | Reason::CordonRemoved
+            | Reason::SlotUnavailable => "Warning",
             _ => "Normal",
         }
     }

@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod drain;
 pub mod engine;
 pub mod events;
+pub mod fleet;
 pub mod forecast;
 pub mod logging;
 pub mod node;

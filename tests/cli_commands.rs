@@ -452,6 +452,36 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
         "the dry runs stored nothing"
     );
 
+    // `[fleet] slots` needs the slot Leases in their namespace: the admin may, the kubelet's
+    // credentials may not (leases only in kube-node-lease), which fails check.
+    let fleet = "[drain]\ntimeout = \"10s\"\n[fleet]\nslots = 2\n";
+    let slot_lines = |r: &Run| -> Vec<String> {
+        r.stdout
+            .lines()
+            .filter(|l| l.contains("leases in kube-shutdown-drain"))
+            .map(str::to_string)
+            .collect()
+    };
+    let r = cli_on_bus(&c.config_file("admin", fleet), &["check"], rig.address()).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let lines = slot_lines(&r);
+    assert_eq!(lines.len(), 4, "{}", r.stdout);
+    assert!(lines.iter().all(|l| l.contains(" allowed ")), "{lines:?}");
+    let r = cli_on_bus(
+        &c.config_file("system:node:node-a", fleet),
+        &["check"],
+        rig.address(),
+    )
+    .await;
+    assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        slot_lines(&r)
+            .iter()
+            .any(|l| l.contains("patch") && l.contains("DENIED")),
+        "{}",
+        r.stdout
+    );
+
     // A state directory that cannot be written (its parent is a file): exit 1, named.
     let file = c.dir.path().join("a-file");
     std::fs::write(&file, "").unwrap();

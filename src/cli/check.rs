@@ -52,6 +52,8 @@ enum Scope {
     OurLease,
     /// The Events about our Node, in their namespace.
     OurEvents,
+    /// The drain slot Leases, in `[fleet] lease_namespace`.
+    FleetLeases,
 }
 
 const fn perm(
@@ -75,7 +77,7 @@ const fn perm(
 }
 
 fn permissions(settings: &Settings) -> Vec<Permission> {
-    use Scope::{Any, OurEvents, OurLease, OurNode, OurPods};
+    use Scope::{Any, FleetLeases, OurEvents, OurLease, OurNode, OurPods};
     let mut p = vec![
         perm("get", "", "nodes", "", OurNode, true, "read the node"),
         perm(
@@ -192,6 +194,45 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "see evicted pods' volumes detach",
         ));
     }
+    if settings.fleet.slots > 0 {
+        // Four calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
+        p.push(perm(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            FleetLeases,
+            true,
+            "read a drain slot",
+        ));
+        p.push(perm(
+            "list",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            FleetLeases,
+            true,
+            "find this node's drain slots to give back",
+        ));
+        p.push(perm(
+            "create",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            FleetLeases,
+            true,
+            "take a drain slot first",
+        ));
+        p.push(perm(
+            "patch",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            FleetLeases,
+            true,
+            "take and give back a drain slot",
+        ));
+    }
     if settings.drain.on_deadline == OnDeadline::Delete {
         p.push(perm(
             "delete",
@@ -214,7 +255,8 @@ const STORAGE: &[&str] = &[
 ];
 
 /// The access review of `p` for `node`: the attributes the program's own request will carry.
-fn review_of(p: &Permission, node: &str) -> SelfSubjectAccessReview {
+fn review_of(p: &Permission, settings: &Settings) -> SelfSubjectAccessReview {
+    let node = settings.node_name.as_str();
     let mut attributes = ResourceAttributes {
         verb: Some(p.verb.into()),
         group: Some(p.group.into()),
@@ -238,6 +280,7 @@ fn review_of(p: &Permission, node: &str) -> SelfSubjectAccessReview {
             attributes.name = Some(node.to_owned());
         }
         Scope::OurEvents => attributes.namespace = Some(crate::events::EVENT_NAMESPACE.to_owned()),
+        Scope::FleetLeases => attributes.namespace = Some(settings.fleet.lease_namespace.clone()),
     }
     SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -267,8 +310,10 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let mut ok = true;
     let mut storage_denied = false;
     for p in permissions(&settings) {
-        let review = review_of(&p, &node);
-        let resource = if p.subresource.is_empty() {
+        let review = review_of(&p, &settings);
+        let resource = if p.scope == Scope::FleetLeases {
+            format!("{} in {}", p.resource, settings.fleet.lease_namespace)
+        } else if p.subresource.is_empty() {
             p.resource.to_string()
         } else {
             format!("{}/{}", p.resource, p.subresource)

@@ -26,7 +26,7 @@ use crate::shutdown_kind::ShutdownKind;
 use selector::Selector;
 
 pub mod advice;
-mod duration;
+pub mod duration;
 pub mod file;
 pub mod kubeconfig;
 pub mod names;
@@ -137,6 +137,20 @@ impl Named for DaemonSetPolicy {
     ];
 }
 
+/// What a node does at a shutdown when no drain slot came in time (`[fleet] on_no_slot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnNoSlot {
+    /// Taint and cordon, evict nothing (the default).
+    Cordon,
+    /// Drain anyway.
+    Drain,
+}
+
+impl Named for OnNoSlot {
+    const NAMES: &'static [(&'static str, Self)] =
+        &[("cordon", OnNoSlot::Cordon), ("drain", OnNoSlot::Drain)];
+}
+
 /// `as_str` (the spelling in the file and, for the taint effect, the API's) and `Serialize`,
 /// both from `NAMES`.
 macro_rules! named_enum {
@@ -177,14 +191,16 @@ named_enum!(
     Policy,
     OnDeadline,
     ShutdownPolicy,
-    DaemonSetPolicy
+    DaemonSetPolicy,
+    OnNoSlot
 );
 deserialize_checked!(
     TaintEffect,
     Policy,
     OnDeadline,
     ShutdownPolicy,
-    DaemonSetPolicy
+    DaemonSetPolicy,
+    OnNoSlot
 );
 
 /// What a matching rule does with a pod.
@@ -300,6 +316,37 @@ pub struct RestoreSettings {
     pub wait_for_conditions: Vec<NodeCondition>,
 }
 
+/// The `[fleet]` table: drain slots on Kubernetes Leases (`crate::fleet`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetSettings {
+    /// How many nodes (per group) may drain at once; 0: no slots (the default).
+    pub slots: u32,
+    /// Where the slot Leases live.
+    pub lease_namespace: String,
+    /// A Node label whose value names the node's group (N slots per group).
+    pub group_label: Option<String>,
+    /// A slot held longer than this is free again.
+    pub hold_max: Duration,
+    pub on_no_slot: OnNoSlot,
+}
+
+/// The default `[fleet] lease_namespace`: the namespace the RBAC manifest creates.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-shutdown-drain";
+/// The default `[fleet] hold_max`.
+pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
+
+impl Default for FleetSettings {
+    fn default() -> Self {
+        FleetSettings {
+            slots: 0,
+            lease_namespace: DEFAULT_LEASE_NAMESPACE.to_string(),
+            group_label: None,
+            hold_max: DEFAULT_HOLD_MAX,
+            on_no_slot: OnNoSlot::Cordon,
+        }
+    }
+}
+
 /// The `[metrics]` table.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct MetricsSettings {
@@ -370,6 +417,7 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub shutdown: ShutdownSettings,
     pub restore: RestoreSettings,
+    pub fleet: FleetSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

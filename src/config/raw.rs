@@ -9,11 +9,11 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::values::{
-    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, List, Namespaces,
-    NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin, RetryInterval, TaintKey,
-    TaintValue, TextfilePath,
+    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, LabelKey, List, Namespace,
+    Namespaces, NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin,
+    RetryInterval, Slots, TaintKey, TaintValue, TextfilePath,
 };
-use super::{DaemonSetPolicy, OnDeadline, Policy, ShutdownPolicy, TaintEffect};
+use super::{DaemonSetPolicy, OnDeadline, OnNoSlot, Policy, ShutdownPolicy, TaintEffect};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -47,6 +47,8 @@ pub struct RawConfig {
     pub shutdown: RawShutdown,
     #[serde(default, deserialize_with = "table")]
     pub restore: RawRestore,
+    #[serde(default, deserialize_with = "table")]
+    pub fleet: RawFleet,
 }
 
 /// `[taint]`.
@@ -188,6 +190,22 @@ pub struct RawRestore {
     pub wait_for_conditions: Option<List<NodeCondition>>,
 }
 
+/// `[fleet]`: drain slots.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFleet {
+    /// Default: 0 (off).
+    pub slots: Option<Slots>,
+    /// Default: [`super::DEFAULT_LEASE_NAMESPACE`].
+    pub lease_namespace: Option<Namespace>,
+    /// Default: none (one group).
+    pub group_label: Option<LabelKey>,
+    /// Default: [`super::DEFAULT_HOLD_MAX`].
+    pub hold_max: Option<Positive>,
+    /// Default: cordon.
+    pub on_no_slot: Option<OnNoSlot>,
+}
+
 /// `[shutdown]`: every key defaults to "drain".
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -271,6 +289,11 @@ impl Table for RawMetrics {
 impl Table for RawRestore {
     const EXPECTING: &'static str =
         "`restore` to be a [restore] table (keys wait_for_pods, wait_for_conditions)";
+}
+
+impl Table for RawFleet {
+    const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
+         hold_max, on_no_slot)";
 }
 
 impl Table for RawShutdown {

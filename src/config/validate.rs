@@ -13,9 +13,9 @@ use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
     DEFAULT_KUBELET_CONFIG_DIR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY,
-    DaemonSetPolicy, DaemonSettings, DrainSettings, FilterSettings, MetricsSettings, OnDeadline,
-    Policy, RestoreSettings, Rule, RuleAction, Settings, ShutdownSettings, Source, TaintEffect,
-    TaintSettings,
+    DaemonSetPolicy, DaemonSettings, DrainSettings, FilterSettings, FleetSettings, MetricsSettings,
+    OnDeadline, Policy, RestoreSettings, Rule, RuleAction, Settings, ShutdownSettings, Source,
+    TaintEffect, TaintSettings,
 };
 
 /// Turns the raw file into settings. Pure: the host name is passed in (`Err(reason)` when it
@@ -134,6 +134,17 @@ pub fn settings(
                 kexec: s.kexec.unwrap_or(d.kexec),
                 soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
                 unknown: s.unknown.unwrap_or(d.unknown),
+            }
+        },
+        fleet: {
+            let f = raw.fleet;
+            let d = FleetSettings::default();
+            FleetSettings {
+                slots: f.slots.map_or(d.slots, |n| n.0),
+                lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
+                group_label: f.group_label.map(|k| k.0),
+                hold_max: f.hold_max.map_or(d.hold_max, |DurationIn(h)| h),
+                on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
             }
         },
         restore: RestoreSettings {

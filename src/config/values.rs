@@ -444,6 +444,36 @@ impl FromValue for Concurrency {
     }
 }
 
+/// `fleet.slots`: 0 (off) to 1000 drain slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots(pub u32);
+
+impl FromValue for Slots {
+    fn from_value(value: Value) -> Result<Slots, Invalid> {
+        let n = integer(value, 0..=1000)?;
+        Ok(Slots(u32::try_from(n).unwrap_or(0)))
+    }
+}
+
+/// A label key: a qualified name (`fleet.group_label`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelKey(pub String);
+
+impl FromValue for LabelKey {
+    fn from_value(value: Value) -> Result<LabelKey, Invalid> {
+        const ALLOWED: &str = "a label key such as \"topology.kubernetes.io/zone\"";
+        let k = string(value, ALLOWED)?;
+        if is_qualified_name(&k) {
+            Ok(LabelKey(k))
+        } else {
+            Err(Invalid::new(
+                format!("{} is not a label key", quote(&k)),
+                ALLOWED,
+            ))
+        }
+    }
+}
+
 /// `rules[].order`: any i32, the scale of pod priorities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Order(pub i32);
@@ -635,6 +665,8 @@ deserialize_checked!(
     TaintKey,
     TaintValue,
     Concurrency,
+    Slots,
+    LabelKey,
     Order,
     PodSelector,
     Namespace,

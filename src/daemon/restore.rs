@@ -91,6 +91,8 @@ async fn attempt(
     let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
         if !late_marker(&engine, node).await? {
+            let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+            engine.give_back_slots(deadline).await?;
             return Ok(false);
         }
         read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
@@ -98,6 +100,9 @@ async fn attempt(
     let marker = match read {
         MarkerRead::Absent => {
             tracing::info!("node {node} carries no marker of ours; nothing to restore");
+            // A drain slot this node still holds (its drain never cordoned) goes back too.
+            let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+            engine.give_back_slots(deadline).await?;
             return Ok(false);
         }
         MarkerRead::Foreign(why) => {

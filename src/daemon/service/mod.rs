@@ -120,6 +120,10 @@ pub(crate) struct Daemon {
 /// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
 /// the other working.
 const ENGINE_THREADS: usize = 2;
+/// Their stack: a drain's futures nest deep (drain, last stage, slots, the hold), and an
+/// unoptimised build keeps large frames on every poll; 8 MiB (tokio's default is 2 MiB) is
+/// address space, touched only as deep as a poll goes.
+const ENGINE_STACK: usize = 8 << 20;
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
 /// (`logind::system_bus_address()` in production).
@@ -131,6 +135,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let engine = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(ENGINE_THREADS)
         .thread_name("engine")
+        .thread_stack_size(ENGINE_STACK)
         .enable_all()
         .build()
         .map_err(thread("engine"))?;

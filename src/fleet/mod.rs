@@ -1,0 +1,228 @@
+//! Drain slots (`[fleet]`, issue 20): at most `slots` nodes (per group) drain at once. A slot is
+//! a Lease in `coordination.k8s.io/v1` (what the kubelet, leader election and
+//! `poseidon/fleetlock` use), held by `NODE/BOOT_ID`. A node takes one before it cordons and
+//! keeps it until its restore (the node's capacity is missing until then, not only while it
+//! drains); a cancel or a restore gives it back. Every write is guarded by the resourceVersion
+//! read (a JSON-patch `test`, as the Node writes of [`crate::api::guarded`]), or is a create that
+//! fails when another node created the Lease first: two nodes never both hold one slot.
+//!
+//! A holder that will never give its slot back is recognised, not waited for: its Node is gone,
+//! or its Node runs another boot and carries no marker of ours (it was restored without giving
+//! the slot back), or it has held the slot longer than `[fleet] hold_max` (the Lease's
+//! `renewTime`). The same node is always its own holder again (a daemon restarted during the
+//! drain, the stop phase's second stage, the next boot).
+//!
+//! This module is pure; [`slots`] makes the calls.
+
+pub mod slots;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use serde_json::json;
+
+use crate::config::FleetSettings;
+use crate::node::MARKER_ANNOTATION;
+
+/// The label every slot Lease carries: its group (`all` without `[fleet] group_label`).
+pub const GROUP_LABEL: &str = "kube-shutdown-drain/slot-group";
+/// The group of every node when `[fleet] group_label` is not set.
+pub const ALL: &str = "all";
+/// The group of a node that lacks the configured label.
+pub const UNLABELLED: &str = "unlabelled";
+
+/// Who holds a slot: a node in one of its boots (`spec.holderIdentity` = `NODE/BOOT_ID`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub node: String,
+    pub boot_id: String,
+}
+
+impl Holder {
+    /// Reads `NODE/BOOT_ID`; `None` for anything else (a Lease we did not write).
+    pub fn parse(identity: &str) -> Option<Holder> {
+        let (node, boot_id) = identity.split_once('/')?;
+        (!node.is_empty() && !boot_id.is_empty() && !boot_id.contains('/')).then(|| Holder {
+            node: node.to_string(),
+            boot_id: boot_id.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.node, self.boot_id)
+    }
+}
+
+/// The group `node` drains in: the value of `[fleet] group_label` ([`UNLABELLED`] when the
+/// node lacks it), or [`ALL`].
+pub fn group_of(fleet: &FleetSettings, node: &Node) -> String {
+    let Some(key) = &fleet.group_label else {
+        return ALL.to_string();
+    };
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .unwrap_or_else(|| UNLABELLED.to_string())
+}
+
+/// The names of a group's slot Leases: `kube-shutdown-drain-slot-I` for [`ALL`], else
+/// `kube-shutdown-drain-GROUP-slot-I` with GROUP lower-cased and every character a name may not
+/// hold turned into `-` (a label value is at most 63 characters, so the name stays short).
+pub fn slot_names(fleet: &FleetSettings, group: &str) -> Vec<String> {
+    let prefix = if group == ALL {
+        "kube-shutdown-drain".to_string()
+    } else {
+        let g: String = group
+            .chars()
+            .map(|c| c.to_ascii_lowercase())
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("kube-shutdown-drain-{}", g.trim_matches('-'))
+    };
+    (0..fleet.slots)
+        .map(|i| format!("{prefix}-slot-{i}"))
+        .collect()
+}
+
+/// The holder a Lease names, if it names one we can have written.
+pub fn holder_of(lease: &Lease) -> Option<Holder> {
+    identity(lease).and_then(Holder::parse)
+}
+
+fn identity(lease: &Lease) -> Option<&str> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|s| !s.is_empty())
+}
+
+/// When the holder last took or renewed the slot.
+pub fn renewed(lease: &Lease) -> Option<jiff::Timestamp> {
+    let spec = lease.spec.as_ref()?;
+    spec.renew_time
+        .as_ref()
+        .or(spec.acquire_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// Why `holder` will never give its slot back, if it will not: `holder_node` is its Node as
+/// read now (`None`: gone), `renewed` when it took the slot. Pure.
+pub fn stale(
+    holder: &Holder,
+    holder_node: Option<&Node>,
+    renewed: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+    hold_max: std::time::Duration,
+) -> Option<String> {
+    let Some(node) = holder_node else {
+        return Some(format!("node {} is gone", holder.node));
+    };
+    let boot = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.as_str())
+        .filter(|b| !b.is_empty());
+    let marked = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MARKER_ANNOTATION));
+    if let Some(boot) = boot
+        && boot != holder.boot_id
+        && !marked
+    {
+        return Some(format!(
+            "node {} runs boot {boot} and was restored since it took the slot in boot {}",
+            holder.node, holder.boot_id
+        ));
+    }
+    let max = jiff::SignedDuration::try_from(hold_max).unwrap_or(jiff::SignedDuration::MAX);
+    match renewed {
+        Some(t) if now.duration_since(t) > max => Some(format!(
+            "node {} has held it since {t}, longer than hold_max ({} s)",
+            holder.node,
+            hold_max.as_secs()
+        )),
+        // A Lease of ours always has a time; one without is not held for anyone.
+        None => Some(format!("node {}'s slot carries no time", holder.node)),
+        _ => None,
+    }
+}
+
+/// The spec of a slot held by `me` from `now`.
+fn held_spec(me: &Holder, now: jiff::Timestamp, fleet: &FleetSettings) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: Some(me.to_string()),
+        acquire_time: Some(MicroTime(now)),
+        renew_time: Some(MicroTime(now)),
+        lease_duration_seconds: Some(i32::try_from(fleet.hold_max.as_secs()).unwrap_or(i32::MAX)),
+        ..LeaseSpec::default()
+    }
+}
+
+/// A new slot Lease `name` of `group`, held by `me`.
+pub fn new_lease(
+    name: &str,
+    fleet: &FleetSettings,
+    group: &str,
+    me: &Holder,
+    now: jiff::Timestamp,
+) -> Lease {
+    let mut lease = Lease::default();
+    lease.metadata.name = Some(name.to_string());
+    lease.metadata.namespace = Some(fleet.lease_namespace.clone());
+    lease.metadata.labels = Some([(GROUP_LABEL.to_string(), group.to_string())].into());
+    lease.spec = Some(held_spec(me, now, fleet));
+    lease
+}
+
+fn guard(lease: &Lease) -> serde_json::Value {
+    json!({"op": "test", "path": "/metadata/resourceVersion", "value": lease.metadata.resource_version})
+}
+
+/// The write taking `lease` (as read) for `me`, or `None` when its holder is no longer
+/// `expected` (the identity judged free, stale or ours when it was read: another node took it in
+/// between, and the guarded write read it again).
+pub fn take_patch(
+    lease: &Lease,
+    me: &Holder,
+    expected: Option<&str>,
+    now: jiff::Timestamp,
+    fleet: &FleetSettings,
+) -> Result<Option<(json_patch::Patch, ())>, serde_json::Error> {
+    if identity(lease) != expected {
+        return Ok(None);
+    }
+    let spec = serde_json::to_value(held_spec(me, now, fleet))?;
+    let ops = vec![
+        guard(lease),
+        json!({"op": "add", "path": "/spec", "value": spec}),
+    ];
+    Ok(Some((crate::api::guarded::patch_of(ops)?, ())))
+}
+
+/// The write giving `lease` (as read) back, or `None` when node `node` does not hold it.
+pub fn release_patch(
+    lease: &Lease,
+    node: &str,
+) -> Result<Option<(json_patch::Patch, ())>, serde_json::Error> {
+    if holder_of(lease).is_none_or(|h| h.node != node) {
+        return Ok(None);
+    }
+    let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+    let ops = vec![
+        guard(lease),
+        json!({"op": "add", "path": "/spec", "value": {"leaseDurationSeconds": duration}}),
+    ];
+    Ok(Some((crate::api::guarded::patch_of(ops)?, ())))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,294 @@
+//! The slot calls: take one (trying again until a time), give it back. Every write is a create
+//! (409 when another node created that Lease first) or the guarded JSON patch of
+//! [`crate::api::guarded`], rebuilt from the Lease read again after a failed guard, so a race
+//! for one slot has one winner.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+use tokio::time::Instant;
+
+use super::{
+    GROUP_LABEL, Holder, holder_of, identity, new_lease, release_patch, renewed, slot_names, stale,
+    take_patch,
+};
+use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
+use crate::api::{ApiError, Clients};
+use crate::backoff::Backoff;
+use crate::config::Settings;
+
+/// The pauses between two looks at a full group (first, longest).
+pub const WAIT_PACE: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(2));
+
+/// What a wait for a slot came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// This node holds the slot Lease of this name.
+    Slot(String),
+    /// Every slot of the group is held, by these holders (`NODE/BOOT_ID`, or a foreign
+    /// identity as the Lease says it).
+    Full(Vec<String>),
+}
+
+/// One slot as `status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotView {
+    pub name: String,
+    /// `NODE/BOOT_ID`; `None`: free.
+    pub holder: Option<String>,
+    /// RFC 3339: when the holder took (or last renewed) it.
+    pub since: Option<String>,
+}
+
+/// The slots of one node.
+pub struct Slots<'a> {
+    pub clients: &'a Clients,
+    pub settings: &'a Settings,
+}
+
+impl Slots<'_> {
+    fn api(&self) -> Api<Lease> {
+        Api::namespaced(
+            self.clients.api.clone(),
+            &self.settings.fleet.lease_namespace,
+        )
+    }
+
+    fn object(&self, name: &str) -> String {
+        format!(
+            "drain slot lease {}/{name}",
+            self.settings.fleet.lease_namespace
+        )
+    }
+
+    /// Takes a slot of `node`'s group for boot `boot_id`, looking again at a pace until one is
+    /// free or `until` (then [`Taken::Full`]). An answer that is an error for good (403 with
+    /// the kubelet's credentials, which may write Leases only in `kube-node-lease`) is returned
+    /// at once.
+    pub async fn take(
+        &self,
+        node: &Node,
+        boot_id: &str,
+        until: Instant,
+    ) -> Result<Taken, ApiError> {
+        let me = Holder {
+            node: self.settings.node_name.clone(),
+            boot_id: boot_id.to_string(),
+        };
+        let group = super::group_of(&self.settings.fleet, node);
+        let mut pace = Backoff::between(WAIT_PACE.0, WAIT_PACE.1);
+        let mut said = false;
+        loop {
+            let holders = match self.try_take(&me, &group, until).await? {
+                Ok(name) => return Ok(Taken::Slot(name)),
+                Err(holders) => holders,
+            };
+            let pause = pace.next_pause();
+            if Instant::now() + pause >= until {
+                return Ok(Taken::Full(holders));
+            }
+            if !said {
+                said = true;
+                tracing::info!(
+                    node = %me.node,
+                    "every drain slot of group {group} is held ({}); node {} waits for one",
+                    holders.join(", "),
+                    me.node
+                );
+            }
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One look at every slot of `group`: the first free, stale or already ours is taken
+    /// (`Ok(name)`); else the holders.
+    async fn try_take(
+        &self,
+        me: &Holder,
+        group: &str,
+        deadline: Instant,
+    ) -> Result<Result<String, Vec<String>>, ApiError> {
+        let fleet = &self.settings.fleet;
+        let api = self.api();
+        let mut holders = Vec::new();
+        for name in slot_names(fleet, group) {
+            let object = self.object(&name);
+            let read = self
+                .clients
+                .retry(deadline, &object, || api.get_opt(&name))
+                .await?;
+            let Some(lease) = read else {
+                let lease = new_lease(&name, fleet, group, me, jiff::Timestamp::now());
+                let pp = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PostParams::default()
+                };
+                match self
+                    .clients
+                    .retry(deadline, &object, || api.create(&pp, &lease))
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!(node = %me.node, "node {} took drain slot {name} (created)", me.node);
+                        return Ok(Ok(name));
+                    }
+                    // Another node created it first: it is theirs.
+                    Err(e) if e.is_conflict() => {
+                        holders.push(format!("{name} (just taken)"));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            let expected = match self.judge(&lease, me, deadline).await? {
+                Ok(expected) => expected,
+                Err(holder) => {
+                    holders.push(holder);
+                    continue;
+                }
+            };
+            let now = jiff::Timestamp::now();
+            let written =
+                guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+                    take_patch(l, me, expected.as_deref(), now, fleet)
+                })
+                .await;
+            match written {
+                Ok(w) if w.applied.is_some() => {
+                    tracing::info!(node = %me.node, "node {} took drain slot {name}", me.node);
+                    return Ok(Ok(name));
+                }
+                Ok(w) => holders.push(identity(&w.object).unwrap_or("?").to_string()),
+                Err(GuardedError::Contended) => holders.push(format!("{name} (contended)")),
+                Err(GuardedError::Api(e)) => return Err(e),
+                Err(GuardedError::Build(e)) => {
+                    return Err(self.clients.error(&object, kube::Error::SerdeError(e)));
+                }
+            }
+        }
+        Ok(Err(holders))
+    }
+
+    /// Whether `lease` may be taken by `me`: `Ok(identity it holds now)` when it is free, ours
+    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it.
+    async fn judge(
+        &self,
+        lease: &Lease,
+        me: &Holder,
+        deadline: Instant,
+    ) -> Result<Result<Option<String>, String>, ApiError> {
+        let id = identity(lease).map(str::to_string);
+        let Some(id) = id else {
+            return Ok(Ok(None));
+        };
+        let Some(holder) = holder_of(lease) else {
+            // Not an identity we write: someone else's, never taken from them.
+            return Ok(Err(id));
+        };
+        if holder.node == me.node {
+            return Ok(Ok(Some(id)));
+        }
+        let nodes: Api<Node> = Api::all(self.clients.api.clone());
+        let object = format!("node {}", holder.node);
+        let node = self
+            .clients
+            .retry(deadline, &object, || nodes.get_opt(&holder.node))
+            .await?;
+        let why = stale(
+            &holder,
+            node.as_ref(),
+            renewed(lease),
+            jiff::Timestamp::now(),
+            self.settings.fleet.hold_max,
+        );
+        Ok(match why {
+            Some(why) => {
+                tracing::warn!(
+                    node = %me.node,
+                    "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
+                    lease.metadata.name.as_deref().unwrap_or("?"),
+                    me.node
+                );
+                Ok(Some(id))
+            }
+            None => Err(id),
+        })
+    }
+
+    /// Every slot of `node`'s group as it is now, for `status`: one GET each.
+    pub async fn look(&self, node: &Node) -> Result<Vec<SlotView>, ApiError> {
+        let fleet = &self.settings.fleet;
+        let group = super::group_of(fleet, node);
+        let api = self.api();
+        let deadline = Instant::now() + self.clients.request_timeout;
+        let mut views = Vec::new();
+        for name in slot_names(fleet, &group) {
+            let object = self.object(&name);
+            let lease = self
+                .clients
+                .retry(deadline, &object, || api.get_opt(&name))
+                .await?;
+            let holder = lease.as_ref().and_then(identity).map(str::to_string);
+            views.push(SlotView {
+                since: lease
+                    .as_ref()
+                    .filter(|_| holder.is_some())
+                    .and_then(renewed)
+                    .map(|t| t.to_string()),
+                name,
+                holder,
+            });
+        }
+        Ok(views)
+    }
+
+    /// Gives back every slot this node holds (in any boot); the names given back.
+    pub async fn give_back(&self, deadline: Instant) -> Result<Vec<String>, ApiError> {
+        let api = self.api();
+        let node = self.settings.node_name.as_str();
+        let object = format!(
+            "drain slot leases in namespace {}",
+            self.settings.fleet.lease_namespace
+        );
+        let params = ListParams::default().labels(GROUP_LABEL);
+        let leases = self
+            .clients
+            .retry(deadline, &object, || api.list(&params))
+            .await?;
+        let mut given = Vec::new();
+        for lease in leases.items {
+            if holder_of(&lease).is_none_or(|h| h.node != node) {
+                continue;
+            }
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            let object = self.object(&name);
+            // A hold renewed since this list is a drain of this node that started meanwhile:
+            // it keeps the slot.
+            let seen = renewed(&lease);
+            match guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+                if renewed(l) != seen {
+                    return Ok(None);
+                }
+                release_patch(l, node)
+            })
+            .await
+            {
+                Ok(w) if w.applied.is_some() => {
+                    tracing::info!(node = %node, "node {node} gave back drain slot {name}");
+                    given.push(name);
+                }
+                Ok(_) => {}
+                Err(GuardedError::Api(e)) => return Err(e),
+                Err(GuardedError::Contended) => {
+                    tracing::warn!(node = %node, "cannot give back {object}: it keeps changing");
+                }
+                Err(GuardedError::Build(e)) => {
+                    return Err(self.clients.error(&object, kube::Error::SerdeError(e)));
+                }
+            }
+        }
+        Ok(given)
+    }
+}

@@ -1,0 +1,285 @@
+//! Drain slots (`[fleet]`, issue 20) against the fake API server: a node takes a slot Lease
+//! before it cordons and gives it back at its restore; a node that finds every slot held
+//! cordons only (or drains anyway, `on_no_slot = "drain"`) and says who holds them; two nodes
+//! racing for one slot at the fake's gates never both hold it; a holder that will never give
+//! its slot back (Node gone, restored in another boot, held past `hold_max`) loses it.
+
+mod engine_support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine_support::*;
+use fake_apiserver::Route;
+use kube_shutdown_drain::config::Settings;
+use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::fleet::slots::{Slots, Taken};
+use kube_shutdown_drain::report::Report;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-shutdown-drain/leases";
+const SLOT: &str = "kube-shutdown-drain-slot-0";
+const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
+
+/// Settings for `node` with admin credentials, `[fleet] slots = 1` and `extra` TOML.
+fn settings_for(c: &Cluster, node: &str, extra: &str) -> Arc<Settings> {
+    let kc = c.kubeconfig("admin");
+    let text = format!(
+        "node_name = \"{node}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n[fleet]\nslots = 1\n{extra}",
+        kc.display(),
+        c.dir.path().join(format!("state-{node}")).display()
+    );
+    let mut s = Settings::from_str_at(Path::new("/test/config.toml"), &text)
+        .unwrap_or_else(|e| panic!("test settings are valid: {e}"));
+    s.boot_id_path = c.dir.path().join("boot_id");
+    Arc::new(s)
+}
+
+async fn prepare_and_drain(settings: Arc<Settings>, within: Duration) -> Report {
+    let engine = Engine::new(settings).unwrap();
+    let (prepared, report) = engine
+        .prepare_and_drain("reboot", Instant::now() + within, |_| {})
+        .await;
+    prepared.expect("prepared");
+    report
+}
+
+fn holder(c: &Cluster, name: &str) -> Option<String> {
+    c.server
+        .store()
+        .get("Lease", Some("kube-shutdown-drain"), name)
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+fn events(c: &Cluster, reason: &str) -> Vec<String> {
+    c.server
+        .store()
+        .list("Event", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == json!(reason))
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn lease(holder: &str, renewed: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": SLOT, "namespace": "kube-shutdown-drain",
+                        "labels": {"kube-shutdown-drain/slot-group": "all"}},
+           "spec": {"holderIdentity": holder, "acquireTime": renewed, "renewTime": renewed,
+                    "leaseDurationSeconds": 3600}})
+}
+
+async fn cluster() -> Cluster {
+    Cluster::start(vec![
+        slow_pod(NS, "web-a", NODE, 0.2),
+        slow_pod(NS, "web-b", OTHER_NODE, 0.2),
+    ])
+    .await
+}
+
+#[tokio::test]
+async fn one_slot_lets_one_node_drain_and_the_next_once_the_first_is_restored() {
+    let c = cluster().await;
+    let report = prepare_and_drain(settings_for(&c, NODE, ""), Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    assert_eq!(events(&c, "DrainSlotTaken").len(), 1);
+
+    // node-b finds the one slot held: it waits half its 2 s, then cordons and evicts nothing.
+    let b = settings_for(&c, OTHER_NODE, "");
+    let report = prepare_and_drain(b.clone(), Duration::from_secs(2)).await;
+    assert!(!report.complete);
+    let said = report.errors.join("\n");
+    assert!(
+        said.contains(&format!("held by {NODE}/{BOOT}")) && said.contains("nothing evicted"),
+        "{said}"
+    );
+    assert!(
+        unschedulable(&c.node(OTHER_NODE)),
+        "cordoned without a slot"
+    );
+    assert_eq!(c.evictions_of(NS, "web-b"), 0);
+    let unavailable = events(&c, "DrainSlotUnavailable");
+    assert!(
+        unavailable
+            .iter()
+            .any(|m| m.contains("node node-b") && m.contains(NODE)),
+        "{unavailable:?}"
+    );
+
+    // node-a's restore gives the slot back; node-b's next drain takes it.
+    Engine::new(settings_for(&c, NODE, ""))
+        .unwrap()
+        .restore()
+        .await
+        .expect("restored");
+    assert_eq!(holder(&c, SLOT), None);
+    assert_eq!(
+        events(&c, "DrainSlotReleased"),
+        [format!("node {NODE} gave back drain slot {SLOT}")]
+    );
+    let report = prepare_and_drain(b, Duration::from_secs(10)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(holder(&c, SLOT), Some(format!("{OTHER_NODE}/{BOOT}")));
+    assert_eq!(c.evictions_of(NS, "web-b"), 1);
+}
+
+#[tokio::test]
+async fn on_no_slot_drain_drains_anyway() {
+    let c = cluster().await;
+    c.server
+        .store()
+        .upsert(lease(
+            &format!("{NODE}/{BOOT}"),
+            &jiff::Timestamp::now().to_string(),
+        ))
+        .unwrap();
+    let report = prepare_and_drain(
+        settings_for(&c, OTHER_NODE, "on_no_slot = \"drain\"\n"),
+        Duration::from_secs(6),
+    )
+    .await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(c.evictions_of(NS, "web-b"), 1);
+    assert_eq!(
+        holder(&c, SLOT),
+        Some(format!("{NODE}/{BOOT}")),
+        "the slot stays node-a's"
+    );
+}
+
+/// Takes a slot for `node` through the API, looking until `within` from now.
+async fn take(c: &Cluster, node: &str, within: Duration) -> Taken {
+    let settings = settings_for(c, node, "");
+    let engine = Engine::new(settings.clone()).unwrap();
+    let clients = engine.clients().await.unwrap().clone();
+    let n: k8s_openapi::api::core::v1::Node = serde_json::from_value(c.node(node)).unwrap();
+    Slots {
+        clients: &clients,
+        settings: &settings,
+    }
+    .take(&n, BOOT, Instant::now() + within)
+    .await
+    .expect("an answer")
+}
+
+/// Both nodes' writes are held at the gate, then let go together: one wins, the other sees it
+/// held; `route` is the write they race on (the create of a new Lease, or the patch of a free
+/// one).
+async fn race(c: &Cluster, route: Route) {
+    c.server.faults().gate(route.clone());
+    let (ca, cb) = (c, c);
+    let a = async move { take(ca, NODE, Duration::from_secs(3)).await };
+    let b = async move { take(cb, OTHER_NODE, Duration::from_secs(3)).await };
+    let open = async {
+        c.until_held(&route, 2).await;
+        c.server.faults().ungate(&route);
+    };
+    let (a, b, ()) = tokio::join!(a, b, open);
+    let won: Vec<&Taken> = [&a, &b]
+        .into_iter()
+        .filter(|t| matches!(t, Taken::Slot(_)))
+        .collect();
+    assert_eq!(won.len(), 1, "exactly one winner: {a:?} / {b:?}");
+    let winner = if matches!(a, Taken::Slot(_)) {
+        NODE
+    } else {
+        OTHER_NODE
+    };
+    assert_eq!(holder(c, SLOT), Some(format!("{winner}/{BOOT}")));
+    let Taken::Full(holders) = (if winner == NODE { b } else { a }) else {
+        unreachable!()
+    };
+    assert!(!holders.is_empty());
+}
+
+#[tokio::test]
+async fn two_nodes_racing_to_create_the_slot_never_both_hold_it() {
+    let c = cluster().await;
+    race(&c, Route::new("POST", LEASES)).await;
+}
+
+#[tokio::test]
+async fn two_nodes_racing_for_a_free_slot_never_both_hold_it() {
+    let c = cluster().await;
+    c.server
+        .store()
+        .upsert(lease("", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    race(&c, Route::new("PATCH", &format!("{LEASES}/{SLOT}"))).await;
+}
+
+#[tokio::test]
+async fn a_holder_that_will_never_give_the_slot_back_loses_it() {
+    let now = jiff::Timestamp::now();
+    let hours_ago = (now - jiff::SignedDuration::from_hours(2)).to_string();
+    let c = cluster().await;
+    let store = c.server.store();
+    // Held fresh by node-b in the boot its kubelet reports: node-a waits in vain.
+    let node_b_boot = |boot: &str| {
+        store
+            .modify("Node", None, OTHER_NODE, |n| {
+                n["status"]["nodeInfo"] = json!({"bootID": boot});
+            })
+            .unwrap();
+    };
+    node_b_boot("boot-1");
+    store
+        .upsert(lease(&format!("{OTHER_NODE}/boot-1"), &now.to_string()))
+        .unwrap();
+    assert!(
+        matches!(take(&c, NODE, Duration::from_millis(600)).await, Taken::Full(h) if h == [format!("{OTHER_NODE}/boot-1")])
+    );
+    // node-b rebooted and was restored (no marker) without giving it back.
+    node_b_boot("boot-2");
+    assert_eq!(
+        take(&c, NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into())
+    );
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    // A holder whose Node is gone.
+    store
+        .upsert(lease("node-gone/boot-1", &now.to_string()))
+        .unwrap();
+    assert_eq!(
+        take(&c, OTHER_NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into())
+    );
+    // A holder that never came back within hold_max (node-a, still in its boot and marked).
+    store
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"] = json!({"kube-shutdown-drain/marker": "{}"});
+        })
+        .unwrap();
+    store
+        .upsert(lease(&format!("{NODE}/{BOOT}"), &hours_ago))
+        .unwrap();
+    assert_eq!(
+        take(&c, OTHER_NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into())
+    );
+    assert_eq!(holder(&c, SLOT), Some(format!("{OTHER_NODE}/{BOOT}")));
+}
+
+#[tokio::test]
+async fn the_kubelets_credentials_may_not_hold_a_slot_and_the_node_is_cordoned_saying_so() {
+    let c = cluster().await;
+    let kc = c.kubeconfig(&format!("system:node:{NODE}"));
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n[fleet]\nslots = 1\n",
+        kc.display(),
+        c.dir.path().join("state").display()
+    );
+    let mut s = Settings::from_str_at(Path::new("/test/config.toml"), &text).unwrap();
+    s.boot_id_path = c.dir.path().join("boot_id");
+    let report = prepare_and_drain(Arc::new(s), Duration::from_secs(4)).await;
+    let said = report.errors.join("\n");
+    assert!(
+        said.contains("no drain slot for node node-a") && said.contains("403"),
+        "{said}"
+    );
+    assert!(unschedulable(&c.node(NODE)));
+    assert_eq!(c.evictions_of(NS, "web-a"), 0);
+}
