@@ -28,7 +28,8 @@ Done.
 .TP
 \fB1\fR
 The drain is incomplete (pods remain), a restore left something behind, \fBcheck\fR found a
-problem, or \fBforecast\fR says the drain would not complete (blocked, or cut at the deadline).
+problem, \fBforecast\fR says the drain would not complete (blocked, or cut at the deadline), or
+\fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node.
 .TP
 \fB2\fR
 Usage or configuration error (the configuration file, the kubeconfig).
@@ -295,6 +296,7 @@ mod tests {
                 "kube-shutdown-drain-status.8",
                 "kube-shutdown-drain-forecast.8",
                 "kube-shutdown-drain-check.8",
+                "kube-shutdown-drain-reboot.8",
                 "kube-shutdown-drain-run.8",
             ]
         );
@@ -351,7 +353,7 @@ mod tests {
             "{plan}"
         );
         assert!(section(&pages[0].roff, "SEE ALSO").contains("kube\\-shutdown\\-drain\\-plan"));
-        assert!(section(&pages[7].roff, "EXIT STATUS").contains("RestartPreventExitStatus=2"));
+        assert!(section(&pages[8].roff, "EXIT STATUS").contains("RestartPreventExitStatus=2"));
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod forecast;
 mod logind_lines;
 pub mod manual;
 pub mod plan;
+pub mod reboot;
 pub mod restore;
 pub mod run;
 pub mod status;
@@ -142,12 +143,42 @@ exists, every permission the drain uses is granted, the taint may be written (a 
 run), the state directory is writable and logind's delay budget fits the drain timeout. Exits 1 \
 when something the service needs is missing.")]
     Check,
+    /// Reboot (or power off) the node safely: wait for a drain slot, drain, then reboot.
+    #[command(long_about = "\
+The way an admin or an update agent reboots a node of a fleet: waits for a drain slot ([fleet] \
+slots; at most --slot-timeout, printing who holds them), taints, cordons and drains the node with \
+its own timeout (--drain-timeout, no logind clock), then asks logind to reboot (or, with \
+--poweroff, to power off). The service's drain at the shutdown then finds the node drained and \
+lets the shutdown go at once. A drain that does not complete reboots nothing unless --force: the \
+node stays cordoned (`restore` undoes it). Exits 0 once logind took the request, 1 when no slot \
+came or the drain did not complete.")]
+    Reboot {
+        /// Power off instead of rebooting.
+        #[arg(long)]
+        poweroff: bool,
+        /// How long to wait for a drain slot (with [fleet] slots), e.g. "30m".
+        #[arg(long, value_parser = duration_arg, default_value = "1h")]
+        slot_timeout: std::time::Duration,
+        /// The drain's time; default: [drain] timeout.
+        #[arg(long, value_parser = duration_arg)]
+        drain_timeout: Option<std::time::Duration>,
+        /// Reboot even when the drain did not complete.
+        #[arg(long)]
+        force: bool,
+    },
     /// Run the daemon (under systemd).
     #[command(long_about = "\
 The service: started by kube-shutdown-drain.service (Type=notify). Holds the logind delay \
 inhibitor, drains the node when a shutdown starts and restores it on the next boot. Logs to the \
 journal with structured fields when started by systemd, else to stderr.")]
     Run,
+}
+
+/// A duration argument, spelled as in the config file ("90s", "30m").
+fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    crate::config::duration::parse_duration(text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{text:?} is not a duration such as \"90s\" or \"30m\""))
 }
 
 /// A subcommand failed. Displayed as one line for a person: an API answer inside it reads as
@@ -217,6 +248,20 @@ impl Cli {
             Command::Status { output } => status::run(settings, output).await,
             Command::Forecast { output } => forecast::run(settings, output).await,
             Command::Check => check::run(settings).await,
+            Command::Reboot {
+                poweroff,
+                slot_timeout,
+                drain_timeout,
+                force,
+            } => {
+                let options = reboot::Options {
+                    poweroff,
+                    slot_timeout,
+                    drain_timeout: drain_timeout.unwrap_or(settings.drain.timeout),
+                    force,
+                };
+                reboot::run(settings, options).await
+            }
             Command::Run => {
                 let code = run::run(settings).await?;
                 Ok(u8::try_from(code).unwrap_or(EXIT_INCOMPLETE))

@@ -44,6 +44,9 @@ struct Status {
     /// With `[restore] wait_for_pods` / `wait_for_conditions`: what of the node's agents a boot
     /// restore would wait for now (`None`: nothing, or nothing configured).
     restore_waits_for: Option<String>,
+    /// With `[fleet] slots`: the slots of this node's group and their holders.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_slots: Option<Vec<crate::fleet::slots::SlotView>>,
 }
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
@@ -67,6 +70,20 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         None
     };
     let waits = engine.waits_for_agents();
+    let drain_slots = if settings.fleet.slots > 0 {
+        let slots = crate::fleet::slots::Slots {
+            clients: engine.clients().await?,
+            settings: &settings,
+        };
+        Some(
+            slots
+                .look(&node)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot read {e}"))?,
+        )
+    } else {
+        None
+    };
     let spec = node.spec.unwrap_or_default();
     let status = Status {
         node: settings.node_name.clone(),
@@ -83,6 +100,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         last_report: engine.last_report()?,
         previous_boot: previous_boot(&settings),
         restore_waits_for,
+        drain_slots,
     };
     match output {
         Output::Json => print_json(&status)?,
@@ -129,6 +147,28 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     None => say!("  node agents:   running ([restore] waits for nothing now)"),
                     Some(left) => say!("  node agents:   a restore would wait for {left}"),
                 }
+            }
+            if let Some(slots) = &status.drain_slots {
+                let me = format!("{}/", status.node);
+                let each: Vec<String> = slots
+                    .iter()
+                    .map(|v| match (&v.holder, &v.since) {
+                        (None, _) => format!("{} free", v.name),
+                        (Some(h), since) => format!(
+                            "{} held by {h}{}{}",
+                            v.name,
+                            since
+                                .as_ref()
+                                .map_or(String::new(), |t| format!(" since {t}")),
+                            if h.starts_with(&me) {
+                                " (this node)"
+                            } else {
+                                ""
+                            }
+                        ),
+                    })
+                    .collect();
+                say!("  drain slots:   {}", each.join("; "));
             }
             super::logind_lines::logind_budget(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;

@@ -54,6 +54,12 @@ pub trait Manager {
     /// Takes an inhibitor lock; the returned fd holds it.
     fn inhibit(&self, what: &str, who: &str, why: &str, mode: &str) -> zbus::Result<zbus::OwnedFd>;
 
+    /// Asks logind to reboot (`interactive`: may polkit ask a person).
+    fn reboot(&self, interactive: bool) -> zbus::Result<()>;
+
+    /// Asks logind to power off.
+    fn power_off(&self, interactive: bool) -> zbus::Result<()>;
+
     /// Every lock logind holds: (what, who, why, mode, uid, pid).
     #[allow(clippy::type_complexity)]
     fn list_inhibitors(&self) -> zbus::Result<Vec<(String, String, String, String, u32, u32)>>;
@@ -98,6 +104,11 @@ pub enum LogindError {
     )]
     Proxy {
         address: String,
+        source: zbus::Error,
+    },
+    #[error("logind refused {what}: {source}")]
+    ShutDown {
+        what: &'static str,
         source: zbus::Error,
     },
     #[error("cannot read logind's property {property}: {source}")]
@@ -367,6 +378,17 @@ impl Logind {
             "holding a logind delay inhibitor for node {node}"
         );
         Ok(lock)
+    }
+
+    /// logind's `Reboot(false)`, or `PowerOff(false)`: the shutdown goes through logind, so every
+    /// delay lock (the daemon's among them) is waited for as for `systemctl reboot`.
+    pub async fn shut_down(&self, poweroff: bool) -> Result<(), LogindError> {
+        let (what, answer) = if poweroff {
+            ("PowerOff", self.manager.power_off(false).await)
+        } else {
+            ("Reboot", self.manager.reboot(false).await)
+        };
+        answer.map_err(|source| LogindError::ShutDown { what, source })
     }
 
     /// logind's `ListInhibitors`: (what, who, why, mode, uid, pid) for every lock.
