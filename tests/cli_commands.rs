@@ -465,7 +465,7 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
     let r = cli_on_bus(&c.config_file("admin", fleet), &["check"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let lines = slot_lines(&r);
-    assert_eq!(lines.len(), 4, "{}", r.stdout);
+    assert_eq!(lines.len(), 5, "{}", r.stdout);
     assert!(lines.iter().all(|l| l.contains(" allowed ")), "{lines:?}");
     let r = cli_on_bus(
         &c.config_file("system:node:node-a", fleet),

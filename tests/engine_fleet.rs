@@ -283,3 +283,33 @@ async fn the_kubelets_credentials_may_not_hold_a_slot_and_the_node_is_cordoned_s
     assert!(unschedulable(&c.node(NODE)));
     assert_eq!(c.evictions_of(NS, "web-a"), 0);
 }
+
+/// A node waiting for a slot is woken by the holder's give-back (the group's Leases are
+/// watched): it gets the slot within a wait shorter than its fallback look (5 s).
+#[tokio::test]
+async fn a_slot_given_back_wakes_the_waiting_node() {
+    let c = cluster().await;
+    let report = prepare_and_drain(settings_for(&c, NODE, ""), Duration::from_secs(10)).await;
+    assert!(report.complete);
+    c.server.recorder().clear();
+    let waiting = take(&c, OTHER_NODE, Duration::from_secs(4));
+    let give_back = async {
+        // Once node-b has looked and found the slot held, node-a is restored.
+        until("node-b's first look", || {
+            c.server
+                .recorder()
+                .requests()
+                .iter()
+                .any(|r| r.method == "GET" && r.path == format!("/api/v1/nodes/{NODE}"))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Engine::new(settings_for(&c, NODE, ""))
+            .unwrap()
+            .restore()
+            .await
+            .expect("restored");
+    };
+    let (taken, ()) = tokio::join!(waiting, give_back);
+    assert_eq!(taken, Taken::Slot(SLOT.into()));
+}

@@ -195,7 +195,7 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
         ));
     }
     if settings.fleet.slots > 0 {
-        // Four calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
+        // Five calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
         p.push(perm(
             "get",
             "coordination.k8s.io",
@@ -213,6 +213,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             true,
             "find this node's drain slots to give back",
+        ));
+        p.push(perm(
+            "watch",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            FleetLeases,
+            false,
+            "see a drain slot given back at once",
         ));
         p.push(perm(
             "create",

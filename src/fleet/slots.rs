@@ -5,22 +5,39 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::{
     GROUP_LABEL, Holder, holder_of, identity, new_lease, release_patch, renewed, slot_names, stale,
     take_patch,
 };
+use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
+use crate::api::retry;
 use crate::api::{ApiError, Clients};
-use crate::backoff::Backoff;
 use crate::config::Settings;
 
-/// The pauses between two looks at a full group (first, longest).
-pub const WAIT_PACE: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(2));
+/// The longest pause between two looks at a full group whose Leases do not change.
+pub const WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Resolves at the next change of a watched Lease (written or deleted); never when the watch
+/// only lists, or ends. A failing watch yields its errors at the backoff's pace.
+async fn next_change(changes: &mut BoxStream<'_, Result<Event<Lease>, watcher::Error>>) {
+    loop {
+        match changes.next().await {
+            Some(Ok(Event::Apply(_) | Event::Delete(_))) | Some(Err(_)) => return,
+            Some(Ok(_)) => {}
+            None => std::future::pending::<()>().await,
+        }
+    }
+}
 
 /// What a wait for a slot came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,15 +95,30 @@ impl Slots<'_> {
             boot_id: boot_id.to_string(),
         };
         let group = super::group_of(&self.settings.fleet, node);
-        let mut pace = Backoff::between(WAIT_PACE.0, WAIT_PACE.1);
+        // The group's Leases, watched: a slot given back wakes the next look at once. The look
+        // also comes every WAIT_MAX without a change: a holder that went stale (its Node deleted
+        // or back in another boot, hold_max passed) writes nothing to the Lease.
+        let config = watcher::Config::default()
+            .labels(&format!("{GROUP_LABEL}={group}"))
+            .timeout(WATCH_SECONDS);
+        let watched: Api<Lease> = Api::namespaced(
+            self.clients.watch.clone(),
+            &self.settings.fleet.lease_namespace,
+        );
+        let mut changes = watcher::watcher(watched, config)
+            .backoff(retry::for_watches())
+            .boxed();
         let mut said = false;
+        let mut holders = Vec::new();
         loop {
-            let holders = match self.try_take(&me, &group, until).await? {
-                Ok(name) => return Ok(Taken::Slot(name)),
-                Err(holders) => holders,
+            holders = match self.try_take(&me, &group, until).await {
+                Ok(Ok(name)) => return Ok(Taken::Slot(name)),
+                Ok(Err(now_held)) => now_held,
+                // A look cut by `until` is the wait's end, not an error of the server's.
+                Err(_) if Instant::now() >= until => return Ok(Taken::Full(holders)),
+                Err(e) => return Err(e),
             };
-            let pause = pace.next_pause();
-            if Instant::now() + pause >= until {
+            if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
             }
             if !said {
@@ -98,7 +130,14 @@ impl Slots<'_> {
                     me.node
                 );
             }
-            tokio::time::sleep(pause).await;
+            let look = until.min(Instant::now() + WAIT_MAX);
+            tokio::select! {
+                () = next_change(&mut changes) => {}
+                () = tokio::time::sleep_until(look) => {}
+            }
+            if Instant::now() >= until {
+                return Ok(Taken::Full(holders));
+            }
         }
     }
 
