@@ -19,7 +19,7 @@ use crate::events::{NodeEvents, Reason as EventReason};
 use crate::fleet::{self, slots::Taken};
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::policy::plan::Plan;
-use crate::report::{Report, ReportError};
+use crate::report::{Report, ReportError, SlotReport};
 use crate::shutdown_kind::ShutdownKind;
 
 pub use crate::node::{PrepareOutcome, RestoreOutcome};
@@ -242,7 +242,7 @@ impl Engine {
 
     /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report).
     pub async fn drain_with(&self, deadline: Instant, options: DrainOptions) -> Report {
-        self.drain_after(deadline, options, std::future::ready(()), |_| {})
+        self.drain_after(deadline, options, std::future::ready(()), |_| {}, None)
             .await
     }
 
@@ -263,10 +263,13 @@ impl Engine {
         on_plan: impl FnOnce(&Plan),
     ) -> (Result<PrepareOutcome, Error>, Report) {
         // Boxed: the slot's calls would otherwise sit in this future's every poll frame.
-        if let Some(refused) = Box::pin(self.take_slot(deadline)).await
+        let (slot, refused) = Box::pin(self.take_slot(deadline))
+            .await
+            .map_or((None, None), |(s, r)| (Some(s), r));
+        if let Some(refused) = refused
             && self.settings.fleet.on_no_slot == OnNoSlot::Cordon
         {
-            return Box::pin(self.cordon_without_slot(why, deadline, refused)).await;
+            return Box::pin(self.cordon_without_slot(why, deadline, refused, slot)).await;
         }
         let (done, prepared) = tokio::sync::oneshot::channel::<()>();
         let (over, prepare_over) = tokio::sync::oneshot::channel::<()>();
@@ -307,7 +310,7 @@ impl Engine {
         };
         let drain = async {
             tokio::select! {
-                report = self.drain_after(deadline, options, ready, on_plan) => report,
+                report = self.drain_after(deadline, options, ready, on_plan, slot) => report,
                 never = hold => match never {},
             }
         };
@@ -316,10 +319,10 @@ impl Engine {
 
     /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),
     /// waiting for one at most half the time to `deadline` (the rest is the drain's; the wait
-    /// counts against it and is said in the journal and the Events). `None`: a slot is held, or
-    /// there are no slots; else why no slot came (`DrainSlotUnavailable` posted, naming the
+    /// counts against it and is said in the journal, the Events and the report). `None`: no
+    /// slots; else the wait, and with no slot why (`DrainSlotUnavailable` posted, naming the
     /// holders or the error).
-    async fn take_slot(&self, deadline: Instant) -> Option<String> {
+    async fn take_slot(&self, deadline: Instant) -> Option<(SlotReport, Option<String>)> {
         if self.settings.fleet.slots == 0 {
             return None;
         }
@@ -328,6 +331,17 @@ impl Engine {
         let until = evict_without_cordon_at(started, deadline);
         let taken = self.wait_for_slot(until).await;
         let waited = started.elapsed().as_secs_f64();
+        let mut slot = SlotReport {
+            slot: None,
+            waited_ms: started.elapsed().as_millis() as u64,
+            holders: Vec::new(),
+            error: None,
+        };
+        match &taken {
+            Ok(Taken::Slot(name)) => slot.slot = Some(name.clone()),
+            Ok(Taken::Full(holders)) => slot.holders = holders.clone(),
+            Err(e) => slot.error = Some(e.to_string()),
+        }
         let (reason, message, refused) = match taken {
             Ok(Taken::Slot(name)) => (
                 EventReason::SlotTaken,
@@ -362,7 +376,7 @@ impl Engine {
                 .emit_by(reason, &message, deadline)
                 .await;
         }
-        refused.then_some(message)
+        Some((slot, refused.then_some(message)))
     }
 
     /// Takes a drain slot of this node's group (`[fleet]`), looking again at a pace until one
@@ -391,13 +405,16 @@ impl Engine {
         why: &str,
         deadline: Instant,
         refused: String,
+        slot: Option<SlotReport>,
     ) -> (Result<PrepareOutcome, Error>, Report) {
         let outcome = self.prepare_by(why, deadline).await;
         let options = DrainOptions {
             why: why.to_string(),
             dry_run: false,
         };
-        let report = self.failed_report(&options, format!("{refused}: cordoned, nothing evicted"));
+        let mut report =
+            self.failed_report(&options, format!("{refused}: cordoned, nothing evicted"));
+        report.slot = slot;
         self.store_report(&report, deadline).await;
         (outcome, report)
     }
@@ -492,6 +509,7 @@ impl Engine {
         options: DrainOptions,
         ready: impl std::future::Future<Output = ()>,
         on_plan: impl FnOnce(&Plan),
+        slot: Option<SlotReport>,
     ) -> Report {
         let clients = match self.clients_by(deadline).await {
             Ok(c) => c,
@@ -502,6 +520,7 @@ impl Engine {
         let mut report =
             drain::drain(clients, settings, events, options, deadline, ready, on_plan).await;
         report.kind = self.kind;
+        report.slot = slot;
         if !report.dry_run {
             self.store_report(&report, deadline).await;
         }

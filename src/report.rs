@@ -215,6 +215,25 @@ pub struct Report {
     /// "unknown"); absent for a drain by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ShutdownKind>,
+    /// With `[fleet] slots`: the drain slot this drain waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<SlotReport>,
+}
+
+/// The wait for a drain slot before a drain (`crate::fleet`); it counts against the drain's
+/// time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotReport {
+    /// The slot Lease taken; `None`: none came in time.
+    pub slot: Option<String>,
+    /// How long the wait took.
+    pub waited_ms: u64,
+    /// Who held the slots when none came (`NODE/BOOT_ID`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<String>,
+    /// Why no slot could be asked for (an API error), if so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -348,6 +367,18 @@ impl Report {
     pub fn to_text(&self) -> String {
         let mut out = self.summary();
         out.push('\n');
+        if let Some(s) = &self.slot {
+            let waited = s.waited_ms as f64 / 1000.0;
+            let _ = match (&s.slot, &s.error) {
+                (Some(name), _) => writeln!(out, "drain slot {name}, after {waited:.1} s"),
+                (None, Some(e)) => writeln!(out, "no drain slot ({e}), after {waited:.1} s"),
+                (None, None) => writeln!(
+                    out,
+                    "no drain slot after {waited:.1} s: held by {}",
+                    s.holders.join(", ")
+                ),
+            };
+        }
         let width = crate::policy::plan::key_width(self.pods.iter().map(PodReport::key));
         let _ = writeln!(
             out,
@@ -439,6 +470,7 @@ mod tests {
 
     fn report(pods: Vec<PodReport>) -> Report {
         let mut r = Report {
+            slot: None,
             node: "n1".into(),
             why: "test".into(),
             started_at: "2026-01-01T00:00:00Z".into(),

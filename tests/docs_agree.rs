@@ -70,7 +70,7 @@ fn the_readme_lists_exactly_the_metrics_the_daemon_writes() {
         "counts": {"evicted": 0, "deleted": 0, "gone": 0, "completed": 0, "skipped": 0,
                    "blocked": 1, "failed": 0, "pending": 0},
         "pods": [], "blocked_by": [{"budget": "a/b", "message": "m", "pods": ["a/p"]}],
-        "errors": []
+        "errors": [], "slot": {"slot": "kube-shutdown-drain-slot-0", "waited_ms": 1}
     }))
     .unwrap();
     let text = render(&Snapshot {

@@ -100,6 +100,20 @@ async fn one_slot_lets_one_node_drain_and_the_next_once_the_first_is_restored() 
         unschedulable(&c.node(OTHER_NODE)),
         "cordoned without a slot"
     );
+    let slot = report
+        .slot
+        .as_ref()
+        .expect("the report says how the slot wait went");
+    assert_eq!(
+        (slot.slot.as_deref(), slot.holders.clone()),
+        (None, vec![format!("{NODE}/{BOOT}")])
+    );
+    assert!(slot.waited_ms >= 500, "waited half its 2 s: {slot:?}");
+    assert!(
+        report.to_text().contains("no drain slot after"),
+        "{}",
+        report.to_text()
+    );
     assert_eq!(c.evictions_of(NS, "web-b"), 0);
     let unavailable = events(&c, "DrainSlotUnavailable");
     assert!(
@@ -122,6 +136,10 @@ async fn one_slot_lets_one_node_drain_and_the_next_once_the_first_is_restored() 
     );
     let report = prepare_and_drain(b, Duration::from_secs(10)).await;
     assert!(report.complete, "{}", report.to_text());
+    assert_eq!(
+        report.slot.as_ref().and_then(|s| s.slot.as_deref()),
+        Some(SLOT)
+    );
     assert_eq!(holder(&c, SLOT), Some(format!("{OTHER_NODE}/{BOOT}")));
     assert_eq!(c.evictions_of(NS, "web-b"), 1);
 }

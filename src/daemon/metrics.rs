@@ -189,6 +189,19 @@ fn last_drain(out: &mut Exposition, r: &Report) {
         "Eviction requests of the last drain that the API server's priority and fairness refused (429, retried after Retry-After).",
         &[(node, f64::from(r.throttled))],
     );
+    if let Some(slot) = &r.slot {
+        let node = out.labels(&[]);
+        out.family(
+            "last_drain_slot_wait_seconds",
+            "How long the last drain waited for a drain slot ([fleet] slots).",
+            &[(node.clone(), slot.waited_ms as f64 / 1000.0)],
+        );
+        out.family(
+            "last_drain_slot_taken",
+            "1 when the last drain got a drain slot, 0 when none came in time ([fleet] on_no_slot decided).",
+            &[(node, if slot.slot.is_some() { 1.0 } else { 0.0 })],
+        );
+    }
     out.family(
         "last_drain_budget_blocked_pods",
         "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
@@ -379,7 +392,8 @@ mod tests {
             "throttled": 4,
             "pods": [],
             "blocked_by": [{"budget": "shop/web", "message": "needs 2", "pods": ["shop/a", "shop/b"]}],
-            "errors": []
+            "errors": [],
+            "slot": {"slot": null, "waited_ms": 1500, "holders": ["node-b/b00t"]}
         }))
         .unwrap()
     }
@@ -422,6 +436,8 @@ mod tests {
             "kube_shutdown_drain_last_drain_pods{node=\"node-a\",outcome=\"blocked\"} 2",
             "kube_shutdown_drain_last_drain_budget_blocked_pods{node=\"node-a\",budget=\"shop/web\"} 2",
             "kube_shutdown_drain_last_drain_throttled_evictions{node=\"node-a\"} 4",
+            "kube_shutdown_drain_last_drain_slot_wait_seconds{node=\"node-a\"} 1.5",
+            "kube_shutdown_drain_last_drain_slot_taken{node=\"node-a\"} 0",
             "kube_shutdown_drain_last_restore_timestamp_seconds{node=\"node-a\"} 1764486000",
             "kube_shutdown_drain_last_restore_success{node=\"node-a\"} 1",
             "# TYPE kube_shutdown_drain_last_drain_pods gauge",

@@ -98,6 +98,7 @@ pub(crate) fn empty_report(
         volumes: Vec::new(),
         errors: Vec::new(),
         kind: None,
+        slot: None,
     }
 }
 
