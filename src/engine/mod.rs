@@ -16,13 +16,14 @@ use crate::backoff::Backoff;
 use crate::config::{OnNoSlot, Settings};
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
-use crate::fleet::{self, slots::Taken};
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::policy::plan::Plan;
 use crate::report::{Report, ReportError, SlotReport};
 use crate::shutdown_kind::ShutdownKind;
 
 pub use crate::node::{PrepareOutcome, RestoreOutcome};
+
+mod slots;
 
 /// An engine operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -315,137 +316,6 @@ impl Engine {
             }
         };
         tokio::join!(prepare, drain)
-    }
-
-    /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),
-    /// waiting for one at most half the time to `deadline` (the rest is the drain's; the wait
-    /// counts against it and is said in the journal, the Events and the report). `None`: no
-    /// slots; else the wait, and with no slot why (`DrainSlotUnavailable` posted, naming the
-    /// holders or the error).
-    async fn take_slot(&self, deadline: Instant) -> Option<(SlotReport, Option<String>)> {
-        if self.settings.fleet.slots == 0 {
-            return None;
-        }
-        let node = &self.settings.node_name;
-        let started = Instant::now();
-        let until = evict_without_cordon_at(started, deadline);
-        let taken = self.wait_for_slot(until).await;
-        let waited = started.elapsed().as_secs_f64();
-        let mut slot = SlotReport {
-            slot: None,
-            waited_ms: started.elapsed().as_millis() as u64,
-            holders: Vec::new(),
-            error: None,
-        };
-        match &taken {
-            Ok(Taken::Slot(name)) => slot.slot = Some(name.clone()),
-            Ok(Taken::Full(holders)) => slot.holders = holders.clone(),
-            Err(e) => slot.error = Some(e.to_string()),
-        }
-        let (reason, message, refused) = match taken {
-            Ok(Taken::Slot(name)) => (
-                EventReason::SlotTaken,
-                format!("node {node} took drain slot {name} after {waited:.1} s"),
-                false,
-            ),
-            Ok(Taken::Full(holders)) => (
-                EventReason::SlotUnavailable,
-                format!(
-                    "no drain slot for node {node} within {waited:.1} s: held by {}; [fleet] on_no_slot = \"{}\"",
-                    holders.join(", "),
-                    self.settings.fleet.on_no_slot.as_str()
-                ),
-                true,
-            ),
-            Err(e) => (
-                EventReason::SlotUnavailable,
-                format!(
-                    "no drain slot for node {node}: {e}; [fleet] on_no_slot = \"{}\"",
-                    self.settings.fleet.on_no_slot.as_str()
-                ),
-                true,
-            ),
-        };
-        if refused {
-            tracing::warn!(node = %node, "{message}");
-        } else {
-            tracing::info!(node = %node, "{message}");
-        }
-        if let Ok(clients) = self.clients_by(deadline).await {
-            NodeEvents::new(clients.clone(), node)
-                .emit_by(reason, &message, deadline)
-                .await;
-        }
-        Some((slot, refused.then_some(message)))
-    }
-
-    /// Takes a drain slot of this node's group (`[fleet]`), looking again at a pace until one
-    /// is free or `until`; changes nothing else.
-    pub async fn wait_for_slot(&self, until: Instant) -> Result<Taken, Error> {
-        let clients = self.clients_by(until).await?;
-        let node = self.ops_by(until).await?.get_by(until).await?;
-        let boot_id = self.boot_id()?;
-        let slots = fleet::slots::Slots {
-            clients,
-            settings: &self.settings,
-        };
-        slots
-            .take(&node, &boot_id, until)
-            .await
-            .map_err(|source| Error::Slot {
-                node: self.settings.node_name.clone(),
-                source,
-            })
-    }
-
-    /// `[fleet] on_no_slot = "cordon"`: the prepare alone (marker, taint, cordon: no pod is
-    /// scheduled onto a node going down), no eviction; the report says why.
-    async fn cordon_without_slot(
-        &self,
-        why: &str,
-        deadline: Instant,
-        refused: String,
-        slot: Option<SlotReport>,
-    ) -> (Result<PrepareOutcome, Error>, Report) {
-        let outcome = self.prepare_by(why, deadline).await;
-        let options = DrainOptions {
-            why: why.to_string(),
-            dry_run: false,
-        };
-        let mut report =
-            self.failed_report(&options, format!("{refused}: cordoned, nothing evicted"));
-        report.slot = slot;
-        self.store_report(&report, deadline).await;
-        (outcome, report)
-    }
-
-    /// Gives back the drain slots this node holds (`[fleet]`), with a `DrainSlotReleased` Event
-    /// each; by `deadline`. Nothing without slots.
-    pub async fn give_back_slots(&self, deadline: Instant) -> Result<(), Error> {
-        if self.settings.fleet.slots == 0 {
-            return Ok(());
-        }
-        let node = &self.settings.node_name;
-        let clients = self.clients_by(deadline).await?;
-        let slots = fleet::slots::Slots {
-            clients,
-            settings: &self.settings,
-        };
-        let given = slots
-            .give_back(deadline)
-            .await
-            .map_err(|source| Error::Slot {
-                node: node.clone(),
-                source,
-            })?;
-        let events = NodeEvents::new(clients.clone(), node);
-        for name in given {
-            let message = format!("node {node} gave back drain slot {name}");
-            events
-                .emit_by(EventReason::SlotReleased, &message, deadline)
-                .await;
-        }
-        Ok(())
     }
 
     /// Holds what this boot's prepare did while the drain runs: watches the Node and, when
