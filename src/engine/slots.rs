@@ -26,10 +26,11 @@ impl Engine {
         let started = Instant::now();
         let until = evict_without_cordon_at(started, deadline);
         let taken = self.wait_for_slot(until).await;
-        let waited = started.elapsed().as_secs_f64();
+        let elapsed = started.elapsed();
+        let waited = elapsed.as_secs_f64();
         let mut slot = SlotReport {
             slot: None,
-            waited_ms: started.elapsed().as_millis() as u64,
+            waited_ms: elapsed.as_millis() as u64,
             holders: Vec::new(),
             error: None,
         };

@@ -48,10 +48,12 @@ fn is_it(t: &Taint) -> bool {
     t.key == DAEMONSETS_TAINT_KEY && t.effect == DAEMONSETS_TAINT_EFFECT
 }
 
+fn is_record(t: &MarkerTaint) -> bool {
+    t.key == DAEMONSETS_TAINT_KEY && t.effect == DAEMONSETS_TAINT_EFFECT
+}
+
 fn listed(m: &Marker) -> bool {
-    m.taints
-        .iter()
-        .any(|t| t.key == DAEMONSETS_TAINT_KEY && t.effect == DAEMONSETS_TAINT_EFFECT)
+    m.taints.iter().any(is_record)
 }
 
 /// The write adding the taint to `node` as read and recording it in the marker, or `None` when
@@ -120,9 +122,7 @@ pub fn remove_patch(node: &Node, name: &str) -> Result<Option<(json_patch::Patch
     else {
         return Ok(None);
     };
-    marker
-        .taints
-        .retain(|t| !(t.key == DAEMONSETS_TAINT_KEY && t.effect == DAEMONSETS_TAINT_EFFECT));
+    marker.taints.retain(|t| !is_record(t));
     let ops = vec![
         guard(node),
         json!({"op": "remove", "path": format!("/spec/taints/{index}")}),

@@ -188,6 +188,14 @@ pub(crate) fn is_completed(pod: &Pod) -> bool {
     )
 }
 
+/// The kubelet's API mirror of a static pod (the API cannot delete the pod itself).
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
+}
+
 fn has_empty_dir(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
@@ -251,12 +259,7 @@ pub fn verdict(settings: &Settings, pod: &Pod) -> Verdict {
     if controller_kind(pod) == Some("DaemonSet") {
         return Verdict::skip(Reason::DaemonSet);
     }
-    if pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION))
-    {
+    if is_mirror(pod) {
         return Verdict::skip(Reason::Mirror);
     }
     if f.skip_tolerating_cordon && tolerates_cordon(pod) {
@@ -308,11 +311,7 @@ pub fn last_stage_order(settings: &Settings, pod: &Pod, verdict: &Verdict) -> Op
         return None;
     }
     let spec = pod.spec.as_ref()?;
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+    let mirror = is_mirror(pod);
     let tolerated = spec
         .tolerations
         .iter()
