@@ -331,3 +331,20 @@ async fn a_slot_given_back_wakes_the_waiting_node() {
     let (taken, ()) = tokio::join!(waiting, give_back);
     assert_eq!(taken, Taken::Slot(SLOT.into()));
 }
+
+/// A server that takes the slot's write but never answers an Event costs the drain at most
+/// a second: the `DrainSlotTaken` Event does not hold the prepare and the evictions, even
+/// with a request timeout as long as the budget.
+#[tokio::test]
+async fn a_hanging_event_post_leaves_the_drain_its_time() {
+    let c = cluster().await;
+    c.server.faults().hang(Route::new("POST", "/events"));
+    let settings = settings_for(&c, NODE, "");
+    let mut settings = Arc::unwrap_or_clone(settings);
+    settings.request_timeout = Duration::from_secs(30);
+    let report = prepare_and_drain(Arc::new(settings), Duration::from_secs(8)).await;
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    assert_eq!(c.evictions_of(NS, "web-a"), 1);
+    assert!(unschedulable(&c.node(NODE)));
+}

@@ -4,6 +4,7 @@
 use tokio::time::Instant;
 
 use super::{Engine, Error, PrepareOutcome, evict_without_cordon_at};
+use crate::budget::FINAL_EVENTS_MAX;
 use crate::drain::DrainOptions;
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::fleet::{self, slots::Taken};
@@ -68,9 +69,12 @@ impl Engine {
         } else {
             tracing::info!(node = %node, "{message}");
         }
-        if let Ok(clients) = self.clients_by(deadline).await {
+        // The Event is not worth the drain's time: a server that takes a slot's write but
+        // hangs on Events gets at most FINAL_EVENTS_MAX of it.
+        let posted_by = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
+        if let Ok(clients) = self.clients_by(posted_by).await {
             NodeEvents::new(clients.clone(), node)
-                .emit_by(reason, &message, deadline)
+                .emit_by(reason, &message, posted_by)
                 .await;
         }
         Some((slot, refused.then_some(message)))
@@ -138,8 +142,9 @@ impl Engine {
         let events = NodeEvents::new(clients.clone(), node);
         for name in given {
             let message = format!("node {node} gave back drain slot {name}");
+            let posted_by = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
             events
-                .emit_by(EventReason::SlotReleased, &message, deadline)
+                .emit_by(EventReason::SlotReleased, &message, posted_by)
                 .await;
         }
         Ok(())
