@@ -87,6 +87,7 @@ fn the_readme_lists_exactly_the_metrics_the_daemon_writes() {
             estimate_seconds: Some(1.0),
             budget_seconds: 1.0,
         }),
+        gate_closed: Some(true),
     });
     let written: BTreeSet<String> = text
         .lines()

@@ -420,6 +420,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     if !super::logind_lines::logind_budget(&settings, "").await {
         ok = false;
     }
+    super::logind_lines::gate(&settings, "").await;
     super::forecast::line(&settings, "").await;
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
 }

@@ -55,3 +55,41 @@ async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
         ),
     }
 }
+
+/// With `[fleet] gate`: whether the daemon's reboot gate is closed now (its block lock and
+/// reason, as logind lists them) and what it binds on this systemd, with the way past it.
+pub(crate) async fn gate(settings: &Settings, indent: &str) {
+    if !settings.fleet.gate {
+        return;
+    }
+    let logind = match Logind::connect().await {
+        Ok(logind) => logind,
+        Err(e) => {
+            outln!("{indent}reboot gate: cannot tell ({e})");
+            return;
+        }
+    };
+    match logind.list_inhibitors().await {
+        Err(e) => outln!("{indent}reboot gate: cannot tell ({e})"),
+        Ok(locks) => {
+            let ours: Vec<&String> = locks
+                .iter()
+                .filter(|l| {
+                    !crate::daemon::logind::gate_holders(std::slice::from_ref(*l)).is_empty()
+                })
+                .map(|l| &l.2)
+                .collect();
+            match ours.first() {
+                Some(why) => outln!("{indent}reboot gate: CLOSED: {why}"),
+                None => outln!("{indent}reboot gate: open"),
+            }
+        }
+    }
+    let version = crate::daemon::systemd::version(logind.connection())
+        .await
+        .ok();
+    outln!(
+        "{indent}reboot gate: {}",
+        crate::daemon::gate::binding_line(version.as_deref())
+    );
+}

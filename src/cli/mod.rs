@@ -150,8 +150,11 @@ slots; at most --slot-timeout, printing who holds them), taints, cordons and dra
 its own timeout (--drain-timeout, no logind clock), then asks logind to reboot (or, with \
 --poweroff, to power off). The service's drain at the shutdown then finds the node drained and \
 lets the shutdown go at once. A drain that does not complete reboots nothing unless --force: the \
-node stays cordoned (`restore` undoes it). Exits 0 once logind took the request, 1 when no slot \
-came or the drain did not complete.")]
+node stays cordoned (`restore` undoes it). With [fleet] gate the daemon's block lock is opened \
+(SIGUSR1) just before logind is asked; every other lock is honoured. --force does not wait for a \
+slot (the drain waits at most half its time for one, then [fleet] on_no_slot applies) and \
+reboots whatever the drain left: the way past the gate. Exits 0 once logind took the request, 1 \
+when no slot came or the drain did not complete.")]
     Reboot {
         /// Power off instead of rebooting.
         #[arg(long)]
@@ -162,7 +165,8 @@ came or the drain did not complete.")]
         /// The drain's time; default: [drain] timeout.
         #[arg(long, value_parser = duration_arg)]
         drain_timeout: Option<std::time::Duration>,
-        /// Reboot even when the drain did not complete.
+        /// Reboot now: no wait for a slot beyond the drain's own, and even when the drain did not
+        /// complete (the way past the reboot gate).
         #[arg(long)]
         force: bool,
     },

@@ -2,6 +2,13 @@
 //! slot (`[fleet] slots`) as long as told, drains with its own timeout (no logind clock), then
 //! asks logind for the reboot; the service's drain at the shutdown then finds the node drained
 //! and lets it go at once. A drain that did not complete reboots nothing unless `--force`.
+//!
+//! The daemon's reboot gate (`[fleet] gate`, `daemon::gate`) is a block lock logind would hold
+//! this command's reboot to as well. logind's own way past a block lock (`Reboot` with the
+//! ignore-inhibit polkit actions, `systemctl reboot -i`) needs polkit, which many node images
+//! lack, and would also skip every other holder's lock; so the command instead asks the daemon
+//! to drop its own (SIGUSR1 to the PID logind lists for it) and waits until logind no longer
+//! lists it. Every other lock, block or delay, is honoured as for `systemctl reboot`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +17,7 @@ use tokio::time::Instant;
 
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, out};
 use crate::config::Settings;
-use crate::daemon::logind::Logind;
+use crate::daemon::logind::{Logind, gate_holders};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
 use crate::shutdown_kind::ShutdownKind;
@@ -35,7 +42,13 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
         ShutdownKind::Reboot
     };
     let engine = Engine::new(settings.clone())?.for_shutdown_kind(kind);
-    if settings.fleet.slots > 0 {
+    if settings.fleet.slots > 0 && options.force {
+        eprintln!(
+            "--force: not waiting for a drain slot for node {node}; the drain waits at most half \
+             its time for one, then [fleet] on_no_slot = \"{}\" applies",
+            settings.fleet.on_no_slot.as_str()
+        );
+    } else if settings.fleet.slots > 0 {
         eprintln!(
             "waiting up to {} s for a drain slot for node {node}",
             options.slot_timeout.as_secs()
@@ -75,10 +88,56 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
     let logind = Logind::connect()
         .await
         .map_err(|e| anyhow::anyhow!("cannot ask logind to {what} node {node}: {e}"))?;
+    open_gate(&logind, &node).await?;
     logind
         .shut_down(options.poweroff)
         .await
         .map_err(|e| anyhow::anyhow!("cannot {what} node {node}: {e}"))?;
     eprintln!("asked logind to {what} node {node}");
     Ok(EXIT_DONE)
+}
+
+/// How long the daemon has to drop its gate after SIGUSR1.
+const GATE_OPEN_MAX: Duration = Duration::from_secs(5);
+
+/// Asks the daemon to open its reboot gate (SIGUSR1 to each PID logind lists for a block lock
+/// of ours) and waits until logind lists none. Nothing when no gate is held.
+async fn open_gate(logind: &Logind, node: &str) -> Result<(), CliError> {
+    let list = || async {
+        logind
+            .list_inhibitors()
+            .await
+            .map(|locks| gate_holders(&locks))
+            .map_err(|e| anyhow::anyhow!("cannot look for the reboot gate of node {node}: {e}"))
+    };
+    let holders = list().await?;
+    if holders.is_empty() {
+        return Ok(());
+    }
+    for &pid in &holders {
+        let target = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGUSR1).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot ask the daemon (PID {pid}) to open the reboot gate of node {node}: {e}; \
+                 `systemctl stop kube-shutdown-drain` drops it"
+            )
+        })?;
+    }
+    eprintln!("asked the daemon (PID {holders:?}) to open the reboot gate of node {node}");
+    let until = Instant::now() + GATE_OPEN_MAX;
+    loop {
+        let left = list().await?;
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(anyhow::anyhow!(
+                "the reboot gate of node {node} (block lock of PID {left:?}) did not open within \
+                 {} s; `systemctl stop kube-shutdown-drain` drops it",
+                GATE_OPEN_MAX.as_secs()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

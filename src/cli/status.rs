@@ -171,6 +171,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                 say!("  drain slots:   {}", each.join("; "));
             }
             super::logind_lines::logind_budget(&settings, "  ").await;
+            super::logind_lines::gate(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;
             match &status.last_report {
                 None => say!("  last report:   none"),

@@ -328,6 +328,8 @@ pub struct FleetSettings {
     /// A slot held longer than this is free again.
     pub hold_max: Duration,
     pub on_no_slot: OnNoSlot,
+    /// Hold a logind block lock while no slot is open to this node (`crate::daemon::gate`).
+    pub gate: bool,
 }
 
 /// The default `[fleet] lease_namespace`: the namespace the RBAC manifest creates.
@@ -343,6 +345,7 @@ impl Default for FleetSettings {
             group_label: None,
             hold_max: DEFAULT_HOLD_MAX,
             on_no_slot: OnNoSlot::Cordon,
+            gate: false,
         }
     }
 }

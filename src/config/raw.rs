@@ -204,6 +204,8 @@ pub struct RawFleet {
     pub hold_max: Option<Positive>,
     /// Default: cordon.
     pub on_no_slot: Option<OnNoSlot>,
+    /// Default: false. Needs `slots`.
+    pub gate: Option<Spanned<Flag>>,
 }
 
 /// `[shutdown]`: every key defaults to "drain".
@@ -293,7 +295,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, on_no_slot)";
+         hold_max, on_no_slot, gate)";
 }
 
 impl Table for RawShutdown {

@@ -416,3 +416,16 @@ fn a_bad_shutdown_policy_or_kind_names_the_key_and_the_choices() {
         .to_string();
     assert!(e.contains("power_off") && e.contains("soft_reboot"), "{e}");
 }
+
+#[test]
+fn the_reboot_gate_is_off_by_default_and_needs_drain_slots() {
+    assert!(!parse("").unwrap().fleet.gate);
+    let s = parse("[fleet]\nslots = 2\ngate = true").unwrap();
+    assert!(s.fleet.gate);
+    let e = parse("[fleet]\ngate = true").unwrap_err().to_string();
+    assert!(
+        e.contains("2:8") && e.contains("key `fleet.gate`") && e.contains("slots = N"),
+        "{e}"
+    );
+    assert!(!parse("[fleet]\ngate = false").unwrap().fleet.gate);
+}

@@ -139,8 +139,24 @@ pub fn settings(
         fleet: {
             let f = raw.fleet;
             let d = FleetSettings::default();
+            let slots = f.slots.map_or(d.slots, |n| n.0);
+            let gate = match f.gate {
+                Some(g) if g.get_ref().0 && slots == 0 => {
+                    return Err(src.invalid(
+                        g.span(),
+                        "fleet.gate",
+                        Invalid::new(
+                            "the reboot gate follows the drain slots, and there are none",
+                            "`slots = N` (N > 0) in [fleet] together with `gate = true`",
+                        ),
+                    ));
+                }
+                Some(g) => g.get_ref().0,
+                None => d.gate,
+            };
             FleetSettings {
-                slots: f.slots.map_or(d.slots, |n| n.0),
+                slots,
+                gate,
                 lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
                 group_label: f.group_label.map(|k| k.0),
                 hold_max: f.hold_max.map_or(d.hold_max, |DurationIn(h)| h),

@@ -62,13 +62,15 @@ fn message(reason: Reason, f: &Forecast) -> String {
 }
 
 /// Runs until the daemon ends: a forecast every `interval` while `idle` is true. `budget`: the
-/// budget as last read from logind (no forecast before the first read).
+/// budget as last read from logind (no forecast before the first read). `blocked`: the last
+/// forecast's message while it says a drain would block (the reboot gate closes on it).
 pub(crate) async fn run_every(
     access: Access,
     interval: Duration,
     metrics: Metrics,
     mut idle: watch::Receiver<bool>,
     budget: watch::Receiver<Option<Budget>>,
+    blocked: watch::Sender<Option<String>>,
 ) {
     let node = access.settings.node_name.clone();
     let mut last_posted = None;
@@ -80,7 +82,7 @@ pub(crate) async fn run_every(
         let read = budget.borrow().clone();
         if let Some(budget) = read {
             tokio::select! {
-                made = once(&access, &budget, &metrics, last_posted) => {
+                made = once(&access, &budget, &metrics, last_posted, &blocked) => {
                     last_posted = made.or(last_posted);
                 }
                 _ = idle.wait_for(|i| !*i) => tracing::info!(
@@ -98,6 +100,7 @@ async fn once(
     budget: &Budget,
     metrics: &Metrics,
     last_posted: Option<Reason>,
+    blocked: &watch::Sender<Option<String>>,
 ) -> Option<Reason> {
     let node = &access.settings.node_name;
     let engine = match access.engine() {
@@ -116,6 +119,12 @@ async fn once(
         }
     };
     metrics.forecast(ForecastFacts::of(&f));
+    let now_blocked = (f.verdict == Verdict::Blocked).then(|| message(Reason::DrainWouldBlock, &f));
+    blocked.send_if_modified(|b| {
+        let changed = *b != now_blocked;
+        *b = now_blocked;
+        changed
+    });
     tracing::debug!("forecast for node {node}: {}", f.summary);
     let reason = event_for(last_posted, f.verdict)?;
     let text = message(reason, &f);

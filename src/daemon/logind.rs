@@ -25,6 +25,8 @@ const INHIBIT_WHAT: &str = "shutdown";
 /// A delay lock postpones the shutdown until it is released or logind's timer runs out; a block
 /// lock would refuse the shutdown, which is not ours to decide.
 const INHIBIT_MODE: &str = "delay";
+/// The reboot gate's mode: `block` (not `block-weak`, which lets root past it on every systemd).
+pub const GATE_MODE: &str = "block";
 /// The `who` every lock of ours carries, so an admin sees it in `systemd-inhibit --list`.
 pub const INHIBIT_WHO: &str = "kube-shutdown-drain";
 /// Where D-Bus clients look for the system bus when `DBUS_SYSTEM_BUS_ADDRESS` is unset
@@ -128,10 +130,23 @@ pub enum LogindError {
          way ({OPERATION_IN_PROGRESS}: {message})"
     )]
     ShutdownUnderWay { node: String, message: String },
+    #[error("logind refused the reboot gate's block lock for node {node}: {source}")]
+    Gate { node: String, source: zbus::Error },
     #[error("cannot list logind's inhibitors: {source}")]
     ListInhibitors { source: zbus::Error },
     #[error("the system bus connection at {address} closed")]
     Disconnected { address: String },
+}
+
+/// The PIDs holding a reboot gate of ours in `ListInhibitors`' answer. Pure.
+pub fn gate_holders(locks: &[(String, String, String, String, u32, u32)]) -> Vec<u32> {
+    locks
+        .iter()
+        .filter(|(what, who, _, mode, _, _)| {
+            who == INHIBIT_WHO && mode == GATE_MODE && what.split(':').any(|w| w == INHIBIT_WHAT)
+        })
+        .map(|lock| lock.5)
+        .collect()
 }
 
 /// The system bus address this process uses, for messages: what `Connection::system()` reads.
@@ -378,6 +393,20 @@ impl Logind {
             "holding a logind delay inhibitor for node {node}"
         );
         Ok(lock)
+    }
+
+    /// Takes the reboot gate's block lock on shutdowns (`crate::daemon::gate`); `why` is its
+    /// reason as `systemd-inhibit --list` shows it. Closing the fd opens the gate.
+    pub async fn take_block(&self, node: &str, why: &str) -> Result<OwnedFd, LogindError> {
+        let fd = self
+            .manager
+            .inhibit(INHIBIT_WHAT, INHIBIT_WHO, why, GATE_MODE)
+            .await
+            .map_err(|source| LogindError::Gate {
+                node: node.to_owned(),
+                source,
+            })?;
+        Ok(OwnedFd::from(fd))
     }
 
     /// logind's `Reboot(false)`, or `PowerOff(false)`: the shutdown goes through logind, so every

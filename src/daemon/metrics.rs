@@ -37,6 +37,8 @@ pub struct Snapshot {
     pub unclean: Option<UncleanCounts>,
     /// The last forecast the daemon made (`[daemon] forecast_interval`).
     pub forecast: Option<ForecastFacts>,
+    /// With `[fleet] gate`: whether the reboot gate's block lock is held.
+    pub gate_closed: Option<bool>,
 }
 
 /// What the metrics say of a forecast.
@@ -80,6 +82,13 @@ pub fn render(s: &Snapshot) -> String {
         "Whether the daemon holds its logind delay inhibitor (1) or not (0).",
         &[(String::new(), bool_value(s.lock_held))],
     );
+    if let Some(closed) = s.gate_closed {
+        out.family(
+            "reboot_gate_closed",
+            "With [fleet] gate: whether the daemon holds its logind block lock on shutdowns (1) or not (0).",
+            &[(String::new(), bool_value(closed))],
+        );
+    }
     if let Some((drain, logind_max)) = s.budget {
         out.family(
             "drain_budget_seconds",
@@ -357,6 +366,10 @@ impl Metrics {
         self.update(|s| s.lock_held = held);
     }
 
+    pub fn gate_closed(&self, closed: bool) {
+        self.update(|s| s.gate_closed = Some(closed));
+    }
+
     pub fn budget(&self, drain: Duration, logind_max: Duration) {
         self.update(|s| s.budget = Some((drain, logind_max)));
     }
@@ -417,6 +430,7 @@ mod tests {
                 estimate_seconds: None,
                 budget_seconds: 120.0,
             }),
+            gate_closed: Some(true),
         });
         for line in [
             "kube_shutdown_drain_forecast_timestamp_seconds{node=\"node-a\"} 1764486100",
@@ -426,6 +440,7 @@ mod tests {
             "kube_shutdown_drain_forecast_blocked_pods{node=\"node-a\",budget=\"shop/web\"} 1",
             "kube_shutdown_drain_forecast_budget_seconds{node=\"node-a\"} 120",
             "kube_shutdown_drain_inhibitor_lock_held 1",
+            "kube_shutdown_drain_reboot_gate_closed 1",
             "kube_shutdown_drain_drain_budget_seconds 120",
             "kube_shutdown_drain_logind_inhibit_delay_max_seconds 150",
             "kube_shutdown_drain_last_drain_start_timestamp_seconds{node=\"node-a\"} 1796022000.5",
@@ -452,6 +467,7 @@ mod tests {
         assert!(empty.contains("kube_shutdown_drain_inhibitor_lock_held 0"));
         assert!(!empty.contains("last_drain"), "{empty}");
         assert!(!empty.contains("forecast"), "{empty}");
+        assert!(!empty.contains("reboot_gate"), "{empty}");
     }
 
     #[test]

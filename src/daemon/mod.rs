@@ -3,6 +3,7 @@
 mod access;
 pub mod boot_record;
 pub mod forecast;
+pub mod gate;
 pub mod kubelet;
 pub mod lock;
 pub mod logind;

@@ -461,6 +461,13 @@ impl Phase {
     }
 
     /// The scheduled shutdown the daemon waits for or drains ahead of, if any.
+    /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits
+    /// for a shutdown (or for a scheduled one's lead), never once one is announced, drains,
+    /// is released or the daemon stops.
+    pub fn may_gate(&self) -> bool {
+        matches!(self, Phase::Waiting | Phase::Scheduled(_))
+    }
+
     pub fn planned(&self) -> Option<Planned> {
         match self {
             Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => Some(*p),
@@ -794,6 +801,32 @@ mod tests {
             (stopping(REBOOT), vec![])
         );
         assert!(Phase::Stopped.on(Event::StopInShutdown { within }).is_err());
+    }
+
+    #[test]
+    fn the_reboot_gate_may_be_held_only_while_the_daemon_waits() {
+        let shutdown = Shutdown {
+            kind: REBOOT,
+            guarded: true,
+        };
+        let may: Vec<bool> = [
+            Phase::Starting,
+            Phase::Waiting,
+            Phase::Scheduled(planned(false)),
+            Phase::Draining(shutdown),
+            Phase::Released(shutdown),
+            Phase::Stopping(shutdown),
+            Phase::Early(planned(false)),
+            Phase::Ready(planned(true)),
+            Phase::Stopped,
+        ]
+        .iter()
+        .map(Phase::may_gate)
+        .collect();
+        assert_eq!(
+            may,
+            [false, true, true, false, false, false, false, false, false]
+        );
     }
 
     fn planned(fired: bool) -> Planned {

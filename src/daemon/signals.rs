@@ -1,5 +1,6 @@
 //! The signals the daemon acts on: SIGTERM and SIGINT (the service manager, or a terminal, wants
-//! it gone) and SIGHUP.
+//! it gone), SIGHUP, and SIGUSR1, which opens the reboot gate for a while (`daemon::gate`; sent
+//! by `kube-shutdown-drain reboot`; without a gate it changes nothing).
 //!
 //! SIGHUP is logged and otherwise ignored: the daemon re-reads logind's `InhibitDelayMaxUSec`
 //! at every shutdown, and its own configuration only at start, because a configuration changed
@@ -16,6 +17,8 @@ pub(crate) enum Asked {
     Stop(&'static str),
     /// SIGHUP.
     Hangup,
+    /// SIGUSR1: `kube-shutdown-drain reboot` asks the reboot gate to open (`daemon::gate`).
+    Pass,
 }
 
 /// The installed handlers.
@@ -23,6 +26,7 @@ pub(crate) struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
+    usr1: Signal,
 }
 
 impl Signals {
@@ -31,6 +35,7 @@ impl Signals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
         })
     }
 
@@ -40,6 +45,7 @@ impl Signals {
             _ = self.term.recv() => Asked::Stop("sigterm"),
             _ = self.int.recv() => Asked::Stop("sigint"),
             _ = self.hup.recv() => Asked::Hangup,
+            _ = self.usr1.recv() => Asked::Pass,
         }
     }
 }

@@ -30,6 +30,10 @@ trait Manager {
     /// `initializing`, `starting`, `running`, `degraded`, `maintenance`, `stopping`, ...
     #[zbus(property(emits_changed_signal = "false"))]
     fn system_state(&self) -> zbus::Result<String>;
+
+    /// The manager's version: `257.13-1~deb13u1`, `252.38-1~deb12u1`.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> zbus::Result<String>;
 }
 
 /// `org.freedesktop.systemd1.Service`, only its stop timeout.
@@ -49,6 +53,15 @@ pub async fn shutting_down(conn: &Connection) -> zbus::Result<bool> {
         .build()
         .await?;
     Ok(manager.system_state().await? == "stopping")
+}
+
+/// The service manager's version (whether the reboot gate binds root, `crate::daemon::gate`).
+pub async fn version(conn: &Connection) -> zbus::Result<String> {
+    let manager = ManagerProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    manager.version().await
 }
 
 /// The daemon's own unit's `TimeoutStopUSec`; `None` when it has none (infinity).

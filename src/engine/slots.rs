@@ -99,6 +99,38 @@ impl Engine {
             })
     }
 
+    /// The reboot gate's look (`crate::daemon::gate`), writing nothing: `None` when a slot of
+    /// this node's group is open to it (free, stale or its own), else the group and every
+    /// holder; with the group's Leases watched from then on (`changes`, made at the first look).
+    pub async fn slots_full(
+        &self,
+        changes: &mut Option<fleet::slots::Changes>,
+        deadline: Instant,
+    ) -> Result<Option<(String, Vec<String>)>, Error> {
+        let clients = self.clients_by(deadline).await?;
+        let node = self.ops_by(deadline).await?.get_by(deadline).await?;
+        let me = fleet::Holder {
+            node: self.settings.node_name.clone(),
+            boot_id: self.boot_id()?,
+        };
+        let slots = fleet::slots::Slots {
+            clients,
+            settings: &self.settings,
+        };
+        let group = fleet::group_of(&self.settings.fleet, &node);
+        if changes.is_none() {
+            *changes = Some(slots.changes(&group));
+        }
+        let full = slots
+            .holders_if_full(&me, &group, deadline)
+            .await
+            .map_err(|source| Error::Slot {
+                node: me.node.clone(),
+                source,
+            })?;
+        Ok(full.map(|holders| (group, holders)))
+    }
+
     /// `[fleet] on_no_slot = "cordon"`: the prepare alone (marker, taint, cordon: no pod is
     /// scheduled onto a node going down), no eviction; the report says why.
     pub(super) async fn cordon_without_slot(

@@ -29,13 +29,27 @@ pub const WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Resolves at the next change of a watched Lease (written or deleted); never when the watch
 /// only lists, or ends. A failing watch yields its errors at the backoff's pace.
-async fn next_change(changes: &mut BoxStream<'_, Result<Event<Lease>, watcher::Error>>) {
+async fn next_change(changes: &mut Changes) {
     loop {
         match changes.next().await {
             Some(Ok(Event::Apply(_) | Event::Delete(_))) | Some(Err(_)) => return,
             Some(Ok(_)) => {}
             None => std::future::pending::<()>().await,
         }
+    }
+}
+
+/// A watch of one group's slot Leases ([`Slots::changes`]).
+pub type Changes = BoxStream<'static, Result<Event<Lease>, watcher::Error>>;
+
+/// Waits for the next look at a group: a change of its Leases, or `every` without one (a
+/// holder that went stale, its Node deleted or back in another boot or `hold_max` passed,
+/// writes nothing to the Lease), or `until`.
+pub async fn next_look(changes: &mut Changes, until: Instant, every: Duration) {
+    let look = until.min(Instant::now() + every);
+    tokio::select! {
+        () = next_change(changes) => {}
+        () = tokio::time::sleep_until(look) => {}
     }
 }
 
@@ -95,19 +109,7 @@ impl Slots<'_> {
             boot_id: boot_id.to_string(),
         };
         let group = super::group_of(&self.settings.fleet, node);
-        // The group's Leases, watched: a slot given back wakes the next look at once. The look
-        // also comes every WAIT_MAX without a change: a holder that went stale (its Node deleted
-        // or back in another boot, hold_max passed) writes nothing to the Lease.
-        let config = watcher::Config::default()
-            .labels(&format!("{GROUP_LABEL}={group}"))
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        let mut changes = watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
-            .boxed();
+        let mut changes = self.changes(&group);
         let mut said = false;
         let mut holders = Vec::new();
         loop {
@@ -130,15 +132,53 @@ impl Slots<'_> {
                     me.node
                 );
             }
-            let look = until.min(Instant::now() + WAIT_MAX);
-            tokio::select! {
-                () = next_change(&mut changes) => {}
-                () = tokio::time::sleep_until(look) => {}
-            }
+            next_look(&mut changes, until, WAIT_MAX).await;
             if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
             }
         }
+    }
+
+    /// The group's Leases, watched: a slot given back wakes the next look at once
+    /// ([`next_look`]).
+    pub fn changes(&self, group: &str) -> Changes {
+        let config = watcher::Config::default()
+            .labels(&format!("{GROUP_LABEL}={group}"))
+            .timeout(WATCH_SECONDS);
+        let watched: Api<Lease> = Api::namespaced(
+            self.clients.watch.clone(),
+            &self.settings.fleet.lease_namespace,
+        );
+        watcher::watcher(watched, config)
+            .backoff(retry::for_watches())
+            .boxed()
+    }
+
+    /// Whether a slot of `group` is open to `me` now (free, stale or already this node's),
+    /// without writing anything: `None` when one is, else every holder. The reboot gate's look.
+    pub async fn holders_if_full(
+        &self,
+        me: &Holder,
+        group: &str,
+        deadline: Instant,
+    ) -> Result<Option<Vec<String>>, ApiError> {
+        let api = self.api();
+        let mut holders = Vec::new();
+        for name in slot_names(&self.settings.fleet, group) {
+            let object = self.object(&name);
+            let read = self
+                .clients
+                .retry(deadline, &object, || api.get_opt(&name))
+                .await?;
+            let Some(lease) = read else {
+                return Ok(None);
+            };
+            match self.judge(&lease, me, deadline, false).await? {
+                Ok(_) => return Ok(None),
+                Err(holder) => holders.push(holder),
+            }
+        }
+        Ok(Some(holders))
     }
 
     /// One look at every slot of `group`: the first free, stale or already ours is taken
@@ -181,7 +221,7 @@ impl Slots<'_> {
                     Err(e) => return Err(e),
                 }
             };
-            let expected = match self.judge(&lease, me, deadline).await? {
+            let expected = match self.judge(&lease, me, deadline, true).await? {
                 Ok(expected) => expected,
                 Err(holder) => {
                     holders.push(holder);
@@ -211,12 +251,14 @@ impl Slots<'_> {
     }
 
     /// Whether `lease` may be taken by `me`: `Ok(identity it holds now)` when it is free, ours
-    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it.
+    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. `taking`:
+    /// a stale holder is about to lose it (said in the journal).
     async fn judge(
         &self,
         lease: &Lease,
         me: &Holder,
         deadline: Instant,
+        taking: bool,
     ) -> Result<Result<Option<String>, String>, ApiError> {
         let id = identity(lease).map(str::to_string);
         let Some(id) = id else {
@@ -244,6 +286,9 @@ impl Slots<'_> {
         );
         Ok(match why {
             Some(why) => {
+                if !taking {
+                    return Ok(Ok(Some(id)));
+                }
                 tracing::warn!(
                     node = %me.node,
                     "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",

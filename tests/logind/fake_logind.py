@@ -22,6 +22,11 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   "released ELAPSED kind=KIND locks=N", "timeout ELAPSED kind=KIND locks=N" or
   "no-locks 0.000 kind=KIND locks=0" (ELAPSED in seconds since the signal). The kinds are
   systemd's own names (handle_action_to_string in logind-action.c): PowerOff is "poweroff".
+* Block locks: Reboot(b) / PowerOff(b) are refused with org.freedesktop.DBus.Error.AccessDenied
+  ("Access denied", what `systemctl reboot` prints) while a `block` lock on "shutdown" is
+  held, for root too (systemd >= 257, pull request 30307; without polkit nobody may ignore
+  it); with the parameter "block_binds_root" false (systemd < 257) and for `block-weak` locks,
+  a caller of UID 0 passes. StartShutdown below is logind's own start and passes every lock.
 * On the mock interface: CancelShutdown() emits PrepareForShutdown(false) and appends
   "cancelled ELAPSED ..."; StartShutdown(s) starts a delayed shutdown of the kind given (the
   `type` in the metadata signal: "reboot", "poweroff", "halt", "kexec", "soft-reboot", as
@@ -36,7 +41,8 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
 Parameters: InhibitDelayMaxUSec (int, default 5000000), PreparingForShutdown (bool, default
 false), kind (the type of that shutdown, default "reboot"), result_file (path, default none),
 metadata (bool, default true: also the signal and the property PreparingForShutdownWithMetadata
-of systemd >= 257; false: a systemd without either), keeper (path, default none).
+of systemd >= 257; false: a systemd without either), keeper (path, default none),
+block_binds_root (bool, default true).
 '''
 
 import json
@@ -78,6 +84,7 @@ class Shutdown:
         self.refused = []  # "WHO WHAT MODE" of each Inhibit refused during a shutdown
         self.granted = []  # "WHO WHAT MODE" of each Inhibit granted
         self.reboot_on_next_inhibit = False
+        self.block_binds_root = True
 
     def delay_locks(self):
         return [lock for lock in self.locks.values() if lock[3] == 'delay' and 'shutdown' in lock[0].split(':')]
@@ -113,6 +120,7 @@ def load(mock, parameters):
     # Started "mid-shutdown": announced before this fake came up, no timer of its own.
     preparing = bool(parameters.get('PreparingForShutdown', False))
     shutdown = mock.fake_logind_shutdown
+    shutdown.block_binds_root = bool(parameters.get('block_binds_root', True))
     shutdown.preparing = preparing
     shutdown.kind = str(parameters.get('kind', 'reboot')) if preparing else None
     props = {
@@ -251,13 +259,34 @@ def start_shutdown(mock, kind):
     shutdown.timer = GLib.timeout_add(max(1, shutdown.delay_max_usec // 1000), timed_out)
 
 
-@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
-def Reboot(self, _interactive):
+def refuse_if_blocked(mock, sender):
+    '''Refuses a caller's shutdown while a block lock binds it (verify_shutdown_creds).'''
+    shutdown = state(mock)
+    uid, _pid = caller_ids(mock, sender)
+    root_passes = int(uid) == 0
+
+    def binds(lock):
+        what, _who, _why, mode, _uid, _pid = lock
+        if 'shutdown' not in what.split(':') or mode not in ('block', 'block-weak'):
+            return False
+        if root_passes and (mode == 'block-weak' or not shutdown.block_binds_root):
+            return False
+        return True
+
+    if any(binds(lock) for lock in shutdown.locks.values()):
+        raise dbus.exceptions.DBusException('Access denied',
+                                            name='org.freedesktop.DBus.Error.AccessDenied')
+
+
+@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='', sender_keyword='sender')
+def Reboot(self, _interactive, sender=None):
+    refuse_if_blocked(self, sender)
     start_shutdown(self, 'reboot')
 
 
-@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='')
-def PowerOff(self, _interactive):
+@dbus.service.method(MAIN_IFACE, in_signature='b', out_signature='', sender_keyword='sender')
+def PowerOff(self, _interactive, sender=None):
+    refuse_if_blocked(self, sender)
     start_shutdown(self, 'poweroff')
 
 

@@ -4,7 +4,8 @@ the daemon asks it when SIGTERM arrives.
 A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system -t THIS_FILE
 -p JSON`). It serves on the bus it is started on:
 
-* org.freedesktop.systemd1.Manager on /org/freedesktop/systemd1: the property SystemState
+* org.freedesktop.systemd1.Manager on /org/freedesktop/systemd1: the property Version
+  (parameter "Version", default "257.13-1"), the property SystemState
   (parameter "SystemState", default "running"; systemd's manager_state() says "stopping" while
   shutdown.target is active or queued), and GetUnitByPID(u) -> o, which names the daemon's unit
   for any PID (PID 0 is the caller, as in systemd).
@@ -30,6 +31,7 @@ SERVICE_IFACE = 'org.freedesktop.systemd1.Service'
 def load(mock, parameters):
     mock.AddProperties(MAIN_IFACE, dbus.Dictionary({
         'SystemState': dbus.String(parameters.get('SystemState', 'running')),
+        'Version': dbus.String(parameters.get('Version', '257.13-1')),
     }, signature='sv'))
     mock.AddMethod(MAIN_IFACE, 'GetUnitByPID', 'u', 'o', f'ret = dbus.ObjectPath("{UNIT_PATH}")')
     mock.AddObject(UNIT_PATH, SERVICE_IFACE, {

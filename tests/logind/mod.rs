@@ -62,6 +62,8 @@ pub struct LogindOptions {
     pub kind: String,
     /// Whether the fake has systemd >= 257's metadata signal and property.
     pub metadata: bool,
+    /// Whether a `block` lock refuses root's reboot too (systemd >= 257).
+    pub block_binds_root: bool,
 }
 
 impl Default for LogindOptions {
@@ -71,6 +73,7 @@ impl Default for LogindOptions {
             preparing_for_shutdown: false,
             kind: "reboot".to_owned(),
             metadata: true,
+            block_binds_root: true,
         }
     }
 }
@@ -171,6 +174,7 @@ impl Rig {
             "PreparingForShutdown": self.options.preparing_for_shutdown,
             "kind": self.options.kind,
             "metadata": self.options.metadata,
+            "block_binds_root": self.options.block_binds_root,
             "result_file": self.result_file(),
             "keeper": self.dir.path().join("lock-keeper.sock"),
         });
@@ -226,9 +230,21 @@ impl Rig {
     /// Starts the fake systemd manager (`fake_systemd.py`) on the bus: `SystemState` `state`,
     /// the daemon's unit with `TimeoutStopUSec` `stop_timeout`.
     pub async fn start_systemd(&mut self, state: &str, stop_timeout: Duration) {
+        self.start_systemd_version(state, stop_timeout, "257.13-1")
+            .await;
+    }
+
+    /// [`Rig::start_systemd`], with the manager's `Version`.
+    pub async fn start_systemd_version(
+        &mut self,
+        state: &str,
+        stop_timeout: Duration,
+        version: &str,
+    ) {
         let params = serde_json::json!({
             "SystemState": state,
             "TimeoutStopUSec": stop_timeout.as_micros() as u64,
+            "Version": version,
         });
         let template = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/fake_systemd.py");
         self.systemd = Some(self.spawn_mock(&template, &params, "systemd.log"));
@@ -309,6 +325,14 @@ impl Rig {
         self.call(MANAGER, "Reboot", &(false,)).await;
     }
 
+    /// `Reboot(false)` as `systemctl reboot` makes it: logind's answer (a block lock refuses).
+    pub async fn try_reboot(&self) -> zbus::Result<()> {
+        let conn = self.connection().await?;
+        conn.call_method(Some(BUS_NAME), PATH, Some(MANAGER), "Reboot", &(false,))
+            .await
+            .map(|_| ())
+    }
+
     /// `PowerOff(false)`.
     pub async fn power_off(&self) {
         self.call(MANAGER, "PowerOff", &(false,)).await;
@@ -380,11 +404,16 @@ impl Rig {
 
     /// Takes a delay lock as another program (`who`), like the kubelet's; held until dropped.
     pub async fn foreign_lock(&self, who: &str) -> std::os::fd::OwnedFd {
+        self.foreign_lock_in(who, "delay").await
+    }
+
+    /// [`Rig::foreign_lock`] in `mode` (`block`: a lock that refuses shutdowns).
+    pub async fn foreign_lock_in(&self, who: &str, mode: &str) -> std::os::fd::OwnedFd {
         let reply = self
             .call(
                 MANAGER,
                 "Inhibit",
-                &("shutdown", who, "a test holds a second lock", "delay"),
+                &("shutdown", who, "a test holds a second lock", mode),
             )
             .await;
         let fd: zbus::OwnedFd = reply.body().deserialize().expect("Inhibit answers h");

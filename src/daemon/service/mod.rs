@@ -37,6 +37,7 @@ use crate::daemon::writer::Writer;
 use crate::shutdown_kind::ShutdownKind;
 
 mod effects;
+mod gate;
 mod scheduled;
 mod shutdown;
 mod stop_stage;
@@ -115,6 +116,8 @@ pub(crate) struct Daemon {
     /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
     /// them in the stop phase.
     left_work: bool,
+    /// The reboot gate (`[fleet] gate`).
+    gate: gate::Gate,
 }
 
 /// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
@@ -171,9 +174,11 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         idle: watch::Sender::new(true),
         forecast_budget: watch::Sender::new(None),
         left_work: true,
+        gate: gate::Gate::new(settings.fleet.gate),
         settings,
     };
     daemon.spawn_forecast();
+    daemon.spawn_gate();
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
     daemon.run(&bus_address, &mut signals).await;
@@ -214,6 +219,7 @@ impl Daemon {
             self.metrics.clone(),
             self.idle.subscribe(),
             self.forecast_budget.subscribe(),
+            self.gate.forecast_blocked.clone(),
         ));
     }
 }
@@ -252,6 +258,11 @@ impl Daemon {
                         }
                         event
                     }
+                    Asked::Pass => {
+                        self.pass_gate();
+                        self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                        continue;
+                    }
                     Asked::Hangup => {
                         tracing::info!(
                             "sighup: ignored; node {} keeps its configuration until the unit \
@@ -269,6 +280,15 @@ impl Daemon {
                     }
                 }
                 _ = sleep_until(at), if at.is_some() => timed,
+                // The gate follows the slots (and its pass ends) beside the phases.
+                _ = self.gate.verdict.changed(), if self.gate.enabled() => {
+                    self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                    continue;
+                }
+                _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
+                    self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                    continue;
+                }
                 finished = drain_end(&mut self.drain) => {
                     self.drain = None;
                     self.left_work = finished.outcome.leaves_work();
@@ -298,6 +318,7 @@ impl Daemon {
             };
             let logind = connection.as_ref().map(|c| &c.logind);
             self.apply(event, logind).await;
+            self.follow_gate(logind).await;
             if matches!(event, Event::Connected { .. }) {
                 self.ready_once(logind).await;
             }
