@@ -74,11 +74,11 @@ pub trait Manager {
     #[zbus(property(emits_changed_signal = "false"))]
     fn preparing_for_shutdown(&self) -> zbus::Result<bool>;
 
-    /// systemd >= 257: the same, with the metadata of the shutdown (its kind under `type`).
+    /// systemd >= 257: the same with the shutdown's metadata, as one `a{sv}`: `preparing` (b)
+    /// and, while preparing, the kind under `type` (s) (`property_get_preparing_shutdown_with_
+    /// metadata` in logind-dbus.c; read off systemd 257.13 with `busctl get-property`).
     #[zbus(property(emits_changed_signal = "false"))]
-    fn preparing_for_shutdown_with_metadata(
-        &self,
-    ) -> zbus::Result<(bool, HashMap<String, OwnedVariant>)>;
+    fn preparing_for_shutdown_with_metadata(&self) -> zbus::Result<HashMap<String, OwnedVariant>>;
 
     /// `true`: a shutdown starts now and waits for delay locks; `false`: it was cancelled.
     #[zbus(signal)]
@@ -215,6 +215,14 @@ impl ShutdownSignals {
     }
 }
 
+/// The `preparing` entry of `PreparingForShutdownWithMetadata`; `None` when it is missing or not
+/// a boolean.
+fn preparing_in(metadata: &HashMap<String, OwnedVariant>) -> Option<bool> {
+    metadata
+        .get("preparing")
+        .and_then(|v| bool::try_from(&**v).ok())
+}
+
 /// Reads the `type` entry of the metadata; a missing, non-string or undocumented one is
 /// [`ShutdownKind::Unknown`] (said once, here).
 fn metadata_kind(metadata: &HashMap<String, OwnedVariant>) -> ShutdownKind {
@@ -315,9 +323,24 @@ impl Logind {
     /// (`PreparingForShutdownWithMetadata`, systemd >= 257; older ones have only the bool:
     /// [`ShutdownKind::Unknown`]).
     pub async fn shutdown_under_way(&self) -> Result<Option<ShutdownKind>, LogindError> {
-        if let Ok((preparing, metadata)) = self.manager.preparing_for_shutdown_with_metadata().await
-        {
-            return Ok(preparing.then(|| metadata_kind(&metadata)));
+        match self.manager.preparing_for_shutdown_with_metadata().await {
+            Ok(metadata) => match preparing_in(&metadata) {
+                Some(preparing) => return Ok(preparing.then(|| metadata_kind(&metadata))),
+                None => tracing::warn!(
+                    "logind's PreparingForShutdownWithMetadata has no boolean `preparing` \
+                     ({metadata:?}); reading PreparingForShutdown, the kind unknown"
+                ),
+            },
+            // An older logind has no such property: the plain one, without the kind.
+            Err(zbus::Error::FDO(e))
+                if matches!(
+                    *e,
+                    zbus::fdo::Error::UnknownProperty(_) | zbus::fdo::Error::InvalidArgs(_)
+                ) => {}
+            Err(e) => tracing::warn!(
+                "cannot read logind's PreparingForShutdownWithMetadata ({e}); reading \
+                 PreparingForShutdown, the kind unknown"
+            ),
         }
         let preparing = self.preparing_for_shutdown().await?;
         Ok(preparing.then_some(ShutdownKind::Unknown))

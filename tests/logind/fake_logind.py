@@ -171,10 +171,13 @@ def watch_lock(shutdown, read_end, lock):
 
 
 def with_metadata(preparing, kind):
-    '''The (b, a{sv}) value of PreparingForShutdownWithMetadata.'''
-    metadata = {'type': dbus.String(kind)} if preparing and kind else {}
-    return dbus.Struct((dbus.Boolean(preparing), dbus.Dictionary(metadata, signature='sv')),
-                       signature='ba{sv}')
+    '''The a{sv} value of PreparingForShutdownWithMetadata, as systemd 257 answers it
+    (property_get_preparing_shutdown_with_metadata in logind-dbus.c): `preparing`, and while
+    preparing the kind under `type`.'''
+    metadata = {'preparing': dbus.Boolean(preparing)}
+    if preparing and kind:
+        metadata['type'] = dbus.String(kind)
+    return dbus.Dictionary(metadata, signature='sv')
 
 
 def set_preparing(mock, preparing):
@@ -182,7 +185,7 @@ def set_preparing(mock, preparing):
     shutdown = state(mock)
     mock.UpdateProperties(MAIN_IFACE, {'PreparingForShutdown': dbus.Boolean(preparing)})
     if shutdown.metadata:
-        # UpdateProperties cannot wrap a struct in a variant; Set can.
+        # Set, as for every property whose value is a container.
         mock.Set(MAIN_IFACE, 'PreparingForShutdownWithMetadata', with_metadata(preparing, shutdown.kind))
 
 
