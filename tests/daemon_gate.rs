@@ -87,6 +87,16 @@ async fn wait_gate(world: &World, closed: bool, within: Duration) -> bool {
     false
 }
 
+/// The gate's reason once it closes, within `within`.
+async fn closed_for(world: &World, within: Duration) -> String {
+    assert!(
+        wait_gate(world, true, within).await,
+        "the gate closes: {}",
+        world.log()
+    );
+    gate_reasons(world).await.remove(0)
+}
+
 /// `kube-shutdown-drain reboot ARGS` on the world's bus, config and boot.
 async fn reboot_command(world: &World, args: &[&str]) -> (i32, String) {
     command(world, &[&["reboot"], args].concat()).await
@@ -123,12 +133,7 @@ async fn the_gate_refuses_a_reboot_while_every_slot_is_held_and_opens_when_one_i
     let Some((world, holder)) = gated("257.13-1").await else {
         return;
     };
-    assert!(
-        wait_gate(&world, true, Duration::from_secs(10)).await,
-        "the gate closes: {}",
-        world.log()
-    );
-    let why = gate_reasons(&world).await.remove(0);
+    let why = closed_for(&world, Duration::from_secs(10)).await;
     assert!(
         why.contains(&format!("node {NODE}"))
             && why.contains(&holder)
@@ -280,12 +285,7 @@ async fn with_the_forecast_the_gate_also_closes_while_a_drain_would_block() {
     };
     world.spawn_daemon();
     world.wait_ready().await;
-    assert!(
-        wait_gate(&world, true, Duration::from_secs(15)).await,
-        "the forecast closes the gate: {}",
-        world.log()
-    );
-    let why = gate_reasons(&world).await.remove(0);
+    let why = closed_for(&world, Duration::from_secs(15)).await;
     assert!(
         why.contains(&format!("a drain of node {NODE} now would be blocked"))
             && why.contains("shop/web")

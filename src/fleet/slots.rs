@@ -87,6 +87,14 @@ impl Slots<'_> {
         )
     }
 
+    /// The slot Lease `name`, if it exists.
+    async fn read(&self, name: &str, deadline: Instant) -> Result<Option<Lease>, ApiError> {
+        let api = self.api();
+        self.clients
+            .retry(deadline, &self.object(name), || api.get_opt(name))
+            .await
+    }
+
     fn object(&self, name: &str) -> String {
         format!(
             "drain slot lease {}/{name}",
@@ -162,15 +170,9 @@ impl Slots<'_> {
         group: &str,
         deadline: Instant,
     ) -> Result<Option<Vec<String>>, ApiError> {
-        let api = self.api();
         let mut holders = Vec::new();
         for name in slot_names(&self.settings.fleet, group) {
-            let object = self.object(&name);
-            let read = self
-                .clients
-                .retry(deadline, &object, || api.get_opt(&name))
-                .await?;
-            let Some(lease) = read else {
+            let Some(lease) = self.read(&name, deadline).await? else {
                 return Ok(None);
             };
             match self.judge(&lease, me, deadline, false).await? {
@@ -194,11 +196,7 @@ impl Slots<'_> {
         let mut holders = Vec::new();
         for name in slot_names(fleet, group) {
             let object = self.object(&name);
-            let read = self
-                .clients
-                .retry(deadline, &object, || api.get_opt(&name))
-                .await?;
-            let Some(lease) = read else {
+            let Some(lease) = self.read(&name, deadline).await? else {
                 let lease = new_lease(&name, fleet, group, me, jiff::Timestamp::now());
                 let pp = PostParams {
                     field_manager: Some(FIELD_MANAGER.to_string()),
@@ -305,15 +303,10 @@ impl Slots<'_> {
     pub async fn look(&self, node: &Node) -> Result<Vec<SlotView>, ApiError> {
         let fleet = &self.settings.fleet;
         let group = super::group_of(fleet, node);
-        let api = self.api();
         let deadline = Instant::now() + self.clients.request_timeout;
         let mut views = Vec::new();
         for name in slot_names(fleet, &group) {
-            let object = self.object(&name);
-            let lease = self
-                .clients
-                .retry(deadline, &object, || api.get_opt(&name))
-                .await?;
+            let lease = self.read(&name, deadline).await?;
             let holder = lease.as_ref().and_then(identity).map(str::to_string);
             views.push(SlotView {
                 since: lease
