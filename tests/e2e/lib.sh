@@ -1,11 +1,14 @@
-# tests/e2e/lib.sh: the container rig for the end-to-end test (sourced, not run): a cached
-# Debian bookworm rootfs with systemd and dbus, booted with systemd-nspawn so that real
-# systemd and systemd-logind run inside.
+# tests/e2e/lib.sh: the container rig for the end-to-end test (sourced, not run): cached
+# Debian rootfses with systemd and dbus, booted with systemd-nspawn so that real systemd and
+# systemd-logind run inside. One per suite: bookworm (systemd 252) for most boots, trixie
+# (systemd 257) for what only a logind >= 255 shows (the kind of a shutdown). use_suite picks
+# one; ensure_rootfs builds or reuses its cache.
 #
 # The container shares the host's network namespace (no --private-network), so programs in it
 # reach the fake API server on 127.0.0.1. --register=no and --keep-unit: the host's PID 1 may
 # not be systemd. Commands run inside through nsenter into the container's PID 1.
 
+# The suite the next ensure_rootfs makes (use_suite sets it and E2E_ROOTFS, its cache).
 E2E_SUITE=bookworm
 E2E_MIRROR=${E2E_MIRROR:-http://deb.debian.org/debian}
 # ca-certificates: what every node has, and what the package depends on (the kube client
@@ -14,6 +17,22 @@ E2E_INCLUDE=systemd,systemd-sysv,dbus,ca-certificates
 # A fixed machine ID: every boot of the copy is the same machine; only the boot ID changes
 # (nspawn hands each boot a new random one).
 E2E_MACHINE_ID=4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e
+
+# rootfs_dir REPO SUITE: the cache of SUITE's rootfs. bookworm keeps the directory it had before
+# there were two suites (.cache/e2e-rootfs), so a cached one is reused; any other suite gets its
+# own (.cache/e2e-rootfs-trixie).
+rootfs_dir() {
+  case "$2" in
+    bookworm) echo "$1/.cache/e2e-rootfs" ;;
+    *) echo "$1/.cache/e2e-rootfs-$2" ;;
+  esac
+}
+
+# use_suite REPO SUITE: the next ensure_rootfs makes SUITE; sets E2E_SUITE and E2E_ROOTFS.
+use_suite() {
+  E2E_SUITE=$2
+  E2E_ROOTFS=$(rootfs_dir "$1" "$2")
+}
 
 log() { printf 'e2e %s: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { log "FAIL: $*"; exit 1; }
@@ -30,26 +49,31 @@ skip_or_fail() {
   exit 0
 }
 
-# ensure_rootfs DIR: debootstraps the rootfs into DIR unless a copy made with the same
-# parameters is already there (the stamp file records them).
+# ensure_rootfs DIR: debootstraps the rootfs of $E2E_SUITE into DIR unless a copy made with the
+# same parameters is already there (the stamp file records them, the suite among them: a cache
+# of another suite in DIR is made again, never booted as this one).
 ensure_rootfs() {
   local dir=$1
   local stamp="suite=$E2E_SUITE include=$E2E_INCLUDE variant=minbase"
+  local logfile t0
+  logfile="$(dirname "$dir")/debootstrap-$E2E_SUITE.log"
   if [ -f "$dir/.e2e-stamp" ] && [ "$(cat "$dir/.e2e-stamp")" = "$stamp" ]; then
-    log "rootfs $dir: cached"
+    log "rootfs $dir: cached ($E2E_SUITE)"
     return
   fi
   log "rootfs $dir: debootstrap $E2E_SUITE (about a minute)"
+  t0=$(date +%s)
   rm -rf "$dir.tmp"
   mkdir -p "$(dirname "$dir")"
   debootstrap --variant=minbase --include="$E2E_INCLUDE" "$E2E_SUITE" "$dir.tmp" "$E2E_MIRROR" \
-    > "$(dirname "$dir")/debootstrap.log" 2>&1 ||
-    fail "debootstrap failed; see $(dirname "$dir")/debootstrap.log"
+    > "$logfile" 2>&1 ||
+    fail "debootstrap of $E2E_SUITE failed; see $logfile"
   # Booting needs no TTY login: keep the console quiet and boots fast.
   rm -f "$dir.tmp"/etc/systemd/system/getty.target.wants/*
   echo "$stamp" > "$dir.tmp/.e2e-stamp"
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
+  log "rootfs $dir: debootstrap $E2E_SUITE took $(( $(date +%s) - t0 )) s"
 }
 
 # make_machine ROOTFS DIR: a private copy of the cached rootfs to install into.
@@ -146,6 +170,18 @@ boot() {
 # ct CMD...: runs CMD inside the running container.
 ct() {
   nsenter -t "$CT_INIT" -m -u -i -p -- "$@"
+}
+
+# ct_bounded CMD...: ct, given up after 5 s (exit 124), for a command that may run while a
+# soft-reboot ends the old userspace. PID 1 then stops every process of the container's PID
+# namespace before it signals them (kill(-1, SIGSTOP), the signal, kill(-1, SIGCONT):
+# broadcast_signal() in src/shared/killall.c), CMD among them. nsenter waits for CMD with
+# WUNTRACED and stops itself when CMD stops, to pass the stop on (continue_as_child() in
+# util-linux's sys-utils/nsenter.c); outside the container no SIGCONT reaches it, and ct never
+# returns (seen: nsenter stopped for 13 minutes over a killed systemctl). timeout(1) sends
+# SIGCONT after its SIGTERM, and SIGKILL 2 s later.
+ct_bounded() {
+  timeout -k 2 5 nsenter -t "$CT_INIT" -m -u -i -p -- "$@"
 }
 
 # wait_exit TIMEOUT_SECS: waits for the container to stop. Sets CT_RC and CT_EXIT_AT.
