@@ -97,6 +97,15 @@ async fn closed_for(world: &World, within: Duration) -> String {
     gate_reasons(world).await.remove(0)
 }
 
+/// Whether the fake logind's shutdown ended (released or timed out) within 20 s.
+async fn shutdown_came(world: &World) -> bool {
+    world
+        .rig
+        .wait_outcome(0, Duration::from_secs(20))
+        .await
+        .is_some()
+}
+
 /// `kube-shutdown-drain reboot ARGS` on the world's bus, config and boot.
 async fn reboot_command(world: &World, args: &[&str]) -> (i32, String) {
     command(world, &[&["reboot"], args].concat()).await
@@ -178,11 +187,7 @@ async fn the_gate_refuses_a_reboot_while_every_slot_is_held_and_opens_when_one_i
         .await
         .expect("logind takes the reboot");
     assert!(
-        world
-            .rig
-            .wait_outcome(0, Duration::from_secs(20))
-            .await
-            .is_some(),
+        shutdown_came(&world).await,
         "the shutdown goes on (the daemon drains within its budget)"
     );
 }
@@ -211,14 +216,7 @@ async fn reboot_force_passes_the_gate_but_not_another_programs_block_lock() {
         said.contains("asked logind to reboot node") && said.contains(&holder),
         "{said}"
     );
-    assert!(
-        world
-            .rig
-            .wait_outcome(0, Duration::from_secs(20))
-            .await
-            .is_some(),
-        "logind started the reboot"
-    );
+    assert!(shutdown_came(&world).await, "logind started the reboot");
     world
         .expect_log(
             "sigusr1: the reboot gate of node demo-node-1 opens",
@@ -257,13 +255,7 @@ async fn a_shutdown_logind_starts_past_the_gate_is_never_held_by_it() {
             "said",
         )
         .await;
-    assert!(
-        world
-            .rig
-            .wait_outcome(0, Duration::from_secs(20))
-            .await
-            .is_some()
-    );
+    assert!(shutdown_came(&world).await);
 }
 
 #[tokio::test]
@@ -297,5 +289,45 @@ async fn with_the_forecast_the_gate_also_closes_while_a_drain_would_block() {
         wait_gate(&world, false, Duration::from_secs(15)).await,
         "a forecast that completes opens it: {}",
         world.log()
+    );
+}
+
+#[tokio::test]
+async fn a_logind_that_never_answers_the_gates_lock_does_not_hold_the_next_shutdown() {
+    let Some((world, _holder)) = gated("257.13-1").await else {
+        return;
+    };
+    assert!(wait_gate(&world, true, Duration::from_secs(10)).await);
+    world.rig.hang_block_inhibit(true).await;
+    // A new holder (an identity not of ours: never stale) is a new reason: the daemon asks
+    // logind for a lock carrying it, and logind never answers.
+    world
+        .api
+        .store()
+        .upsert(lease(Some("some-other-operator")))
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while world.rig.unanswered().await == 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the daemon asks again: {}",
+            world.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    world.rig.start_shutdown("reboot").await;
+    world
+        .expect_log(
+            "logind announced a reboot",
+            Duration::from_secs(10),
+            "the drain starts",
+        )
+        .await;
+    let log = world.log();
+    let announced = log.find("logind announced a reboot").unwrap();
+    assert!(
+        log.find("refused the reboot gate's block lock")
+            .is_none_or(|refused| refused > announced),
+        "the announcement waited for the gate's call to logind:\n{log}"
     );
 }

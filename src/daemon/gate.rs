@@ -56,7 +56,7 @@ pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str
     }
     format!(
         "reboot gate of Kubernetes node {node}: {}; `kube-shutdown-drain reboot` waits for a slot, \
-         drains and reboots; `kube-shutdown-drain reboot --force` reboots now; stopping \
+         drains and reboots; `kube-shutdown-drain reboot --force` drains and reboots without a slot; stopping \
          kube-shutdown-drain.service drops this lock",
         why.join("; ")
     )

@@ -132,6 +132,8 @@ pub enum LogindError {
     ShutdownUnderWay { node: String, message: String },
     #[error("logind refused the reboot gate's block lock for node {node}: {source}")]
     Gate { node: String, source: zbus::Error },
+    #[error("the ask for the reboot gate's block lock ended: {message}")]
+    GateTask { message: String },
     #[error("cannot list logind's inhibitors: {source}")]
     ListInhibitors { source: zbus::Error },
     #[error("the system bus connection at {address} closed")]

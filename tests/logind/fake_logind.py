@@ -34,7 +34,8 @@ A python-dbusmock template (load it with `/usr/bin/python3 -m dbusmock --system 
   Outcomes() returns the lines written so far; Refused() and Granted() the refused and the
   granted Inhibit calls; SetInhibitDelayMax(t) changes InhibitDelayMaxUSec while the fake runs,
   as logind's re-read of logind.conf on SIGHUP does;
-  RebootOnNextInhibit() stages the race of a reboot that starts between a client's read of
+  HangBlockInhibit(b) leaves every Inhibit in mode "block" unanswered while true (a hung
+  logind, as the caller sees it); RebootOnNextInhibit() stages the race of a reboot that starts between a client's read of
   PreparingForShutdown (false) and its Inhibit: the next Inhibit on "shutdown" first starts a
   reboot (signals and all, as Reboot(false) would), then is refused as above.
 
@@ -85,6 +86,8 @@ class Shutdown:
         self.granted = []  # "WHO WHAT MODE" of each Inhibit granted
         self.reboot_on_next_inhibit = False
         self.block_binds_root = True
+        self.hang_block = False  # HangBlockInhibit(true): block Inhibits go unanswered
+        self.unanswered = []
 
     def delay_locks(self):
         return [lock for lock in self.locks.values() if lock[3] == 'delay' and 'shutdown' in lock[0].split(':')]
@@ -202,8 +205,34 @@ def caller_ids(mock, sender):
         return dbus.UInt32(0), dbus.UInt32(0)
 
 
-@dbus.service.method(MAIN_IFACE, in_signature='ssss', out_signature='h', sender_keyword='sender')
-def Inhibit(self, what, who, why, mode, sender=None):
+@dbus.service.method(MAIN_IFACE, in_signature='ssss', out_signature='h', sender_keyword='sender',
+                     async_callbacks=('answer', 'fail'))
+def Inhibit(self, what, who, why, mode, sender=None, answer=None, fail=None):
+    if mode == 'block' and state(self).hang_block:
+        # A logind that never answers: the caller's call times out on its side.
+        state(self).unanswered.append((answer, fail))
+        return
+    try:
+        reply = inhibit_now(self, what, who, why, mode, sender)
+    except dbus.exceptions.DBusException as e:
+        fail(e)
+        return
+    answer(reply)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='b', out_signature='')
+def HangBlockInhibit(self, hang):
+    '''While true, an Inhibit in mode "block" is never answered.'''
+    state(self).hang_block = bool(hang)
+
+
+@dbus.service.method(MOCK_IFACE, in_signature='', out_signature='u')
+def Unanswered(self):
+    '''How many Inhibit calls HangBlockInhibit left unanswered.'''
+    return dbus.UInt32(len(state(self).unanswered))
+
+
+def inhibit_now(self, what, who, why, mode, sender):
     if mode not in ('delay', 'block', 'block-weak'):
         raise dbus.exceptions.DBusException(f'invalid inhibit mode {mode!r}',
                                             name='org.freedesktop.DBus.Error.InvalidArgs')

@@ -396,6 +396,20 @@ impl Rig {
             .count()
     }
 
+    /// While `hang`, the fake never answers an `Inhibit` in mode `block`.
+    pub async fn hang_block_inhibit(&self, hang: bool) {
+        self.call(MOCK, "HangBlockInhibit", &(hang,)).await;
+    }
+
+    /// How many `Inhibit` calls [`Rig::hang_block_inhibit`] left unanswered.
+    pub async fn unanswered(&self) -> u32 {
+        self.call(MOCK, "Unanswered", &())
+            .await
+            .body()
+            .deserialize()
+            .expect("Unanswered answers u")
+    }
+
     /// Stages the race of issue 13: the next `Inhibit` on "shutdown" first starts a reboot (so
     /// a `PreparingForShutdown` read before it said false), then is refused.
     pub async fn reboot_on_next_inhibit(&self) {

@@ -7,9 +7,11 @@ use std::os::fd::OwnedFd;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use tokio::task::JoinHandle;
+
 use super::Daemon;
 use crate::daemon::gate;
-use crate::daemon::logind::Logind;
+use crate::daemon::logind::{Logind, LogindError};
 
 /// The gate as the loop holds it.
 pub(crate) struct Gate {
@@ -25,8 +27,12 @@ pub(crate) struct Gate {
     wanted: watch::Sender<bool>,
     /// The forecast's "a drain would block", for the follower.
     pub(super) forecast_blocked: watch::Sender<Option<String>>,
-    /// The systemd version was said (once, at the first connection).
+    /// The systemd version was said (once, at the first lock).
     said_binding: bool,
+    /// The ask for a block lock under way, and the reason it carries.
+    pub(super) asking: Option<(String, AbortOnDrop)>,
+    /// The reason logind last refused a lock for: not asked again until the reason changes.
+    refused: Option<String>,
 }
 
 impl Gate {
@@ -41,6 +47,8 @@ impl Gate {
             wanted: watch::Sender::new(false),
             forecast_blocked: watch::Sender::new(None),
             said_binding: false,
+            asking: None,
+            refused: None,
         }
     }
 
@@ -79,8 +87,10 @@ impl Daemon {
 
     /// Makes the block lock agree with the phase, the pass and the follower's verdict: held
     /// with the verdict's reason while the phase may gate, no pass runs and the verdict says
-    /// closed; dropped otherwise (a drop is only a close: it needs no bus).
-    pub(super) async fn follow_gate(&mut self, logind: Option<&Logind>) {
+    /// closed; dropped otherwise. Nothing here waits on the bus: a drop is a close, and a lock
+    /// to take is asked for on a task of its own ([`taking`]), so an announcement that
+    /// comes meanwhile is handled at once (the drain's clock starts when it is).
+    pub(super) fn follow_gate(&mut self, logind: Option<&Logind>) {
         if !self.gate.enabled {
             return;
         }
@@ -102,9 +112,11 @@ impl Daemon {
         };
         let held = self.gate.lock.as_ref().map(|(_, why)| why.clone());
         if want == held {
+            self.gate.asking = None;
             return;
         }
         let Some(why) = want else {
+            self.gate.asking = None;
             self.gate.lock = None;
             self.metrics.gate_closed(false);
             let because = if !may {
@@ -117,35 +129,80 @@ impl Daemon {
             tracing::info!(node = %node, "the reboot gate of node {node} is open: {because}");
             return;
         };
-        let Some(logind) = logind else {
+        let asked = self.gate.asking.as_ref().map(|(w, _)| w.as_str());
+        let refused = self.gate.refused.as_deref();
+        let Some(logind) = logind.filter(|_| asked != Some(&why) && refused != Some(&why)) else {
             return;
         };
-        self.say_binding(logind).await;
-        match logind.take_block(&node, &why).await {
+        let logind = logind.clone();
+        let say_binding = !std::mem::replace(&mut self.gate.said_binding, true);
+        let reason = why.clone();
+        let task = tokio::spawn(async move {
+            if say_binding {
+                say_binding_of(&logind, &node).await;
+            }
+            logind.take_block(&node, &reason).await
+        });
+        // Replacing a task still asking aborts it (its fd, if logind answers, is closed).
+        self.gate.asking = Some((why, AbortOnDrop(task)));
+    }
+
+    /// The block lock logind granted (or refused) for `why`: held if it is still wanted.
+    pub(super) fn gate_taken(&mut self, why: String, taken: Result<OwnedFd, LogindError>) {
+        let node = self.settings.node_name.clone();
+        match taken {
             Ok(fd) => {
-                // The new lock is held before the old one (another reason) goes.
+                // The new lock is held before the old one (another reason) goes; the next
+                // follow_gate drops it if it is no longer wanted.
                 self.gate.lock = Some((fd, why.clone()));
+                self.gate.refused = None;
                 self.metrics.gate_closed(true);
                 tracing::warn!(node = %node, "{why}");
             }
-            Err(e) => tracing::warn!(node = %node, "{e}; node {node} stays ungated"),
+            Err(e) => {
+                tracing::warn!(node = %node, "{e}; node {node} stays ungated until the gate's reason changes");
+                self.gate.refused = Some(why);
+            }
         }
     }
+}
 
-    /// Says once what the gate binds on this systemd.
-    async fn say_binding(&mut self, logind: &Logind) {
-        if std::mem::replace(&mut self.gate.said_binding, true) {
-            return;
-        }
-        let version = crate::daemon::systemd::version(logind.connection()).await;
-        if let Err(e) = &version {
-            tracing::warn!("cannot read the systemd version for the reboot gate: {e}");
-        }
-        tracing::info!(
-            node = %self.settings.node_name,
-            "reboot gate of node {}: {}",
-            self.settings.node_name,
-            gate::binding_line(version.as_deref().ok())
-        );
+/// Says once what the gate binds on this systemd.
+async fn say_binding_of(logind: &Logind, node: &str) {
+    let version = crate::daemon::systemd::version(logind.connection()).await;
+    if let Err(e) = &version {
+        tracing::warn!("cannot read the systemd version for the reboot gate: {e}");
     }
+    tracing::info!(
+        node = %node,
+        "reboot gate of node {node}: {}",
+        gate::binding_line(version.as_deref().ok())
+    );
+}
+
+/// A task aborted when dropped.
+pub(crate) struct AbortOnDrop(JoinHandle<Result<OwnedFd, LogindError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The end of the ask for a block lock (`asking`), once it ends; never while none runs.
+pub(super) async fn taking(
+    asking: &mut Option<(String, AbortOnDrop)>,
+) -> (String, Result<OwnedFd, LogindError>) {
+    let Some((why, task)) = asking else {
+        return std::future::pending().await;
+    };
+    let taken = match (&mut task.0).await {
+        Ok(taken) => taken,
+        Err(e) => Err(LogindError::GateTask {
+            message: e.to_string(),
+        }),
+    };
+    let why = why.clone();
+    *asking = None;
+    (why, taken)
 }

@@ -260,7 +260,7 @@ impl Daemon {
                     }
                     Asked::Pass => {
                         self.pass_gate();
-                        self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                        self.follow_gate(connection.as_ref().map(|c| &c.logind));
                         continue;
                     }
                     Asked::Hangup => {
@@ -282,11 +282,16 @@ impl Daemon {
                 _ = sleep_until(at), if at.is_some() => timed,
                 // The gate follows the slots (and its pass ends) beside the phases.
                 _ = self.gate.verdict.changed(), if self.gate.enabled() => {
-                    self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
                     continue;
                 }
                 _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
-                    self.follow_gate(connection.as_ref().map(|c| &c.logind)).await;
+                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
+                    continue;
+                }
+                (why, taken) = gate::taking(&mut self.gate.asking) => {
+                    self.gate_taken(why, taken);
+                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
                     continue;
                 }
                 finished = drain_end(&mut self.drain) => {
@@ -318,7 +323,7 @@ impl Daemon {
             };
             let logind = connection.as_ref().map(|c| &c.logind);
             self.apply(event, logind).await;
-            self.follow_gate(logind).await;
+            self.follow_gate(logind);
             if matches!(event, Event::Connected { .. }) {
                 self.ready_once(logind).await;
             }
