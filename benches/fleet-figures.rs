@@ -1,54 +1,203 @@
 //! Prints the README's fleet figures (issue 20): 20 nodes of one fake API server reboot
-//! together, each the way `kube-shutdown-drain reboot` does (wait for a drain slot, prepare and
-//! drain, reboot: here a pause, then the boot's restore, which gives the slot back), announced
-//! within one second. One `web` ReplicaSet has a pod on every node, under one budget
-//! (`maxUnavailable: 2`) that spans them all. The same run with `[fleet] slots = 2` and with the
-//! fleet off. Every figure comes from the API server's own record of requests: the most nodes
-//! cordoned at once (from each node's prepare PATCH to its restore PATCH), evictions the budget
-//! refused (429), the time until every node was drained and restored, and the slot hand-off
-//! (a slot given back to the next node's take of it).
+//! together, each a machine of its own: the real `kube-shutdown-drain run` daemon on a private
+//! bus with the fake logind (`tests/logind`), a boot ID and a state directory. One `web`
+//! ReplicaSet has a pod on every node, under one budget (`maxUnavailable: 2`) that spans them
+//! all. Three runs, the reboots asked for within one second:
 //!
-//! The nodes are engines on one runtime (what the daemon and the CLI run), not 20 daemons with
-//! their own buses: the slot protocol is the engine's, and logind has no part in a `reboot`'s
-//! drain.
+//! - `[fleet] slots = 2`, each node rebooted with `kube-shutdown-drain reboot` (wait for a drain
+//!   slot, drain, ask logind; the daemon finds the node drained and lets the shutdown go);
+//! - the fleet off, the same command with `--force` (a drain cut at its timeout reboots anyway,
+//!   as every node's shutdown would);
+//! - `[fleet] slots = 2` with a plain `systemctl reboot` on every node (logind announces at
+//!   once; the daemons wait half their budget for a slot, then `on_no_slot = "cordon"`).
 //!
-//! Run: `cargo bench --bench fleet-figures` (figures, never assertions). Under
+//! A reboot is the fake logind's shutdown ending, the daemon killed (the machine going down), a
+//! new boot ID, a pause, the daemon started again: its boot restore uncordons the node and gives
+//! the slot back. Every figure comes from the API server's own record of requests: the most
+//! nodes cordoned at once (each node's prepare PATCH to its restore PATCH), the most nodes
+//! drained at once (each node's first accepted eviction, told apart by the User-Agent that names
+//! the node, to its restore PATCH), evictions the budget refused (429), the time until every node was restored, and
+//! the slot hand-off (a slot given back to the next node's take of it).
+//!
+//! Run: `cargo bench --bench fleet-figures` (a release build), or
+//! `cargo test --bench fleet-figures -- --bench` (debug). Figures, never assertions. Under
 //! `cargo test --all-targets` (no `--bench` argument) it only says how to run it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_shutdown_drain::config::Settings;
-use kube_shutdown_drain::engine::Engine;
-use kube_shutdown_drain::fleet::slots::Taken;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 #[path = "../tests/engine_support/mod.rs"]
 mod engine_support;
+#[path = "../tests/logind/mod.rs"]
+mod logind;
+
 use engine_support::*;
+use logind::{LogindOptions, Rig};
 
 const NODES: usize = 20;
-/// What a node's reboot takes here, between its drain and its restore.
+/// How long a machine is down between its shutdown and its next boot.
 const REBOOT: Duration = Duration::from_secs(1);
-/// Each node's drain timeout (`--drain-timeout`).
-const DRAIN: Duration = Duration::from_secs(10);
+/// The environment variables `run` reads its boot ID file and logind's schedule directory from
+/// (tests only).
+const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
+const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
 fn name(i: usize) -> String {
     format!("fleet-{i:02}")
 }
 
-fn settings_for(c: &Cluster, kubeconfig: &Path, node: &str, slots: u32) -> Arc<Settings> {
-    let text = format!(
-        "node_name = \"{node}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"5s\"\n\
-         [drain]\nretry_interval = \"1s\"\n[fleet]\nslots = {slots}\n",
-        kubeconfig.display(),
-        c.dir.path().join(format!("state-{node}")).display()
-    );
-    let mut s = Settings::from_str_at(Path::new("/bench/config.toml"), &text).expect("settings");
-    s.boot_id_path = c.dir.path().join("boot_id");
-    Arc::new(s)
+/// How the nodes are rebooted.
+#[derive(Clone, Copy, PartialEq)]
+enum How {
+    /// `kube-shutdown-drain reboot`, with `--force` when the flag is set.
+    Command { force: bool },
+    /// logind's `Reboot`, as `systemctl reboot` calls it.
+    Systemctl,
+}
+
+/// One node's machine: its bus and fake logind, its files, its daemon.
+struct Machine {
+    name: String,
+    rig: Rig,
+    dir: tempfile::TempDir,
+    daemon: Option<Child>,
+    boots: usize,
+}
+
+impl Machine {
+    async fn start(kubeconfig: &Path, i: usize, slots: u32) -> Option<Machine> {
+        let rig = Rig::start(LogindOptions::default()).await?;
+        let dir = tempfile::Builder::new()
+            .prefix("ksd-fleet-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a machine's directory");
+        let name = name(i);
+        let config = format!(
+            "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
+             request_timeout = \"5s\"\n\
+             [drain]\ntimeout = \"10s\"\nretry_interval = \"1s\"\n\
+             [daemon]\nrestore_ready_timeout = \"20s\"\n\
+             [fleet]\nslots = {slots}\n",
+            kubeconfig.display(),
+            dir.path().join("state").display()
+        );
+        std::fs::write(dir.path().join("config.toml"), config).expect("write the config");
+        std::fs::create_dir_all(dir.path().join("shutdown")).expect("the schedule dir");
+        // The first boot is this machine's own: `reboot` (the CLI) reads the kernel's boot ID,
+        // and the daemon must find the node drained by its boot.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot_id");
+        std::fs::write(dir.path().join("boot_id"), boot).expect("write the boot id");
+        let mut m = Machine {
+            name,
+            rig,
+            dir,
+            daemon: None,
+            boots: 0,
+        };
+        m.spawn_daemon();
+        Some(m)
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join(format!("daemon-{}.log", self.boots))
+    }
+
+    fn spawn_daemon(&mut self) {
+        self.boots += 1;
+        let log = std::fs::File::create(self.log()).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+            .arg("run")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NOTIFY_SOCKET")
+            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config())
+            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
+            .env(BOOT_ID_ENV, self.dir.path().join("boot_id"))
+            .env(SCHEDULE_DIR_ENV, self.dir.path().join("shutdown"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-shutdown-drain run");
+        self.daemon = Some(child);
+    }
+
+    fn kill_daemon(&mut self) {
+        if let Some(mut child) = self.daemon.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits until the daemon holds its delay lock.
+    async fn wait_lock(&self) {
+        if !self.rig.wait_locks(1, Duration::from_secs(30)).await {
+            panic!("{}: the daemon took no lock; {}", self.name, self.tail());
+        }
+    }
+
+    fn tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        format!(
+            "log {}:\n{}",
+            self.log().display(),
+            lines[lines.len().saturating_sub(15)..].join("\n")
+        )
+    }
+
+    /// The shutdown asked for `how`, its end at logind, and the next boot.
+    async fn reboot(mut self, how: How, after: Duration) -> Machine {
+        tokio::time::sleep(after).await;
+        match how {
+            How::Command { force } => {
+                let mut args = vec!["reboot", "--slot-timeout", "10m"];
+                if force {
+                    args.push("--force");
+                }
+                let r = cli_on_bus(&self.config(), &args, self.rig.address()).await;
+                assert_eq!(
+                    r.code, 0,
+                    "{}: reboot failed\n{}\n{}",
+                    self.name, r.stdout, r.stderr
+                );
+            }
+            How::Systemctl => self.rig.reboot().await,
+        }
+        match self.rig.wait_outcome(0, Duration::from_secs(60)).await {
+            Some(o) if o.what == "released" => {}
+            other => panic!(
+                "{}: logind's shutdown: {other:?}; {}",
+                self.name,
+                self.tail()
+            ),
+        }
+        self.kill_daemon();
+        self.rig.simulate_boot().await;
+        let boot = format!(
+            "0f1ee700-0000-4000-8000-{:012x}",
+            jiff::Timestamp::now().as_nanosecond() & 0xffff_ffff_ffff
+        );
+        std::fs::write(self.dir.path().join("boot_id"), boot).expect("a new boot id");
+        tokio::time::sleep(REBOOT).await;
+        self.spawn_daemon();
+        self
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        self.kill_daemon();
+    }
 }
 
 async fn cluster() -> Cluster {
@@ -71,61 +220,99 @@ async fn cluster() -> Cluster {
     Cluster::start(objects).await
 }
 
-/// One node's reboot: slot, drain, the reboot's pause, restore.
-async fn reboot(settings: Arc<Settings>, after: Duration) {
-    tokio::time::sleep(after).await;
-    let engine = Engine::new(settings).expect("engine");
-    if engine.settings().fleet.slots > 0 {
-        let until = Instant::now() + Duration::from_secs(600);
-        match engine.wait_for_slot(until).await {
-            Ok(Taken::Slot(_)) => {}
-            other => panic!("no slot: {other:?}"),
-        }
-    }
-    let (prepared, _report) = engine
-        .prepare_and_drain("reboot", Instant::now() + DRAIN, |_| {})
-        .await;
-    prepared.expect("prepared");
-    tokio::time::sleep(REBOOT).await;
-    engine.restore().await.expect("restored");
+/// Whether every node is restored: no marker, not cordoned, and no slot Lease held (the
+/// kubelets' Leases in `kube-node-lease` are not slots).
+fn all_restored(c: &Cluster) -> bool {
+    let store = c.server.store();
+    let nodes_back = (0..NODES).all(|i| {
+        let n = c.node(&name(i));
+        marker_text(&n).is_none() && !unschedulable(&n)
+    });
+    let slots_free = store
+        .list("Lease", Some("kube-shutdown-drain"))
+        .iter()
+        .all(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+        });
+    nodes_back && slots_free
 }
 
 struct Figures {
     max_cordoned: usize,
+    /// The most nodes out at once after evicting: from a first eviction to the restore.
+    max_drained: usize,
+    /// Nodes with at least one eviction accepted.
+    drained: usize,
     refused: usize,
     evictions: usize,
     total: Duration,
     handoffs: Vec<f64>,
 }
 
+/// The most intervals open at once; an interval ends after one that starts at the same time.
+fn most_at_once(mut edges: Vec<(f64, i32)>) -> usize {
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
+}
+
+/// The node a request of ours names in its User-Agent (`...; node NAME)`).
+fn node_of(r: &fake_apiserver::RecordedRequest) -> Option<&str> {
+    let ua = r.user_agent.as_deref()?;
+    ua.rsplit_once("; node ")?.1.strip_suffix(')')
+}
+
 fn figures(c: &Cluster, total: Duration) -> Figures {
     let requests = c.server.recorder().requests();
-    // Each node's cordoned interval, from the server's record: prepare PATCH to restore PATCH.
-    let mut edges: Vec<(f64, i32)> = Vec::new();
+    // Each node's cordoned interval: prepare PATCH to restore PATCH.
+    let mut cordons: Vec<(f64, i32)> = Vec::new();
+    let mut restored: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     for r in &requests {
-        if r.method != "PATCH" || !r.path.starts_with("/api/v1/nodes/") || r.status >= 300 {
+        if r.method != "PATCH" || r.status >= 300 {
             continue;
         }
+        let Some(node) = r.path.strip_prefix("/api/v1/nodes/") else {
+            continue;
+        };
         if r.body
             .contains("\"path\":\"/spec/unschedulable\",\"value\":true")
         {
-            edges.push((r.elapsed, 1));
+            cordons.push((r.elapsed, 1));
         } else if r
             .body
             .contains("\"op\":\"remove\",\"path\":\"/spec/unschedulable\"")
         {
-            edges.push((r.elapsed, -1));
+            cordons.push((r.elapsed, -1));
+            restored.entry(node).or_default().push(r.elapsed);
         }
-    }
-    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut max_cordoned) = (0i32, 0i32);
-    for (_, d) in edges {
-        now += d;
-        max_cordoned = max_cordoned.max(now);
     }
     let evictions: Vec<_> = requests
         .iter()
         .filter(|r| r.method == "POST" && r.path.ends_with("/eviction"))
+        .collect();
+    // Each drained node's time out of the fleet: its first eviction (the User-Agent names the
+    // node) to its restore, what a slot is held for.
+    let mut first: std::collections::BTreeMap<&str, f64> = Default::default();
+    for r in evictions.iter().filter(|r| r.status < 300) {
+        if let Some(node) = node_of(r) {
+            first.entry(node).or_insert(r.elapsed);
+        }
+    }
+    let out = first
+        .iter()
+        .flat_map(|(node, &from)| {
+            let to = restored
+                .get(node)
+                .and_then(|t| t.iter().copied().find(|&t| t > from))
+                .unwrap_or(f64::INFINITY);
+            [(from, 1), (to, -1)]
+        })
         .collect();
     // Hand-offs: a slot Lease given back (a patch without a holder) to its next take.
     let mut handoffs = Vec::new();
@@ -146,7 +333,9 @@ fn figures(c: &Cluster, total: Duration) -> Figures {
         }
     }
     Figures {
-        max_cordoned: usize::try_from(max_cordoned).unwrap_or(0),
+        max_cordoned: most_at_once(cordons),
+        max_drained: most_at_once(out),
+        drained: first.len(),
         refused: evictions.iter().filter(|r| r.status == 429).count(),
         evictions: evictions.len(),
         total,
@@ -154,24 +343,44 @@ fn figures(c: &Cluster, total: Duration) -> Figures {
     }
 }
 
-async fn run(slots: u32) -> Figures {
-    let c = cluster().await;
-    // Written once: every node reads it while the others start.
+async fn run(slots: u32, how: How) -> Option<Figures> {
+    let c = Arc::new(cluster().await);
+    // Written once: every machine reads it.
     let kubeconfig = c.kubeconfig("admin");
+    let mut starting = tokio::task::JoinSet::new();
+    for i in 0..NODES {
+        let kubeconfig = kubeconfig.clone();
+        starting.spawn(async move { Machine::start(&kubeconfig, i, slots).await });
+    }
+    let mut machines = Vec::new();
+    while let Some(m) = starting.join_next().await {
+        machines.push(m.expect("a machine starts")?);
+    }
+    for m in &machines {
+        m.wait_lock().await;
+    }
+    c.server.recorder().clear();
     let started = Instant::now();
     let mut all = tokio::task::JoinSet::new();
-    for i in 0..NODES {
-        // Announced within one second, in no particular order.
+    for (i, m) in machines.into_iter().enumerate() {
+        // Asked for within one second, in no particular order.
         let after = Duration::from_millis(((i * 7919) % NODES) as u64 * 50);
-        all.spawn(reboot(
-            settings_for(&c, &kubeconfig, &name(i), slots),
-            after,
-        ));
+        all.spawn(m.reboot(how, after));
     }
-    while let Some(done) = all.join_next().await {
-        done.expect("a node's reboot");
+    let mut machines = Vec::new();
+    while let Some(m) = all.join_next().await {
+        machines.push(m.expect("a node's reboot"));
     }
-    figures(&c, started.elapsed())
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !all_restored(&c) {
+        if Instant::now() > deadline {
+            let logs: Vec<String> = machines.iter().map(Machine::tail).collect();
+            panic!("not every node was restored in 120 s\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let total = started.elapsed();
+    Some(figures(&c, total))
 }
 
 fn line(label: &str, f: &Figures) {
@@ -189,9 +398,13 @@ fn line(label: &str, f: &Figures) {
         )
     };
     println!(
-        "{label}: at most {} nodes cordoned at once; {} of {} evictions refused by the budget; \
-         all {NODES} drained and restored in {:.1} s; slot hand-off {handoff}",
+        "{label}: at most {} nodes cordoned and {} drained at once (first eviction to restore); \
+         {} of {NODES} nodes drained; \
+         {} of {} evictions refused by the budget; all {NODES} restored after {:.1} s; slot \
+         hand-off {handoff}",
         f.max_cordoned,
+        f.max_drained,
+        f.drained,
         f.refused,
         f.evictions,
         f.total.as_secs_f64()
@@ -204,8 +417,24 @@ async fn main() {
         println!("run with: cargo bench --bench fleet-figures");
         return;
     }
-    let slots = run(2).await;
-    line("[fleet] slots = 2", &slots);
-    let off = run(0).await;
-    line("fleet off       ", &off);
+    let runs = [
+        (
+            "[fleet] slots = 2, kube-shutdown-drain reboot",
+            2,
+            How::Command { force: false },
+        ),
+        (
+            "fleet off, kube-shutdown-drain reboot --force",
+            0,
+            How::Command { force: true },
+        ),
+        ("[fleet] slots = 2, systemctl reboot", 2, How::Systemctl),
+    ];
+    for (label, slots, how) in runs {
+        let Some(f) = run(slots, how).await else {
+            println!("the fake logind cannot run here (python3-dbusmock, dbus-daemon)");
+            return;
+        };
+        line(label, &f);
+    }
 }
