@@ -72,7 +72,9 @@ pub fn group_of(fleet: &FleetSettings, node: &Node) -> String {
 
 /// The names of a group's slot Leases: `kube-shutdown-drain-slot-I` for [`ALL`], else
 /// `kube-shutdown-drain-GROUP-slot-I` with GROUP lower-cased and every character a name may not
-/// hold turned into `-` (a label value is at most 63 characters, so the name stays short).
+/// hold turned into `-` (a label value is at most 63 characters, so the name stays short). When
+/// that changed the value (`Zone_A`, `zone.a` and `zone-a` would all be `zone-a`), eight hex
+/// digits of a hash of the value itself follow GROUP, so two groups never share slots.
 pub fn slot_names(fleet: &FleetSettings, group: &str) -> Vec<String> {
     let prefix = if group == ALL {
         "kube-shutdown-drain".to_string()
@@ -82,11 +84,26 @@ pub fn slot_names(fleet: &FleetSettings, group: &str) -> Vec<String> {
             .map(|c| c.to_ascii_lowercase())
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
             .collect();
-        format!("kube-shutdown-drain-{}", g.trim_matches('-'))
+        let g = g.trim_matches('-');
+        if g == group {
+            format!("kube-shutdown-drain-{g}")
+        } else if g.is_empty() {
+            format!("kube-shutdown-drain-{:08x}", fnv1a(group))
+        } else {
+            format!("kube-shutdown-drain-{g}-{:08x}", fnv1a(group))
+        }
     };
     (0..fleet.slots)
         .map(|i| format!("{prefix}-slot-{i}"))
         .collect()
+}
+
+/// 32-bit FNV-1a of `text`: a hash every node's daemon computes alike, in every release (the
+/// standard library's hasher promises no stable output).
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5, |h: u32, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// The holder a Lease names, if it names one we can have written.

@@ -50,10 +50,20 @@ fn slot_names_per_group() {
     );
     let group = group_of(&zoned, &labelled);
     assert_eq!(group, "eu-West_1a");
+    // The name had to change the value: a hash of the value tells it from `eu-west-1a`.
     assert_eq!(
         slot_names(&zoned, &group),
+        ["kube-shutdown-drain-eu-west-1a-32072404-slot-0"]
+    );
+    assert_eq!(
+        slot_names(&zoned, "eu-west-1a"),
         ["kube-shutdown-drain-eu-west-1a-slot-0"]
     );
+    let names =
+        ["Zone_A", "zone.a", "zone-a", "ZONE-A", "_", "."].map(|g| slot_names(&zoned, g).remove(0));
+    let distinct: std::collections::BTreeSet<_> = names.iter().collect();
+    assert_eq!(distinct.len(), names.len(), "{names:?}");
+    assert_eq!(names[4].len(), "kube-shutdown-drain-00000000-slot-0".len());
     let bare = node(json!({"metadata": {"name": "n"}}));
     assert_eq!(group_of(&zoned, &bare), UNLABELLED);
     assert_eq!(group_of(&fleet(1, None), &labelled), ALL);
