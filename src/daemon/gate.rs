@@ -11,7 +11,8 @@
 //! `org.freedesktop.login1.reboot-ignore-inhibit` (`systemctl reboot -i`), which a node image
 //! without polkit refuses to everybody. So the way past is the daemon's own and always works:
 //! `kube-shutdown-drain reboot` (it waits for a slot, drains, then asks the daemon to open the
-//! gate with SIGUSR1 and reboots), `--force` (the same without waiting), or stopping the unit,
+//! gate with SIGUSR1 and reboots), `--force` (the same without the wait for a slot: its drain
+//! waits for one only half its time, then `[fleet] on_no_slot` decides), or stopping the unit,
 //! which closes the lock's fd with the process.
 //!
 //! The gate never holds a shutdown logind has announced: it is held only while the daemon waits
@@ -56,8 +57,8 @@ pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str
     }
     format!(
         "reboot gate of Kubernetes node {node}: {}; `kube-shutdown-drain reboot` waits for a slot, \
-         drains and reboots; `kube-shutdown-drain reboot --force` drains and reboots without a slot; stopping \
-         kube-shutdown-drain.service drops this lock",
+         drains and reboots; `kube-shutdown-drain reboot --force` reboots without a slot ([fleet] \
+         on_no_slot says what its drain does); stopping kube-shutdown-drain.service drops this lock",
         why.join("; ")
     )
 }
