@@ -24,28 +24,27 @@
 //! `cargo test --all-targets` (no `--bench` argument) it only says how to run it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+#[path = "../tests/daemon_support/mod.rs"]
+mod daemon_support;
 #[path = "../tests/engine_support/mod.rs"]
 mod engine_support;
 #[path = "../tests/logind/mod.rs"]
 mod logind;
 
+use daemon_support::spawn_run;
 use engine_support::*;
 use logind::{LogindOptions, Rig};
 
 const NODES: usize = 20;
 /// How long a machine is down between its shutdown and its next boot.
 const REBOOT: Duration = Duration::from_secs(1);
-/// The environment variables `run` reads its boot ID file and logind's schedule directory from
-/// (tests only).
-const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
-const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
 fn name(i: usize) -> String {
     format!("fleet-{i:02}")
@@ -114,20 +113,18 @@ impl Machine {
     fn spawn_daemon(&mut self) {
         self.boots += 1;
         let log = std::fs::File::create(self.log()).expect("a log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-            .arg("run")
+        let mut command = Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"));
+        command
             .env_remove("JOURNAL_STREAM")
-            .env_remove("NOTIFY_SOCKET")
-            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config())
-            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
-            .env(BOOT_ID_ENV, self.dir.path().join("boot_id"))
-            .env(SCHEDULE_DIR_ENV, self.dir.path().join("shutdown"))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start kube-shutdown-drain run");
+            .env_remove("NOTIFY_SOCKET");
+        let child = spawn_run(
+            command,
+            &self.config(),
+            self.rig.address(),
+            &self.dir.path().join("boot_id"),
+            &self.dir.path().join("shutdown"),
+            log,
+        );
         self.daemon = Some(child);
     }
 

@@ -78,6 +78,30 @@ pub fn open_seed() -> Vec<Value> {
     seed
 }
 
+/// Starts `command` (the binary) as `run` for a test machine: its config, the bus its logind is
+/// on, its boot-ID file and schedule directory; stderr to `log`.
+pub fn spawn_run(
+    mut command: Command,
+    config: &Path,
+    bus: &str,
+    boot_id: &Path,
+    schedule_dir: &Path,
+    log: std::fs::File,
+) -> Child {
+    command
+        .arg("run")
+        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", config)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
+        .env(BOOT_ID_ENV, boot_id)
+        .env(SCHEDULE_DIR_ENV, schedule_dir)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start kube-shutdown-drain run")
+}
+
 /// How a test's world starts.
 pub struct Setup {
     pub logind: LogindOptions,
@@ -260,19 +284,15 @@ impl World {
             }
             Some(wrap) => wrap(bin, &log),
         };
-        let child = command
-            .arg("run")
-            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config_path())
-            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
-            .env("NOTIFY_SOCKET", self.notify.path())
-            .env(BOOT_ID_ENV, self.boot_id_path())
-            .env(SCHEDULE_DIR_ENV, self.schedule_dir())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start kube-shutdown-drain run");
+        command.env("NOTIFY_SOCKET", self.notify.path());
+        let child = spawn_run(
+            command,
+            &self.config_path(),
+            self.rig.address(),
+            &self.boot_id_path(),
+            &self.schedule_dir(),
+            log,
+        );
         self.daemon = Some(child);
     }
 
