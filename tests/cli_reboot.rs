@@ -65,9 +65,8 @@ async fn reboot_takes_a_slot_drains_and_then_asks_logind() {
     assert_eq!(marker["kind"], json!("reboot"));
 }
 
-#[tokio::test]
-async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
-    let Some(rig) = rig().await else { return };
+/// A cluster with a pod on node-a and the one slot held fresh by node-b.
+async fn every_slot_held_by_node_b() -> Cluster {
     let c = Cluster::start(vec![slow_pod(NS, "web", NODE, 0.3)]).await;
     c.server
         .store()
@@ -79,6 +78,13 @@ async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
                      "renewTime": jiff::Timestamp::now().to_string()}}),
         )
         .unwrap();
+    c
+}
+
+#[tokio::test]
+async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
+    let Some(rig) = rig().await else { return };
+    let c = every_slot_held_by_node_b().await;
     let config = c.config_file("admin", SLOTS);
     let r = cli_on_bus(&config, &["reboot", "--slot-timeout", "1s"], rig.address()).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
@@ -92,6 +98,42 @@ async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
     assert!(!unschedulable(&c.node(NODE)) && c.marker_text().is_none());
     assert_eq!(c.evictions_of(NS, "web"), 0);
     assert_eq!(shut_down(&rig, Duration::from_millis(500)).await, None);
+}
+
+#[tokio::test]
+async fn force_with_every_slot_held_does_not_wait_for_one() {
+    let Some(rig) = rig().await else { return };
+    let c = every_slot_held_by_node_b().await;
+    let config = c.config_file("admin", SLOTS);
+    // A drain of 10 minutes would wait 5 for a slot; --force looks once.
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        cli_on_bus(
+            &config,
+            &["reboot", "--force", "--drain-timeout", "10m"],
+            rig.address(),
+        ),
+    )
+    .await
+    .expect("reboot --force does not wait for a slot");
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("--force: not waiting for a drain slot for node node-a")
+            && r.stderr.contains("asked logind to reboot node node-a"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        unschedulable(&c.node(NODE)),
+        "cordoned ([fleet] on_no_slot)"
+    );
+    assert_eq!(
+        c.evictions_of(NS, "web"),
+        0,
+        "nothing evicted without a slot"
+    );
+    assert!(shut_down(&rig, Duration::from_secs(10)).await.is_some());
 }
 
 #[tokio::test]

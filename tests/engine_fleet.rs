@@ -71,6 +71,17 @@ fn lease(holder: &str, renewed: &str) -> Value {
                     "leaseDurationSeconds": 3600}})
 }
 
+/// The one slot held by node-a, renewed now.
+fn held_fresh_by_node_a(c: &Cluster) {
+    c.server
+        .store()
+        .upsert(lease(
+            &format!("{NODE}/{BOOT}"),
+            &jiff::Timestamp::now().to_string(),
+        ))
+        .unwrap();
+}
+
 async fn cluster() -> Cluster {
     Cluster::start(vec![
         slow_pod(NS, "web-a", NODE, 0.2),
@@ -145,15 +156,45 @@ async fn one_slot_lets_one_node_drain_and_the_next_once_the_first_is_restored() 
 }
 
 #[tokio::test]
+async fn a_node_that_went_ahead_without_a_slot_waits_for_one_once_a_boot() {
+    let c = cluster().await;
+    held_fresh_by_node_a(&c);
+    let b = settings_for(&c, OTHER_NODE, "");
+    // The announcement's drain waits half its 2 s and cordons without a slot.
+    let report = prepare_and_drain(b.clone(), Duration::from_secs(2)).await;
+    assert!(!report.complete && unschedulable(&c.node(OTHER_NODE)));
+    // The stop phase's drain of the same boot: with 10 minutes it would wait 5 for a slot. The
+    // node is prepared in this boot and holds none: it looks once and goes on.
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        prepare_and_drain(b.clone(), Duration::from_secs(600)),
+    )
+    .await
+    .expect("no second wait for a slot in one boot");
+    let slot = report.slot.as_ref().expect("the slot's part of the report");
+    assert_eq!(
+        (slot.slot.as_deref(), slot.holders.clone()),
+        (None, vec![format!("{NODE}/{BOOT}")])
+    );
+    assert_eq!(c.evictions_of(NS, "web-b"), 0, "cordoned only, as before");
+    // In the next boot the marker is an older boot's: the node waits again.
+    std::fs::write(
+        c.dir.path().join("boot_id"),
+        "0b0e1d00-0000-4000-8000-000000000002\n",
+    )
+    .unwrap();
+    let report = prepare_and_drain(b, Duration::from_secs(2)).await;
+    let slot = report.slot.as_ref().expect("the slot's part of the report");
+    assert!(
+        slot.slot.is_none() && slot.waited_ms >= 500,
+        "waited half its 2 s in the new boot: {slot:?}"
+    );
+}
+
+#[tokio::test]
 async fn on_no_slot_drain_drains_anyway() {
     let c = cluster().await;
-    c.server
-        .store()
-        .upsert(lease(
-            &format!("{NODE}/{BOOT}"),
-            &jiff::Timestamp::now().to_string(),
-        ))
-        .unwrap();
+    held_fresh_by_node_a(&c);
     let report = prepare_and_drain(
         settings_for(&c, OTHER_NODE, "on_no_slot = \"drain\"\n"),
         Duration::from_secs(6),
@@ -178,7 +219,7 @@ async fn take(c: &Cluster, node: &str, within: Duration) -> Taken {
         clients: &clients,
         settings: &settings,
     }
-    .take(&n, BOOT, Instant::now() + within)
+    .take(&n, BOOT, Instant::now() + within, Instant::now() + within)
     .await
     .expect("an answer")
 }

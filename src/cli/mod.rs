@@ -152,8 +152,8 @@ its own timeout (--drain-timeout, no logind clock), then asks logind to reboot (
 lets the shutdown go at once. A drain that does not complete reboots nothing unless --force: the \
 node stays cordoned (`restore` undoes it). With [fleet] gate the daemon's block lock is opened \
 (SIGUSR1) just before logind is asked; every other lock is honoured. --force does not wait for a \
-slot (the drain waits at most half its time for one, then [fleet] on_no_slot applies) and \
-reboots whatever the drain left: the way past the gate. Exits 0 once logind took the request, 1 \
+slot (the drain takes one only if one is open when it looks, else [fleet] on_no_slot applies) \
+and reboots whatever the drain left: the way past the gate. Exits 0 once logind took the request, 1 \
 when no slot came or the drain did not complete.")]
     Reboot {
         /// Power off instead of rebooting.

@@ -41,11 +41,12 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
     } else {
         ShutdownKind::Reboot
     };
-    let engine = Engine::new(settings.clone())?.for_shutdown_kind(kind);
+    let mut engine = Engine::new(settings.clone())?.for_shutdown_kind(kind);
     if settings.fleet.slots > 0 && options.force {
+        engine = engine.looking_once_for_a_slot();
         eprintln!(
-            "--force: not waiting for a drain slot for node {node}; the drain waits at most half \
-             its time for one, then [fleet] on_no_slot = \"{}\" applies",
+            "--force: not waiting for a drain slot for node {node}; the drain takes one if one is \
+             open now, else [fleet] on_no_slot = \"{}\" applies",
             settings.fleet.on_no_slot.as_str()
         );
     } else if settings.fleet.slots > 0 {

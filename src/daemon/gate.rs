@@ -12,7 +12,7 @@
 //! without polkit refuses to everybody. So the way past is the daemon's own and always works:
 //! `kube-shutdown-drain reboot` (it waits for a slot, drains, then asks the daemon to open the
 //! gate with SIGUSR1 and reboots), `--force` (the same without the wait for a slot: its drain
-//! waits for one only half its time, then `[fleet] on_no_slot` decides), or stopping the unit,
+//! takes one only if one is open, else `[fleet] on_no_slot` decides), or stopping the unit,
 //! which closes the lock's fd with the process.
 //!
 //! The gate never holds a shutdown logind has announced: it is held only while the daemon waits

@@ -72,6 +72,8 @@ pub struct Engine {
     clients: OnceCell<Clients>,
     /// The kind of shutdown this engine prepares and drains for (marker and report).
     kind: Option<ShutdownKind>,
+    /// The drain's slot take looks once and never waits (`reboot --force`).
+    slot_once: bool,
 }
 
 use crate::budget::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
@@ -92,6 +94,7 @@ impl Engine {
             credentials,
             clients: OnceCell::new(),
             kind: None,
+            slot_once: false,
         })
     }
 
@@ -117,6 +120,13 @@ impl Engine {
     /// in the marker its prepare writes and in the report its drain stores.
     pub fn for_shutdown_kind(mut self, kind: ShutdownKind) -> Engine {
         self.kind = Some(kind);
+        self
+    }
+
+    /// The same engine, its drain taking a slot only if one is open when it looks: no wait for
+    /// one (`kube-shutdown-drain reboot --force`; without one `[fleet] on_no_slot` decides).
+    pub fn looking_once_for_a_slot(mut self) -> Engine {
+        self.slot_once = true;
         self
     }
 

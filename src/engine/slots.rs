@@ -13,9 +13,11 @@ use crate::report::{Report, SlotReport};
 impl Engine {
     /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),
     /// waiting for one at most half the time to `deadline` (the rest is the drain's; the wait
-    /// counts against it and is said in the journal, the Events and the report). `None`: no
-    /// slots; else the wait, and with no slot why (`DrainSlotUnavailable` posted, naming the
-    /// holders or the error).
+    /// counts against it and is said in the journal, the Events and the report). A node waits
+    /// once a boot: one that this boot prepared already (its marker names this boot) and that
+    /// holds no slot went ahead without one, and looks once without waiting again; so does
+    /// [`Engine::looking_once_for_a_slot`]. `None`: no slots; else the wait, and with no slot
+    /// why (`DrainSlotUnavailable` posted, naming the holders or the error).
     pub(super) async fn take_slot(
         &self,
         deadline: Instant,
@@ -25,8 +27,12 @@ impl Engine {
         }
         let node = &self.settings.node_name;
         let started = Instant::now();
-        let until = evict_without_cordon_at(started, deadline);
-        let taken = self.wait_for_slot(until).await;
+        let half = evict_without_cordon_at(started, deadline);
+        let taken = if self.slot_once {
+            self.look_for_slot(started, half, false).await
+        } else {
+            self.look_for_slot(half, half, true).await
+        };
         let elapsed = started.elapsed();
         let waited = elapsed.as_secs_f64();
         let mut slot = SlotReport {
@@ -83,15 +89,41 @@ impl Engine {
     /// Takes a drain slot of this node's group (`[fleet]`), looking again at a pace until one
     /// is free or `until`; changes nothing else.
     pub async fn wait_for_slot(&self, until: Instant) -> Result<Taken, Error> {
-        let clients = self.clients_by(until).await?;
-        let node = self.ops_by(until).await?.get_by(until).await?;
+        self.look_for_slot(until, until, false).await
+    }
+
+    /// [`Engine::wait_for_slot`] until `until`, each look's requests by `look_by` (not before
+    /// `until`: a wait of none still looks once); `once_if_prepared`: a node this boot prepared
+    /// already looks once (see [`Engine::take_slot`]).
+    async fn look_for_slot(
+        &self,
+        until: Instant,
+        look_by: Instant,
+        once_if_prepared: bool,
+    ) -> Result<Taken, Error> {
+        let clients = self.clients_by(look_by).await?;
+        let node = self.ops_by(look_by).await?.get_by(look_by).await?;
         let boot_id = self.boot_id()?;
+        let until = match crate::node::read_marker(&node) {
+            crate::node::MarkerRead::Ours(m) if once_if_prepared && m.boot_id == boot_id => {
+                tracing::info!(
+                    node = %self.settings.node_name,
+                    "node {} was prepared already in this boot ({}, {}): a drain slot only if \
+                     one is open now, no second wait",
+                    self.settings.node_name,
+                    m.why,
+                    m.time
+                );
+                Instant::now()
+            }
+            _ => until,
+        };
         let slots = fleet::slots::Slots {
             clients,
             settings: &self.settings,
         };
         slots
-            .take(&node, &boot_id, until)
+            .take(&node, &boot_id, until, look_by.max(until))
             .await
             .map_err(|source| Error::Slot {
                 node: self.settings.node_name.clone(),

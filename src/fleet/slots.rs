@@ -103,7 +103,8 @@ impl Slots<'_> {
     }
 
     /// Takes a slot of `node`'s group for boot `boot_id`, looking again at a pace until one is
-    /// free or `until` (then [`Taken::Full`]). An answer that is an error for good (403 with
+    /// free or `until` (then [`Taken::Full`]); each look's requests end by `look_by` or `until`,
+    /// whichever is later (an `until` of now looks once). An answer that is an error for good (403 with
     /// the kubelet's credentials, which may write Leases only in `kube-node-lease`) is returned
     /// at once.
     pub async fn take(
@@ -111,6 +112,7 @@ impl Slots<'_> {
         node: &Node,
         boot_id: &str,
         until: Instant,
+        look_by: Instant,
     ) -> Result<Taken, ApiError> {
         let me = Holder {
             node: self.settings.node_name.clone(),
@@ -121,11 +123,12 @@ impl Slots<'_> {
         let mut said = false;
         let mut holders = Vec::new();
         loop {
-            holders = match self.try_take(&me, &group, until).await {
+            let by = look_by.max(until);
+            holders = match self.try_take(&me, &group, by).await {
                 Ok(Ok(name)) => return Ok(Taken::Slot(name)),
                 Ok(Err(now_held)) => now_held,
-                // A look cut by `until` is the wait's end, not an error of the server's.
-                Err(_) if Instant::now() >= until => return Ok(Taken::Full(holders)),
+                // A look cut by its deadline is the wait's end, not an error of the server's.
+                Err(_) if Instant::now() >= by => return Ok(Taken::Full(holders)),
                 Err(e) => return Err(e),
             };
             if Instant::now() >= until {
