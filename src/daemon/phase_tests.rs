@@ -1,0 +1,589 @@
+//! Tests of the daemon's state machine: every phase against every event, and the effects
+//! each step asks for.
+
+use super::Effect::*;
+use super::*;
+
+const REBOOT: ShutdownKind = ShutdownKind::Reboot;
+
+fn connected(under_way: Option<ShutdownKind>, locked: bool) -> Event {
+    Event::Connected { under_way, locked }
+}
+
+fn draining(guarded: bool) -> Phase {
+    Phase::Draining(Shutdown {
+        kind: REBOOT,
+        guarded,
+    })
+}
+
+fn released(guarded: bool) -> Phase {
+    Phase::Released(Shutdown {
+        kind: REBOOT,
+        guarded,
+    })
+}
+
+fn step(from: Phase, event: Event) -> (Phase, Vec<Effect>) {
+    from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
+}
+
+#[test]
+fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
+    let announced = Event::Announced {
+        kind: REBOOT,
+        locked: true,
+    };
+    let start_now = StartDrain {
+        kind: REBOOT,
+        announced_now: true,
+    };
+    let start_under_way = StartDrain {
+        kind: REBOOT,
+        announced_now: false,
+    };
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+        (
+            Phase::Starting,
+            connected(None, true),
+            Phase::Waiting,
+            vec![
+                Quiet(true),
+                ForgetShutdown {
+                    undo: Undo::IfRecorded,
+                },
+                ShowWaiting,
+            ],
+        ),
+        (
+            Phase::Waiting,
+            connected(None, true),
+            Phase::Waiting,
+            vec![
+                Quiet(true),
+                ForgetShutdown {
+                    undo: Undo::IfRecorded,
+                },
+                ShowWaiting,
+            ],
+        ),
+        (
+            Phase::Starting,
+            connected(Some(REBOOT), false),
+            draining(false),
+            vec![Quiet(false), start_under_way],
+        ),
+        (
+            released(true),
+            connected(Some(REBOOT), false),
+            draining(false),
+            vec![Quiet(false), start_under_way],
+        ),
+        (
+            Phase::Waiting,
+            announced,
+            draining(true),
+            vec![Quiet(false), start_now],
+        ),
+        (
+            draining(true),
+            Event::Ended,
+            released(true),
+            vec![RecordEnd, ReleaseLock, SayOutcome],
+        ),
+        (
+            draining(true),
+            Event::Cancelled,
+            Phase::Waiting,
+            vec![
+                AbortDrain,
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Heard },
+                ShowWaiting,
+            ],
+        ),
+        // A lockless drain cancelled: the lock is asked for again.
+        (
+            draining(false),
+            Event::Cancelled,
+            Phase::Waiting,
+            vec![
+                AbortDrain,
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Heard },
+                TakeLock,
+                ShowWaiting,
+            ],
+        ),
+        // The cancel was missed while the bus was away.
+        (
+            draining(true),
+            connected(None, true),
+            Phase::Waiting,
+            vec![
+                AbortDrain,
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Missed },
+                ShowWaiting,
+            ],
+        ),
+        (
+            released(true),
+            Event::Cancelled,
+            Phase::Waiting,
+            vec![
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Heard },
+                TakeLock,
+                ShowWaiting,
+            ],
+        ),
+        (
+            Phase::Waiting,
+            Event::Cancelled,
+            Phase::Waiting,
+            vec![ForgetShutdown {
+                undo: Undo::Nothing,
+            }],
+        ),
+        (
+            draining(true),
+            connected(Some(REBOOT), false),
+            draining(true),
+            vec![],
+        ),
+        (
+            released(true),
+            connected(None, true),
+            Phase::Waiting,
+            vec![
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Missed },
+                TakeLock,
+                ShowWaiting,
+            ],
+        ),
+        (draining(true), announced, draining(true), vec![]),
+        (released(true), announced, released(true), vec![]),
+        (
+            Phase::Waiting,
+            Event::Stop,
+            Phase::Stopped,
+            vec![RecordStopped, ReleaseLock],
+        ),
+        (
+            Phase::Starting,
+            Event::Stop,
+            Phase::Stopped,
+            vec![RecordStopped, ReleaseLock],
+        ),
+        (
+            draining(true),
+            Event::Stop,
+            Phase::Stopped,
+            vec![AbortDrain, ReleaseLock],
+        ),
+        (released(true), Event::Stop, Phase::Stopped, vec![]),
+    ];
+    for (from, event, to, effects) in cases {
+        let (next, did) = step(from.clone(), event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+#[test]
+fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
+    let refused = [
+        (Phase::Starting, Event::Ended),
+        (Phase::Waiting, Event::Ended),
+        (released(true), Event::Ended),
+        (Phase::Starting, Event::Cancelled),
+        (
+            Phase::Starting,
+            Event::Announced {
+                kind: REBOOT,
+                locked: true,
+            },
+        ),
+        (Phase::Stopped, Event::Stop),
+        (Phase::Stopped, connected(None, true)),
+    ];
+    for (from, event) in refused {
+        let err = from.on(event).expect_err("refused");
+        assert_eq!((err.phase, err.event), (from, event));
+    }
+}
+
+#[test]
+fn the_lock_goes_exactly_once_per_shutdown_and_after_its_end_is_recorded() {
+    // A whole life: start, a reboot drained, cancelled, a second reboot, stopped.
+    let script = [
+        connected(None, true),
+        Event::Announced {
+            kind: REBOOT,
+            locked: true,
+        },
+        Event::Ended,
+        Event::Cancelled,
+        Event::Announced {
+            kind: ShutdownKind::PowerOff,
+            locked: true,
+        },
+        Event::Ended,
+        Event::Stop,
+    ];
+    let mut phase = Phase::Starting;
+    let mut all = Vec::new();
+    for event in script {
+        let (next, effects) = step(phase, event);
+        all.extend(effects);
+        phase = next;
+    }
+    assert_eq!(phase, Phase::Stopped);
+    let releases: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == ReleaseLock)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(releases.len(), 2, "{all:?}");
+    for i in releases {
+        assert_eq!(all[i - 1], RecordEnd, "the end is recorded first: {all:?}");
+        assert_eq!(all[i + 1], SayOutcome, "and said after: {all:?}");
+    }
+    assert_eq!(
+        all.iter().filter(|e| **e == TakeLock).count(),
+        1,
+        "the lock is taken again after the cancel only: {all:?}"
+    );
+}
+
+#[test]
+fn a_stop_in_a_shutdown_drains_in_the_stop_phase_without_the_lock() {
+    let within = std::time::Duration::from_secs(30);
+    let stage = |kind| StartStopStage { kind, within };
+    let unknown = ShutdownKind::Unknown;
+    let stopping = |kind| {
+        Phase::Stopping(Shutdown {
+            kind,
+            guarded: false,
+        })
+    };
+    let cases = [
+        (
+            Phase::Waiting,
+            stopping(unknown),
+            vec![Quiet(false), ReleaseLock, stage(unknown)],
+        ),
+        (
+            Phase::Starting,
+            stopping(unknown),
+            vec![Quiet(false), ReleaseLock, stage(unknown)],
+        ),
+        (
+            draining(true),
+            stopping(REBOOT),
+            vec![AbortDrain, ReleaseLock, stage(REBOOT)],
+        ),
+        (released(true), stopping(REBOOT), vec![stage(REBOOT)]),
+        (
+            Phase::Scheduled(planned(false)),
+            stopping(REBOOT),
+            vec![Quiet(false), ReleaseLock, stage(REBOOT)],
+        ),
+        (
+            Phase::Early(planned(false)),
+            stopping(REBOOT),
+            vec![AbortDrain, Quiet(false), ReleaseLock, stage(REBOOT)],
+        ),
+        (stopping(REBOOT), stopping(REBOOT), vec![]),
+    ];
+    for (from, to, effects) in cases {
+        let (next, did) = step(from.clone(), Event::StopInShutdown { within });
+        assert_eq!((&next, &did), (&to, &effects), "{from:?}");
+    }
+    // The stage's end is recorded and said; a second stop aborts it; logind is not heard.
+    assert_eq!(
+        step(stopping(REBOOT), Event::Ended),
+        (Phase::Stopped, vec![RecordEnd, SayOutcome])
+    );
+    assert_eq!(
+        step(stopping(REBOOT), Event::Stop),
+        (Phase::Stopped, vec![AbortDrain])
+    );
+    assert_eq!(
+        step(stopping(REBOOT), Event::Cancelled),
+        (stopping(REBOOT), vec![])
+    );
+    assert!(Phase::Stopped.on(Event::StopInShutdown { within }).is_err());
+}
+
+#[test]
+fn the_reboot_gate_may_be_held_only_while_the_daemon_waits() {
+    let shutdown = Shutdown {
+        kind: REBOOT,
+        guarded: true,
+    };
+    let may: Vec<bool> = [
+        Phase::Starting,
+        Phase::Waiting,
+        Phase::Scheduled(planned(false)),
+        Phase::Draining(shutdown),
+        Phase::Released(shutdown),
+        Phase::Stopping(shutdown),
+        Phase::Early(planned(false)),
+        Phase::Ready(planned(true)),
+        Phase::Stopped,
+    ]
+    .iter()
+    .map(Phase::may_gate)
+    .collect();
+    assert_eq!(
+        may,
+        [false, true, true, false, false, false, false, false, false]
+    );
+}
+
+fn planned(fired: bool) -> Planned {
+    Planned {
+        kind: REBOOT,
+        fired,
+    }
+}
+
+fn scheduled(policy: ShutdownPolicy) -> Event {
+    Event::Scheduled {
+        kind: REBOOT,
+        policy,
+    }
+}
+
+#[test]
+fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
+    let drain = scheduled(ShutdownPolicy::Drain);
+    let none = scheduled(ShutdownPolicy::None);
+    let announced = Event::Announced {
+        kind: REBOOT,
+        locked: true,
+    };
+    let start_now = StartDrain {
+        kind: REBOOT,
+        announced_now: true,
+    };
+    let restore = vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting];
+    let mut abort_restore = vec![AbortDrain];
+    abort_restore.extend(restore.clone());
+    let on = |p: fn(Planned) -> Phase, fired| p(planned(fired));
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+        (Phase::Waiting, none, Phase::Waiting, vec![ShowScheduled]),
+        (
+            Phase::Waiting,
+            scheduled(ShutdownPolicy::Cordon),
+            on(Phase::Scheduled, false),
+            vec![ShowScheduled],
+        ),
+        (
+            Phase::Waiting,
+            drain,
+            on(Phase::Scheduled, false),
+            vec![ShowScheduled],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            drain,
+            on(Phase::Scheduled, false),
+            vec![ShowScheduled],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            none,
+            Phase::Waiting,
+            vec![ShowScheduled],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            Event::Due,
+            on(Phase::Early, false),
+            vec![StartEarly { kind: REBOOT }],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            vec![ShowWaiting],
+        ),
+        (
+            on(Phase::Early, false),
+            Event::Ended,
+            on(Phase::Ready, false),
+            vec![SayEarly],
+        ),
+        (
+            on(Phase::Early, false),
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            abort_restore.clone(),
+        ),
+        (
+            on(Phase::Ready, false),
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            restore.clone(),
+        ),
+        (
+            on(Phase::Ready, false),
+            Event::Unscheduled { fired: true },
+            on(Phase::Ready, true),
+            vec![],
+        ),
+        (
+            on(Phase::Early, false),
+            Event::Unscheduled { fired: true },
+            on(Phase::Early, true),
+            vec![],
+        ),
+        (
+            on(Phase::Ready, true),
+            Event::Overdue,
+            Phase::Waiting,
+            restore.clone(),
+        ),
+        (
+            on(Phase::Ready, false),
+            drain,
+            on(Phase::Ready, false),
+            vec![],
+        ),
+        (
+            on(Phase::Ready, true),
+            announced,
+            draining(true),
+            vec![Quiet(false), start_now],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            announced,
+            draining(true),
+            vec![Quiet(false), start_now],
+        ),
+        (
+            on(Phase::Early, false),
+            announced,
+            draining(true),
+            vec![AbortDrain, Quiet(false), start_now],
+        ),
+        (
+            on(Phase::Ready, false),
+            connected(Some(REBOOT), false),
+            draining(false),
+            vec![
+                Quiet(false),
+                StartDrain {
+                    kind: REBOOT,
+                    announced_now: false,
+                },
+            ],
+        ),
+        (
+            on(Phase::Early, false),
+            connected(None, true),
+            on(Phase::Early, false),
+            vec![],
+        ),
+        (
+            on(Phase::Ready, false),
+            Event::Cancelled,
+            on(Phase::Ready, false),
+            vec![],
+        ),
+        (
+            on(Phase::Early, false),
+            Event::Stop,
+            Phase::Stopped,
+            vec![AbortDrain, RecordStopped, ReleaseLock],
+        ),
+        (
+            on(Phase::Scheduled, false),
+            Event::Stop,
+            Phase::Stopped,
+            vec![RecordStopped, ReleaseLock],
+        ),
+        (
+            Phase::Waiting,
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            vec![],
+        ),
+        // logind's window owns the node: the schedule's file going as it fires changes nothing.
+        (
+            draining(true),
+            Event::Unscheduled { fired: true },
+            draining(true),
+            vec![],
+        ),
+        (draining(true), drain, draining(true), vec![]),
+        (
+            released(true),
+            Event::Unscheduled { fired: false },
+            released(true),
+            vec![],
+        ),
+    ];
+    for (from, event, to, effects) in cases {
+        let (next, did) = step(from.clone(), event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+#[test]
+fn a_schedule_s_timers_out_of_their_phase_are_refused() {
+    let refused = [
+        (Phase::Waiting, Event::Due),
+        (Phase::Waiting, Event::Overdue),
+        (Phase::Starting, scheduled(ShutdownPolicy::Drain)),
+        (Phase::Stopped, Event::Unscheduled { fired: false }),
+        (Phase::Early(planned(false)), Event::Due),
+        (Phase::Ready(planned(false)), Event::Overdue),
+        (Phase::Ready(planned(false)), Event::Ended),
+        (Phase::Scheduled(planned(false)), Event::Ended),
+    ];
+    for (from, event) in refused {
+        let err = from.on(event).expect_err("refused");
+        assert_eq!((err.phase, err.event), (from, event));
+    }
+}
+
+#[test]
+fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown() {
+    let script = [
+        connected(None, true),
+        scheduled(ShutdownPolicy::Drain),
+        Event::Due,
+        Event::Ended,
+        Event::Unscheduled { fired: true },
+        Event::Announced {
+            kind: REBOOT,
+            locked: true,
+        },
+        Event::Ended,
+    ];
+    let mut phase = Phase::Starting;
+    let mut all = Vec::new();
+    for event in script {
+        let (next, effects) = step(phase, event);
+        if matches!(event, Event::Announced { .. }) {
+            assert!(
+                !all.contains(&ReleaseLock) && !all.contains(&TakeLock),
+                "{all:?}"
+            );
+        }
+        all.extend(effects);
+        phase = next;
+    }
+    assert_eq!(phase, released(true));
+    assert_eq!(
+        all.iter().filter(|e| **e == ReleaseLock).count(),
+        1,
+        "{all:?}"
+    );
+}
