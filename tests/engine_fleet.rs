@@ -389,3 +389,36 @@ async fn a_hanging_event_post_leaves_the_drain_its_time() {
     assert_eq!(c.evictions_of(NS, "web-a"), 1);
     assert!(unschedulable(&c.node(NODE)));
 }
+
+/// A slot look that no answer ever completes (the Lease reads hang) ends the wait with the
+/// error, not with "every slot is held" by nobody: the report and the Event say why.
+#[tokio::test]
+async fn a_slot_look_cut_before_any_answer_says_the_error() {
+    let c = cluster().await;
+    c.server
+        .faults()
+        .hang(Route::new("GET", &format!("{LEASES}/{SLOT}")));
+    let mut settings = Arc::unwrap_or_clone(settings_for(&c, NODE, ""));
+    settings.request_timeout = Duration::from_secs(30);
+    let engine = Engine::new(Arc::new(settings))
+        .unwrap()
+        .looking_once_for_a_slot();
+    let (prepared, report) = engine
+        .prepare_and_drain("reboot", Instant::now() + Duration::from_secs(4), |_| {})
+        .await;
+    prepared.expect("prepared");
+    let slot = report.slot.as_ref().expect("the slot's part of the report");
+    assert!(
+        slot.slot.is_none() && slot.holders.is_empty() && slot.error.is_some(),
+        "{slot:?}"
+    );
+    let unavailable = events(&c, "DrainSlotUnavailable");
+    assert!(
+        unavailable.iter().any(|m| !m.contains("held by")),
+        "{unavailable:?}"
+    );
+    assert!(
+        unschedulable(&c.node(NODE)),
+        "cordoned ([fleet] on_no_slot)"
+    );
+}

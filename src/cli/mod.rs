@@ -165,8 +165,8 @@ when no slot came or the drain did not complete.")]
         /// The drain's time; default: [drain] timeout.
         #[arg(long, value_parser = duration_arg)]
         drain_timeout: Option<std::time::Duration>,
-        /// Reboot now: no wait for a slot beyond the drain's own, and even when the drain did not
-        /// complete (the way past the reboot gate).
+        /// Reboot now: the drain looks once for a slot and does not wait for one, and the reboot
+        /// comes even when the drain did not complete (the way past the reboot gate).
         #[arg(long)]
         force: bool,
     },

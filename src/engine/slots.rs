@@ -108,8 +108,8 @@ impl Engine {
             crate::node::MarkerRead::Ours(m) if once_if_prepared && m.boot_id == boot_id => {
                 tracing::info!(
                     node = %self.settings.node_name,
-                    "node {} was prepared already in this boot ({}, {}): a drain slot only if \
-                     one is open now, no second wait",
+                    "node {} was prepared already in this boot ({}, {}): it takes a drain slot \
+                     only if one is open to it now, without waiting",
                     self.settings.node_name,
                     m.why,
                     m.time

@@ -127,8 +127,11 @@ impl Slots<'_> {
             holders = match self.try_take(&me, &group, by).await {
                 Ok(Ok(name)) => return Ok(Taken::Slot(name)),
                 Ok(Err(now_held)) => now_held,
-                // A look cut by its deadline is the wait's end, not an error of the server's.
-                Err(_) if Instant::now() >= by => return Ok(Taken::Full(holders)),
+                // A look cut by its deadline is the wait's end, not an error of the server's;
+                // unless no look ever completed: then the error is all there is to say.
+                Err(_) if Instant::now() >= by && !holders.is_empty() => {
+                    return Ok(Taken::Full(holders));
+                }
                 Err(e) => return Err(e),
             };
             if Instant::now() >= until {
