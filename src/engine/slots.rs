@@ -13,9 +13,10 @@ use crate::report::{Report, SlotReport};
 impl Engine {
     /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),
     /// waiting for one at most half the time to `deadline` (the rest is the drain's; the wait
-    /// counts against it and is said in the journal, the Events and the report). A node waits
-    /// once a boot: one that this boot prepared already (its marker names this boot) and that
-    /// holds no slot went ahead without one, and looks once without waiting again; so does
+    /// counts against it and is said in the journal, the Events and the report). A node that
+    /// carries our marker of this boot was prepared already (a slotless drain, an early drain,
+    /// `reboot --force`, a `drain` by hand): its capacity is out, so it looks once (a slot it
+    /// holds is found its own) and does not wait again; so does
     /// [`Engine::looking_once_for_a_slot`]. `None`: no slots; else the wait, and with no slot
     /// why (`DrainSlotUnavailable` posted, naming the holders or the error).
     pub(super) async fn take_slot(
@@ -123,7 +124,7 @@ impl Engine {
             settings: &self.settings,
         };
         slots
-            .take(&node, &boot_id, until, look_by.max(until))
+            .take(&node, &boot_id, until, look_by)
             .await
             .map_err(|source| Error::Slot {
                 node: self.settings.node_name.clone(),

@@ -122,8 +122,8 @@ impl Slots<'_> {
         let mut changes = self.changes(&group);
         let mut said = false;
         let mut holders = Vec::new();
+        let by = look_by.max(until);
         loop {
-            let by = look_by.max(until);
             holders = match self.try_take(&me, &group, by).await {
                 Ok(Ok(name)) => return Ok(Taken::Slot(name)),
                 Ok(Err(now_held)) => now_held,
