@@ -156,3 +156,107 @@ async fn a_writer_that_sets_unschedulable_false_is_named_in_the_event() {
     assert!(unschedulable(&c.node(NODE)));
     drain.abort();
 }
+
+/// The PATCHes of `node-a` sent as our field manager that cordon it (the prepare and every
+/// answer of the hold), from the fake's request record.
+fn our_cordon_writes(c: &Cluster) -> usize {
+    c.server
+        .recorder()
+        .matching("PATCH", "/api/v1/nodes/node-a")
+        .iter()
+        .filter(|r| r.query_param("fieldManager").as_deref() == Some("kube-shutdown-drain"))
+        .filter(|r| {
+            r.json().is_some_and(|ops| {
+                ops.as_array().is_some_and(|ops| {
+                    ops.iter().any(|o| {
+                        o["path"] == json!("/spec/unschedulable") && o["value"] == json!(true)
+                    })
+                })
+            })
+        })
+        .count()
+}
+
+/// Issue 29 item 9: removing only our taint during the drain gives an Event that reads as a
+/// sentence ("node node-a was its taint ... was removed" before), naming the writer.
+#[tokio::test]
+async fn a_removed_taint_alone_is_said_in_a_sentence_naming_the_writer() {
+    let c = blocked_drain().await;
+    let drain = start_drain(&c, Duration::from_secs(60));
+    until("node-a prepared", || {
+        let n = c.node(NODE);
+        unschedulable(&n) && has_our_taint(&n) && marker_text(&n).is_some()
+    })
+    .await;
+    let left: Vec<Value> = c.node(NODE)["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t["key"] != json!(OUR_TAINT.0))
+        .collect();
+    let params = kube::api::PatchParams {
+        field_manager: Some("kubectl-taint".into()),
+        ..Default::default()
+    };
+    kubectl_api(&c)
+        .await
+        .patch(
+            NODE,
+            &params,
+            &kube::api::Patch::Merge(json!({"spec": {"taints": left}})),
+        )
+        .await
+        .unwrap();
+    until("a CordonRemovedDuringDrain Event", || {
+        !hold_events(&c).is_empty()
+    })
+    .await;
+    let message = hold_events(&c)[0]["message"].as_str().unwrap().to_string();
+    assert_eq!(
+        message,
+        "node node-a had its taint kube-shutdown-drain/shutdown:PreferNoSchedule removed \
+         (field manager kubectl-taint) during the drain; tainting it again: done"
+    );
+    assert!(has_our_taint(&c.node(NODE)));
+    drain.abort();
+}
+
+/// Issue 29: the hold keeps its pace ([`kube_shutdown_drain::engine::HOLD_PACE`]) against a
+/// writer that uncordons again and again: 60 uncordons 50 ms apart get the first answer at once
+/// and then answers no faster than the pace allows (pauses of 0.5 s doubling, jittered down by at
+/// most a fifth: eight answers need 28 s), where an unpaced hold answers nearly every one. Counted
+/// in the fake's request record.
+#[tokio::test]
+async fn the_hold_keeps_its_pace_against_a_writer_that_uncordons_again_and_again() {
+    const UNCORDONS: usize = 60;
+    let c = blocked_drain().await;
+    let drain = start_drain(&c, Duration::from_secs(120));
+    until("node-a prepared", || {
+        let n = c.node(NODE);
+        unschedulable(&n) && marker_text(&n).is_some()
+    })
+    .await;
+    assert_eq!(our_cordon_writes(&c), 1, "the prepare's one write");
+    let api = kubectl_api(&c).await;
+    let params = kube::api::PatchParams {
+        field_manager: Some("rebalancer".into()),
+        ..Default::default()
+    };
+    let uncordon = kube::api::Patch::Merge(json!({"spec": {"unschedulable": null}}));
+    for _ in 0..UNCORDONS {
+        api.patch(NODE, &params, &uncordon).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until("node-a cordoned again after the writer stopped", || {
+        unschedulable(&c.node(NODE))
+    })
+    .await;
+    let answers = our_cordon_writes(&c) - 1;
+    assert!(
+        (1..=8).contains(&answers),
+        "{answers} answers to {UNCORDONS} uncordons: the hold lost its pace"
+    );
+    assert!(hold_events(&c).len() <= 3, "at most HOLD_EVENTS_MAX Events");
+    drain.abort();
+}

@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::config::{OnNoSlot, Settings};
 use crate::drain::{self, DrainOptions};
 use crate::events::{NodeEvents, Reason as EventReason};
+use crate::node::hold::PutBack;
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::policy::plan::Plan;
 use crate::report::{Report, ReportError, SlotReport};
@@ -349,27 +350,22 @@ impl Engine {
             let taken = |n: &Node| {
                 let lost = node::hold::lost(n, &boot_id, ours.as_ref());
                 let Some(lost) = lost else { return false };
-                let what = node::hold::describe(n, name, &lost);
-                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((lost, what));
+                let taken = node::hold::Taken::of(n, name, &lost);
+                *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(taken);
                 true
             };
             if !matches!(ops.watch_until(deadline, taken).await, Ok(true)) {
                 return;
             }
-            let Some((lost, what)) = seen.into_inner().unwrap_or_else(|p| p.into_inner()) else {
+            let Some(taken) = seen.into_inner().unwrap_or_else(|p| p.into_inner()) else {
                 return;
             };
-            let again = match (lost.cordon, lost.taint.is_some()) {
-                (true, true) => "cordoning and tainting it again",
-                (true, false) => "cordoning it again",
-                _ => "tainting it again",
-            };
-            tracing::warn!(node = %name, "{what}; {again}");
+            tracing::warn!(node = %name, "{}", PutBack::Trying(&taken));
             let message = match ops.prepare(why, &boot_id, deadline).await {
-                Ok(_) => format!("{what}; {again}: done"),
+                Ok(_) => PutBack::Done(&taken).to_string(),
                 Err(e) => {
                     tracing::warn!(node = %name, "cannot put the prepare of node {name} back: {e}");
-                    format!("{what}; {again} failed: {e}")
+                    PutBack::Failed(&taken, &e).to_string()
                 }
             };
             if events < HOLD_EVENTS_MAX {

@@ -10,6 +10,7 @@
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
+use super::NodeError;
 use super::marker::{MarkerRead, MarkerTaint, is_unschedulable, read_marker, taints};
 use super::ownership::{cordon_owners, taint_owners};
 
@@ -48,30 +49,90 @@ pub fn lost(node: &Node, boot_id: &str, taint: Option<&Taint>) -> Option<Lost> {
     (cordon || taint.is_some()).then_some(Lost { cordon, taint })
 }
 
-/// For the log and the `CordonRemovedDuringDrain` Event: what was taken and by whom, from
-/// managedFields where they tell (an uncordon that removed the field leaves no owner to name).
-pub fn describe(node: &Node, name: &str, lost: &Lost) -> String {
-    let by = |owners: Vec<String>| match owners.as_slice() {
+/// What another writer took from a prepared node and who, as far as managedFields tell, for the
+/// log and the `CordonRemovedDuringDrain` Event. Rendered once, here ([`std::fmt::Display`]):
+/// "node N was uncordoned (field manager M) during the drain", "node N had its taint K:E removed
+/// (field manager M) during the drain", or both joined by "and".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub node: String,
+    /// The node was uncordoned; the managers that own `spec.unschedulable` now (none when the
+    /// uncordon removed the field).
+    pub cordon: Option<Vec<String>>,
+    /// Our taint was removed; the managers that own `spec.taints` now.
+    pub taint: Option<(MarkerTaint, Vec<String>)>,
+}
+
+impl Taken {
+    /// What `lost` took from `node` (named `name`), with the writers managedFields name.
+    pub fn of(node: &Node, name: &str, lost: &Lost) -> Taken {
+        Taken {
+            node: name.to_string(),
+            cordon: lost.cordon.then(|| cordon_owners(node)),
+            taint: lost.taint.clone().map(|t| (t, taint_owners(node))),
+        }
+    }
+
+    /// What putting it back does, for people: "cordoning it again", "tainting it again", ...
+    pub fn again(&self) -> &'static str {
+        match (self.cordon.is_some(), self.taint.is_some()) {
+            (true, true) => "cordoning and tainting it again",
+            (true, false) => "cordoning it again",
+            _ => "tainting it again",
+        }
+    }
+}
+
+/// " (field manager A, B)", or nothing when managedFields name no one.
+fn by(owners: &[String]) -> String {
+    match owners {
         [] => String::new(),
         _ => format!(" (field manager {})", owners.join(", ")),
-    };
-    let mut parts = Vec::new();
-    if lost.cordon {
-        let who = by(cordon_owners(node));
-        let who = if who.is_empty() {
-            " (by a writer managedFields cannot name: the field was removed)".to_string()
-        } else {
-            who
-        };
-        parts.push(format!("uncordoned{who}"));
     }
-    if let Some(t) = &lost.taint {
-        parts.push(format!(
-            "its taint {t} was removed{}",
-            by(taint_owners(node))
-        ));
+}
+
+impl std::fmt::Display for Taken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let node = &self.node;
+        let taint = |t: &MarkerTaint, owners: &[String]| format!("{t} removed{}", by(owners));
+        match (&self.cordon, &self.taint) {
+            (Some(owners), taken) => {
+                let who = match owners.as_slice() {
+                    [] => " (by a writer managedFields cannot name: the field was removed)"
+                        .to_string(),
+                    owners => by(owners),
+                };
+                write!(f, "node {node} was uncordoned{who}")?;
+                if let Some((t, owners)) = taken {
+                    write!(f, " and its taint {t} was removed{}", by(owners))?;
+                }
+            }
+            (None, Some((t, owners))) => {
+                write!(f, "node {node} had its taint {}", taint(t, owners))?
+            }
+            (None, None) => write!(f, "node {node} lost nothing")?,
+        }
+        write!(f, " during the drain")
     }
-    format!("node {name} was {} during the drain", parts.join(" and "))
+}
+
+/// The hold's answer to [`Taken`], rendered once here: "WHAT; cordoning it again" before the
+/// write, then ": done" or " failed: ERROR".
+#[derive(Debug)]
+pub enum PutBack<'a> {
+    Trying(&'a Taken),
+    Done(&'a Taken),
+    Failed(&'a Taken, &'a NodeError),
+}
+
+impl std::fmt::Display for PutBack<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PutBack::Trying(t) => write!(f, "{t}; {}", t.again()),
+            PutBack::Done(t) => write!(f, "{t}; {}: done", t.again()),
+            PutBack::Failed(t, e) => write!(f, "{t}; {} failed: {e}", t.again()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -124,7 +185,7 @@ mod tests {
             l.taint.map(|t| t.to_string()).as_deref(),
             Some("kube-shutdown-drain/shutdown:PreferNoSchedule")
         );
-        let text = describe(&n, "node-a", &lost(&n, BOOT, Some(&ours())).unwrap());
+        let text = Taken::of(&n, "node-a", &lost(&n, BOOT, Some(&ours())).unwrap()).to_string();
         assert!(text.starts_with("node node-a was uncordoned"), "{text}");
         assert!(text.contains("cannot name"), "{text}");
     }
@@ -178,10 +239,37 @@ mod tests {
             }))
             .unwrap(),
         ]);
-        let text = describe(&n, "node-a", &lost(&n, BOOT, Some(&ours())).unwrap());
+        let text = Taken::of(&n, "node-a", &lost(&n, BOOT, Some(&ours())).unwrap()).to_string();
         assert_eq!(
             text,
             "node node-a was uncordoned (field manager node-controller-x) during the drain"
+        );
+    }
+
+    #[test]
+    fn a_removed_taint_alone_reads_as_a_sentence_with_its_answer() {
+        let mut n = node(true, json!([]), Some(BOOT));
+        n.metadata.managed_fields = Some(vec![
+            serde_json::from_value(json!({
+                "manager": "kubectl-taint", "operation": "Update", "apiVersion": "v1",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:taints": {}}},
+            }))
+            .unwrap(),
+        ]);
+        let taken = Taken::of(&n, "node-b", &lost(&n, BOOT, Some(&ours())).unwrap());
+        assert_eq!(
+            PutBack::Done(&taken).to_string(),
+            "node node-b had its taint kube-shutdown-drain/shutdown:PreferNoSchedule removed \
+             (field manager kubectl-taint) during the drain; tainting it again: done"
+        );
+        let e = NodeError::Missing {
+            node: "node-b".into(),
+        };
+        assert_eq!(
+            PutBack::Failed(&taken, &e).to_string(),
+            "node node-b had its taint kube-shutdown-drain/shutdown:PreferNoSchedule removed \
+             (field manager kubectl-taint) during the drain; tainting it again failed: node \
+             node-b does not exist"
         );
     }
 }
