@@ -1232,3 +1232,24 @@ async fn the_evictions_wait_for_a_cordon_that_never_lands_only_half_of_the_budge
         "the prepare kept trying after the evictions began"
     );
 }
+
+/// Issue 29 item 9: `drain` by hand against a Node that changes on every write (every guarded
+/// PATCH refused with 409) gives up at its deadline, round after round of the guarded write, and
+/// says how many writes it sent: one PATCH per attempt it counts (it said "10 attempts" after
+/// sending 70).
+#[tokio::test]
+async fn a_drain_by_hand_on_a_node_that_keeps_changing_counts_every_write_it_sent() {
+    let c = Cluster::start(vec![]).await;
+    c.server.faults().fail_next(node_patches(), 100_000, 409);
+    let config = c.config_file("admin", "[drain]\ntimeout = \"3s\"\n");
+    let r = cli(&config, &["drain"]).await;
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    let sent = patch_log(&c).len();
+    assert!(
+        sent > 10,
+        "more than one round of the guarded write: {sent}"
+    );
+    let said = format!("node node-a kept changing; gave up the prepare after {sent} attempts");
+    assert!(r.stderr.contains(&said), "{said:?} in {}", r.stderr);
+    assert!(c.marker_text().is_none() && !unschedulable(&c.node(NODE)));
+}

@@ -1,6 +1,8 @@
 //! The Node calls: read, prepare (one guarded patch: marker, taint, cordon), restore (one
 //! guarded patch: taints, uncordon, marker) and the wait for Ready (kube's watcher).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crate::shutdown_kind::ShutdownKind;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -113,15 +115,21 @@ impl NodeOps<'_> {
         .await
     }
 
+    /// One guarded prepare write; `sent` counts the patches it sends (one per attempt).
     async fn write_prepare(
         &self,
         node: &Node,
         input: &PrepareInput,
         deadline: Instant,
+        sent: &AtomicUsize,
     ) -> Write<PreparePlan> {
         let name = self.name();
-        self.write(node, deadline, |n| prepare_patch(n, name, input).map(Some))
-            .await
+        self.write(node, deadline, |n| {
+            let built = prepare_patch(n, name, input)?;
+            sent.fetch_add(1, Ordering::Relaxed);
+            Ok(Some(built))
+        })
+        .await
     }
 
     /// Writes the marker, the taint and the cordon in one guarded patch; transient failures are
@@ -170,9 +178,11 @@ impl NodeOps<'_> {
         // the deadline) or a guard kept failing (a 422 loop). Each round reads the node again.
         let mut backoff = Backoff::new();
         let mut current = node.clone();
+        // Every round's attempts, so a prepare that gives up says how many writes it sent.
+        let sent = AtomicUsize::new(0);
         let (written, taint_forbidden, taint_error) = loop {
             let e = match self
-                .write_prepare_or_untainted(&current, &mut input, deadline)
+                .write_prepare_or_untainted(&current, &mut input, deadline, &sent)
                 .await
             {
                 Ok(done) => break done,
@@ -180,14 +190,14 @@ impl NodeOps<'_> {
             };
             let pause = backoff.next_pause();
             if !worth_another_prepare(&e) || Instant::now() + pause >= deadline {
-                return Err(e);
+                return Err(with_attempts(e, sent.load(Ordering::Relaxed)));
             }
             tracing::warn!("cannot prepare node {name} yet ({e}); trying again in {pause:?}");
             tokio::time::sleep(pause).await;
             current = match self.get_by(deadline).await {
                 Ok(n) => n,
                 Err(e) if worth_another_prepare(&e) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(with_attempts(e, sent.load(Ordering::Relaxed))),
             };
         };
         let replaced_foreign = written
@@ -253,14 +263,15 @@ impl NodeOps<'_> {
         node: &Node,
         input: &mut PrepareInput,
         deadline: Instant,
+        sent: &AtomicUsize,
     ) -> Result<(Written<Node, PreparePlan>, bool, Option<NodeError>), NodeError> {
         let name = self.name();
-        match self.write_prepare(node, input, deadline).await {
+        match self.write_prepare(node, input, deadline, sent).await {
             Ok(w) => Ok((w, false, None)),
             Err(GuardedError::Api(e)) if input.taint.is_some() && !e.is_transient() => {
                 input.add_taint = false;
                 let w = self
-                    .write_prepare(node, input, deadline)
+                    .write_prepare(node, input, deadline, sent)
                     .await
                     .map_err(|e| self.failed("prepare", e))?;
                 if e.is_forbidden() {
@@ -515,6 +526,20 @@ impl NodeOps<'_> {
         tokio::time::timeout_at(deadline, wait)
             .await
             .unwrap_or(Ok(false))
+    }
+}
+
+/// `e` with the attempts of every round when it is [`NodeError::Contended`]: one guarded write
+/// gives up after [`guarded::ATTEMPTS`], and a prepare tries round after round until its
+/// deadline, so the error says how many writes were sent, not one round's.
+fn with_attempts(e: NodeError, sent: usize) -> NodeError {
+    match e {
+        NodeError::Contended { node, what, .. } => NodeError::Contended {
+            node,
+            what,
+            attempts: sent,
+        },
+        e => e,
     }
 }
 
