@@ -685,3 +685,151 @@ async fn exclude_from_load_balancers_false_adds_no_label() {
     );
     assert!(unschedulable(&node));
 }
+
+/// `kubectl annotate node node-a kube-shutdown-drain/marker-`: someone removes our marker.
+async fn someone_removes_the_marker(c: &Cluster) {
+    let params = PatchParams {
+        field_manager: Some("kubectl-annotate".into()),
+        ..Default::default()
+    };
+    kubectl_api(c)
+        .await
+        .patch(
+            NODE,
+            &params,
+            &Patch::Merge(json!({"metadata": {"annotations": {MARKER_ANNOTATION: null}}})),
+        )
+        .await
+        .unwrap();
+    assert!(stored_marker(&c.node(NODE)).is_none());
+}
+
+/// Issue 29 item 8: the marker removed by someone while our cordon, taint and label stay. The
+/// cordon and the label are ours by managedFields (our manager alone owns them): restore
+/// undoes them. The taint list was last written by the node-lifecycle controller (its
+/// `node.kubernetes.io/unschedulable` after our cordon), so our taint is not provably ours: it
+/// stays, and restore says so with the command that removes it, in its text and its Event.
+#[tokio::test]
+async fn without_the_marker_restore_undoes_what_managed_fields_prove_ours_and_names_the_rest() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    until("the lifecycle controller's taint", || {
+        taints(&c.node(NODE))
+            .iter()
+            .any(|(k, _)| k == LIFECYCLE_TAINT)
+    })
+    .await;
+    someone_removes_the_marker(&c).await;
+
+    let out = engine.restore().await.unwrap();
+    assert!(
+        out.uncordoned && out.lb_label_removed && !out.untainted,
+        "{out:?}"
+    );
+    let node = c.node(NODE);
+    assert!(!unschedulable(&node));
+    assert_eq!(lb_label(&node), None);
+    assert!(
+        taints(&node).iter().any(|(k, _)| k == OUR_TAINT),
+        "unproven: stays"
+    );
+    let text = kube_shutdown_drain::engine::restore_text(&out);
+    assert!(
+        text.starts_with("no marker of ours (someone removed it); undid what managedFields prove ours: uncordoned, load-balancer exclusion label removed; taint kube-shutdown-drain/shutdown:PreferNoSchedule stays on node node-a (")
+            && text.contains("kube-controller-manager")
+            && text.ends_with("remove it with `kubectl taint nodes node-a kube-shutdown-drain/shutdown:PreferNoSchedule-`"),
+        "{text}"
+    );
+    let said = event_messages(&c, "Restored");
+    assert_eq!(said, [format!("node node-a restored: {text}")]);
+}
+
+/// Issue 29 item 8: an admin cordoned before our prepare (so it did not cordon) and the taint
+/// list was ours when the marker was removed: restore removes our taint, never the admin's
+/// cordon nor the admin's taint.
+#[tokio::test]
+async fn without_the_marker_our_taint_goes_and_an_admin_cordon_stays() {
+    let c = Cluster::start(vec![]).await;
+    admin_cordons(&c).await;
+    until("the lifecycle controller's taint", || {
+        taints(&c.node(NODE))
+            .iter()
+            .any(|(k, _)| k == LIFECYCLE_TAINT)
+    })
+    .await;
+    let engine = Engine::new(c.settings("[drain]\nexclude_from_load_balancers = false\n")).unwrap();
+    let prepared = engine.prepare("drain").await.unwrap();
+    assert!(prepared.tainted && !prepared.cordoned, "{prepared:?}");
+    someone_removes_the_marker(&c).await;
+
+    let out = engine.restore().await.unwrap();
+    assert!(
+        out.untainted && !out.uncordoned && out.unproven.is_empty(),
+        "{out:?}"
+    );
+    assert_eq!(
+        out.removed_taints,
+        ["kube-shutdown-drain/shutdown:PreferNoSchedule"]
+    );
+    let node = c.node(NODE);
+    assert!(unschedulable(&node), "the admin's cordon stays");
+    assert_eq!(unschedulable_owners(&node), ["kubectl"]);
+    let keys: Vec<String> = taints(&node).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, [LIFECYCLE_TAINT]);
+    // A second restore finds nothing of ours.
+    let again = engine.restore().await.unwrap();
+    assert_eq!(
+        kube_shutdown_drain::engine::restore_text(&again),
+        "no marker of ours; nothing left to undo"
+    );
+}
+
+/// Issue 29 item 8: a duplicated taint of ours (two copies of key and effect, as a writer that
+/// appends without looking leaves) goes entirely.
+#[tokio::test]
+async fn every_copy_of_our_taint_goes() {
+    let c = Cluster::start(vec![]).await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    engine.prepare("drain").await.unwrap();
+    c.server
+        .store()
+        .modify("Node", None, NODE, |n| {
+            let copy = json!({"key": OUR_TAINT, "effect": "PreferNoSchedule", "value": "again"});
+            n["spec"]["taints"].as_array_mut().unwrap().push(copy);
+        })
+        .unwrap();
+    let copies = |n: &Value| taints(n).iter().filter(|(k, _)| k == OUR_TAINT).count();
+    assert_eq!(copies(&c.node(NODE)), 2);
+    let out = engine.restore().await.unwrap();
+    assert!(out.untainted, "{out:?}");
+    assert_eq!(copies(&c.node(NODE)), 0);
+    assert!(stored_marker(&c.node(NODE)).is_none());
+}
+
+/// Issue 29 item 8: `[taint] key` changed between the prepare and the restore. The marker our
+/// field manager wrote lists the old key's taint: its record, not today's configuration, says
+/// what to remove, so the taint goes with the marker (a marker someone else wrote still widens
+/// nothing: `a_marker_listing_taints_of_others_removes_none_of_them`).
+#[tokio::test]
+async fn the_marker_not_todays_config_says_which_taint_restore_removes() {
+    let c = Cluster::start(vec![]).await;
+    c.add_taint("example.com/other", "NoSchedule");
+    let before = Engine::new(
+        c.settings("[taint]\nkey = \"example.com/maintenance\"\neffect = \"NoSchedule\"\n"),
+    )
+    .unwrap();
+    assert!(before.prepare("drain").await.unwrap().tainted);
+    let after = Engine::new(c.settings("")).unwrap();
+    let out = after.restore().await.unwrap();
+    assert!(out.untainted && out.refused_taints.is_empty(), "{out:?}");
+    assert_eq!(out.removed_taints, ["example.com/maintenance:NoSchedule"]);
+    let node = c.node(NODE);
+    let keys: Vec<String> = taints(&node).into_iter().map(|(k, _)| k).collect();
+    assert!(
+        !keys.contains(&"example.com/maintenance".to_string()),
+        "{keys:?}"
+    );
+    assert!(keys.contains(&"example.com/other".to_string()), "{keys:?}");
+    assert!(stored_marker(&node).is_none());
+}

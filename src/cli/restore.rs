@@ -1,4 +1,5 @@
-//! `restore`: undo what the marker says we changed, and clear the marker.
+//! `restore`: undo what the marker says we changed, and clear the marker; without a marker, undo
+//! only what managedFields prove ours and name the rest of ours with its command.
 
 use std::sync::Arc;
 

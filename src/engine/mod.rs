@@ -481,6 +481,15 @@ impl Engine {
                     format!("node {node} restored after {}: {}", m.why, restore_text(&out)),
                 )
             }),
+            // No marker, yet something of ours was undone or is left: said as well.
+            (out.marker.is_none() && out.foreign_marker.is_none() && undid_or_left(&out)).then(
+                || {
+                    (
+                        EventReason::Restored,
+                        format!("node {node} restored: {}", restore_text(&out)),
+                    )
+                },
+            ),
         ];
         // Events are for people: all of them at most a little past the restore's deadline.
         let until = deadline + RESTORE_EVENTS_ALLOWANCE;
@@ -689,6 +698,8 @@ pub fn restore_text(out: &RestoreOutcome) -> String {
     let Some(m) = &out.marker else {
         return if out.foreign_marker.is_some() {
             "foreign marker cleared; cordon and taints left as they are".to_owned()
+        } else if undid_or_left(out) {
+            unrecorded_text(out)
         } else {
             "no marker of ours; nothing left to undo".to_owned()
         };
@@ -709,4 +720,35 @@ pub fn restore_text(out: &RestoreOutcome) -> String {
         "{}, {taint}{label}, marker cleared",
         describe_cordon(out, m)
     )
+}
+
+/// Whether a restore that found no marker undid or left something of ours.
+fn undid_or_left(out: &RestoreOutcome) -> bool {
+    out.uncordoned || out.untainted || out.lb_label_removed || !out.unproven.is_empty()
+}
+
+/// What a restore without a marker did ([`crate::node::marker::unrecorded_patch`]): what it
+/// undid because managedFields prove it ours, and what of ours it left, with the command.
+fn unrecorded_text(out: &RestoreOutcome) -> String {
+    let mut undid = Vec::new();
+    if out.uncordoned {
+        undid.push("uncordoned".to_owned());
+    }
+    for t in &out.removed_taints {
+        undid.push(format!("taint {t} removed"));
+    }
+    if out.lb_label_removed {
+        undid.push("load-balancer exclusion label removed".to_owned());
+    }
+    let mut text = "no marker of ours (someone removed it)".to_owned();
+    if !undid.is_empty() {
+        text.push_str(&format!(
+            "; undid what managedFields prove ours: {}",
+            undid.join(", ")
+        ));
+    }
+    for u in &out.unproven {
+        text.push_str(&format!("; {u}"));
+    }
+    text
 }

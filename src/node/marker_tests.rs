@@ -415,3 +415,177 @@ fn the_kind_of_shutdown_is_recorded_and_markers_without_it_stay_readable() {
     let (_, plan) = prepare_patch(&node(json!([]), false, None), "n", &input(true)).unwrap();
     assert_eq!(plan.marker.kind, None);
 }
+
+/// A managedFields entry of `manager` (operation Update) owning `fields`.
+fn entry(
+    manager: &str,
+    fields: Value,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+    serde_json::from_value(
+        json!({"manager": manager, "operation": "Update", "apiVersion": "v1",
+        "fieldsType": "FieldsV1", "fieldsV1": fields}),
+    )
+    .unwrap()
+}
+
+fn owned_by(n: &mut Node, manager: &str, fields: Value) {
+    n.metadata
+        .managed_fields
+        .get_or_insert_default()
+        .push(entry(manager, fields));
+}
+
+/// The marker's annotation as managedFields name it.
+fn marker_field() -> Value {
+    json!({"f:metadata": {"f:annotations": {"f:kube-shutdown-drain/marker": {}}}})
+}
+
+#[test]
+fn restore_removes_every_copy_of_a_listed_taint() {
+    let m = marker(false, vec![MarkerTaint::of(&ours())]);
+    let copy =
+        |value: &str| json!({"key": "k/shutdown", "effect": "PreferNoSchedule", "value": value});
+    let other = json!({"key": "other", "effect": "NoSchedule"});
+    let n = node(json!([copy("a"), other, copy("b")]), false, Some(&m));
+    let (p, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert_eq!(plan.removes, vec![MarkerTaint::of(&ours())]);
+    let left: Vec<String> = taints(&apply(&n, &p)).into_iter().map(|t| t.key).collect();
+    assert_eq!(left, ["other"], "both copies went");
+
+    // A marker listing the taint twice removes it once, and nothing else.
+    let twice = marker(
+        false,
+        vec![MarkerTaint::of(&ours()), MarkerTaint::of(&ours())],
+    );
+    let n = node(json!([copy("a"), other]), false, Some(&twice));
+    let (p, plan) = restore_patch(&n, "n", &twice, "k/shutdown", true).unwrap();
+    assert_eq!(plan.removes.len(), 1);
+    let left: Vec<String> = taints(&apply(&n, &p)).into_iter().map(|t| t.key).collect();
+    assert_eq!(left, ["other"]);
+}
+
+#[test]
+fn a_marker_our_manager_wrote_says_which_taints_go_after_the_key_changed() {
+    // Prepared with `[taint] key = "example.com/maintenance"`; the key is changed before the
+    // restore. The marker, written by our field manager alone, lists the old key's taint.
+    let old = MarkerTaint {
+        key: "example.com/maintenance".into(),
+        effect: "NoSchedule".into(),
+    };
+    let m = marker(false, vec![old.clone()]);
+    let mut n = node(
+        json!([{"key": "example.com/maintenance", "effect": "NoSchedule"}]),
+        false,
+        Some(&m),
+    );
+    owned_by(&mut n, FIELD_MANAGER, marker_field());
+    assert_eq!(marker_is_ours(&n), Ok(()));
+    let (p, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert_eq!(plan.removes, vec![old.clone()]);
+    assert!(plan.refused.is_empty());
+    let after = apply(&n, &p);
+    assert!(taints(&after).is_empty() && marker_of(&after, "n").unwrap().is_none());
+    // A later prepare under the new key keeps the old record while the taint is there.
+    let (_, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(
+        plan.marker.taints.contains(&old),
+        "{:?}",
+        plan.marker.taints
+    );
+
+    // The same marker rewritten by someone else (`kubectl annotate`): today's keys only.
+    let mut n = node(
+        json!([{"key": "example.com/maintenance", "effect": "NoSchedule"}]),
+        false,
+        Some(&m),
+    );
+    owned_by(&mut n, FIELD_MANAGER, marker_field());
+    owned_by(&mut n, "kubectl-annotate", marker_field());
+    let why = marker_is_ours(&n).unwrap_err();
+    assert!(why.contains("kubectl-annotate"), "{why}");
+    let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
+    assert_eq!(plan.refused, vec![old.clone()]);
+    assert!(plan.removes.is_empty());
+    let (_, plan) = prepare_patch(&n, "n", &input(true)).unwrap();
+    assert!(!plan.marker.taints.contains(&old));
+}
+
+/// A node with no marker: cordoned and tainted, the cordon owned by `cordon`, the taint list by
+/// `taints` (our key's taint, an admin's, the lifecycle controller's).
+fn unmarked(cordon: Option<&str>, taints: &str) -> Node {
+    let mut n = node_cordoned_by(
+        json!([
+            {"key": "admin/maintenance", "effect": "NoSchedule"},
+            {"key": "k/shutdown", "effect": "PreferNoSchedule"},
+            {"key": "kube-shutdown-drain/daemonsets", "effect": "NoSchedule"}
+        ]),
+        cordon,
+        None,
+    );
+    owned_by(&mut n, taints, json!({"f:spec": {"f:taints": {}}}));
+    n
+}
+
+#[test]
+fn without_a_marker_restore_undoes_what_managed_fields_prove_ours() {
+    let n = unmarked(Some(FIELD_MANAGER), FIELD_MANAGER);
+    let (p, plan) = unrecorded_patch(&n, "node-a", "k/shutdown").unwrap();
+    let p = p.expect("a write");
+    assert!(plan.uncordons && plan.unproven.is_empty(), "{plan:?}");
+    assert_eq!(
+        plan.removes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
+        [
+            "k/shutdown:PreferNoSchedule",
+            "kube-shutdown-drain/daemonsets:NoSchedule"
+        ]
+    );
+    assert_eq!(ops(&p)[0]["op"], "test", "guarded");
+    let after = apply(&n, &p);
+    assert!(!is_unschedulable(&after));
+    let left: Vec<String> = taints(&after).into_iter().map(|t| t.key).collect();
+    assert_eq!(left, ["admin/maintenance"], "only our keys went");
+}
+
+#[test]
+fn without_a_marker_an_admin_cordon_stays_and_unproven_taints_are_named_with_the_command() {
+    // kubectl cordoned; kubectl-taint wrote the taint list last.
+    let n = unmarked(Some("kubectl"), "kubectl-taint");
+    let (p, plan) = unrecorded_patch(&n, "node-a", "k/shutdown").unwrap();
+    assert!(p.is_none(), "nothing is provably ours: no write");
+    assert!(!plan.uncordons && plan.removes.is_empty());
+    let said: Vec<String> = plan.unproven.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said.len(),
+        2,
+        "our two keys, not the admin's cordon: {said:?}"
+    );
+    assert!(
+        said[0].starts_with("taint k/shutdown:PreferNoSchedule stays on node node-a (")
+            && said[0].contains("kubectl-taint")
+            && said[0].ends_with(
+                "remove it with `kubectl taint nodes node-a k/shutdown:PreferNoSchedule-`"
+            ),
+        "{}",
+        said[0]
+    );
+    // The cordon we share with an admin's apply stays, and is said with its command.
+    let mut n = unmarked(Some(FIELD_MANAGER), FIELD_MANAGER);
+    owned_by(
+        &mut n,
+        "kubectl",
+        json!({"f:spec": {"f:unschedulable": {}}}),
+    );
+    let (p, plan) = unrecorded_patch(&n, "node-a", "k/shutdown").unwrap();
+    let after = apply(&n, &p.expect("the taints go"));
+    assert!(is_unschedulable(&after) && !plan.uncordons);
+    assert_eq!(plan.unproven.len(), 1);
+    assert_eq!(plan.unproven[0].what, "the cordon");
+    assert_eq!(plan.unproven[0].command, "kubectl uncordon node-a");
+    // A clean node: nothing to write, nothing to say.
+    let (p, plan) =
+        unrecorded_patch(&node(json!([]), false, None), "node-a", "k/shutdown").unwrap();
+    assert!(p.is_none() && plan == RestorePlan::default());
+}

@@ -31,7 +31,7 @@ use crate::api::ApiError;
 
 pub use daemonsets::DAEMONSETS_TAINT_KEY;
 pub use marker::{
-    EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, cordon_is_ours,
+    EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, Unproven, cordon_is_ours,
     is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
 };
 pub use ops::{NODE_LEASE_NAMESPACE, NodeOps};
@@ -152,6 +152,11 @@ pub struct RestoreOutcome {
     pub lb_label_removed: bool,
     /// The marker said we added the label, but it is not provably ours (why): left in place.
     pub lb_label_kept: Option<String>,
+    /// The taints removed (`key:effect`).
+    pub removed_taints: Vec<String>,
+    /// No marker: what of ours the node still shows but managedFields do not prove ours, left
+    /// in place (each with the command that removes it).
+    pub unproven: Vec<marker::Unproven>,
 }
 
 impl RestoreOutcome {
@@ -166,6 +171,8 @@ impl RestoreOutcome {
             refused_taints: Vec::new(),
             lb_label_removed: false,
             lb_label_kept: None,
+            removed_taints: Vec::new(),
+            unproven: Vec::new(),
         }
     }
 }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::marker::{
     EXCLUDE_LB_LABEL, MarkerRead, PrepareInput, PreparePlan, RestorePlan, clear_foreign_patch,
-    is_unschedulable, prepare_patch, read_marker, restore_patch,
+    is_unschedulable, prepare_patch, read_marker, restore_patch, unrecorded_patch,
 };
 use super::{NodeError, PrepareOutcome, RestoreOutcome, is_ready};
 use crate::api::Clients;
@@ -322,10 +322,7 @@ impl NodeOps<'_> {
         let name = self.name().to_string();
         let node = self.get_by(deadline).await?;
         let marker = match read_marker(&node) {
-            MarkerRead::Absent => {
-                tracing::info!("no marker on node {name}; nothing to restore");
-                return Ok(RestoreOutcome::nothing(None));
-            }
+            MarkerRead::Absent => return self.restore_unrecorded(&node, deadline).await,
             MarkerRead::Foreign(why) => {
                 tracing::warn!(
                     "the marker annotation on node {name} is not one we wrote ({why}); clearing it and undoing nothing"
@@ -399,6 +396,8 @@ impl NodeOps<'_> {
         }
         tracing::info!("cleared marker on node {name}");
         Ok(RestoreOutcome {
+            removed_taints: plan.removes.iter().map(ToString::to_string).collect(),
+            unproven: Vec::new(),
             marker,
             uncordoned: plan.uncordons,
             untainted: !plan.removes.is_empty(),
@@ -408,6 +407,76 @@ impl NodeOps<'_> {
             refused_taints: plan.refused.iter().map(ToString::to_string).collect(),
             lb_label_removed: plan.includes,
             lb_label_kept: plan.label_kept,
+        })
+    }
+
+    /// Restore when the node carries no marker (someone removed it, perhaps while our taint and
+    /// cordon stayed): one guarded write removing only what managedFields prove ours
+    /// ([`unrecorded_patch`]: our cordon, taints with a key of ours in a list our field manager
+    /// wrote last, our label); what of ours stays unproven is logged with the command that
+    /// removes it and returned in [`RestoreOutcome::unproven`].
+    async fn restore_unrecorded(
+        &self,
+        node: &Node,
+        deadline: Instant,
+    ) -> Result<RestoreOutcome, NodeError> {
+        let name = self.name();
+        let key = &self.settings.taint.key;
+        let written = self
+            .write(node, deadline, |n| match read_marker(n) {
+                // A marker appeared meanwhile (a prepare): it is the drain's now, not ours to undo.
+                MarkerRead::Ours(_) | MarkerRead::Foreign(_) => Ok(None),
+                MarkerRead::Absent => {
+                    unrecorded_patch(n, name, key).map(|(patch, plan)| patch.map(|p| (p, plan)))
+                }
+            })
+            .await
+            .map_err(|e| self.failed("restore", e))?;
+        let plan = match written.applied {
+            Some(plan) => plan,
+            None if matches!(read_marker(&written.object), MarkerRead::Absent) => {
+                unrecorded_patch(&written.object, name, key)?.1
+            }
+            None => {
+                tracing::info!(
+                    "a marker appeared on node {name} during the restore; leaving the node to it"
+                );
+                return Ok(RestoreOutcome::nothing(None));
+            }
+        };
+        if plan.uncordons || plan.includes || !plan.removes.is_empty() {
+            tracing::warn!(
+                "node {name} carries no marker (someone removed it); undoing only what \
+                 managedFields prove ours"
+            );
+        } else if plan.unproven.is_empty() {
+            tracing::info!("no marker on node {name}; nothing to restore");
+        }
+        if plan.uncordons {
+            tracing::info!(
+                "uncordoned node {name}: field manager {} alone owns spec.unschedulable",
+                crate::api::guarded::FIELD_MANAGER
+            );
+        }
+        for t in &plan.removes {
+            tracing::info!(
+                "removed taint {t} from node {name}: field manager {} wrote the taints last",
+                crate::api::guarded::FIELD_MANAGER
+            );
+        }
+        if plan.includes {
+            tracing::info!("removed label {EXCLUDE_LB_LABEL} from node {name}");
+        }
+        for u in &plan.unproven {
+            tracing::warn!("no marker on node {name}: {u}");
+        }
+        Ok(RestoreOutcome {
+            uncordoned: plan.uncordons,
+            untainted: !plan.removes.is_empty(),
+            lb_label_removed: plan.includes,
+            removed_taints: plan.removes.iter().map(ToString::to_string).collect(),
+            unproven: plan.unproven,
+            ..RestoreOutcome::nothing(None)
         })
     }
 

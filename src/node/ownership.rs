@@ -1,6 +1,8 @@
 //! What on a Node is provably ours, for restore: a taint key under our prefix or configured, a
 //! cordon whose `spec.unschedulable` our field manager alone owns, a load-balancer label our
-//! manager alone owns. Pure: reads a Node, sends nothing.
+//! manager alone owns, a marker annotation our manager alone wrote (its record then says which
+//! taints we added, whatever the configuration says today), a taint list our manager wrote last
+//! (for a restore that finds no marker). Pure: reads a Node, sends nothing.
 //!
 //! Ownership is read from `metadata.managedFields`, which only the API server writes. A
 //! co-owner means someone else set the same value too (server-side apply shares a field whose
@@ -38,6 +40,18 @@ const LB_LABEL: Field = Field {
     lost: "someone removed and set it again since",
 };
 
+const MARKER: Field = Field {
+    pointer: "/f:metadata/f:annotations/f:kube-shutdown-drain~1marker",
+    name: "annotation kube-shutdown-drain/marker",
+    lost: "someone else wrote it since",
+};
+
+const TAINTS: Field = Field {
+    pointer: TAINTS_POINTER,
+    name: "spec.taints",
+    lost: "someone else changed the taints since",
+};
+
 /// A taint key restore may remove: the configured `[taint] key` or one under
 /// [`OUR_TAINT_PREFIX`]. Nothing in a marker widens this.
 pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
@@ -51,6 +65,36 @@ pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
 /// the module doc).
 pub fn cordon_is_ours(node: &Node) -> Result<(), String> {
     sole_owner(node, &CORDON)
+}
+
+/// Whether the marker annotation on `node` was written by our field manager alone; `Err` says why
+/// not. A marker we wrote lists exactly the taints its prepares added, so its record (not
+/// today's `[taint] key`) says which taints restore removes; a marker anyone else wrote (an
+/// admin's `kubectl annotate`, a copy, a forgery) widens nothing beyond [`is_our_taint_key`].
+pub fn marker_is_ours(node: &Node) -> Result<(), String> {
+    sole_owner(node, &MARKER)
+}
+
+/// Whether our field manager alone owns `spec.taints` on `node` (the list is atomic, so its last
+/// writer owns all of it); `Err` says why not. For a restore that finds no marker: a taint with
+/// our key in a list we wrote last is one we added, since we never write a taint with our key
+/// that is not ours.
+pub fn taints_are_ours(node: &Node) -> Result<(), String> {
+    sole_owner(node, &TAINTS)
+}
+
+/// Whether the cordon on `node` may be ours though [`cordon_is_ours`] cannot prove it: our field
+/// manager shares `spec.unschedulable` with another, or the server sends no managedFields. A
+/// restore without a marker leaves such a cordon and says how to remove it.
+pub fn cordon_may_be_ours(node: &Node) -> bool {
+    no_managed_fields(node) || owners(node, CORDON.pointer).0
+}
+
+/// Whether our field manager owns [`EXCLUDE_LB_LABEL`] on `node` at all (alone or with others).
+/// Without managedFields the label is never taken for possibly ours: kubeadm sets it on
+/// control-plane nodes.
+pub fn lb_label_owned_by_us(node: &Node) -> bool {
+    owners(node, LB_LABEL.pointer).0
 }
 
 /// The value of [`EXCLUDE_LB_LABEL`] on `node`, if it has the label.
@@ -120,16 +164,18 @@ fn owners(node: &Node, pointer: &str) -> (bool, Vec<String>) {
     (ours, others)
 }
 
-/// Whether our field manager (operation Update, the only one we send) is the sole owner of
-/// `field` on `node`.
-fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
-    if node
-        .metadata
+fn no_managed_fields(node: &Node) -> bool {
+    node.metadata
         .managed_fields
         .as_deref()
         .unwrap_or_default()
         .is_empty()
-    {
+}
+
+/// Whether our field manager (operation Update, the only one we send) is the sole owner of
+/// `field` on `node`.
+fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
+    if no_managed_fields(node) {
         return Err(format!(
             "the server sends no managedFields, so whose {} this is cannot be told (nothing \
              on a Node that only we could have written proves it ours)",
