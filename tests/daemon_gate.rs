@@ -8,7 +8,8 @@
 //!
 //! Every test runs twice ([`both!`]): against a logind of systemd 257, whose block locks bind
 //! root, and one of systemd 252, whose block locks let root pass (the fake's
-//! `block_binds_root`), each asserting what differs between them.
+//! `block_binds_root`), each asserting what differs between them (root's reboot; an
+//! unprivileged user's is refused on both).
 
 mod daemon_support;
 mod logind;
@@ -275,6 +276,14 @@ async fn the_gate_refuses_a_reboot_while_every_slot_is_held_and_opens_when_one_i
         )),
         "{status}"
     );
+    // An unprivileged user's reboot is refused on either systemd.
+    if let Some(answer) = world.rig.try_reboot_unprivileged().await {
+        assert!(
+            answer.as_ref().is_err_and(|e| e.contains("AccessDenied")),
+            "nobody's reboot: {answer:?}"
+        );
+        assert!(world.rig.outcomes().is_empty(), "no shutdown started");
+    }
     // Root's reboot (this test runs as root, as systemctl would): refused from 257 on.
     if root_reboots_past_the_closed_gate(&world, systemd).await {
         assert!(shutdown_came(&world).await, "the shutdown goes on");
@@ -368,6 +377,15 @@ async fn a_shutdown_logind_starts_past_the_gate_is_never_held_by_it(systemd: Sys
         return;
     };
     assert!(wait_gate(&world, true, Duration::from_secs(10)).await);
+    // logind lists the lock as it grants it; the daemon holds it a moment later: only a lock it
+    // holds is said to go.
+    world
+        .expect_log(
+            &format!("WARN reboot gate of Kubernetes node {NODE}"),
+            Duration::from_secs(5),
+            "the daemon holds the lock logind granted",
+        )
+        .await;
     world
         .expect_log(systemd.binding(), Duration::from_secs(2), systemd.version())
         .await;

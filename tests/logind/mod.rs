@@ -362,6 +362,42 @@ impl Rig {
             .map(|_| ())
     }
 
+    /// `Reboot(false)` as an unprivileged user makes it (`nobody`, through `setpriv` and
+    /// `dbus-send`): `Ok`, or the error `dbus-send` printed. `None` when this test does not run
+    /// as root and cannot change user.
+    pub async fn try_reboot_unprivileged(&self) -> Option<Result<(), String>> {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        // nobody reaches the bus socket through the rig's dir (the socket itself is 0777).
+        std::fs::set_permissions(self.dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("open the rig's dir to other users");
+        let out = tokio::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "dbus-send",
+            ])
+            .arg(format!("--bus={}", self.address))
+            .args([
+                "--print-reply",
+                "--dest=org.freedesktop.login1",
+                PATH,
+                "org.freedesktop.login1.Manager.Reboot",
+                "boolean:false",
+            ])
+            .output()
+            .await
+            .expect("run setpriv dbus-send");
+        Some(if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        })
+    }
+
     /// `PowerOff(false)`.
     pub async fn power_off(&self) {
         self.call(MANAGER, "PowerOff", &(false,)).await;
