@@ -1,7 +1,8 @@
 //! `kube-shutdown-drain run` with a shutdown scheduled ahead (issue 19): logind's schedule file,
 //! written into the directory the daemon is pointed at (tests only), drains the node before any
 //! `PrepareForShutdown`; removing it (`shutdown -c`) restores the node; the announcement after
-//! the early drain releases the lock; a garbled file warns and drains nothing; a kind
+//! the early drain releases the lock; a schedule that fires and is never announced restores the
+//! node after the 30 s the README names; a garbled file warns and drains nothing; a kind
 //! `[shutdown]` maps to "none" is left alone.
 
 mod daemon_support;
@@ -113,6 +114,63 @@ async fn prepare_for_shutdown_after_the_early_drain_releases_the_lock() {
         "the node stays drained; log:\n{}",
         world.log()
     );
+}
+
+#[tokio::test]
+async fn a_schedule_that_fired_and_was_never_announced_restores_the_node_30_s_after() {
+    let Some(world) = started(setup("")).await else {
+        return;
+    };
+    let at = std::time::Instant::now() + Duration::from_secs(6);
+    world.schedule("reboot", Duration::from_secs(6));
+    world
+        .expect_drained(
+            Duration::from_secs(10),
+            "the scheduled reboot drains the node",
+        )
+        .await;
+    // logind fires it: the file goes at its time; a block inhibitor (another program's) then
+    // refuses the shutdown, so nothing is announced.
+    tokio::time::sleep_until(at.into()).await;
+    world.cancel_schedule();
+    let fired = std::time::Instant::now();
+    world
+        .expect_log(
+            "at its time: the reboot scheduled for",
+            Duration::from_secs(5),
+            "a file gone at its time is taken as fired, not as a cancel",
+        )
+        .await;
+    assert!(
+        world.is_drained() && world.marker().is_some(),
+        "a fired schedule keeps the node drained while logind starts it; log:\n{}",
+        world.log()
+    );
+    world
+        .expect_until(
+            Duration::from_secs(60),
+            |w| w.is_restored() && w.marker().is_none(),
+            "the node is restored once logind announced nothing",
+        )
+        .await;
+    let after = fired.elapsed();
+    println!("restored {} ms after the schedule fired", after.as_millis());
+    assert!(
+        after >= Duration::from_secs(30),
+        "not before the 30 s the README names ({after:?}); log:\n{}",
+        world.log()
+    );
+    world
+        .expect_log(
+            &format!(
+                "logind announced no reboot within 30 s of its schedule firing (a block \
+                 inhibitor may have refused it); restoring node {NODE}"
+            ),
+            Duration::from_secs(2),
+            "the restore says why",
+        )
+        .await;
+    assert!(world.rig.outcomes().is_empty(), "logind announced nothing");
 }
 
 #[tokio::test]

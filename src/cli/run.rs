@@ -17,6 +17,10 @@ pub const BOOT_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 /// Only the tests set it: the real path is fixed, as logind's is.
 pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
+/// How long SIGUSR1 opens the reboot gate (`500ms`, `3s`) instead of `daemon::gate::PASS`. Only
+/// the tests set it, to see a pass end without waiting two minutes.
+pub const GATE_PASS_ENV: &str = "KUBE_SHUTDOWN_DRAIN_GATE_PASS";
+
 /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
 pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
     let settings = match std::env::var_os(SCHEDULE_DIR_ENV) {
@@ -42,6 +46,28 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
             Arc::new(changed)
         }
         None => settings,
+    };
+    let settings = match std::env::var(GATE_PASS_ENV) {
+        Ok(text) => {
+            let Some(pass) = crate::config::duration::parse_duration(&text) else {
+                tracing::error!(
+                    "cannot run for node {}: {GATE_PASS_ENV}={text:?} is not a duration \
+                     (500ms, 3s)",
+                    settings.node_name
+                );
+                return Ok(i32::from(EXIT_USAGE));
+            };
+            let mut changed = Settings::clone(&settings);
+            changed.gate_pass = pass;
+            tracing::info!(
+                "SIGUSR1 opens the reboot gate of node {} for {} ({GATE_PASS_ENV} is set; tests \
+                 only)",
+                changed.node_name,
+                crate::config::format_duration(pass)
+            );
+            Arc::new(changed)
+        }
+        Err(_) => settings,
     };
     tracing::info!(
         "starting for node {} (config {}, system bus {})",

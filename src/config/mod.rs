@@ -412,6 +412,9 @@ pub struct Settings {
     /// Not a TOML key: logind's schedule directory (`scheduled::SCHEDULE_DIR`), replaceable in
     /// tests.
     pub schedule_dir: PathBuf,
+    /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`daemon::gate::PASS`),
+    /// shorter in tests.
+    pub gate_pass: Duration,
     pub taint: TaintSettings,
     pub filters: FilterSettings,
     pub rules: Vec<Rule>,

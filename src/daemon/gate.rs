@@ -28,7 +28,8 @@ use tokio::time::Instant;
 
 use crate::daemon::access::Access;
 
-/// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open: long enough for the
+/// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
+/// shorter in tests): long enough for the
 /// command's call to logind that follows at once, short enough that a reboot logind refused for
 /// another reason does not leave the node ungated.
 pub const PASS: Duration = Duration::from_secs(120);
@@ -36,8 +37,12 @@ pub const PASS: Duration = Duration::from_secs(120);
 /// holder gone stale writes nothing): the watch carries every give-back at once, so this only
 /// bounds how long a stale holder keeps the gate closed.
 const LOOK_EVERY: Duration = Duration::from_secs(60);
-/// How long one look may take.
-const LOOK_MAX: Duration = Duration::from_secs(30);
+/// How long one look may take, its requests tried again after transient failures (a refused
+/// connection, a 5xx) until then: a closed gate stays closed through a blip shorter than this,
+/// and opens this long after the API server stopped answering (plus the moment the watch takes
+/// to see it go). Short, because an outage must not keep the node from rebooting: a healthy
+/// server answers a Lease read in milliseconds.
+pub const LOOK_MAX: Duration = Duration::from_secs(5);
 /// After a failed look, the next one comes this much later.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// The first systemd whose logind makes a `block` lock bind the lock holder's own UID (root).

@@ -460,7 +460,6 @@ impl Phase {
         }))
     }
 
-    /// The scheduled shutdown the daemon waits for or drains ahead of, if any.
     /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits
     /// for a shutdown (or for a scheduled one's lead), never once one is announced, drains,
     /// is released or the daemon stops.
@@ -468,6 +467,7 @@ impl Phase {
         matches!(self, Phase::Waiting | Phase::Scheduled(_))
     }
 
+    /// The scheduled shutdown the daemon waits for or drains ahead of, if any.
     pub fn planned(&self) -> Option<Planned> {
         match self {
             Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => Some(*p),

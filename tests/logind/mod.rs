@@ -17,8 +17,14 @@ const PATH: &str = "/org/freedesktop/login1";
 const MANAGER: &str = "org.freedesktop.login1.Manager";
 const MOCK: &str = "org.freedesktop.DBus.Mock";
 
-/// Skips (returns false) with a reason on stderr when `ok` is false, unless `CI=true`, where the
-/// missing piece is a failure.
+/// The start of the one line a test binary writes to stderr when its tests skip for a missing
+/// tool: `scripts/test` counts these lines in the cargo output and names the binaries.
+pub const SKIP_PREFIX: &str = "kube-shutdown-drain tests: SKIPPED test binary";
+
+/// Skips (returns false) when `ok` is false, unless `CI=true`, where the missing piece is a
+/// failure. The first skip of a test binary writes one line ([`SKIP_PREFIX`]) straight to
+/// stderr, past libtest's capture, so a plain `cargo test` shows it once per binary, not a
+/// green run that hides what it did not run.
 pub fn require(ok: bool, what: &str) -> bool {
     if ok {
         return true;
@@ -27,7 +33,30 @@ pub fn require(ok: bool, what: &str) -> bool {
         panic!("CI=true and {what} is missing (scripts/install-deps installs it)");
     }
     eprintln!("skipping: {what} is missing (run scripts/install-deps)");
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "{SKIP_PREFIX} {}: {what} is missing (run scripts/install-deps); its tests that \
+             need it pass without running",
+            test_binary()
+        );
+    });
     false
+}
+
+/// The test binary's name without cargo's hash (`daemon_gate` of `daemon_gate-0f3a...`).
+fn test_binary() -> String {
+    let exe = std::env::args().next().unwrap_or_default();
+    let name = Path::new(&exe)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or(exe);
+    match name.rsplit_once('-') {
+        Some((binary, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => binary.to_owned(),
+        _ => name,
+    }
 }
 
 /// True when `dbus-daemon` and python-dbusmock (with its gi dependency) are installed.
@@ -331,6 +360,42 @@ impl Rig {
         conn.call_method(Some(BUS_NAME), PATH, Some(MANAGER), "Reboot", &(false,))
             .await
             .map(|_| ())
+    }
+
+    /// `Reboot(false)` as an unprivileged user makes it (`nobody`, through `setpriv` and
+    /// `dbus-send`): `Ok`, or the error `dbus-send` printed. `None` when this test does not run
+    /// as root and cannot change user.
+    pub async fn try_reboot_unprivileged(&self) -> Option<Result<(), String>> {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        // nobody reaches the bus socket through the rig's dir (the socket itself is 0777).
+        std::fs::set_permissions(self.dir.path(), std::fs::Permissions::from_mode(0o711))
+            .expect("open the rig's dir to other users");
+        let out = tokio::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "dbus-send",
+            ])
+            .arg(format!("--bus={}", self.address))
+            .args([
+                "--print-reply",
+                "--dest=org.freedesktop.login1",
+                PATH,
+                "org.freedesktop.login1.Manager.Reboot",
+                "boolean:false",
+            ])
+            .output()
+            .await
+            .expect("run setpriv dbus-send");
+        Some(if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        })
     }
 
     /// `PowerOff(false)`.

@@ -1,5 +1,5 @@
 //! The loop's side of the reboot gate (`daemon::gate`): the block lock's fd, the verdict the
-//! follower on the engine runtime sends, the pass SIGUSR1 opens, and the one place that makes
+//! follower on the engine runtime sends, the pass SIGUSR1 opens (said once per pass), and the one place that makes
 //! the lock agree with them and with the phase ([`Daemon::follow_gate`]).
 
 use std::os::fd::OwnedFd;
@@ -29,6 +29,8 @@ pub(crate) struct Gate {
     pub(super) forecast_blocked: watch::Sender<Option<String>>,
     /// The systemd version was said (once, at the first lock).
     said_binding: bool,
+    /// A SIGUSR1 without a gate was said (once).
+    said_no_pass: bool,
     /// The ask for a block lock under way, and the reason it carries.
     pub(super) asking: Option<(String, AbortOnDrop)>,
     /// The reason logind last refused a lock for: not asked again until the reason changes.
@@ -47,6 +49,7 @@ impl Gate {
             wanted: watch::Sender::new(false),
             forecast_blocked: watch::Sender::new(None),
             said_binding: false,
+            said_no_pass: false,
             asking: None,
             refused: None,
         }
@@ -71,18 +74,27 @@ impl Daemon {
         ));
     }
 
-    /// SIGUSR1: the gate opens for [`gate::PASS`], whatever the slots say.
+    /// SIGUSR1: the gate opens for `gate_pass` ([`gate::PASS`] outside tests), whatever the
+    /// slots say. A signal during a pass makes it start again, silently: one line per pass,
+    /// however many signals come (each `kube-shutdown-drain reboot` sends one, a loop may send
+    /// hundreds).
     pub(super) fn pass_gate(&mut self) {
         let node = &self.settings.node_name;
         if !self.gate.enabled {
-            tracing::info!("sigusr1: node {node} has no reboot gate ([fleet] gate is off)");
+            if !std::mem::replace(&mut self.gate.said_no_pass, true) {
+                tracing::info!("sigusr1: node {node} has no reboot gate ([fleet] gate is off)");
+            }
             return;
         }
-        self.gate.pass_until = Some(Instant::now() + gate::PASS);
-        tracing::info!(
-            "sigusr1: the reboot gate of node {node} opens for {} s (kube-shutdown-drain reboot)",
-            gate::PASS.as_secs()
-        );
+        let now = Instant::now();
+        let passing = self.gate.pass_until.is_some_and(|until| now < until);
+        self.gate.pass_until = Some(now + self.settings.gate_pass);
+        if !passing {
+            tracing::info!(
+                "sigusr1: the reboot gate of node {node} opens for {} (kube-shutdown-drain reboot)",
+                crate::budget::seconds(self.settings.gate_pass)
+            );
+        }
     }
 
     /// Makes the block lock agree with the phase, the pass and the follower's verdict: held
@@ -105,6 +117,14 @@ impl Daemon {
             .is_some_and(|until| Instant::now() >= until)
         {
             self.gate.pass_until = None;
+            if may {
+                tracing::info!(
+                    node = %node,
+                    "the pass of the reboot gate of node {node} ended: no shutdown came within {} \
+                     of the last sigusr1",
+                    crate::budget::seconds(self.settings.gate_pass)
+                );
+            }
         }
         let want = match (may, self.gate.pass_until) {
             (true, None) => self.gate.verdict.borrow_and_update().clone(),

@@ -279,7 +279,12 @@ impl Daemon {
                         None => continue,
                     }
                 }
-                _ = sleep_until(at), if at.is_some() => timed,
+                _ = sleep_until(at), if at.is_some() => {
+                    if timed == Event::Overdue {
+                        self.say_overdue();
+                    }
+                    timed
+                }
                 // The gate follows the slots (and its pass ends) beside the phases.
                 _ = self.gate.verdict.changed(), if self.gate.enabled() => {
                     self.follow_gate(connection.as_ref().map(|c| &c.logind));

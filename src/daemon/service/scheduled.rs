@@ -152,6 +152,22 @@ impl Daemon {
         }
     }
 
+    /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so
+    /// before the node is restored.
+    pub(super) fn say_overdue(&self) {
+        let node = &self.settings.node_name;
+        let what = self.phase.planned().map_or_else(
+            || "scheduled shutdown".to_owned(),
+            |p| p.kind.noun().to_owned(),
+        );
+        tracing::warn!(
+            node = %node,
+            "logind announced no {what} within {} of its schedule firing (a block inhibitor may \
+             have refused it); restoring node {node}",
+            seconds(ANNOUNCE_WINDOW)
+        );
+    }
+
     /// `ShowScheduled`: says what is done for the schedule the file holds.
     pub(super) fn show_scheduled(&self) {
         let node = &self.settings.node_name;
