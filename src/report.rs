@@ -218,6 +218,55 @@ pub struct Report {
     /// With `[fleet] slots`: the drain slot this drain waited for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<SlotReport>,
+    /// With `drain.fit_grace_to_deadline`: the deadline the evictions' grace periods were fitted
+    /// to, and why that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_fitted_to: Option<GraceDeadline>,
+}
+
+/// Which end of the drain's time a grace period is fitted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GraceEnd {
+    /// The drain's own deadline: a drain by hand, a scheduled drain.
+    Drain,
+    /// The end of logind's window: no stop phase can be counted on after it.
+    LogindWindow,
+    /// The end of the unit's stop phase, where a drain of logind's window goes on.
+    StopPhase,
+}
+
+impl GraceEnd {
+    /// The JSON spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraceEnd::Drain => "drain",
+            GraceEnd::LogindWindow => "logind-window",
+            GraceEnd::StopPhase => "stop-phase",
+        }
+    }
+
+    /// In words: "the drain deadline", "the end of logind's window", "the end of the stop
+    /// phase".
+    pub fn phrase(self) -> &'static str {
+        match self {
+            GraceEnd::Drain => "the drain deadline",
+            GraceEnd::LogindWindow => "the end of logind's window",
+            GraceEnd::StopPhase => "the end of the stop phase",
+        }
+    }
+}
+
+/// The deadline the evictions' grace periods were fitted to (`drain.fit_grace_to_deadline`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraceDeadline {
+    /// Which end.
+    pub end: GraceEnd,
+    /// Milliseconds after the drain started at which the evictions' time ends there (that end
+    /// less the time kept back for the deadline action).
+    pub after_ms: u64,
+    /// Why this end: the stop phase the drain goes on in, or why none can be counted on.
+    pub why: String,
 }
 
 /// The wait for a drain slot before a drain (`crate::fleet`); it counts against the drain's
@@ -379,6 +428,15 @@ impl Report {
                 ),
             };
         }
+        if let Some(g) = &self.grace_fitted_to {
+            let _ = writeln!(
+                out,
+                "grace periods fitted to {}, {:.1} s after the start: {}",
+                g.end.phrase(),
+                g.after_ms as f64 / 1000.0,
+                g.why
+            );
+        }
         let width = crate::policy::plan::key_width(self.pods.iter().map(PodReport::key));
         let _ = writeln!(
             out,
@@ -485,6 +543,7 @@ mod tests {
             volumes: vec![],
             errors: vec![],
             kind: None,
+            grace_fitted_to: None,
         };
         r.finish();
         r

@@ -399,6 +399,7 @@ async fn dry_run_changes_nothing() {
             DrainOptions {
                 why: "test".into(),
                 dry_run: true,
+                grace_to: None,
             },
         )
         .await;

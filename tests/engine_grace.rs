@@ -1,15 +1,17 @@
 //! Grace fit (`drain.fit_grace_to_deadline`) against the fake API server, read from the
 //! recorded Eviction bodies: a pod whose grace period is longer than the time left is evicted
 //! with the time left (and marked in the report); one that fits is evicted with its own; off,
-//! nothing is cut.
+//! nothing is cut. A drain that goes on past its deadline (the stop phase after logind's
+//! window) fits graces to that later end, and the report says which end and why.
 
 mod engine_support;
 
 use std::time::Duration;
 
 use engine_support::*;
+use kube_shutdown_drain::drain::GraceTo;
 use kube_shutdown_drain::engine::Engine;
-use kube_shutdown_drain::report::{GraceFit, Report};
+use kube_shutdown_drain::report::{GraceEnd, GraceFit, Report};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -113,4 +115,94 @@ async fn fit_grace_to_deadline_false_sends_the_pods_own() {
     assert_eq!(long.len(), 1);
     assert!(long[0].get("gracePeriodSeconds").is_none(), "{long:?}");
     assert_eq!(fit_of(&report, "long"), None);
+}
+
+/// A deadline past the drain's (the end of the stop phase a drain of logind's window goes on
+/// in): graces are fitted to it, not to the drain's deadline, and the report says which end and
+/// why, in the JSON and the text.
+#[tokio::test]
+async fn graces_are_fitted_to_a_later_end_when_the_drain_goes_on_there() {
+    let c = cluster().await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    let started = Instant::now();
+    let grace_to = GraceTo {
+        at: started + Duration::from_secs(120),
+        end: GraceEnd::StopPhase,
+        why: "the drain goes on in the unit's stop phase".to_owned(),
+    };
+    // The drain itself ends in 3 s; `short` (5 s) is gone within it, `long` (600 s) is not.
+    let (prepared, report) = engine
+        .prepare_and_drain_fitting(
+            "reboot",
+            started + Duration::from_secs(3),
+            Some(grace_to),
+            |_| {},
+        )
+        .await;
+    prepared.unwrap();
+    let text = report.to_text();
+    let long = delete_options(&c, "long");
+    assert_eq!(long.len(), 1, "{long:?}");
+    let sent = long[0]["gracePeriodSeconds"]
+        .as_i64()
+        .expect("a grace period was sent");
+    // The time left to the later end (120 s less the kept-back 500 ms), not to the drain's 3 s.
+    assert!((110..=119).contains(&sent), "sent {sent} s; {text}");
+    assert_eq!(
+        fit_of(&report, "long"),
+        Some(GraceFit {
+            from_seconds: 600,
+            to_seconds: sent
+        })
+    );
+    // `short` fits the later end: its own grace period, none sent.
+    let short = delete_options(&c, "short");
+    assert!(short[0].get("gracePeriodSeconds").is_none(), "{short:?}");
+    let fitted = report.grace_fitted_to.clone().expect("the report says");
+    assert_eq!(fitted.end, GraceEnd::StopPhase);
+    // The later end less the kept-back 500 ms, counted from the drain's own start (a moment
+    // after `started`).
+    assert!((119_000..=119_500).contains(&fitted.after_ms), "{fitted:?}");
+    let line = format!(
+        "grace periods fitted to the end of the stop phase, {:.1} s after the start: the drain \
+         goes on in the unit's stop phase",
+        fitted.after_ms as f64 / 1000.0
+    );
+    assert!(text.contains(&line), "{text}");
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["grace_fitted_to"]["end"], "stop-phase", "{json}");
+}
+
+/// An end before the drain's own deadline never shortens graces below the drain's time; a
+/// drain by hand says it fits to its own deadline.
+#[tokio::test]
+async fn graces_are_never_fitted_to_an_end_before_the_drains_deadline() {
+    let c = cluster().await;
+    let engine = Engine::new(c.settings("")).unwrap();
+    let started = Instant::now();
+    let grace_to = GraceTo {
+        at: started + Duration::from_secs(2),
+        end: GraceEnd::LogindWindow,
+        why: "no stop phase can be counted on".to_owned(),
+    };
+    let (_, report) = engine
+        .prepare_and_drain_fitting(
+            "reboot",
+            started + Duration::from_secs(20),
+            Some(grace_to),
+            |_| {},
+        )
+        .await;
+    let sent = delete_options(&c, "long")[0]["gracePeriodSeconds"]
+        .as_i64()
+        .expect("a grace period was sent");
+    assert!(sent >= 15, "sent {sent} s for a 20 s drain");
+    let fitted = report.grace_fitted_to.expect("the report says");
+    assert_eq!(fitted.end, GraceEnd::LogindWindow);
+    assert!((19_000..=19_500).contains(&fitted.after_ms), "{fitted:?}");
+
+    let by_hand = engine.drain(Instant::now() + Duration::from_secs(2)).await;
+    let fitted = by_hand.grace_fitted_to.expect("the report says");
+    assert_eq!(fitted.end, GraceEnd::Drain);
+    assert_eq!(fitted.why, "the drain's own deadline");
 }

@@ -32,6 +32,7 @@ pub async fn run(settings: Arc<Settings>, dry_run: bool, output: Output) -> Resu
             DrainOptions {
                 why: WHY.to_string(),
                 dry_run,
+                grace_to: None,
             },
         )
         .await;

@@ -80,6 +80,29 @@ pub async fn stop_timeout(conn: &Connection) -> zbus::Result<Option<Duration>> {
     Ok((usec != u64::MAX).then(|| Duration::from_micros(usec)))
 }
 
+/// What systemd did not say.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    #[error("no connection to the system bus")]
+    NoBus,
+    #[error("systemd did not answer within {} ms", .0.as_millis())]
+    NoAnswer(Duration),
+    #[error("systemd did not say the unit's TimeoutStopUSec: {0}")]
+    Bus(#[from] zbus::Error),
+}
+
+/// [`stop_timeout`] on `conn`, bounded by `within`.
+pub async fn stop_timeout_within(
+    conn: Option<&Connection>,
+    within: Duration,
+) -> Result<Option<Duration>, AskError> {
+    let conn = conn.ok_or(AskError::NoBus)?;
+    match tokio::time::timeout(within, stop_timeout(conn)).await {
+        Ok(read) => Ok(read?),
+        Err(_) => Err(AskError::NoAnswer(within)),
+    }
+}
+
 /// The second stage's time from the unit's stop timeout: what systemd allows minus `margin`
 /// (the daemon's exit, the report's write), at most `drain_left` (what is left of the drain's
 /// `[drain] timeout`). `None` when nothing is left. Pure.

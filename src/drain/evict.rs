@@ -79,7 +79,8 @@ pub fn eviction_body(pod: &PlannedPod, grace: Option<Duration>) -> Eviction {
 }
 
 /// The grace period to send when `fit` (`drain.fit_grace_to_deadline`) is on and `left` is the
-/// time left to the work deadline: the configured one, else none (the pod's own `pod_seconds`);
+/// time left to the deadline graces end by (the work deadline, or the end of the stop phase the
+/// drain goes on in: [`super::grace_deadline`]): the configured one, else none (the pod's own `pod_seconds`);
 /// when that is longer than `left`, `left` in whole seconds (at least 1 s, since 0 would mean a
 /// force deletion) and the [`GraceFit`] to report. Pure.
 pub fn fitted_grace(

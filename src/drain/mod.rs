@@ -11,7 +11,9 @@
 //! - [`tracker`]: "gone" comes from one watch on the node's pods (kube's watcher): deleted,
 //!   replaced by another UID, or bound elsewhere. Pods that appear during the drain are planned
 //!   and handled. Pods without name, namespace, UID or spec are errors in the report.
-//! - [`run`]: the state the per-pod tasks share and the tasks themselves.
+//! - [`run`]: the state the per-pod tasks share and the tasks themselves. Grace periods are
+//!   fitted to the drain's deadline, or to a later end the caller names ([`GraceTo`]: the stop
+//!   phase a drain of logind's window goes on in); the report says which.
 //! - Every request is bounded by min(request timeout, time left) and transient failures are
 //!   retried until the deadline and never past it: a control plane that restarts during the
 //!   node's shutdown delays the drain instead of cancelling it. When the API server still does
@@ -53,7 +55,7 @@ use crate::config::{DaemonSetPolicy, OnDeadline, Settings};
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;
 use crate::policy::plan::{Plan, PlannedPod};
-use crate::report::{Counts, Outcome, PodReport, Report};
+use crate::report::{Counts, GraceDeadline, GraceEnd, Outcome, PodReport, Report};
 use crate::words::count;
 
 /// Page size of the pod list (kubectl's chunk size).
@@ -75,6 +77,31 @@ pub fn work_time(total: Duration) -> Duration {
 pub struct DrainOptions {
     pub why: String,
     pub dry_run: bool,
+    /// Where the evictions' grace periods end (`drain.fit_grace_to_deadline`); `None`: at the
+    /// drain's own deadline.
+    pub grace_to: Option<GraceTo>,
+}
+
+/// A deadline to fit grace periods to that is not the drain's own: the end of the stop phase a
+/// drain of logind's window goes on in (chosen by the daemon, which knows the unit's
+/// `TimeoutStopSec`), or the window itself when no stop phase can be counted on.
+#[derive(Debug, Clone)]
+pub struct GraceTo {
+    /// The end; never taken to be before the drain's own deadline.
+    pub at: Instant,
+    pub end: GraceEnd,
+    /// Why this end, for the report.
+    pub why: String,
+}
+
+/// The moment the evictions' grace periods end by: the work deadline of `to` (its end less the
+/// time kept back, as for the drain's own deadline), never before `work_deadline`. Pure.
+pub fn grace_deadline(started: Instant, work_deadline: Instant, to: Option<&GraceTo>) -> Instant {
+    let Some(to) = to else {
+        return work_deadline;
+    };
+    let total = to.at.saturating_duration_since(started);
+    (started + work_time(total)).max(work_deadline)
 }
 
 /// A report with no pods yet.
@@ -99,6 +126,7 @@ pub(crate) fn empty_report(
         errors: Vec::new(),
         kind: None,
         slot: None,
+        grace_fitted_to: None,
     }
 }
 
@@ -182,6 +210,18 @@ pub async fn drain(
     let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
     let total = deadline.saturating_duration_since(started);
     let work_deadline = deadline - (total - work_time(total));
+    let grace_by = grace_deadline(started, work_deadline, options.grace_to.as_ref());
+    let grace_end = options.grace_to.as_ref().map_or(GraceEnd::Drain, |g| g.end);
+    if settings.drain.fit_grace_to_deadline {
+        report.grace_fitted_to = Some(GraceDeadline {
+            end: grace_end,
+            after_ms: (grace_by - started).as_millis() as u64,
+            why: options
+                .grace_to
+                .as_ref()
+                .map_or_else(|| "the drain's own deadline".to_owned(), |g| g.why.clone()),
+        });
+    }
 
     // The pod watch's first list is the drain's list; the watch keeps the tracker current.
     let health = Arc::new(ServerHealth::default());
@@ -224,16 +264,19 @@ pub async fn drain(
         report.pods = dry_run_rows(&plan);
         return finished(report, started);
     }
-    let run = Arc::new(Run::new(
-        clients,
-        settings.clone(),
-        events,
-        tracker,
-        health,
-        // The drain's own start: every time in the report counts from the same moment.
-        started,
-        work_deadline,
-    ));
+    let run = Arc::new(
+        Run::new(
+            clients,
+            settings.clone(),
+            events,
+            tracker,
+            health,
+            // The drain's own start: every time in the report counts from the same moment.
+            started,
+            work_deadline,
+        )
+        .fitting_grace_to(grace_by, grace_end),
+    );
     let started_msg = format!(
         "drain of node {node} started ({}): {} to evict, {} to wait for, {} skipped",
         options.why,
@@ -556,6 +599,7 @@ mod tests {
         let options = DrainOptions {
             why: "w".into(),
             dry_run: false,
+            grace_to: None,
         };
         let mut report = empty_report(&settings, &options, jiff::Timestamp::now());
         report.errors = errors;

@@ -25,7 +25,7 @@ use crate::config::Settings;
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::policy::filters::Action;
 use crate::policy::plan::PlannedPod;
-use crate::report::{Outcome, PodReport};
+use crate::report::{GraceEnd, Outcome, PodReport};
 use crate::words::plural;
 
 /// A row of the report: the planned pod and what happened to it.
@@ -57,6 +57,9 @@ pub struct Run {
     started: Instant,
     /// Where the work stops (the deadline less the reserve for the deadline action).
     work_deadline: Instant,
+    /// Where the evictions' grace periods end by, and which end that is: the work deadline, or
+    /// later when the drain goes on in the stop phase ([`super::grace_deadline`]).
+    grace_deadline: (Instant, GraceEnd),
     rows: Mutex<Rows>,
     blocked_announced: Mutex<HashSet<String>>,
     /// Event posts under way; the caller gives what is left a bounded time, then drops them.
@@ -89,10 +92,18 @@ impl Run {
             health,
             started,
             work_deadline,
+            grace_deadline: (work_deadline, GraceEnd::Drain),
             rows: Mutex::default(),
             blocked_announced: Mutex::default(),
             event_posts: Mutex::new(JoinSet::new()),
         }
+    }
+
+    /// The same run, its evictions' grace periods fitted to `by` (`end` says which end that
+    /// is) rather than to the work deadline.
+    pub fn fitting_grace_to(mut self, by: Instant, end: GraceEnd) -> Run {
+        self.grace_deadline = (by, end);
+        self
     }
 
     fn rows(&self) -> std::sync::MutexGuard<'_, Rows> {
@@ -212,7 +223,8 @@ impl Run {
                     return;
                 };
                 let drain = &self.settings.drain;
-                let left = self.work_deadline.saturating_duration_since(Instant::now());
+                let (grace_by, end) = self.grace_deadline;
+                let left = grace_by.saturating_duration_since(Instant::now());
                 let (grace, fit) = evict::fitted_grace(
                     drain.grace_period,
                     pod.grace_seconds,
@@ -221,10 +233,11 @@ impl Run {
                 );
                 if let Some(f) = fit {
                     tracing::info!(
-                        "evicting pod {key} with a grace period of {} s instead of {} s: {} s left before the drain deadline",
+                        "evicting pod {key} with a grace period of {} s instead of {} s: {} s left before {}",
                         f.to_seconds,
                         f.from_seconds,
-                        f.to_seconds
+                        f.to_seconds,
+                        end.phrase()
                     );
                 }
                 self.update(id, |p| p.grace_fit = fit);

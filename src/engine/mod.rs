@@ -14,7 +14,7 @@ use crate::api::client;
 use crate::api::{ApiError, ClientError, Clients, Credentials};
 use crate::backoff::Backoff;
 use crate::config::{OnNoSlot, Settings};
-use crate::drain::{self, DrainOptions};
+use crate::drain::{self, DrainOptions, GraceTo};
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::node::hold::PutBack;
 use crate::node::{self, Marker, NodeError, NodeOps};
@@ -248,6 +248,7 @@ impl Engine {
         let options = DrainOptions {
             why: "drain".to_string(),
             dry_run: false,
+            grace_to: None,
         };
         self.drain_with(deadline, options).await
     }
@@ -274,6 +275,19 @@ impl Engine {
         deadline: Instant,
         on_plan: impl FnOnce(&Plan),
     ) -> (Result<PrepareOutcome, Error>, Report) {
+        self.prepare_and_drain_fitting(why, deadline, None, on_plan)
+            .await
+    }
+
+    /// [`Engine::prepare_and_drain`], the evictions' grace periods fitted to `grace_to` rather
+    /// than to `deadline` (the daemon's drain in logind's window that goes on in the stop phase).
+    pub async fn prepare_and_drain_fitting(
+        &self,
+        why: &str,
+        deadline: Instant,
+        grace_to: Option<GraceTo>,
+        on_plan: impl FnOnce(&Plan),
+    ) -> (Result<PrepareOutcome, Error>, Report) {
         // Boxed: the slot's calls would otherwise sit in this future's every poll frame.
         let (slot, refused) = Box::pin(self.take_slot(deadline))
             .await
@@ -298,6 +312,7 @@ impl Engine {
         let options = DrainOptions {
             why: why.to_string(),
             dry_run: false,
+            grace_to,
         };
         let node = &self.settings.node_name;
         let anyway = evict_without_cordon_at(Instant::now(), deadline);

@@ -177,6 +177,7 @@ impl Engine {
         let options = DrainOptions {
             why: why.to_string(),
             dry_run: false,
+            grace_to: None,
         };
         let mut report =
             self.failed_report(&options, format!("{refused}: cordoned, nothing evicted"));

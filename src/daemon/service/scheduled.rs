@@ -234,7 +234,8 @@ impl Daemon {
                 ShutdownPolicy::None => DrainOutcome::LeftAsIs,
                 ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
                 ShutdownPolicy::Drain => {
-                    work::drain_node(access, status, kind, deadline, reason, None, warm).await
+                    let ends = work::Ends::at(deadline);
+                    work::drain_node(access, status, kind, ends, reason, None, warm).await
                 }
             };
             Finished {

@@ -7,12 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::stop_stage::ASK_SYSTEMD_MAX;
 use super::work;
 use super::{Daemon, Running};
 use crate::budget::{self, Budget, RELEASE_GUARD, seconds};
 use crate::config::ShutdownPolicy;
 use crate::daemon::logind::Logind;
 use crate::daemon::outcome::{DrainOutcome, Finished};
+use crate::daemon::systemd;
 use crate::shutdown_kind::ShutdownKind;
 
 /// How long the shutdown path waits for logind to say its maximum again; a logind that does
@@ -40,7 +42,13 @@ impl Daemon {
                 (started + left(&node, counted_from, b, kind, false) + RELEASE_GUARD).into_std(),
             );
         }
-        let budget = self.budget_now(logind, connect_budget).await;
+        // The unit's stop timeout says whether the drain can go on in the stop phase; asked
+        // while logind is, so it costs the window nothing more.
+        let conn = logind.map(Logind::connection);
+        let (budget, stop_timeout) = tokio::join!(
+            self.budget_now(logind, connect_budget),
+            systemd::stop_timeout_within(conn, ASK_SYSTEMD_MAX)
+        );
         let left = left(&node, counted_from, &budget, kind, true);
         let deadline = started + left;
         self.inhibitor
@@ -56,6 +64,11 @@ impl Daemon {
         let access = self.access.clone();
         let status = self.status.clone();
         let no_time = no_time(&budget, left);
+        let grace_to = (policy == ShutdownPolicy::Drain && no_time.is_none()).then(|| {
+            let window = deadline.saturating_duration_since(Instant::now());
+            self.window_grace_to(window, &stop_timeout)
+        });
+        let ends = work::Ends { deadline, grace_to };
         let task = async move {
             let outcome = match (no_time, policy) {
                 (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
@@ -64,7 +77,7 @@ impl Daemon {
                     work::cordon_node(access, kind, deadline, reason).await
                 }
                 (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(access, status, kind, deadline, reason, why, warm).await
+                    work::drain_node(access, status, kind, ends, reason, why, warm).await
                 }
             };
             Finished {

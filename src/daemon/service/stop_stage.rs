@@ -6,6 +6,11 @@
 //! the drain's one time across both stages, so a drain that had all of it in logind's window
 //! (the shipped drop-in allows more than the default timeout) has no second stage. A plain `systemctl stop` or `restart` while the
 //! system runs stops at once, as before.
+//!
+//! Because a drain logind's window cuts goes on here, the window's evictions fit their grace
+//! periods to the end of this stage when it can be counted on ([`grace_end`], decided at the
+//! shutdown's start from the unit's `TimeoutStopSec`), so a pod is not killed at the window's end
+//! to make room for a deadline that is not the drain's last.
 
 use std::time::Duration;
 
@@ -20,12 +25,15 @@ use crate::daemon::boot_record;
 use crate::daemon::logind::Logind;
 use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::phase::{Event, Phase};
-use crate::daemon::systemd;
+use crate::daemon::systemd::{self, AskError};
+use crate::drain::GraceTo;
+use crate::report::GraceEnd;
 use crate::shutdown_kind::ShutdownKind;
 
 /// How long SIGTERM's handling waits for systemd to say whether the system shuts down and how
-/// long the unit may take; no answer by then is a plain stop.
-const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
+/// long the unit may take; no answer by then is a plain stop. Also how long a shutdown's start
+/// waits for the unit's `TimeoutStopSec` (beside logind's maximum, read again meanwhile).
+pub(super) const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
 /// The shortest stage worth starting: a list, an eviction and a pod's stop take seconds, and a
 /// stage that cannot finish one would only replace the window's report with an emptier one.
 const STAGE_MIN: Duration = Duration::from_secs(5);
@@ -102,7 +110,7 @@ impl Daemon {
     /// What is left of `[drain] timeout` for this shutdown: the drain's one time across both
     /// stages, counted from the shutdown's recorded start (logind's announcement); all of it for
     /// a shutdown that never went through logind (none recorded).
-    fn drain_time_left(&self) -> Duration {
+    pub(super) fn drain_time_left(&self) -> Duration {
         let timeout = self.settings.drain.timeout;
         let started = self
             .boot_log
@@ -113,6 +121,28 @@ impl Daemon {
         match (started, boot_record::boottime_now()) {
             (Some(from), Ok(now)) => crate::budget::remaining(from, now, timeout),
             _ => timeout,
+        }
+    }
+
+    /// Where the grace periods of a drain in logind's window end, `window` from now, with the
+    /// unit's `TimeoutStopSec` as systemd said it ([`grace_end`]); logged with the node.
+    pub(super) fn window_grace_to(
+        &self,
+        window: Duration,
+        stop_timeout: &Result<Option<Duration>, AskError>,
+    ) -> GraceTo {
+        let node = &self.settings.node_name;
+        let margin = self.settings.daemon.release_margin;
+        let (after, end, why) = grace_end(window, self.drain_time_left(), stop_timeout, margin);
+        tracing::info!(
+            "evictions from node {node} get grace periods up to {}, {} from now: {why}",
+            end.phrase(),
+            seconds(after)
+        );
+        GraceTo {
+            at: Instant::now() + after,
+            end,
+            why,
         }
     }
 
@@ -137,7 +167,22 @@ impl Daemon {
                 ShutdownPolicy::None => DrainOutcome::LeftAsIs,
                 ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
                 ShutdownPolicy::Drain => {
-                    work::drain_node(access, status, kind, deadline, reason, None, None).await
+                    // Nothing comes after the stop phase: its end is the drain's.
+                    let grace_to = GraceTo {
+                        at: deadline,
+                        end: GraceEnd::StopPhase,
+                        why: format!(
+                            "the stop phase is the drain's last time: {} from systemd's SIGTERM \
+                             (the unit's TimeoutStopSec less [daemon] release_margin, within what \
+                             is left of [drain] timeout)",
+                            seconds(stage)
+                        ),
+                    };
+                    let ends = work::Ends {
+                        deadline,
+                        grace_to: Some(grace_to),
+                    };
+                    work::drain_node(access, status, kind, ends, reason, None, None).await
                 }
             };
             Finished {
@@ -149,5 +194,97 @@ impl Daemon {
         self.drain = Some(Running {
             task: self.engine.spawn(task),
         });
+    }
+}
+
+/// Where the grace periods of a drain in logind's window end, as a time from now, which end
+/// that is, and why. `window`: the time left to the window's deadline; `drain_left`: what is
+/// left of `[drain] timeout`; `stop_timeout`: the unit's `TimeoutStopSec` as systemd said it.
+///
+/// The drain goes on in the stop phase when it is cut at the window's end ([`Daemon::stop_event`]):
+/// systemd stops the unit no earlier than the lock goes, and gives the stage
+/// [`systemd::stage_time`] of what is left of `[drain] timeout` then, so the stage ends no earlier
+/// than the window's end plus that time counted at the window's end. When that is at least
+/// [`STAGE_MIN`], the stop phase can be counted on and its end is where graces end; otherwise
+/// (systemd did not say, the unit's timeout or what is left of `[drain] timeout` leaves no stage
+/// worth starting) the window's end, as for any drain. Pure.
+pub(super) fn grace_end(
+    window: Duration,
+    drain_left: Duration,
+    stop_timeout: &Result<Option<Duration>, AskError>,
+    margin: Duration,
+) -> (Duration, GraceEnd, String) {
+    let in_window = |why: String| (window, GraceEnd::LogindWindow, why);
+    let timeout = match stop_timeout {
+        Ok(timeout) => *timeout,
+        Err(e) => return in_window(format!("no second stage can be counted on: {e}")),
+    };
+    let after_window = drain_left.saturating_sub(window);
+    let unit = timeout.map_or_else(|| "infinity".to_owned(), seconds);
+    if after_window < STAGE_MIN {
+        return in_window(format!(
+            "logind's window holds [drain] timeout but for {}, less than the {} a second stage \
+             needs",
+            seconds(after_window),
+            seconds(STAGE_MIN)
+        ));
+    }
+    match systemd::stage_time(timeout, margin, after_window) {
+        Some(stage) if stage >= STAGE_MIN => (
+            window + stage,
+            GraceEnd::StopPhase,
+            format!(
+                "the drain goes on in the unit's stop phase for {} after logind's window (the \
+                 unit's TimeoutStopSec {unit} less the {} release margin, within the {} left of \
+                 [drain] timeout)",
+                seconds(stage),
+                seconds(margin),
+                seconds(after_window)
+            ),
+        ),
+        _ => in_window(format!(
+            "the unit's TimeoutStopSec ({unit}) less the {} release margin leaves a second stage \
+             less than the {} it needs",
+            seconds(margin),
+            seconds(STAGE_MIN)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn graces_end_with_the_stop_phase_only_when_it_can_be_counted_on() {
+        let margin = s(5);
+        // The issue's machine: a 5 s window, 60 s of [drain] timeout, TimeoutStopSec 125 s: the
+        // stop phase has the 55 s the window left.
+        let (after, end, why) = grace_end(s(5), s(60), &Ok(Some(s(125))), margin);
+        assert_eq!((after, end), (s(60), GraceEnd::StopPhase), "{why}");
+        assert!(why.contains("TimeoutStopSec 125 s"), "{why}");
+        // The unit's timeout is the shorter: the stage is it less the margin.
+        let (after, end, _) = grace_end(s(5), s(60), &Ok(Some(s(30))), margin);
+        assert_eq!((after, end), (s(30), GraceEnd::StopPhase));
+        // TimeoutStopSec=infinity: what is left of [drain] timeout.
+        let (after, end, _) = grace_end(s(5), s(60), &Ok(None), margin);
+        assert_eq!((after, end), (s(60), GraceEnd::StopPhase));
+        // A unit timeout that leaves less than a stage: the window.
+        let (after, end, why) = grace_end(s(5), s(60), &Ok(Some(s(9))), margin);
+        assert_eq!((after, end), (s(5), GraceEnd::LogindWindow), "{why}");
+        assert!(why.contains("TimeoutStopSec (9 s)"), "{why}");
+        // The window holds (nearly) all of [drain] timeout: the window.
+        let (after, end, why) = grace_end(s(5), s(8), &Ok(Some(s(125))), margin);
+        assert_eq!((after, end), (s(5), GraceEnd::LogindWindow), "{why}");
+        assert!(why.contains("but for 3 s"), "{why}");
+        // systemd did not say: the window, with why.
+        let unasked = Err(AskError::NoAnswer(ASK_SYSTEMD_MAX));
+        let (after, end, why) = grace_end(s(5), s(60), &unasked, margin);
+        assert_eq!((after, end), (s(5), GraceEnd::LogindWindow));
+        assert!(why.contains("did not answer within 1000 ms"), "{why}");
     }
 }

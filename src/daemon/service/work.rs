@@ -10,14 +10,33 @@ use crate::budget::RELEASE_GUARD;
 use crate::daemon::access::Access;
 use crate::daemon::outcome::DrainOutcome;
 use crate::daemon::status::Status;
+use crate::drain::GraceTo;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::policy::filters::Action;
 use crate::policy::plan::Plan;
 use crate::shutdown_kind::ShutdownKind;
 
-/// Prepare and drain, both by `deadline` (the drain lists while the prepare cordons, and evicts
-/// once it is over). Never outlives the deadline by more than [`RELEASE_GUARD`].
+/// When a shutdown's drain must be over, and where its evictions' grace periods end.
+pub(crate) struct Ends {
+    pub deadline: Instant,
+    /// `None`: at `deadline` (a scheduled drain's).
+    pub grace_to: Option<GraceTo>,
+}
+
+impl Ends {
+    /// Both at `deadline`.
+    pub fn at(deadline: Instant) -> Ends {
+        Ends {
+            deadline,
+            grace_to: None,
+        }
+    }
+}
+
+/// Prepare and drain, both by `ends.deadline` (the drain lists while the prepare cordons, and
+/// evicts once it is over), grace periods fitted to `ends.grace_to`. Never outlives the deadline
+/// by more than [`RELEASE_GUARD`].
 /// `why`: the reason the marker and the Events give ("reboot of the host", "reboot scheduled
 /// for TIME"). `unguarded`: no inhibitor is held; the message goes into a Warning Event on the
 /// Node beside the prepare.
@@ -28,11 +47,12 @@ pub(crate) async fn drain_node(
     access: Access,
     status: Status,
     kind: ShutdownKind,
-    deadline: Instant,
+    ends: Ends,
     why: String,
     unguarded: Option<String>,
     warm: Option<Arc<Engine>>,
 ) -> DrainOutcome {
+    let Ends { deadline, grace_to } = ends;
     let node = access.settings.node_name.clone();
     let engine = match engine_for(&access, kind, warm) {
         Ok(engine) => engine,
@@ -58,7 +78,10 @@ pub(crate) async fn drain_node(
     // Prepare and drain at once: the drain lists while the prepare cordons, and evicts after.
     // `Engine::prepare_and_drain` returns by its deadline; this guard makes that a property of
     // the daemon too, so a fault in the engine cannot hold the lock past the budget.
-    let work = async { tokio::join!(engine.prepare_and_drain(&why, deadline, on_plan), event).0 };
+    let work = async {
+        let drain = engine.prepare_and_drain_fitting(&why, deadline, grace_to, on_plan);
+        tokio::join!(drain, event).0
+    };
     match tokio::time::timeout_at(deadline + RELEASE_GUARD, work).await {
         Ok((prepared, report)) => {
             // What the prepare changed is logged where it lands (`NodeOps::prepare`).
