@@ -2,7 +2,8 @@
 //! before it cordons and gives it back at its restore; a node that finds every slot held
 //! cordons only (or drains anyway, `on_no_slot = "drain"`) and says who holds them; two nodes
 //! racing for one slot at the fake's gates never both hold it; a holder that will never give
-//! its slot back (Node gone, restored in another boot, held past `hold_max`) loses it.
+//! its slot back (Node gone, restored in another boot, held past `hold_max`, whatever its
+//! holder or its `renewTime` say) loses it.
 
 mod engine_support;
 
@@ -421,4 +422,58 @@ async fn a_slot_look_cut_before_any_answer_says_the_error() {
         unschedulable(&c.node(NODE)),
         "cordoned ([fleet] on_no_slot)"
     );
+}
+
+/// A Lease whose holder is not `NODE/BOOT_ID` (another program's, garbage, bytes) is held no
+/// longer than `hold_max` either (issue 29 item 3): renewed two days ago, node-a takes it; one
+/// renewed now stays its holder's.
+#[tokio::test]
+async fn a_holder_that_is_not_node_slash_boot_loses_the_slot_after_hold_max() {
+    let now = jiff::Timestamp::now();
+    let two_days_ago = (now - jiff::SignedDuration::from_hours(48)).to_string();
+    let c = cluster().await;
+    for foreign in ["garbage-without-slash", "\u{1}\u{7f}\u{fffd}/\u{0}/x"] {
+        c.server
+            .store()
+            .upsert(lease(foreign, &two_days_ago))
+            .unwrap();
+        assert_eq!(
+            take(&c, NODE, Duration::from_secs(2)).await,
+            Taken::Slot(SLOT.into()),
+            "{foreign:?}"
+        );
+        assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    }
+    c.server
+        .store()
+        .upsert(lease("garbage-without-slash", &now.to_string()))
+        .unwrap();
+    assert_eq!(
+        take(&c, NODE, Duration::from_millis(600)).await,
+        Taken::Full(vec!["garbage-without-slash".into()])
+    );
+}
+
+/// A `renewTime` far in the future does not keep a slot taken two days ago (issue 29 item 4):
+/// the holder is alive in the boot it took the slot in, marked, yet its hold began longer ago
+/// than `hold_max`.
+#[tokio::test]
+async fn a_renew_time_in_the_future_does_not_keep_a_slot_taken_long_ago() {
+    let two_days_ago = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(48)).to_string();
+    let c = cluster().await;
+    let store = c.server.store();
+    store
+        .modify("Node", None, OTHER_NODE, |n| {
+            n["status"]["nodeInfo"] = json!({"bootID": "boot-1"});
+            n["metadata"]["annotations"] = json!({"kube-shutdown-drain/marker": "{}"});
+        })
+        .unwrap();
+    let mut forged = lease(&format!("{OTHER_NODE}/boot-1"), &two_days_ago);
+    forged["spec"]["renewTime"] = json!("2100-01-01T00:00:00.000000Z");
+    store.upsert(forged).unwrap();
+    assert_eq!(
+        take(&c, NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into())
+    );
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
 }

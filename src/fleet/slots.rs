@@ -15,8 +15,8 @@ use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::{
-    GROUP_LABEL, Holder, holder_of, identity, new_lease, release_patch, renewed, slot_names, stale,
-    take_patch,
+    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
+    renewed, slot_names, stale, take_patch,
 };
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
@@ -255,8 +255,10 @@ impl Slots<'_> {
     }
 
     /// Whether `lease` may be taken by `me`: `Ok(identity it holds now)` when it is free, ours
-    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. `taking`:
-    /// a stale holder is about to lose it (said in the journal).
+    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. A holder
+    /// that is not `NODE/BOOT_ID` has no Node to look at: it is judged by the Lease's times
+    /// alone ([`held_too_long`]). `taking`: a stale holder is about to lose it (said in the
+    /// journal).
     async fn judge(
         &self,
         lease: &Lease,
@@ -268,41 +270,38 @@ impl Slots<'_> {
         let Some(id) = id else {
             return Ok(Ok(None));
         };
-        let Some(holder) = holder_of(lease) else {
-            // Not an identity we write: someone else's, never taken from them.
+        let now = jiff::Timestamp::now();
+        let hold_max = self.settings.fleet.hold_max;
+        let (holder, why) = match holder_of(lease) {
+            Some(holder) if holder.node == me.node => return Ok(Ok(Some(id))),
+            Some(holder) => {
+                let nodes: Api<Node> = Api::all(self.clients.api.clone());
+                let object = format!("node {}", holder.node);
+                let node = self
+                    .clients
+                    .retry(deadline, &object, || nodes.get_opt(&holder.node))
+                    .await?;
+                let why = stale(&holder, node.as_ref(), HeldTimes::of(lease), now, hold_max);
+                (holder.to_string(), why)
+            }
+            // Not an identity we write: only its times can say it will never give it back.
+            None => (
+                format!("{id:?} (not NODE/BOOT_ID)"),
+                held_too_long(HeldTimes::of(lease), now, hold_max),
+            ),
+        };
+        let Some(why) = why else {
             return Ok(Err(id));
         };
-        if holder.node == me.node {
-            return Ok(Ok(Some(id)));
+        if taking {
+            tracing::warn!(
+                node = %me.node,
+                "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
+                lease.metadata.name.as_deref().unwrap_or("?"),
+                me.node
+            );
         }
-        let nodes: Api<Node> = Api::all(self.clients.api.clone());
-        let object = format!("node {}", holder.node);
-        let node = self
-            .clients
-            .retry(deadline, &object, || nodes.get_opt(&holder.node))
-            .await?;
-        let why = stale(
-            &holder,
-            node.as_ref(),
-            renewed(lease),
-            jiff::Timestamp::now(),
-            self.settings.fleet.hold_max,
-        );
-        Ok(match why {
-            Some(why) => {
-                if !taking {
-                    return Ok(Ok(Some(id)));
-                }
-                tracing::warn!(
-                    node = %me.node,
-                    "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
-                    lease.metadata.name.as_deref().unwrap_or("?"),
-                    me.node
-                );
-                Ok(Some(id))
-            }
-            None => Err(id),
-        })
+        Ok(Ok(Some(id)))
     }
 
     /// Every slot of `node`'s group as it is now, for `status`: one GET each.
