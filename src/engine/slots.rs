@@ -7,7 +7,10 @@ use super::{Engine, Error, PrepareOutcome, evict_without_cordon_at};
 use crate::budget::FINAL_EVENTS_MAX;
 use crate::drain::DrainOptions;
 use crate::events::{NodeEvents, Reason as EventReason};
-use crate::fleet::{self, slots::Taken};
+use crate::fleet::{
+    self,
+    slots::{GivenBack, Taken},
+};
 use crate::report::{Report, SlotReport};
 
 impl Engine {
@@ -186,7 +189,9 @@ impl Engine {
     }
 
     /// Gives back the drain slots this node holds (`[fleet]`), with a `DrainSlotReleased` Event
-    /// each; by `deadline`. Nothing without slots.
+    /// each; by `deadline`. Nothing without slots. Slot Leases these credentials may not list
+    /// (403, the kubelet's) or whose namespace is missing (404) are no slot to give back: said
+    /// once in the journal, and the restore goes on.
     pub async fn give_back_slots(&self, deadline: Instant) -> Result<(), Error> {
         if self.settings.fleet.slots == 0 {
             return Ok(());
@@ -204,6 +209,16 @@ impl Engine {
                 node: node.clone(),
                 source,
             })?;
+        let given = match given {
+            GivenBack::Slots(given) => given,
+            GivenBack::NotLooked(e) => {
+                tracing::warn!(
+                    node = %node,
+                    "node {node} holds no drain slot it could give back: {e}; no slot was looked at"
+                );
+                return Ok(());
+            }
+        };
         let events = NodeEvents::new(clients.clone(), node);
         for name in given {
             let message = format!("node {node} gave back drain slot {name}");

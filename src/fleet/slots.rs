@@ -63,6 +63,16 @@ pub enum Taken {
     Full(Vec<String>),
 }
 
+/// What a give-back came to.
+#[derive(Debug)]
+pub enum GivenBack {
+    /// The slots given back (none: this node held none).
+    Slots(Vec<String>),
+    /// The slot Leases could not be listed (403 or 404, the answer here): this node holds no
+    /// slot it could give back (with these credentials it could never take one).
+    NotLooked(ApiError),
+}
+
 /// One slot as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SlotView {
@@ -326,8 +336,11 @@ impl Slots<'_> {
         Ok(views)
     }
 
-    /// Gives back every slot this node holds (in any boot); the names given back.
-    pub async fn give_back(&self, deadline: Instant) -> Result<Vec<String>, ApiError> {
+    /// Gives back every slot this node holds (in any boot). A list of the Leases refused (403:
+    /// the kubelet's credentials may touch only their own node Lease) or not found (404: no
+    /// such namespace) means this node holds no slot it could give back:
+    /// [`GivenBack::NotLooked`], not an error.
+    pub async fn give_back(&self, deadline: Instant) -> Result<GivenBack, ApiError> {
         let api = self.api();
         let node = self.settings.node_name.as_str();
         let object = format!(
@@ -335,10 +348,15 @@ impl Slots<'_> {
             self.settings.fleet.lease_namespace
         );
         let params = ListParams::default().labels(GROUP_LABEL);
-        let leases = self
+        let leases = match self
             .clients
             .retry(deadline, &object, || api.list(&params))
-            .await?;
+            .await
+        {
+            Ok(leases) => leases,
+            Err(e) if e.is_forbidden() || e.is_not_found() => return Ok(GivenBack::NotLooked(e)),
+            Err(e) => return Err(e),
+        };
         let mut given = Vec::new();
         for lease in leases.items {
             if holder_of(&lease).is_none_or(|h| h.node != node) {
@@ -371,6 +389,6 @@ impl Slots<'_> {
                 }
             }
         }
-        Ok(given)
+        Ok(GivenBack::Slots(given))
     }
 }
