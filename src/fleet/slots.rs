@@ -224,7 +224,7 @@ impl Slots<'_> {
                     .await
                 {
                     Ok(_) => {
-                        tracing::info!(node = %me.node, "node {} took drain slot {name} (created)", me.node);
+                        tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
                         return Ok(Ok(name));
                     }
                     // Another node created it first: it is theirs.
@@ -250,7 +250,7 @@ impl Slots<'_> {
                 .await;
             match written {
                 Ok(w) if w.applied.is_some() => {
-                    tracing::info!(node = %me.node, "node {} took drain slot {name}", me.node);
+                    tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
                     return Ok(Ok(name));
                 }
                 Ok(w) => holders.push(identity(&w.object).unwrap_or("?").to_string()),
