@@ -40,7 +40,7 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
             );
         } else {
             engine = match slot_wait::wait(engine, options.slot_timeout, "not draining").await? {
-                SlotWait::Holding(engine) => engine,
+                SlotWait::Holding(engine) => *engine,
                 SlotWait::Full => return Ok(EXIT_INCOMPLETE),
             };
         }

@@ -51,7 +51,7 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
         );
     } else if settings.fleet.slots > 0 {
         engine = match slot_wait::wait(engine, options.slot_timeout, "not rebooting").await? {
-            SlotWait::Holding(engine) => engine,
+            SlotWait::Holding(engine) => *engine,
             SlotWait::Full => return Ok(EXIT_INCOMPLETE),
         };
     }

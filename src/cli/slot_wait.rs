@@ -12,7 +12,7 @@ use crate::fleet::slots::Taken;
 /// What the wait came to.
 pub enum SlotWait {
     /// The engine, holding its slot ([`Engine::holding_slot`]): its drain takes no other.
-    Holding(Engine),
+    Holding(Box<Engine>),
     /// No slot came within the wait (said on stderr, naming the holders); nothing changed.
     Full,
 }
@@ -29,9 +29,9 @@ pub async fn wait(engine: Engine, timeout: Duration, what: &str) -> Result<SlotW
     match engine.wait_for_slot(started + timeout).await? {
         Taken::Slot(name) => {
             eprintln!("node {node} holds drain slot {name}");
-            Ok(SlotWait::Holding(
+            Ok(SlotWait::Holding(Box::new(
                 engine.holding_slot(name, started.elapsed()),
-            ))
+            )))
         }
         Taken::Full(holders) => {
             eprintln!(
