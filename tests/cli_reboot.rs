@@ -65,6 +65,41 @@ async fn reboot_takes_a_slot_drains_and_then_asks_logind() {
     assert_eq!(marker["kind"], json!("reboot"));
 }
 
+/// One take of the slot is one write of its Lease and one line in the log (issue 29 item 9:
+/// the command's wait took it, then its drain wrote it again and said so again).
+#[tokio::test]
+async fn reboot_writes_its_slot_once_and_says_the_take_once() {
+    let Some(rig) = rig().await else { return };
+    let c = Cluster::start(vec![slow_pod(NS, "web", NODE, 0.3)]).await;
+    let config = c.config_file("admin", SLOTS);
+    let r = cli_with_log(&config, &["reboot"], rig.address(), Some("info")).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let writes: Vec<String> = c
+        .server
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/leases") && matches!(r.method.as_str(), "POST" | "PATCH"))
+        .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+        .collect();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(
+        r.stderr.matches("took drain slot").count(),
+        1,
+        "{}",
+        r.stderr
+    );
+    let taken = c
+        .server
+        .store()
+        .list("Event", Some("default"))
+        .into_iter()
+        .filter(|e| e["reason"] == json!("DrainSlotTaken"))
+        .count();
+    assert_eq!(taken, 1, "one DrainSlotTaken Event");
+    assert!(shut_down(&rig, Duration::from_secs(10)).await.is_some());
+}
+
 /// A cluster with a pod on node-a and the one slot held fresh by node-b.
 async fn every_slot_held_by_node_b() -> Cluster {
     let c = Cluster::start(vec![slow_pod(NS, "web", NODE, 0.3)]).await;

@@ -2,7 +2,9 @@
 //! before it cordons and gives it back at its restore; a node that finds every slot held
 //! cordons only (or drains anyway, `on_no_slot = "drain"`) and says who holds them; two nodes
 //! racing for one slot at the fake's gates never both hold it; a holder that will never give
-//! its slot back (Node gone, restored in another boot, held past `hold_max`) loses it.
+//! its slot back (Node gone, restored in another boot, held past `hold_max`, whatever its
+//! holder or its `renewTime` say) loses it; a give-back keeps a take that raced it; the
+//! kubelet's credentials, which may not list the slots, restore holding none (issue 29).
 
 mod engine_support;
 
@@ -421,4 +423,119 @@ async fn a_slot_look_cut_before_any_answer_says_the_error() {
         unschedulable(&c.node(NODE)),
         "cordoned ([fleet] on_no_slot)"
     );
+}
+
+/// A Lease whose holder is not `NODE/BOOT_ID` (another program's, garbage, bytes) is held no
+/// longer than `hold_max` either (issue 29 item 3): renewed two days ago, node-a takes it; one
+/// renewed now stays its holder's.
+#[tokio::test]
+async fn a_holder_that_is_not_node_slash_boot_loses_the_slot_after_hold_max() {
+    let now = jiff::Timestamp::now();
+    let two_days_ago = (now - jiff::SignedDuration::from_hours(48)).to_string();
+    let c = cluster().await;
+    for foreign in ["garbage-without-slash", "\u{1}\u{7f}\u{fffd}/\u{0}/x"] {
+        c.server
+            .store()
+            .upsert(lease(foreign, &two_days_ago))
+            .unwrap();
+        assert_eq!(
+            take(&c, NODE, Duration::from_secs(2)).await,
+            Taken::Slot(SLOT.into()),
+            "{foreign:?}"
+        );
+        assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    }
+    c.server
+        .store()
+        .upsert(lease("garbage-without-slash", &now.to_string()))
+        .unwrap();
+    assert_eq!(
+        take(&c, NODE, Duration::from_millis(600)).await,
+        Taken::Full(vec!["garbage-without-slash".into()])
+    );
+}
+
+/// A `renewTime` far in the future does not keep a slot taken two days ago (issue 29 item 4):
+/// the holder is alive in the boot it took the slot in, marked, yet its hold began longer ago
+/// than `hold_max`.
+#[tokio::test]
+async fn a_renew_time_in_the_future_does_not_keep_a_slot_taken_long_ago() {
+    let two_days_ago = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(48)).to_string();
+    let c = cluster().await;
+    let store = c.server.store();
+    store
+        .modify("Node", None, OTHER_NODE, |n| {
+            n["status"]["nodeInfo"] = json!({"bootID": "boot-1"});
+            n["metadata"]["annotations"] = json!({"kube-shutdown-drain/marker": "{}"});
+        })
+        .unwrap();
+    let mut forged = lease(&format!("{OTHER_NODE}/boot-1"), &two_days_ago);
+    forged["spec"]["renewTime"] = json!("2100-01-01T00:00:00.000000Z");
+    store.upsert(forged).unwrap();
+    assert_eq!(
+        take(&c, NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into())
+    );
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+}
+
+/// A give-back that read the slot held by its node, and whose write finds it taken again by the
+/// same node meanwhile (the next boot's drain, a new shutdown), leaves the new take alone: its
+/// guard fails, and the Lease read again was renewed since the list.
+#[tokio::test]
+async fn a_give_back_racing_a_new_take_of_the_same_node_keeps_the_new_holder() {
+    let c = cluster().await;
+    held_fresh_by_node_a(&c);
+    let patch = Route::new("PATCH", &format!("{LEASES}/{SLOT}"));
+    c.server.faults().gate(patch.clone());
+    let engine = Engine::new(settings_for(&c, NODE, "")).unwrap();
+    let give_back = engine.give_back_slots(Instant::now() + Duration::from_secs(10));
+    let renewed = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(1)).to_string();
+    let take_meanwhile = async {
+        c.until_held(&patch, 1).await;
+        c.server
+            .store()
+            .upsert(lease(&format!("{NODE}/boot-2"), &renewed))
+            .unwrap();
+        c.server.faults().ungate(&patch);
+    };
+    let (given, ()) = tokio::join!(give_back, take_meanwhile);
+    given.expect("the give-back ends well");
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/boot-2")));
+    assert!(events(&c, "DrainSlotReleased").is_empty());
+}
+
+/// With the kubelet's credentials the slot Leases may not be listed (403): the node holds no
+/// slot it could give back, and the restore completes (issue 29 item 1), with a marker and
+/// without one.
+#[tokio::test]
+async fn with_the_kubelets_credentials_the_restore_completes_holding_no_slot() {
+    let c = cluster().await;
+    let kc = c.kubeconfig(&format!("system:node:{NODE}"));
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n[fleet]\nslots = 1\n",
+        kc.display(),
+        c.dir.path().join("state").display()
+    );
+    let mut s = Settings::from_str_at(Path::new("/test/config.toml"), &text).unwrap();
+    s.boot_id_path = c.dir.path().join("boot_id");
+    let s = Arc::new(s);
+    prepare_and_drain(s.clone(), Duration::from_secs(2)).await;
+    assert!(unschedulable(&c.node(NODE)));
+    let engine = Engine::new(s).unwrap();
+    let out = engine.restore().await.expect("the restore completes");
+    assert!(out.uncordoned && !unschedulable(&c.node(NODE)));
+    engine
+        .restore()
+        .await
+        .expect("with no marker too (the daemon's boot restore)");
+    let lists = c
+        .server
+        .recorder()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == LEASES && !r.query.contains("watch"))
+        .map(|r| r.status)
+        .collect::<Vec<_>>();
+    assert_eq!(lists, [403, 403], "one refused list per give-back");
 }

@@ -18,6 +18,7 @@ pub mod plan;
 pub mod reboot;
 pub mod restore;
 pub mod run;
+mod slot_wait;
 pub mod status;
 
 /// The exit codes, as `--help` documents them.
@@ -96,8 +97,10 @@ writes nothing.")]
     #[command(long_about = "\
 Does what the service does when a shutdown starts: records on the Node what it changes, adds the \
 taint, cordons, evicts the pods as `plan` lists them and waits until they are gone or \
-drain.timeout has passed. `restore` undoes it. With --dry-run it only reports what it would do, \
-as `plan` does, and changes nothing.")]
+drain.timeout has passed. `restore` undoes it. With [fleet] slots it first waits for a drain slot \
+(at most --slot-timeout, printing who holds them; none in time: exit 1, nothing changed) and \
+holds it until `restore` gives it back; --no-slot drains without one. With --dry-run it only \
+reports what it would do, as `plan` does, and changes nothing (no slot either).")]
     Drain {
         /// Change nothing: report which pods a drain would evict, wait for and skip.
         #[arg(long)]
@@ -105,17 +108,28 @@ as `plan` does, and changes nothing.")]
         /// Output format: text for a person, json for scripts (the report).
         #[arg(long, value_enum, default_value_t)]
         output: Output,
+        /// How long to wait for a drain slot (with [fleet] slots), e.g. "30m".
+        #[arg(long, value_parser = duration_arg, default_value = "1h")]
+        slot_timeout: std::time::Duration,
+        /// Drain without a drain slot, even with [fleet] slots (the node may drain while other
+        /// nodes hold every slot).
+        #[arg(long)]
+        no_slot: bool,
     },
     /// Undo what the last prepare changed (taint, cordon) and clear the marker.
     #[command(long_about = "\
 Removes the taint and the cordon that the marker annotation on the Node says this program added, \
-and clears the marker. A cordon or taint an administrator set is left alone. The service does \
-this by itself on the next boot.")]
+and clears the marker. A cordon or taint an administrator set is left alone. With [fleet] slots \
+it then gives back every drain slot the node holds (credentials that may not list the slot \
+Leases, such as the kubelet's, hold none: said once, and the restore completes). The service \
+does this by itself on the next boot.")]
     Restore,
     /// Show the marker, the taint, the cordon and the last report.
     #[command(long_about = "\
 Shows whether the node is cordoned and tainted, what the marker says this program changed, \
-logind's delay budget and a summary of the last drain report.")]
+logind's delay budget and a summary of the last drain report. With [fleet] slots it shows every \
+drain slot of the node's group and its holder (reads only), and with [fleet] gate whether the \
+reboot gate binds root.")]
     Status {
         /// Output format: text for a person, json for scripts.
         #[arg(long, value_enum, default_value_t)]
@@ -140,8 +154,10 @@ writes nothing. Exits 0 when the drain would complete, 1 otherwise.")]
     #[command(long_about = "\
 Checks that the configuration loads, the kubeconfig is readable, the API server answers, the Node \
 exists, every permission the drain uses is granted, the taint may be written (a server-side dry \
-run), the state directory is writable and logind's delay budget fits the drain timeout. Exits 1 \
-when something the service needs is missing.")]
+run), the state directory is writable and logind's delay budget fits the drain timeout. With \
+[fleet] slots it reviews the permissions on the slot Leases in [fleet] lease_namespace (get, \
+list, create, patch; watch is optional) and takes no slot. Exits 1 when something the service \
+needs is missing.")]
     Check,
     /// Reboot (or power off) the node safely: wait for a drain slot, drain, then reboot.
     #[command(long_about = "\
@@ -149,8 +165,9 @@ The way an admin or an update agent reboots a node of a fleet: waits for a drain
 slots; at most --slot-timeout, printing who holds them), taints, cordons and drains the node with \
 its own timeout (--drain-timeout, no logind clock), then asks logind to reboot (or, with \
 --poweroff, to power off). The service's drain at the shutdown then finds the node drained and \
-lets the shutdown go at once. A drain that does not complete reboots nothing unless --force: the \
-node stays cordoned (`restore` undoes it). With [fleet] gate the daemon's block lock is opened \
+lets the shutdown go at once. The slot is taken once and held until the restore after the reboot \
+gives it back. A drain that does not complete reboots nothing unless --force: the node stays \
+cordoned and holds its slot (`restore` undoes both). With [fleet] gate the daemon's block lock is opened \
 (SIGUSR1) just before logind is asked; every other lock is honoured. --force does not wait for a \
 slot (the drain takes one only if one is open when it looks, else [fleet] on_no_slot applies) \
 and reboots whatever the drain left: the way past the gate. Exits 0 once logind took the request, 1 \
@@ -173,8 +190,11 @@ when no slot came or the drain did not complete.")]
     /// Run the daemon (under systemd).
     #[command(long_about = "\
 The service: started by kube-shutdown-drain.service (Type=notify). Holds the logind delay \
-inhibitor, drains the node when a shutdown starts and restores it on the next boot. Logs to the \
-journal with structured fields when started by systemd, else to stderr.")]
+inhibitor, drains the node when a shutdown starts and restores it on the next boot. With [fleet] \
+slots each drain first waits for a drain slot at most half its time ([fleet] on_no_slot decides \
+without one), and the restore gives it back; with [fleet] gate it holds a logind block lock \
+while no slot is open to the node. Logs to the journal with structured fields when started by \
+systemd, else to stderr.")]
     Run,
 }
 
@@ -247,7 +267,20 @@ impl Cli {
         let settings = std::sync::Arc::new(self.settings()?);
         match self.command {
             Command::Plan { output } => plan::run(settings, output).await,
-            Command::Drain { dry_run, output } => drain::run(settings, dry_run, output).await,
+            Command::Drain {
+                dry_run,
+                output,
+                slot_timeout,
+                no_slot,
+            } => {
+                let options = drain::Options {
+                    dry_run,
+                    output,
+                    slot_timeout,
+                    no_slot,
+                };
+                drain::run(settings, options).await
+            }
             Command::Restore => restore::run(settings).await,
             Command::Status { output } => status::run(settings, output).await,
             Command::Forecast { output } => forecast::run(settings, output).await,

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cli::slot_wait::{self, SlotWait};
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, out};
 use crate::config::Settings;
 use crate::daemon::logind::{Logind, gate_holders};
 use crate::engine::Engine;
-use crate::fleet::slots::Taken;
 use crate::shutdown_kind::ShutdownKind;
 
 /// The `why` recorded in the marker and the report.
@@ -50,25 +50,10 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
             settings.fleet.on_no_slot.as_str()
         );
     } else if settings.fleet.slots > 0 {
-        eprintln!(
-            "waiting up to {} s for a drain slot for node {node}",
-            options.slot_timeout.as_secs()
-        );
-        match engine
-            .wait_for_slot(Instant::now() + options.slot_timeout)
-            .await?
-        {
-            Taken::Slot(name) => eprintln!("node {node} holds drain slot {name}"),
-            Taken::Full(holders) => {
-                eprintln!(
-                    "no drain slot for node {node} within {} s: held by {}; nothing changed, \
-                     not rebooting",
-                    options.slot_timeout.as_secs(),
-                    holders.join(", ")
-                );
-                return Ok(EXIT_INCOMPLETE);
-            }
-        }
+        engine = match slot_wait::wait(engine, options.slot_timeout, "not rebooting").await? {
+            SlotWait::Holding(engine) => *engine,
+            SlotWait::Full => return Ok(EXIT_INCOMPLETE),
+        };
     }
     let deadline = Instant::now() + options.drain_timeout;
     let (prepared, report) = engine.prepare_and_drain(WHY, deadline, |_| {}).await;

@@ -73,8 +73,20 @@ pub struct Engine {
     clients: OnceCell<Clients>,
     /// The kind of shutdown this engine prepares and drains for (marker and report).
     kind: Option<ShutdownKind>,
-    /// The drain's slot take looks once and never waits (`reboot --force`).
-    slot_once: bool,
+    /// How the drain of [`Engine::prepare_and_drain`] gets its drain slot.
+    slot_way: SlotWay,
+}
+
+/// How a drain gets its drain slot (`[fleet] slots`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum SlotWay {
+    /// It waits for one, at most half its time (the daemon's drains).
+    Wait,
+    /// It looks once and never waits (`reboot --force`).
+    LookOnce,
+    /// The command took slot `name` before the drain, after `waited` (`reboot`, `drain`): the
+    /// drain takes no other and writes nothing for it.
+    Held { name: String, waited: Duration },
 }
 
 use crate::budget::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
@@ -95,7 +107,7 @@ impl Engine {
             credentials,
             clients: OnceCell::new(),
             kind: None,
-            slot_once: false,
+            slot_way: SlotWay::Wait,
         })
     }
 
@@ -127,7 +139,15 @@ impl Engine {
     /// The same engine, its drain taking a slot only if one is open when it looks: no wait for
     /// one (`kube-shutdown-drain reboot --force`; without one `[fleet] on_no_slot` decides).
     pub fn looking_once_for_a_slot(mut self) -> Engine {
-        self.slot_once = true;
+        self.slot_way = SlotWay::LookOnce;
+        self
+    }
+
+    /// The same engine, holding drain slot `name` already: [`Engine::wait_for_slot`] took it
+    /// after `waited` (`kube-shutdown-drain reboot` and `drain`). Its drain looks for no slot
+    /// and writes none; it says the take once (the journal, `DrainSlotTaken`, the report).
+    pub fn holding_slot(mut self, name: String, waited: Duration) -> Engine {
+        self.slot_way = SlotWay::Held { name, waited };
         self
     }
 
@@ -253,9 +273,15 @@ impl Engine {
         self.drain_with(deadline, options).await
     }
 
-    /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report).
+    /// [`Engine::drain`] with options (`dry_run` changes nothing and stores no report). With a
+    /// slot held ([`Engine::holding_slot`]) the report names it.
     pub async fn drain_with(&self, deadline: Instant, options: DrainOptions) -> Report {
-        self.drain_after(deadline, options, std::future::ready(()), |_| {}, None)
+        let slot = if options.dry_run {
+            None
+        } else {
+            self.held_slot(deadline).await
+        };
+        self.drain_after(deadline, options, std::future::ready(()), |_| {}, slot)
             .await
     }
 

@@ -3,11 +3,14 @@
 
 use tokio::time::Instant;
 
-use super::{Engine, Error, PrepareOutcome, evict_without_cordon_at};
+use super::{Engine, Error, PrepareOutcome, SlotWay, evict_without_cordon_at};
 use crate::budget::FINAL_EVENTS_MAX;
 use crate::drain::DrainOptions;
 use crate::events::{NodeEvents, Reason as EventReason};
-use crate::fleet::{self, slots::Taken};
+use crate::fleet::{
+    self,
+    slots::{GivenBack, Taken},
+};
 use crate::report::{Report, SlotReport};
 
 impl Engine {
@@ -17,8 +20,10 @@ impl Engine {
     /// carries our marker of this boot was prepared already (a slotless drain, an early drain,
     /// `reboot --force`, a `drain` by hand): its capacity is out, so it looks once (a slot it
     /// holds is found its own) and does not wait again; so does
-    /// [`Engine::looking_once_for_a_slot`]. `None`: no slots; else the wait, and with no slot
-    /// why (`DrainSlotUnavailable` posted, naming the holders or the error).
+    /// [`Engine::looking_once_for_a_slot`]. A slot the command took already
+    /// ([`Engine::holding_slot`]) is not looked for again: one write and one line per take.
+    /// `None`: no slots; else the wait, and with no slot why (`DrainSlotUnavailable` posted,
+    /// naming the holders or the error).
     pub(super) async fn take_slot(
         &self,
         deadline: Instant,
@@ -26,15 +31,32 @@ impl Engine {
         if self.settings.fleet.slots == 0 {
             return None;
         }
-        let node = &self.settings.node_name;
         let started = Instant::now();
         let half = evict_without_cordon_at(started, deadline);
-        let taken = if self.slot_once {
-            self.look_for_slot(started, half, false).await
-        } else {
-            self.look_for_slot(half, half, true).await
+        let (taken, elapsed) = match &self.slot_way {
+            // Taken by the command before the drain: said once, here, and not written again.
+            SlotWay::Held { name, waited } => (Ok(Taken::Slot(name.clone())), *waited),
+            SlotWay::LookOnce => (
+                self.look_for_slot(started, half, false).await,
+                started.elapsed(),
+            ),
+            SlotWay::Wait => (
+                self.look_for_slot(half, half, true).await,
+                started.elapsed(),
+            ),
         };
-        let elapsed = started.elapsed();
+        Some(self.say_slot(taken, elapsed, deadline).await)
+    }
+
+    /// How a slot take went, said once: the journal, an Event (`DrainSlotTaken` or
+    /// `DrainSlotUnavailable`) and the report's part; with no slot the refusal's words.
+    async fn say_slot(
+        &self,
+        taken: Result<Taken, Error>,
+        elapsed: std::time::Duration,
+        deadline: Instant,
+    ) -> (SlotReport, Option<String>) {
+        let node = &self.settings.node_name;
         let waited = elapsed.as_secs_f64();
         let mut slot = SlotReport {
             slot: None,
@@ -84,7 +106,19 @@ impl Engine {
                 .emit_by(reason, &message, posted_by)
                 .await;
         }
-        Some((slot, refused.then_some(message)))
+        (slot, refused.then_some(message))
+    }
+
+    /// The report's part of a slot `name` this engine holds already
+    /// ([`Engine::holding_slot`]: `drain` waited `waited` for it), said once as a take is (the
+    /// journal and `DrainSlotTaken`); `None` without one. For a drain without a prepare of its
+    /// own ([`Engine::drain_with`]).
+    pub(super) async fn held_slot(&self, deadline: Instant) -> Option<SlotReport> {
+        let SlotWay::Held { name, waited } = &self.slot_way else {
+            return None;
+        };
+        let taken = Ok(Taken::Slot(name.clone()));
+        Some(self.say_slot(taken, *waited, deadline).await.0)
     }
 
     /// Takes a drain slot of this node's group (`[fleet]`), looking again at a pace until one
@@ -187,7 +221,9 @@ impl Engine {
     }
 
     /// Gives back the drain slots this node holds (`[fleet]`), with a `DrainSlotReleased` Event
-    /// each; by `deadline`. Nothing without slots.
+    /// each; by `deadline`. Nothing without slots. Slot Leases these credentials may not list
+    /// (403, the kubelet's) or whose namespace is missing (404) are no slot to give back: said
+    /// once in the journal, and the restore goes on.
     pub async fn give_back_slots(&self, deadline: Instant) -> Result<(), Error> {
         if self.settings.fleet.slots == 0 {
             return Ok(());
@@ -205,6 +241,16 @@ impl Engine {
                 node: node.clone(),
                 source,
             })?;
+        let given = match given {
+            GivenBack::Slots(given) => given,
+            GivenBack::NotLooked(e) => {
+                tracing::warn!(
+                    node = %node,
+                    "node {node} holds no drain slot it could give back: {e}; no slot was looked at"
+                );
+                return Ok(());
+            }
+        };
         let events = NodeEvents::new(clients.clone(), node);
         for name in given {
             let message = format!("node {node} gave back drain slot {name}");

@@ -8,9 +8,15 @@
 //!
 //! A holder that will never give its slot back is recognised, not waited for: its Node is gone,
 //! or its Node runs another boot and carries no marker of ours (it was restored without giving
-//! the slot back), or it has held the slot longer than `[fleet] hold_max` (the Lease's
-//! `renewTime`). The same node is always its own holder again (a daemon restarted during the
-//! drain, the stop phase's second stage, the next boot).
+//! the slot back), or it has held the slot longer than `[fleet] hold_max`. The last applies to
+//! every Lease, whatever its `holderIdentity` says (one that is not `NODE/BOOT_ID`, so has no
+//! Node to look at, is judged by its times alone), and a hold is judged from when it was taken:
+//! a Lease is stale when its `acquireTime` or its `renewTime` is older than `hold_max`, so a
+//! `renewTime` written far ahead cannot keep a slot taken long ago. A time ahead of this node's
+//! clock by more than [`CLOCK_SKEW_MAX`] counts as now (a skewed or forged clock buys no time:
+//! it is as fresh as a take of this moment, never fresher). The same node is always its own
+//! holder again (a daemon restarted during the drain, the stop phase's second stage, the next
+//! boot).
 //!
 //! This module is pure; [`slots`] makes the calls.
 
@@ -128,12 +134,70 @@ pub fn renewed(lease: &Lease) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
+/// How far ahead of this node's clock a Lease's time may be and still be read as written: a
+/// minute of skew between two nodes' clocks (each node's NTP keeps it far smaller). A time
+/// further ahead counts as now ([`held_too_long`]).
+pub const CLOCK_SKEW_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The times a slot Lease carries: when its holder took it (`acquireTime`) and last renewed it
+/// (`renewTime`), as the holder's clock wrote them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeldTimes {
+    pub acquired: Option<jiff::Timestamp>,
+    pub renewed: Option<jiff::Timestamp>,
+}
+
+impl HeldTimes {
+    /// The times `lease` carries.
+    pub fn of(lease: &Lease) -> HeldTimes {
+        let spec = lease.spec.as_ref();
+        HeldTimes {
+            acquired: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
+            renewed: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+        }
+    }
+}
+
+/// Why a slot with these `times` has been held too long, whoever holds it: its `acquireTime` or
+/// its `renewTime` is older than `hold_max` (a time more than [`CLOCK_SKEW_MAX`] ahead of `now`
+/// counts as `now`), or it carries neither. Pure.
+pub fn held_too_long(
+    times: HeldTimes,
+    now: jiff::Timestamp,
+    hold_max: std::time::Duration,
+) -> Option<String> {
+    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW_MAX).unwrap_or(jiff::SignedDuration::ZERO);
+    let as_read = |t: jiff::Timestamp| if now.duration_until(t) > skew { now } else { t };
+    let max = jiff::SignedDuration::try_from(hold_max).unwrap_or(jiff::SignedDuration::MAX);
+    let over = |t: Option<jiff::Timestamp>| t.filter(|&t| now.duration_since(as_read(t)) > max);
+    let ahead = times
+        .renewed
+        .filter(|&t| as_read(t) != t)
+        .map(|t| format!("; its renewTime {t} is ahead of this node's clock and counts as now"))
+        .unwrap_or_default();
+    if let Some(t) = over(times.acquired) {
+        return Some(format!(
+            "held since {t} (acquireTime), longer than hold_max ({} s){ahead}",
+            hold_max.as_secs()
+        ));
+    }
+    if let Some(t) = over(times.renewed) {
+        return Some(format!(
+            "held since {t} (renewTime), longer than hold_max ({} s)",
+            hold_max.as_secs()
+        ));
+    }
+    // A Lease of ours always has a time; one without is not held for anyone.
+    (times.acquired.is_none() && times.renewed.is_none())
+        .then(|| "the Lease carries no time".to_string())
+}
+
 /// Why `holder` will never give its slot back, if it will not: `holder_node` is its Node as
-/// read now (`None`: gone), `renewed` when it took the slot. Pure.
+/// read now (`None`: gone), `times` the Lease's ([`held_too_long`]). Pure.
 pub fn stale(
     holder: &Holder,
     holder_node: Option<&Node>,
-    renewed: Option<jiff::Timestamp>,
+    times: HeldTimes,
     now: jiff::Timestamp,
     hold_max: std::time::Duration,
 ) -> Option<String> {
@@ -160,17 +224,7 @@ pub fn stale(
             holder.node, holder.boot_id
         ));
     }
-    let max = jiff::SignedDuration::try_from(hold_max).unwrap_or(jiff::SignedDuration::MAX);
-    match renewed {
-        Some(t) if now.duration_since(t) > max => Some(format!(
-            "node {} has held it since {t}, longer than hold_max ({} s)",
-            holder.node,
-            hold_max.as_secs()
-        )),
-        // A Lease of ours always has a time; one without is not held for anyone.
-        None => Some(format!("node {}'s slot carries no time", holder.node)),
-        _ => None,
-    }
+    held_too_long(times, now, hold_max).map(|why| format!("node {}'s slot: {why}", holder.node))
 }
 
 /// The spec of a slot held by `me` from `now`.

@@ -15,8 +15,8 @@ use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::{
-    GROUP_LABEL, Holder, holder_of, identity, new_lease, release_patch, renewed, slot_names, stale,
-    take_patch,
+    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
+    renewed, slot_names, stale, take_patch,
 };
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
@@ -61,6 +61,16 @@ pub enum Taken {
     /// Every slot of the group is held, by these holders (`NODE/BOOT_ID`, or a foreign
     /// identity as the Lease says it).
     Full(Vec<String>),
+}
+
+/// What a give-back came to.
+#[derive(Debug)]
+pub enum GivenBack {
+    /// The slots given back (none: this node held none).
+    Slots(Vec<String>),
+    /// The slot Leases could not be listed (403 or 404, the answer here): this node holds no
+    /// slot it could give back (with these credentials it could never take one).
+    NotLooked(ApiError),
 }
 
 /// One slot as `status` shows it.
@@ -214,7 +224,7 @@ impl Slots<'_> {
                     .await
                 {
                     Ok(_) => {
-                        tracing::info!(node = %me.node, "node {} took drain slot {name} (created)", me.node);
+                        tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
                         return Ok(Ok(name));
                     }
                     // Another node created it first: it is theirs.
@@ -240,7 +250,7 @@ impl Slots<'_> {
                 .await;
             match written {
                 Ok(w) if w.applied.is_some() => {
-                    tracing::info!(node = %me.node, "node {} took drain slot {name}", me.node);
+                    tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
                     return Ok(Ok(name));
                 }
                 Ok(w) => holders.push(identity(&w.object).unwrap_or("?").to_string()),
@@ -255,8 +265,10 @@ impl Slots<'_> {
     }
 
     /// Whether `lease` may be taken by `me`: `Ok(identity it holds now)` when it is free, ours
-    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. `taking`:
-    /// a stale holder is about to lose it (said in the journal).
+    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. A holder
+    /// that is not `NODE/BOOT_ID` has no Node to look at: it is judged by the Lease's times
+    /// alone ([`held_too_long`]). `taking`: a stale holder is about to lose it (said in the
+    /// journal).
     async fn judge(
         &self,
         lease: &Lease,
@@ -268,41 +280,38 @@ impl Slots<'_> {
         let Some(id) = id else {
             return Ok(Ok(None));
         };
-        let Some(holder) = holder_of(lease) else {
-            // Not an identity we write: someone else's, never taken from them.
+        let now = jiff::Timestamp::now();
+        let hold_max = self.settings.fleet.hold_max;
+        let (holder, why) = match holder_of(lease) {
+            Some(holder) if holder.node == me.node => return Ok(Ok(Some(id))),
+            Some(holder) => {
+                let nodes: Api<Node> = Api::all(self.clients.api.clone());
+                let object = format!("node {}", holder.node);
+                let node = self
+                    .clients
+                    .retry(deadline, &object, || nodes.get_opt(&holder.node))
+                    .await?;
+                let why = stale(&holder, node.as_ref(), HeldTimes::of(lease), now, hold_max);
+                (holder.to_string(), why)
+            }
+            // Not an identity we write: only its times can say it will never give it back.
+            None => (
+                format!("{id:?} (not NODE/BOOT_ID)"),
+                held_too_long(HeldTimes::of(lease), now, hold_max),
+            ),
+        };
+        let Some(why) = why else {
             return Ok(Err(id));
         };
-        if holder.node == me.node {
-            return Ok(Ok(Some(id)));
+        if taking {
+            tracing::warn!(
+                node = %me.node,
+                "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
+                lease.metadata.name.as_deref().unwrap_or("?"),
+                me.node
+            );
         }
-        let nodes: Api<Node> = Api::all(self.clients.api.clone());
-        let object = format!("node {}", holder.node);
-        let node = self
-            .clients
-            .retry(deadline, &object, || nodes.get_opt(&holder.node))
-            .await?;
-        let why = stale(
-            &holder,
-            node.as_ref(),
-            renewed(lease),
-            jiff::Timestamp::now(),
-            self.settings.fleet.hold_max,
-        );
-        Ok(match why {
-            Some(why) => {
-                if !taking {
-                    return Ok(Ok(Some(id)));
-                }
-                tracing::warn!(
-                    node = %me.node,
-                    "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
-                    lease.metadata.name.as_deref().unwrap_or("?"),
-                    me.node
-                );
-                Ok(Some(id))
-            }
-            None => Err(id),
-        })
+        Ok(Ok(Some(id)))
     }
 
     /// Every slot of `node`'s group as it is now, for `status`: one GET each.
@@ -327,8 +336,11 @@ impl Slots<'_> {
         Ok(views)
     }
 
-    /// Gives back every slot this node holds (in any boot); the names given back.
-    pub async fn give_back(&self, deadline: Instant) -> Result<Vec<String>, ApiError> {
+    /// Gives back every slot this node holds (in any boot). A list of the Leases refused (403:
+    /// the kubelet's credentials may touch only their own node Lease) or not found (404: no
+    /// such namespace) means this node holds no slot it could give back:
+    /// [`GivenBack::NotLooked`], not an error.
+    pub async fn give_back(&self, deadline: Instant) -> Result<GivenBack, ApiError> {
         let api = self.api();
         let node = self.settings.node_name.as_str();
         let object = format!(
@@ -336,10 +348,15 @@ impl Slots<'_> {
             self.settings.fleet.lease_namespace
         );
         let params = ListParams::default().labels(GROUP_LABEL);
-        let leases = self
+        let leases = match self
             .clients
             .retry(deadline, &object, || api.list(&params))
-            .await?;
+            .await
+        {
+            Ok(leases) => leases,
+            Err(e) if e.is_forbidden() || e.is_not_found() => return Ok(GivenBack::NotLooked(e)),
+            Err(e) => return Err(e),
+        };
         let mut given = Vec::new();
         for lease in leases.items {
             if holder_of(&lease).is_none_or(|h| h.node != node) {
@@ -372,6 +389,6 @@ impl Slots<'_> {
                 }
             }
         }
-        Ok(given)
+        Ok(GivenBack::Slots(given))
     }
 }

@@ -22,6 +22,14 @@ fn t(s: &str) -> jiff::Timestamp {
     s.parse().unwrap()
 }
 
+/// The times of a Lease that carries only a `renewTime`.
+fn renewed_at(renewed: Option<jiff::Timestamp>) -> HeldTimes {
+    HeldTimes {
+        acquired: None,
+        renewed,
+    }
+}
+
 fn me() -> Holder {
     Holder::parse("node-a/boot-1").unwrap()
 }
@@ -75,7 +83,7 @@ fn a_holder_is_stale_when_gone_restored_in_another_boot_or_held_too_long() {
     let holder = Holder::parse("node-b/boot-1").unwrap();
     let now = t("2026-12-02T06:00:00Z");
     let hour = Duration::from_secs(3600);
-    let recent = Some(t("2026-12-02T05:30:00Z"));
+    let recent = renewed_at(Some(t("2026-12-02T05:30:00Z")));
     let up = |boot: &str, marker: bool| {
         let annotations = if marker {
             json!({MARKER_ANNOTATION: "{}"})
@@ -110,9 +118,72 @@ fn a_holder_is_stale_when_gone_restored_in_another_boot_or_held_too_long() {
         stale(&holder, Some(&up("", false)), recent, now, hour),
         None
     );
-    let old = Some(t("2026-12-02T04:59:00Z"));
+    let old = renewed_at(Some(t("2026-12-02T04:59:00Z")));
     let why = stale(&holder, Some(&up("boot-1", true)), old, now, hour).unwrap();
     assert!(why.contains("longer than hold_max (3600 s)"), "{why}");
+}
+
+#[test]
+fn a_hold_is_judged_from_when_it_was_taken_whatever_its_renew_time_says() {
+    let now = t("2026-12-02T06:00:00Z");
+    let hour = Duration::from_secs(3600);
+    let two_days_ago = Some(t("2026-11-30T06:00:00Z"));
+    let times = |acquired: Option<jiff::Timestamp>, renewed: Option<jiff::Timestamp>| HeldTimes {
+        acquired,
+        renewed,
+    };
+    // Taken two days ago, "renewed" in 2100: stale, and the far-off time is named.
+    let forged = times(two_days_ago, Some(t("2100-01-01T00:00:00Z")));
+    let why = held_too_long(forged, now, hour).expect("stale");
+    assert!(
+        why.contains("2026-11-30T06:00:00Z (acquireTime)")
+            && why.contains("longer than hold_max (3600 s)")
+            && why.contains("2100-01-01T00:00:00Z is ahead of this node's clock"),
+        "{why}"
+    );
+    // The same through `stale`, with the holder alive in its boot and marked.
+    let holder = Holder::parse("node-b/boot-1").unwrap();
+    let alive = node(
+        json!({"metadata": {"name": "node-b", "annotations": {MARKER_ANNOTATION: "{}"}},
+        "status": {"nodeInfo": {"bootID": "boot-1", "architecture": "", "containerRuntimeVersion": "",
+            "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "", "machineID": "",
+            "operatingSystem": "", "osImage": "", "systemUUID": ""}}}),
+    );
+    let why = stale(&holder, Some(&alive), forged, now, hour).expect("stale");
+    assert!(
+        why.contains("node node-b") && why.contains("acquireTime"),
+        "{why}"
+    );
+    // Taken just now by a clock a few seconds or decades ahead: held (counted as now).
+    for ahead in ["2026-12-02T06:00:30Z", "2100-01-01T00:00:00Z"] {
+        let fresh = times(Some(t(ahead)), Some(t(ahead)));
+        assert_eq!(held_too_long(fresh, now, hour), None, "{ahead}");
+    }
+    // Taken within hold_max, renewed since: held; renewed long ago (acquire missing): stale.
+    let recent = Some(t("2026-12-02T05:30:00Z"));
+    assert_eq!(held_too_long(times(recent, recent), now, hour), None);
+    let why = held_too_long(times(None, two_days_ago), now, hour).expect("stale");
+    assert!(why.contains("(renewTime)"), "{why}");
+    let why = held_too_long(HeldTimes::default(), now, hour).expect("stale");
+    assert!(why.contains("no time"), "{why}");
+}
+
+#[test]
+fn held_times_are_read_from_the_lease() {
+    let l: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "kube-shutdown-drain-slot-0"},
+        "spec": {"holderIdentity": "garbage-without-slash", "acquireTime": "2026-11-30T06:00:00.000000Z",
+                 "renewTime": "2100-01-01T00:00:00.000000Z"},
+    }))
+    .unwrap();
+    assert_eq!(
+        HeldTimes::of(&l),
+        HeldTimes {
+            acquired: Some(t("2026-11-30T06:00:00Z")),
+            renewed: Some(t("2100-01-01T00:00:00Z")),
+        }
+    );
+    assert_eq!(holder_of(&l), None);
 }
 
 fn lease(holder: Option<&str>) -> Lease {

@@ -144,7 +144,9 @@ impl Daemon {
             } else if self.gate.pass_until.is_some() {
                 "kube-shutdown-drain reboot asked (sigusr1)"
             } else {
-                "a drain slot is open to it"
+                // The follower's verdict is open both when a slot is open and when the slots
+                // cannot be read (it says so itself): claim neither alone.
+                "a drain slot is open to it, or its drain slots cannot be read (then said above)"
             };
             tracing::info!(node = %node, "the reboot gate of node {node} is open: {because}");
             return;
