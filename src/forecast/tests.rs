@@ -290,6 +290,51 @@ fn verdicts_table() {
             ..Case::default()
         },
         Case {
+            name: "the only other node has a NoExecute taint: no replacement, as with NoSchedule",
+            pods: vec![pod("web-1", "web"), pod("web-2", "web")],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
+            nodes: Some(vec![
+                node(NODE, json!({})),
+                node(
+                    "node-b",
+                    json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}}),
+                ),
+            ]),
+            node: Blocked,
+            want: vec![
+                ("web-1", Completes, "completes"),
+                ("web-2", Blocked, "no-replacement"),
+            ],
+            says: vec!["node-b: taint maintenance:NoExecute"],
+            ..Case::default()
+        },
+        Case {
+            name: "a NoExecute taint the pods tolerate leaves room for the replacement",
+            pods: vec![
+                with(
+                    pod("web-1", "web"),
+                    json!({"spec": {"tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]}}),
+                ),
+                with(
+                    pod("web-2", "web"),
+                    json!({"spec": {"tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]}}),
+                ),
+            ],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
+            nodes: Some(vec![
+                node(NODE, json!({})),
+                node(
+                    "node-b",
+                    json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}}),
+                ),
+            ]),
+            want: vec![
+                ("web-1", Completes, "completes"),
+                ("web-2", Completes, "completes"),
+            ],
+            ..Case::default()
+        },
+        Case {
             name: "every replica here, a replacement can run on node-b",
             pods: vec![pod("web-1", "web"), pod("web-2", "web")],
             budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
@@ -681,3 +726,4 @@ fn the_json_shape_and_the_summary() {
     );
     assert_eq!(serde_json::to_value(&ok).unwrap()["verdict"], "completes");
 }
+
