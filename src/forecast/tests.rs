@@ -793,4 +793,3 @@ fn a_pod_under_many_budgets_is_one_finding_and_the_output_stays_linear() {
         );
     }
 }
-
