@@ -1,6 +1,9 @@
 //! Text from outside this program (state files, API answers, the Node) made fit to show: a
 //! message for a Node Event gets its control characters replaced and a length cap ([`clean`]);
-//! a value `status` prints gets them escaped, visible and inert ([`escaped`]). Control here means
+//! a value `status` prints, every log line (its message and fields, in both sinks of
+//! [`crate::logging`]) and the reboot gate's lock reason get them escaped, visible and inert
+//! ([`escaped`]: the one function, so a Lease holder, an API answer's message or an annotation
+//! value shows the same wherever it is logged). Control here means
 //! Unicode's Cc (C0, DEL, C1: ESC starts terminal sequences) and the bidirectional formatting
 //! characters (U+200E, U+200F, U+202A-U+202E, U+2066-U+2069), which reorder what a terminal
 //! shows (CVE-2021-42574).

@@ -287,3 +287,42 @@ async fn the_budget_comes_from_logind_when_it_answers() {
         );
     }
 }
+
+/// Issue 29: a forecast that cannot reach the API server exits 3, as the README's table says
+/// (cluster unreachable), not 1 (a drain that would not complete), and says which server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forecast_that_cannot_reach_the_cluster_exits_3() {
+    let c = Cluster::start(vec![pod(NS, "web-1", NODE)]).await;
+    let config = c.config_file("admin", "");
+    c.server.stop_listener();
+    for args in [&["forecast"][..], &["forecast", "--output", "json"]] {
+        let r = cli(&config, args).await;
+        assert_eq!(r.code, 3, "{args:?}: {}\n{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr
+                .contains(&format!("API server {} unreachable", c.server.url())),
+            "{args:?}: {}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty(), "{args:?}: {}", r.stdout);
+    }
+    c.server.start_listener().await.unwrap();
+
+    // The Node reads, then every list of the budgets gets a 503 until the (short) deadline: no
+    // usable answer from the API server, as the Node read counts it.
+    let short = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
+    c.server.faults().fail_next(
+        fake_apiserver::Route::new("GET", "/poddisruptionbudgets"),
+        1000,
+        503,
+    );
+    let r = cli(&short, &["forecast"]).await;
+    assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr
+            .contains("cannot list poddisruptionbudgets of all namespaces")
+            && r.stderr.contains("503"),
+        "{}",
+        r.stderr
+    );
+}

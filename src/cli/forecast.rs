@@ -1,6 +1,7 @@
 //! `forecast`: if the node shut down now, would its drain complete within the budget, and what
 //! holds it. Reads (the Node, its pods, the budgets, where needed the other nodes, logind's
-//! maximum delay); writes nothing. Exit 0 when it completes, 1 otherwise.
+//! maximum delay); writes nothing. Exit 0 when it completes, 1 when it would not, 3 when the
+//! cluster gives no usable answer (as [`crate::cli::CliError::exit_code`] maps it).
 
 use std::sync::Arc;
 

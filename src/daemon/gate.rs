@@ -48,13 +48,15 @@ const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// The first systemd whose logind makes a `block` lock bind the lock holder's own UID (root).
 pub const BLOCK_BINDS_ROOT_FROM: u32 = 257;
 
-/// The lock's reason: why the gate is closed and how to get past it. Pure.
+/// The lock's reason: why the gate is closed and how to get past it. Pure. The holders are the
+/// Leases' words, escaped ([`crate::text::escaped`]): logind hands the reason to whoever lists
+/// the locks or is refused a reboot (`systemctl reboot` prints it on the admin's terminal).
 pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str>) -> String {
     let mut why = Vec::new();
     if let Some((group, holders)) = slots {
         why.push(format!(
             "every drain slot of group {group} is held ({})",
-            holders.join(", ")
+            crate::text::escaped(&holders.join(", "))
         ));
     }
     if let Some(blocked) = blocked {
@@ -203,6 +205,14 @@ mod tests {
                 && r.contains("kube-shutdown-drain reboot --force")
                 && r.contains("stopping kube-shutdown-drain.service"),
             "{r}"
+        );
+        // A foreign holder's NUL, ESC and U+202E (right-to-left override) reach no terminal.
+        let foreign = ["x\0y\x1b[31mz\u{202e}w".to_string()];
+        let r = reason("node-c", Some(("all", &foreign)), None);
+        assert!(
+            r.contains("held (x\\u{0}y\\u{1b}[31mz\\u{202e}w)")
+                && !r.contains(['\0', '\x1b', '\u{202e}']),
+            "{r:?}"
         );
         let r = reason(
             "node-c",

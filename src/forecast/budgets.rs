@@ -454,18 +454,69 @@ pub fn judge(
     out
 }
 
-/// The block of a pod several budgets select.
+/// The most budget names a line of words lists; past it the line names the first ones and
+/// counts the rest (the pod's `budgets` in the JSON lists every one). Keeps a pod that a
+/// thousand budgets select one readable finding, not a thousand names in each of its lines.
+pub const NAMED_MAX: usize = 5;
+
+/// `names` in words, `last` between the last two; past [`NAMED_MAX`], the first of them and
+/// how many more.
+pub fn listed(names: &[String], last: &str) -> String {
+    match names {
+        [] => String::new(),
+        [one] => one.clone(),
+        _ if names.len() > NAMED_MAX => format!(
+            "{} and {} more",
+            names[..NAMED_MAX].join(", "),
+            names.len() - NAMED_MAX
+        ),
+        [head @ .., tail] => format!("{}{last}{tail}", head.join(", ")),
+    }
+}
+
+/// The block of a pod several budgets select: one finding for the pod, naming the budgets
+/// (at most [`NAMED_MAX`] of them in words), whose size does not grow with each budget's
+/// neighbours.
 pub fn several(names: &[String]) -> Block {
+    let (who, these) = if names.len() > NAMED_MAX {
+        (
+            format!(
+                "{} budgets ({}; the JSON output lists them all)",
+                names.len(),
+                listed(names, ", ")
+            ),
+            format!("these {} budgets", names.len()),
+        )
+    } else {
+        (
+            format!("budgets {}", listed(names, " and ")),
+            names.join(", "),
+        )
+    };
     Block {
         kind: "several-budgets",
         why: format!(
-            "budgets {} all select it, and the Eviction API refuses a pod that more than one \
-             PodDisruptionBudget selects (HTTP 500), whatever each allows",
-            names.join(" and ")
+            "{who} all select it, and the Eviction API refuses a pod that more than one \
+             PodDisruptionBudget selects (HTTP 500), whatever each allows"
         ),
         fix: format!(
-            "narrow the selectors of {} so that only one selects it, or delete all but one",
-            names.join(", ")
+            "narrow the selectors of {these} so that only one selects it, or delete all but one"
+        ),
+    }
+}
+
+/// What budget `name` does where it selects a pod with other budgets: said of the budget alone
+/// (each pod's finding names the others), so a list of such budgets grows by one line each.
+pub fn shared(name: &str) -> Block {
+    Block {
+        kind: "several-budgets",
+        why: format!(
+            "budget {name} selects pods that other budgets select too (each pod's line names them), and \
+             the Eviction API refuses a pod that more than one PodDisruptionBudget selects (HTTP 500)"
+        ),
+        fix: format!(
+            "narrow the selector of {name}, or of the others, so that one budget alone selects each of \
+             these pods, or delete all but one"
         ),
     }
 }

@@ -246,8 +246,9 @@ struct Row<'a> {
     planned: &'a PlannedPod,
     pod: Option<&'a Pod>,
     budgets: Vec<String>,
-    /// A budget's block, with the budget's name.
-    block: Option<(String, Block)>,
+    /// A budget's block, with the names of the budgets that hold it (more than one: the pod is
+    /// selected by several).
+    block: Option<(Vec<String>, Block)>,
     /// A reason it goes anyway or how (for completes).
     goes: String,
     round: u32,
@@ -349,6 +350,15 @@ pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
     finish(inputs, rows, total, estimate, claims, assumptions)
 }
 
+/// The budgets by `namespace/name` (the first of a name, as a search of the list would find).
+fn by_name(all: &[PodDisruptionBudget]) -> BTreeMap<String, &PodDisruptionBudget> {
+    let mut map = BTreeMap::new();
+    for b in all {
+        map.entry(budget_name(b)).or_insert(b);
+    }
+    map
+}
+
 /// Each budget's judgement of the pods it selects, into the rows.
 fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Vec<String>) {
     let node = &inputs.settings.node_name;
@@ -386,11 +396,12 @@ fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Ve
         match r.budgets.len() {
             0 => {}
             1 => per_budget.entry(r.budgets[0].clone()).or_default().push(i),
-            _ => r.block = Some((r.budgets.join(", "), budgets::several(&r.budgets))),
+            _ => r.block = Some((r.budgets.clone(), budgets::several(&r.budgets))),
         }
     }
+    let by_name = by_name(inputs.budgets);
     for (name, idx) in per_budget {
-        let Some(b) = inputs.budgets.iter().find(|b| budget_name(b) == name) else {
+        let Some(&b) = by_name.get(&name) else {
             continue;
         };
         let pods: Vec<&Pod> = idx.iter().filter_map(|&i| rows[i].pod).collect();
@@ -411,7 +422,7 @@ fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Ve
                         "budget {name} lets it go once {round} replacement(s) are Ready elsewhere"
                     );
                 }
-                Judgement::Blocked(block) => r.block = Some((name.clone(), block)),
+                Judgement::Blocked(block) => r.block = Some((vec![name.clone()], block)),
             }
         }
     }
@@ -564,6 +575,138 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
     Some(done.max(start))
 }
 
+/// The blocking budgets, collected in the order the drain meets their pods: one entry per
+/// budget, found by name (a forecast over a thousand budgets stays linear).
+struct Blocking<'a> {
+    budgets: BTreeMap<String, &'a PodDisruptionBudget>,
+    list: Vec<BlockingBudget>,
+    at: BTreeMap<String, usize>,
+}
+
+impl<'a> Blocking<'a> {
+    fn new(all: &'a [PodDisruptionBudget]) -> Self {
+        Blocking {
+            budgets: by_name(all),
+            list: Vec::new(),
+            at: BTreeMap::new(),
+        }
+    }
+
+    /// Pod `key` kept by the budgets `names` for `block`. A budget that keeps it together with
+    /// others gets its own words ([`budgets::shared`]), not the pod's finding.
+    fn add(&mut self, names: &[String], block: &Block, key: &str) {
+        for name in names {
+            if let Some(&i) = self.at.get(name) {
+                self.list[i].pods.push(key.to_owned());
+                continue;
+            }
+            let own = if names.len() > 1 {
+                budgets::shared(name)
+            } else {
+                block.clone()
+            };
+            let n = self.budgets.get(name).map(|b| budgets::numbers(b));
+            self.at.insert(name.clone(), self.list.len());
+            self.list.push(BlockingBudget {
+                budget: name.clone(),
+                disruptions_allowed: n.map_or(0, |n| n.allowed),
+                current_healthy: n.map_or(0, |n| n.current),
+                desired_healthy: n.map_or(0, |n| n.desired),
+                expected_pods: n.map_or(0, |n| n.expected),
+                pods: vec![key.to_owned()],
+                why: own.why,
+                fix: own.fix,
+            });
+        }
+    }
+}
+
+/// A row's verdict, reason, detail and fix. A cut that more time would help raises `needed` to
+/// the time the pod would need.
+fn verdict_of(
+    r: &Row<'_>,
+    delete: bool,
+    needed: &mut Duration,
+) -> (Verdict, &'static str, String, Option<String>) {
+    match (&r.block, &r.cut) {
+        (Some((_, b)), _) if delete => (
+            Verdict::CutAtDeadline,
+            "deleted-at-deadline",
+            format!(
+                "{}; on_deadline = \"delete\" deletes it at the deadline, ignoring the budget",
+                b.why
+            ),
+            Some(b.fix.clone()),
+        ),
+        (Some((_, b)), _) => (Verdict::Blocked, b.kind, b.why.clone(), Some(b.fix.clone())),
+        (None, Some((kind, why, fix))) => {
+            if *kind != "waits-for-completion" && *kind != "behind-blocked-group" {
+                *needed = (*needed).max(r.starts + r.takes);
+            }
+            (
+                Verdict::CutAtDeadline,
+                *kind,
+                why.clone(),
+                Some(fix.clone()),
+            )
+        }
+        (None, None) => (Verdict::Completes, "completes", r.goes.clone(), None),
+    }
+}
+
+/// The one line for `check`, `status` and logs.
+fn summary(
+    node: &str,
+    verdict: Verdict,
+    pods: &[PodForecast],
+    blocking: &[BlockingBudget],
+    estimate: Option<Duration>,
+    drain: Duration,
+) -> String {
+    let count = |v: Verdict| pods.iter().filter(|p| p.verdict == v).count();
+    if verdict == Verdict::Completes {
+        return format!(
+            "node {node}: the drain completes: {} pod{} in about {} of the {} budget",
+            pods.len(),
+            if pods.len() == 1 { "" } else { "s" },
+            shutdown_budget::seconds(estimate.unwrap_or_default()),
+            shutdown_budget::seconds(drain)
+        );
+    }
+    let names: Vec<String> = blocking.iter().map(|b| b.budget.clone()).collect();
+    format!(
+        "node {node}: the drain is {}: {} blocked, {} cut at the deadline, {} complete{}",
+        if verdict == Verdict::Blocked {
+            "blocked"
+        } else {
+            "cut at the deadline"
+        },
+        count(Verdict::Blocked),
+        count(Verdict::CutAtDeadline),
+        count(Verdict::Completes),
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!("; budgets: {}", budgets::listed(&names, ", "))
+        }
+    )
+}
+
+/// The shutdown budget as the output shows it.
+fn budget_view(inputs: &Inputs<'_>) -> BudgetView {
+    let s = inputs.settings;
+    BudgetView {
+        drain_seconds: secs(inputs.budget.drain),
+        drain_timeout_seconds: secs(s.drain.timeout),
+        logind_max_seconds: secs(inputs.budget.logind_max),
+        release_margin_seconds: secs(s.daemon.release_margin),
+        logind: match &inputs.logind {
+            Logind::Read => "read from logind".to_owned(),
+            Logind::Assumed(_) => "assumed, logind not read".to_owned(),
+        },
+    }
+}
+
 /// The verdicts, the blocking budgets, the node-level fixes, the summary.
 fn finish(
     inputs: &Inputs<'_>,
@@ -575,60 +718,14 @@ fn finish(
 ) -> Forecast {
     let s = inputs.settings;
     let delete = s.drain.on_deadline == OnDeadline::Delete;
-    let mut blocking: Vec<BlockingBudget> = Vec::new();
+    let mut blocking = Blocking::new(inputs.budgets);
     let mut needed = Duration::ZERO;
     let mut pods = Vec::with_capacity(rows.len());
     for r in rows {
-        let key = r.planned.key();
-        let (verdict, reason, detail, fix) = match (&r.block, &r.cut) {
-            (Some((name, b)), _) => {
-                for budget in name.split(", ") {
-                    let n = inputs
-                        .budgets
-                        .iter()
-                        .find(|x| budget_name(x) == budget)
-                        .map(budgets::numbers);
-                    match blocking.iter_mut().find(|x| x.budget == budget) {
-                        Some(x) => x.pods.push(key.clone()),
-                        None => blocking.push(BlockingBudget {
-                            budget: budget.to_owned(),
-                            disruptions_allowed: n.map_or(0, |n| n.allowed),
-                            current_healthy: n.map_or(0, |n| n.current),
-                            desired_healthy: n.map_or(0, |n| n.desired),
-                            expected_pods: n.map_or(0, |n| n.expected),
-                            pods: vec![key.clone()],
-                            why: b.why.clone(),
-                            fix: b.fix.clone(),
-                        }),
-                    }
-                }
-                if delete {
-                    (
-                        Verdict::CutAtDeadline,
-                        "deleted-at-deadline",
-                        format!(
-                            "{}; on_deadline = \"delete\" deletes it at the deadline, ignoring the budget",
-                            b.why
-                        ),
-                        Some(b.fix.clone()),
-                    )
-                } else {
-                    (Verdict::Blocked, b.kind, b.why.clone(), Some(b.fix.clone()))
-                }
-            }
-            (None, Some((kind, why, fix))) => {
-                if *kind != "waits-for-completion" && *kind != "behind-blocked-group" {
-                    needed = needed.max(r.starts + r.takes);
-                }
-                (
-                    Verdict::CutAtDeadline,
-                    *kind,
-                    why.clone(),
-                    Some(fix.clone()),
-                )
-            }
-            (None, None) => (Verdict::Completes, "completes", r.goes.clone(), None),
-        };
+        if let Some((names, b)) = &r.block {
+            blocking.add(names, b, &r.planned.key());
+        }
+        let (verdict, reason, detail, fix) = verdict_of(&r, delete, &mut needed);
         pods.push(PodForecast {
             namespace: r.planned.namespace.clone(),
             name: r.planned.name.clone(),
@@ -656,55 +753,19 @@ fn finish(
         .map(|p| p.verdict)
         .max()
         .unwrap_or(Verdict::Completes);
-    let count = |v: Verdict| pods.iter().filter(|p| p.verdict == v).count();
-    let summary = match verdict {
-        Verdict::Completes => format!(
-            "node {}: the drain completes: {} pod{} in about {} of the {} budget",
-            s.node_name,
-            pods.len(),
-            if pods.len() == 1 { "" } else { "s" },
-            shutdown_budget::seconds(estimate.unwrap_or_default()),
-            shutdown_budget::seconds(inputs.budget.drain)
-        ),
-        _ => format!(
-            "node {}: the drain is {}: {} blocked, {} cut at the deadline, {} complete{}",
-            s.node_name,
-            if verdict == Verdict::Blocked {
-                "blocked"
-            } else {
-                "cut at the deadline"
-            },
-            count(Verdict::Blocked),
-            count(Verdict::CutAtDeadline),
-            count(Verdict::Completes),
-            if blocking.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; budgets: {}",
-                    blocking
-                        .iter()
-                        .map(|b| b.budget.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            }
-        ),
-    };
+    let blocking = blocking.list;
     Forecast {
         node: s.node_name.clone(),
         verdict,
-        summary,
-        budget: BudgetView {
-            drain_seconds: secs(inputs.budget.drain),
-            drain_timeout_seconds: secs(s.drain.timeout),
-            logind_max_seconds: secs(inputs.budget.logind_max),
-            release_margin_seconds: secs(s.daemon.release_margin),
-            logind: match &inputs.logind {
-                Logind::Read => "read from logind".to_owned(),
-                Logind::Assumed(_) => "assumed, logind not read".to_owned(),
-            },
-        },
+        summary: summary(
+            &s.node_name,
+            verdict,
+            &pods,
+            &blocking,
+            estimate,
+            inputs.budget.drain,
+        ),
+        budget: budget_view(inputs),
         estimate_seconds: estimate.map(secs),
         pods,
         blocking_budgets: blocking,

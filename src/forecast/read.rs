@@ -29,11 +29,13 @@ pub enum ReadError {
 }
 
 impl ReadError {
-    /// The API server did not answer (or the node is missing): exit 3 in the CLI.
+    /// No usable answer from the API server until the deadline (no answer, a timeout or a 5xx,
+    /// as the Node read counts it), or the node is missing: exit 3 in the CLI, as the README's
+    /// table says; a list refused for what it asks (403) stays exit 1.
     pub fn is_unreachable(&self) -> bool {
         match self {
             ReadError::Engine(e) => e.is_unreachable() || e.is_node_missing(),
-            ReadError::List(e) => e.is_unreachable(),
+            ReadError::List(e) => e.is_server_trouble(),
         }
     }
 

@@ -290,6 +290,51 @@ fn verdicts_table() {
             ..Case::default()
         },
         Case {
+            name: "the only other node has a NoExecute taint: no replacement, as with NoSchedule",
+            pods: vec![pod("web-1", "web"), pod("web-2", "web")],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
+            nodes: Some(vec![
+                node(NODE, json!({})),
+                node(
+                    "node-b",
+                    json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}}),
+                ),
+            ]),
+            node: Blocked,
+            want: vec![
+                ("web-1", Completes, "completes"),
+                ("web-2", Blocked, "no-replacement"),
+            ],
+            says: vec!["node-b: taint maintenance:NoExecute"],
+            ..Case::default()
+        },
+        Case {
+            name: "a NoExecute taint the pods tolerate leaves room for the replacement",
+            pods: vec![
+                with(
+                    pod("web-1", "web"),
+                    json!({"spec": {"tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]}}),
+                ),
+                with(
+                    pod("web-2", "web"),
+                    json!({"spec": {"tolerations": [{"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]}}),
+                ),
+            ],
+            budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
+            nodes: Some(vec![
+                node(NODE, json!({})),
+                node(
+                    "node-b",
+                    json!({"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}}),
+                ),
+            ]),
+            want: vec![
+                ("web-1", Completes, "completes"),
+                ("web-2", Completes, "completes"),
+            ],
+            ..Case::default()
+        },
+        Case {
             name: "every replica here, a replacement can run on node-b",
             pods: vec![pod("web-1", "web"), pod("web-2", "web")],
             budgets: vec![pdb("web", "web", json!({"minAvailable": 1}), (1, 2, 1, 2))],
@@ -680,4 +725,71 @@ fn the_json_shape_and_the_summary() {
         "node node-a: the drain completes: 1 pod in about 30 s of the 120 s budget"
     );
     assert_eq!(serde_json::to_value(&ok).unwrap()["verdict"], "completes");
+}
+
+/// Three pods that `n` budgets all select.
+fn shared_by(n: usize) -> Forecast {
+    run(&Case {
+        pods: vec![
+            pod("web-1", "web"),
+            pod("web-2", "web"),
+            pod("web-3", "web"),
+        ],
+        budgets: (0..n)
+            .map(|i| {
+                pdb(
+                    &format!("b-{i:04}"),
+                    "web",
+                    json!({"minAvailable": 0}),
+                    (3, 3, 0, 3),
+                )
+            })
+            .collect(),
+        ..Case::default()
+    })
+}
+
+/// Issue 29: 3 pods under 1,000 budgets gave 27.7 MB of JSON, each blocking budget's words
+/// naming every other budget. A pod several budgets select is one finding naming them, and the
+/// output grows with the budgets, not with their square.
+#[test]
+fn a_pod_under_many_budgets_is_one_finding_and_the_output_stays_linear() {
+    let size = |f: &Forecast| serde_json::to_string(f).unwrap().len() + f.to_text().len();
+    let (n, twice) = (shared_by(100), shared_by(200));
+    let (a, b) = (size(&n), size(&twice));
+    assert!(b * 2 < a * 5, "{a} bytes with 100 budgets, {b} with 200");
+
+    for f in [&n, &twice] {
+        let count = f.pods[0].budgets.len();
+        assert_eq!(f.verdict, Verdict::Blocked);
+        for p in &f.pods {
+            assert_eq!((p.verdict, p.reason), (Verdict::Blocked, "several-budgets"));
+            assert_eq!(p.budgets.len(), count, "the JSON names every budget");
+            assert!(
+                p.detail.starts_with(&format!(
+                    "{count} budgets (work/b-0000, work/b-0001, work/b-0002, work/b-0003, work/b-0004 and {} more;",
+                    count - 5
+                )) && p.detail.contains("HTTP 500"),
+                "{}",
+                p.detail
+            );
+        }
+        // Each budget keeps the three pods, in words of its own.
+        assert_eq!(f.blocking_budgets.len(), count);
+        for b in &f.blocking_budgets {
+            assert_eq!(b.pods, ["work/web-1", "work/web-2", "work/web-3"]);
+            for words in [&b.why, &b.fix] {
+                assert_eq!(words.matches("work/b-").count(), 1, "{words}");
+                assert!(words.contains(&b.budget), "{words}");
+            }
+        }
+        assert!(
+            f.summary.ends_with(&format!(
+                "; budgets: work/b-0000, work/b-0001, work/b-0002, work/b-0003, work/b-0004 and {} more",
+                count - 5
+            )),
+            "{}",
+            f.summary
+        );
+    }
 }

@@ -118,7 +118,7 @@ where
         let meta = event.metadata();
         let mut own = Collect::default();
         event.record(&mut own);
-        let mut message = own.message.unwrap_or_default();
+        let mut message = shown(&own.message.unwrap_or_default());
         if message.len() > MESSAGE_MAX {
             let mut cut = MESSAGE_MAX;
             while !message.is_char_boundary(cut) {
@@ -149,6 +149,7 @@ where
             }
         }
         named.extend(own.fields);
+        let named = named.into_iter().map(|(n, v)| (n, shown(&v)));
         let mut latest: Vec<(&'static str, String)> = Vec::with_capacity(named.len());
         for (name, value) in named {
             match latest.iter_mut().find(|(n, _)| *n == name) {
@@ -158,6 +159,21 @@ where
         }
         self.send(&entry_of(&fixed, &latest));
     }
+}
+
+/// A message or field value as the journal gets it: its lines kept (the protocol carries them,
+/// and journalctl indents every line after the first), every other control character escaped
+/// by the one function for text from outside ([`crate::text::escaped`]), so a Lease holder, an
+/// API answer's message or an annotation value shows as what it is.
+fn shown(value: &str) -> String {
+    if !value.contains('\n') {
+        return crate::text::escaped(value);
+    }
+    value
+        .split('\n')
+        .map(crate::text::escaped)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// syslog(3) levels, as journald reads `PRIORITY`.
@@ -251,6 +267,43 @@ mod tests {
         want.extend_from_slice(&7u64.to_le_bytes());
         want.extend_from_slice(b"one\ntwo\nSHUTDOWN_KIND=reboot\n");
         assert_eq!(entry, want, "a field named _PID is the journal's own");
+    }
+
+    /// Issue 29: a Lease holder of NUL, ESC `[31m` and U+202E went raw into the journal.
+    #[test]
+    fn text_from_the_cluster_is_escaped_in_the_entry_lines_kept() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("socket");
+        let journald = UnixDatagram::bind(&path).unwrap();
+        let socket = UnixDatagram::unbound().unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let layer = JournalLayer {
+            socket,
+            path,
+            identifier: "test".to_owned(),
+            dropped: AtomicU64::new(0),
+        };
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let holder = "evil\0/\x1b[31mred\u{202e}txt";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("slot", node = "node-a\x1b[2J");
+            let _s = span.enter();
+            tracing::warn!(budget = "b\u{202e}", "held by {holder}");
+        });
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = journald.recv(&mut buf).unwrap();
+        let entry = String::from_utf8(buf[..n].to_vec()).unwrap();
+        for want in [
+            "MESSAGE=held by evil\\u{0}/\\u{1b}[31mred\\u{202e}txt\n",
+            "NODE=node-a\\u{1b}[2J\n",
+            "BUDGET=b\\u{202e}\n",
+        ] {
+            assert!(entry.contains(want), "{want:?} in {entry:?}");
+        }
+        assert!(!entry.contains(['\0', '\x1b', '\u{202e}']), "{entry:?}");
+        // A message of several lines keeps them (the protocol's other form carries them).
+        assert_eq!(shown("one\x1b[2J\ntwo"), "one\\u{1b}[2J\ntwo");
     }
 
     #[test]

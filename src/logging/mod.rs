@@ -181,20 +181,23 @@ where
         let mut line = format!(
             "{:.6} {on}{level:>5}{off} {}",
             jiff::Timestamp::now(),
-            fields.message
+            shown(&fields.message)
         );
         for (name, value) in &fields.others {
             if !fields.message.contains(value.as_str()) {
-                let _ = write!(line, " {name}={value}");
+                let _ = write!(line, " {name}={}", shown(value));
             }
         }
-        // One line per event, whatever a message contains.
-        let line: String = line
-            .chars()
-            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-            .collect();
         writeln!(w, "{line}")
     }
+}
+
+/// A message or field value as a stderr line shows it: one line per event, whatever it holds
+/// (line breaks become spaces), and every other control character escaped by the one function
+/// for text from outside ([`crate::text::escaped`]): a Lease holder, an API answer's message or
+/// an annotation value cannot drive the terminal or the log reader.
+fn shown(value: &str) -> String {
+    crate::text::escaped(&value.replace(['\n', '\r'], " "))
 }
 
 /// An event's message and other fields, as text.
@@ -294,6 +297,34 @@ mod tests {
         }
         let coloured = formatted(true, a_drain_event);
         assert!(coloured.contains("\x1b[32m INFO\x1b[0m"), "{coloured:?}");
+    }
+
+    /// Issue 29: a Lease holder of NUL, ESC `[31m` and U+202E went raw into the log line.
+    #[test]
+    fn text_from_the_cluster_is_escaped_in_the_line_and_its_fields() {
+        let holder = "evil\0/\x1b[31mred\u{202e}txt";
+        let text = formatted(false, || {
+            tracing::info!(
+                status = "denied\x1b]0;title\x07",
+                "no drain slot for node node-a within 5.0 s: held by {holder}"
+            )
+        });
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(
+            text.contains("held by evil\\u{0}/\\u{1b}[31mred\\u{202e}txt")
+                && text.contains(" status=denied\\u{1b}]0;title\\u{7}"),
+            "{text:?}"
+        );
+        assert!(
+            !text.contains(['\0', '\x1b', '\x07', '\u{202e}']),
+            "{text:?}"
+        );
+        // Colour is ours: the level's escapes stay.
+        let coloured = formatted(true, || tracing::info!("held by {holder}"));
+        assert!(
+            coloured.contains("\x1b[32m INFO\x1b[0m held by evil\\u{0}/\\u{1b}[31m"),
+            "{coloured:?}"
+        );
     }
 
     /// Whether `filter` lets an event of `target` at `level` through.
