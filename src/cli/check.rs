@@ -552,8 +552,8 @@ mod tests {
             .map(|p| attributes(&review_of(p, &settings)))
             .filter(|a| {
                 policy
-                    .decide(&identity.user(), &identity.groups(), a)
-                    .is_err()
+                    .allowed_by(&identity.user(), &identity.groups(), a)
+                    .is_none()
             })
             .map(|a| a.denial(&identity))
             .collect();

@@ -163,9 +163,9 @@ pub fn authorize(
         Identity::Admin => return Ok(()),
         Identity::ServiceAccount { .. } => {
             return policy
-                .decide(&identity.user(), &identity.groups(), attrs)
+                .allowed_by(&identity.user(), &identity.groups(), attrs)
                 .map(|_| ())
-                .map_err(|()| String::new());
+                .ok_or_else(String::new);
         }
         Identity::Node(n) => n.as_str(),
     };

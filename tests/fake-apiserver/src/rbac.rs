@@ -208,10 +208,10 @@ impl Policy {
         found.map_or(&[], |r| r.rules.as_slice())
     }
 
-    /// The decision for `user` in `groups` asking `attrs`: `Ok` with the reason RBAC gives
-    /// for an allowed request (the binding, role and subject that allowed it), `Err` when no
-    /// rule bound to the identity allows it.
-    pub fn decide(&self, user: &str, groups: &[String], attrs: &Attributes) -> Result<String, ()> {
+    /// The decision for `user` in `groups` asking `attrs`: the reason RBAC gives for an
+    /// allowed request (the binding, role and subject that allowed it), `None` when no rule
+    /// bound to the identity allows it.
+    pub fn allowed_by(&self, user: &str, groups: &[String], attrs: &Attributes) -> Option<String> {
         if groups.iter().any(|g| g == AUTHENTICATED)
             && attrs.verb == "create"
             && attrs.group == "authorization.k8s.io"
@@ -220,7 +220,7 @@ impl Policy {
                 "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
             )
         {
-            return Ok(format!(
+            return Some(format!(
                 "RBAC: allowed by ClusterRoleBinding \"system:basic-user\" of ClusterRole \
                  \"system:basic-user\" to Group \"{AUTHENTICATED}\""
             ));
@@ -261,7 +261,7 @@ impl Policy {
                 } else {
                     format!("/{namespace}")
                 };
-                return Ok(format!(
+                return Some(format!(
                     "RBAC: allowed by {binding_kind} \"{}{at}\" of {} \"{}\" to {}",
                     binding.metadata.name,
                     binding.role_ref.kind,
@@ -270,7 +270,7 @@ impl Policy {
                 ));
             }
         }
-        Err(())
+        None
     }
 }
 
@@ -355,7 +355,7 @@ subjects: [{kind: ServiceAccount, name: node-a, namespace: drainers}]
 
     fn allowed(a: Attributes) -> bool {
         let policy = Policy::parse(POLICY, "test policy").unwrap();
-        policy.decide(SA, &groups(), &a).is_ok()
+        policy.allowed_by(SA, &groups(), &a).is_some()
     }
 
     #[test]
@@ -440,7 +440,7 @@ subjects: [{kind: ServiceAccount, name: node-a, namespace: drainers}]
         ]
         .map(String::from);
         let evict = attrs("create", "", "pods", "eviction", "work", "web-1");
-        assert!(policy.decide(other, &groups, &evict).is_err());
+        assert!(policy.allowed_by(other, &groups, &evict).is_none());
         // Every authenticated user may review its own access.
         let review = attrs(
             "create",
@@ -450,14 +450,14 @@ subjects: [{kind: ServiceAccount, name: node-a, namespace: drainers}]
             "",
             "",
         );
-        assert!(policy.decide(other, &groups, &review).is_ok());
+        assert!(policy.allowed_by(other, &groups, &review).is_some());
     }
 
     #[test]
     fn the_reason_names_the_binding_role_and_subject() {
         let policy = Policy::parse(POLICY, "test policy").unwrap();
         let why = policy
-            .decide(
+            .allowed_by(
                 SA,
                 &groups(),
                 &attrs("get", "coordination.k8s.io", "leases", "", "drainers", "s"),

@@ -1466,7 +1466,7 @@ fn self_subject_access_review(app: &App, call: &Call) -> Response<Body> {
                     // The binding that allowed it, as the RBAC authorizer says.
                     Identity::ServiceAccount { .. } => app
                         .policy()
-                        .decide(&call.identity.user(), &call.identity.groups(), &attrs)
+                        .allowed_by(&call.identity.user(), &call.identity.groups(), &attrs)
                         .unwrap_or_default(),
                 },
                 Err(reason) if reason.is_empty() => attrs.denial(&call.identity),

@@ -1370,13 +1370,16 @@ async fn a_service_account_is_authorized_by_the_loaded_rbac() {
              \"kube-shutdown-drain\" to Group \"system:serviceaccounts:kube-shutdown-drain\""
         )
     );
-    let get_pods = reviews
-        .create(&PostParams::default(), &ask("get", "", "pods", ""))
+    let get_daemonsets = reviews
+        .create(
+            &PostParams::default(),
+            &ask("get", "apps", "daemonsets", ""),
+        )
         .await
         .expect("review")
         .status
         .expect("a status");
-    assert!(!get_pods.allowed, "{get_pods:?}");
+    assert!(!get_daemonsets.allowed, "{get_daemonsets:?}");
     assert_eq!(server.denials().len(), 3);
     assert_eq!(server.denials()[2].kind, "review");
 }
