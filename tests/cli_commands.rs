@@ -27,7 +27,7 @@ async fn plan_json_is_exactly_the_documented_shape() {
         ),
     ])
     .await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["plan", "--output", "json"]).await;
     assert_eq!(r.code, 0, "{}", r.stderr);
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
@@ -73,7 +73,7 @@ async fn plan_json_is_exactly_the_documented_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_restore_status_by_hand() {
     let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
 
     let dry = cli(&config, &["drain", "--dry-run", "--output", "json"]).await;
     assert_eq!(dry.code, 0, "{}", dry.stderr);
@@ -145,7 +145,7 @@ async fn dry_run_and_restore_say_what_they_would_do_and_did() {
     ])
     .await;
     // Short drains: `batch` waits to complete and never does.
-    let admin = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
+    let admin = c.config("[drain]\ntimeout = \"2s\"\n");
     // The dry run counts what plan counts, in plan's words.
     let plan = cli(&admin, &["plan"]).await;
     let dry = cli(&admin, &["drain", "--dry-run"]).await;
@@ -207,7 +207,7 @@ async fn exit_codes() {
     .await;
 
     // 1: a drain that cannot finish.
-    let config = c.config_file("admin", "[drain]\ntimeout = \"2s\"\n");
+    let config = c.config("[drain]\ntimeout = \"2s\"\n");
     let r = cli(&config, &["drain"]).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -280,7 +280,7 @@ async fn exit_codes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fails_without_logind() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
+    let config = c.config("[drain]\ntimeout = \"10s\"\n");
     // No logind on the bus: the daemon could not work, so check fails.
     let r = cli(&config, &["check"]).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
@@ -426,12 +426,7 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
             .unwrap_or_else(|| panic!("no daemonsets line:\n{}", r.stdout))
             .to_string()
     };
-    let r = cli_on_bus(
-        &c.config_file("admin", stop_last),
-        &["check"],
-        rig.address(),
-    )
-    .await;
+    let r = cli_on_bus(&c.config(stop_last), &["check"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(line(&r).contains("allowed"), "{}", line(&r));
     let r = cli_on_bus(
@@ -462,7 +457,7 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
             .map(str::to_string)
             .collect()
     };
-    let r = cli_on_bus(&c.config_file("admin", fleet), &["check"], rig.address()).await;
+    let r = cli_on_bus(&c.config(fleet), &["check"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let lines = slot_lines(&r);
     assert_eq!(lines.len(), 5, "{}", r.stdout);
@@ -531,7 +526,7 @@ async fn check_reviews_every_permission_warns_of_an_in_memory_state_dir_and_fail
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_noexecute_taint_is_warned_about_by_check_plan_and_the_daemon() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "[taint]\neffect = \"NoExecute\"\n");
+    let config = c.config("[taint]\neffect = \"NoExecute\"\n");
     let warning = "[taint] effect = \"NoExecute\"";
     let r = cli(&config, &["check"]).await;
     assert!(
@@ -603,7 +598,7 @@ fn run_into_closed_pipe(config: &std::path::Path, args: &[&str]) -> (i32, String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stdout_ends_the_command_quietly_with_its_own_exit_code() {
     let c = Cluster::start(vec![pod(NS, "web", NODE), daemonset_pod(NS, "ds", NODE)]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     for args in [
         &["plan", "--output", "json"][..],
         &["plan"],
@@ -828,7 +823,7 @@ async fn drain_never_writes_its_report_through_a_symlink() {
         std::fs::write(victim, "precious").unwrap();
         symlink(victim, state.join(name)).unwrap();
     }
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["drain"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     for (victim, name) in &victims {
@@ -860,7 +855,7 @@ async fn status_refuses_a_last_report_that_is_not_a_regular_file() {
     std::fs::create_dir_all(&state).unwrap();
     let report = state.join("last-report.json");
     symlink("/dev/zero", &report).unwrap();
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = tokio::time::timeout(Duration::from_secs(30), cli(&config, &["status"]))
         .await
         .expect("status returns instead of reading /dev/zero");
@@ -879,7 +874,7 @@ async fn check_fails_on_a_state_dir_it_cannot_write() {
     let c = Cluster::start(vec![]).await;
     let blocker = c.dir.path().join("not-a-dir");
     std::fs::write(&blocker, "").unwrap();
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let text = std::fs::read_to_string(&config).unwrap();
     let state = c.dir.path().join("state").display().to_string();
     assert!(text.contains(&state));
@@ -921,13 +916,10 @@ async fn check_and_status_warn_about_a_kubelet_shutdown_lock_with_its_grace() {
         "kind: KubeletConfiguration\nshutdownGracePeriod: 45s\n",
     )
     .unwrap();
-    let config = c.config_file(
-        "admin",
-        &format!(
-            "[drain]\ntimeout = \"10s\"\n[daemon]\nkubelet_config = \"{}\"\n",
-            kubelet.display()
-        ),
-    );
+    let config = c.config(&format!(
+        "[drain]\ntimeout = \"10s\"\n[daemon]\nkubelet_config = \"{}\"\n",
+        kubelet.display()
+    ));
     let r = cli_on_bus(&config, &["check"], rig.address()).await;
     assert!(
         r.stdout.contains("kubelet: holds no shutdown inhibitor"),
@@ -1041,8 +1033,8 @@ async fn check_fails_when_others_can_write_the_files_the_daemon_trusts() {
         return;
     };
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "[drain]\ntimeout = \"10s\"\n");
-    let kubeconfig = c.kubeconfig("admin");
+    let config = c.config("[drain]\ntimeout = \"10s\"\n");
+    let kubeconfig = c.kubeconfig(IDENTITY);
     let state = c.dir.path().join("state");
     let chmod = |p: &Path, mode: u32| {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
@@ -1150,7 +1142,7 @@ async fn status_escapes_control_characters_from_the_node_and_the_state_files() {
             "event_posted": true}
     });
     std::fs::write(state.join("boot-record"), record.to_string()).unwrap();
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["status"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     for c in ['\u{1b}', '\u{7}', '\u{202e}'] {
@@ -1186,7 +1178,7 @@ async fn status_escapes_control_characters_from_the_node_and_the_state_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_one_error_line() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     c.server.stop_listener();
     for log in [None, Some("info"), Some("debug")] {
         let r = cli_with_log(&config, &["plan"], NO_BUS, log).await;
@@ -1216,7 +1208,7 @@ async fn an_unreachable_server_is_one_error_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_log_filter_is_a_warning_naming_the_variable() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli_with_log(&config, &["plan"], NO_BUS, Some("degub")).await;
     assert_eq!(r.code, 0, "{}", r.stderr);
     let warning = r.stderr.lines().next().unwrap_or_default();

@@ -79,7 +79,7 @@ fn verdict_of<'a>(v: &'a Value, name: &str) -> (&'a str, &'a str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forecast_names_every_blocking_budget_the_long_grace_and_the_volume() {
     let c = Cluster::start(troubled_node()).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["forecast", "--output", "json"]).await;
     assert_eq!(
         r.code, 1,
@@ -163,7 +163,7 @@ async fn a_node_that_drains_in_time_exits_0_and_check_and_status_say_it() {
         pdb(NS, "web", "web-1", 0),
     ])
     .await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["forecast"]).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -219,7 +219,7 @@ async fn every_replica_on_this_node_with_the_other_node_cordoned_is_blocked() {
             n["spec"]["unschedulable"] = json!(true)
         })
         .unwrap();
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["forecast", "--output", "json"]).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
@@ -245,7 +245,7 @@ async fn kubelet_credentials_may_not_read_budgets_and_the_forecast_says_so() {
         r.stderr
     );
     // A missing node is exit 3, as for the other commands.
-    let other = c.config_file("admin", "");
+    let other = c.config("");
     let text = std::fs::read_to_string(&other)
         .unwrap()
         .replace("node_name = \"node-a\"", "node_name = \"node-z\"");
@@ -268,7 +268,7 @@ async fn the_budget_comes_from_logind_when_it_answers() {
         unreachable!()
     };
     let c = Cluster::start(vec![pod(NS, "web-1", NODE)]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli_on_bus(&config, &["forecast"], rig.address()).await;
     assert_eq!(
         r.code, 1,

@@ -30,7 +30,7 @@ async fn shut_down(rig: &logind::Rig, within: Duration) -> Option<String> {
 async fn reboot_takes_a_slot_drains_and_then_asks_logind() {
     let Some(rig) = rig().await else { return };
     let c = Cluster::start(vec![slow_pod(NS, "web", NODE, 0.3)]).await;
-    let config = c.config_file("admin", SLOTS);
+    let config = c.config(SLOTS);
     let r = cli_on_bus(&config, &["reboot"], rig.address()).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -120,7 +120,7 @@ async fn every_slot_held_by_node_b() -> Cluster {
 async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
     let Some(rig) = rig().await else { return };
     let c = every_slot_held_by_node_b().await;
-    let config = c.config_file("admin", SLOTS);
+    let config = c.config(SLOTS);
     let r = cli_on_bus(&config, &["reboot", "--slot-timeout", "1s"], rig.address()).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -139,7 +139,7 @@ async fn with_every_slot_held_reboot_changes_nothing_and_names_the_holder() {
 async fn force_with_every_slot_held_does_not_wait_for_one() {
     let Some(rig) = rig().await else { return };
     let c = every_slot_held_by_node_b().await;
-    let config = c.config_file("admin", SLOTS);
+    let config = c.config(SLOTS);
     // A drain of 10 minutes would wait 5 for a slot; --force looks once.
     let r = tokio::time::timeout(
         Duration::from_secs(60),
@@ -184,7 +184,7 @@ async fn an_incomplete_drain_reboots_only_with_force() {
         pdb(NS, "db", "db", 1),
     ])
     .await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli_on_bus(&config, &["reboot", "--drain-timeout", "2s"], rig.address()).await;
     assert_eq!(r.code, 1, "{}\n{}", r.stdout, r.stderr);
     assert!(
@@ -212,7 +212,7 @@ async fn an_incomplete_drain_reboots_only_with_force() {
 #[tokio::test]
 async fn bad_durations_are_usage_errors() {
     let c = Cluster::start(vec![]).await;
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let r = cli(&config, &["reboot", "--slot-timeout", "soon"]).await;
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(

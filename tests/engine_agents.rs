@@ -129,7 +129,7 @@ async fn without_restore_keys_nothing_is_waited_for() {
 #[tokio::test]
 async fn status_says_what_a_restore_would_wait_for() {
     let c = rebooted_node().await;
-    let config = c.config_file("admin", AGENTS);
+    let config = c.config(AGENTS);
     let run = cli(&config, &["status"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(

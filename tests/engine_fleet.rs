@@ -25,9 +25,9 @@ const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-shutdown-drai
 const SLOT: &str = "kube-shutdown-drain-slot-0";
 const BOOT: &str = "0b0e1d00-0000-4000-8000-000000000001";
 
-/// Settings for `node` with admin credentials, `[fleet] slots = 1` and `extra` TOML.
+/// Settings for `node` with its own shipped identity, `[fleet] slots = 1` and `extra` TOML.
 fn settings_for(c: &Cluster, node: &str, extra: &str) -> Arc<Settings> {
-    let kc = c.kubeconfig("admin");
+    let kc = c.kubeconfig(&identity_of(node));
     let text = format!(
         "node_name = \"{node}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n[fleet]\nslots = 1\n{extra}",
         kc.display(),

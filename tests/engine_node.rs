@@ -823,7 +823,7 @@ async fn a_server_answering_5xx_until_the_deadline_is_unreachable() {
     assert_eq!(c.server.recorder().count("PATCH", "/nodes/"), 0);
     assert!(stored_marker(&c.node(NODE)).is_none());
 
-    let config = c.config_file("admin", "[drain]\ntimeout = \"1s\"\n");
+    let config = c.config("[drain]\ntimeout = \"1s\"\n");
     let r = cli(&config, &["drain"]).await;
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert!(r.stderr.contains(NODE), "{}", r.stderr);

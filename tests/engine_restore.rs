@@ -390,7 +390,7 @@ async fn restore_clears_each_kind_of_foreign_marker_and_undoes_nothing() {
 async fn status_shows_a_foreign_marker_and_a_cordon_that_is_not_ours() {
     let c = Cluster::start(vec![]).await;
     set_marker_text(&c, "{not json");
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let run = cli(&config, &["status"]).await;
     assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("FOREIGN"), "{}", run.stdout);
@@ -606,7 +606,7 @@ async fn a_label_set_again_by_an_admin_after_ours_stays_at_restore() {
     admin_labels(&c, Some("true")).await;
     assert_eq!(lb_label_owners(&c.node(NODE)), ["kubectl"]);
     // `status` says so before the restore.
-    let config = c.config_file("admin", "");
+    let config = c.config("");
     let run = cli(&config, &["status", "--output", "json"]).await;
     let v: Value = serde_json::from_str(&run.stdout).expect(&run.stderr);
     assert!(v["label_kept"].as_str().unwrap().contains("kubectl"), "{v}");

@@ -126,6 +126,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             "see evicted pods go",
         ),
         perm("create", "", "pods", "eviction", Any, true, "evict pods"),
+        perm(
+            "get",
+            "",
+            "pods",
+            "",
+            Any,
+            false,
+            "see a pod an eviction's 404 or conflict called gone",
+        ),
         perm("create", "", "events", "", OurEvents, false, "Node Events"),
         perm(
             "get",
@@ -489,4 +498,111 @@ async fn taint_dry_run(
         )
         .await
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    //! `check`'s list and the shipped rbac.yaml are one list: every review `check` sends is
+    //! allowed to a node's dedicated identity by the fake API server's RBAC evaluation of the
+    //! shipped objects, and every permission the manifests grant is one `check` reviews.
+
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use fake_apiserver::auth::{Attributes, Identity};
+    use fake_apiserver::rbac::Policy;
+
+    use super::*;
+
+    const RBAC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/packaging/manifests/rbac.yaml");
+
+    /// Settings under which `check` reviews every permission it knows.
+    fn every_feature() -> Settings {
+        Settings::from_str_at(
+            Path::new("/test/config.toml"),
+            "node_name = \"node-a\"\n[drain]\non_deadline = \"delete\"\nwait_for_detach = true\n\
+             [fleet]\nslots = 2\n",
+        )
+        .unwrap_or_else(|e| panic!("test settings are valid: {e}"))
+    }
+
+    fn attributes(review: &SelfSubjectAccessReview) -> Attributes {
+        let a = review
+            .spec
+            .resource_attributes
+            .clone()
+            .expect("a resource review");
+        Attributes {
+            verb: a.verb.unwrap_or_default(),
+            group: a.group.unwrap_or_default(),
+            resource: a.resource.unwrap_or_default(),
+            subresource: a.subresource.unwrap_or_default(),
+            namespace: a.namespace.unwrap_or_default(),
+            name: a.name.unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn the_shipped_rbac_allows_every_review_check_sends() {
+        let settings = every_feature();
+        let policy = Policy::load(Path::new(RBAC)).unwrap_or_else(|e| panic!("{e}"));
+        let identity = Identity::from_user("system:serviceaccount:kube-shutdown-drain:node-a");
+        let denied: Vec<String> = permissions(&settings)
+            .iter()
+            .map(|p| attributes(&review_of(p, &settings)))
+            .filter(|a| {
+                policy
+                    .allowed_by(&identity.user(), &identity.groups(), a)
+                    .is_none()
+            })
+            .map(|a| a.denial(&identity))
+            .collect();
+        assert!(denied.is_empty(), "{RBAC} lacks:\n{}", denied.join("\n"));
+    }
+
+    #[test]
+    fn the_shipped_rbac_grants_nothing_check_does_not_review() {
+        let text = std::fs::read_to_string(RBAC).unwrap_or_else(|e| panic!("{RBAC}: {e}"));
+        let objects =
+            fake_apiserver::parse_documents(&text, RBAC).unwrap_or_else(|e| panic!("{e}"));
+        let mut granted = BTreeSet::new();
+        for role in objects
+            .iter()
+            .filter(|o| matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")))
+        {
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                let list = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                };
+                for group in list("apiGroups") {
+                    for resource in list("resources") {
+                        for verb in list("verbs") {
+                            granted.insert((verb, group.clone(), resource.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        let reviewed: BTreeSet<(String, String, String)> = permissions(&every_feature())
+            .iter()
+            .map(|p| {
+                let resource = if p.subresource.is_empty() {
+                    p.resource.to_owned()
+                } else {
+                    format!("{}/{}", p.resource, p.subresource)
+                };
+                (p.verb.to_owned(), p.group.to_owned(), resource)
+            })
+            .collect();
+        let extra: Vec<_> = granted.difference(&reviewed).collect();
+        assert!(
+            extra.is_empty(),
+            "{RBAC} grants what check does not review: {extra:?}"
+        );
+    }
 }

@@ -14,8 +14,10 @@ use crate::logind::{LogindOptions, NotifySocket, Outcome, Rig};
 
 /// The node the demo seed describes.
 pub const NODE: &str = "demo-node-1";
-/// A cluster-admin token for the fake API server (any token that is not `system:node:*`).
-pub const ADMIN_TOKEN: &str = "daemon-test-admin";
+/// The identity the product ships for [`NODE`]: its own ServiceAccount in the namespace of
+/// packaging/manifests/rbac.yaml (packaging/make-node-kubeconfig), authorized by the fake with
+/// the shipped RBAC objects alone.
+pub const IDENTITY: &str = "system:serviceaccount:kube-shutdown-drain:demo-node-1";
 /// The environment variable `kube-shutdown-drain run` reads the boot-ID file from (tests only).
 pub const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 /// The environment variable naming the directory `run` watches for logind's schedule file
@@ -158,12 +160,14 @@ impl World {
         })
         .await
         .expect("start the fake API server");
+        let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/manifests/rbac.yaml");
+        api.set_rbac(fake_apiserver::Policy::load(&rbac).unwrap_or_else(|e| panic!("{e}")));
         let dir = tempfile::Builder::new()
             .prefix("ksd-daemon-")
             .tempdir()
             .expect("a temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig, ADMIN_TOKEN)
+        api.write_kubeconfig(&kubeconfig, IDENTITY)
             .expect("write the kubeconfig");
         // The state directory on the target's disk, never a tmpfs /tmp: on a tmpfs the daemon
         // warns that its boot record will not survive a reboot, which is right there and noise
@@ -683,6 +687,16 @@ impl Drop for World {
     fn drop(&mut self) {
         self.notify_drain.abort();
         self.kill_daemon();
+        // A request the shipped rbac.yaml does not allow fails the test (unless the test
+        // provoked it and cleared the record: `world.api.clear_denials()`).
+        let denials = self.api.denials();
+        if !std::thread::panicking() && !denials.is_empty() {
+            let list: Vec<String> = denials.iter().map(ToString::to_string).collect();
+            panic!(
+                "the shipped rbac.yaml does not allow what the daemon of node {NODE} asked:\n  {}",
+                list.join("\n  ")
+            );
+        }
     }
 }
 

@@ -17,10 +17,31 @@ pub const NODE: &str = "node-a";
 pub const OTHER_NODE: &str = "node-b";
 pub const NS: &str = "work";
 
+/// The identity the product ships: `node-a`'s own ServiceAccount in the namespace of
+/// packaging/manifests/rbac.yaml, as packaging/make-node-kubeconfig creates it. The fake
+/// authorizes it by the shipped RBAC objects alone.
+pub const IDENTITY: &str = "system:serviceaccount:kube-shutdown-drain:node-a";
+
+/// The shipped identity of `node` (its ServiceAccount, named like the Node).
+pub fn identity_of(node: &str) -> String {
+    format!("system:serviceaccount:kube-shutdown-drain:{node}")
+}
+
+/// The RBAC objects the product ships (packaging/manifests/rbac.yaml).
+pub fn shipped_rbac() -> fake_apiserver::Policy {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/manifests/rbac.yaml");
+    fake_apiserver::Policy::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// A running fake API server and a scratch directory (kubeconfigs, boot id, state).
+///
+/// The server authorizes [`IDENTITY`] by the shipped rbac.yaml, and dropping the cluster fails
+/// the test when RBAC denied that identity anything (a request the manifests do not allow),
+/// unless the test called [`Cluster::expect_denials`].
 pub struct Cluster {
     pub server: FakeApiServer,
     pub dir: tempfile::TempDir,
+    expect_denials: std::sync::atomic::AtomicBool,
 }
 
 /// The marker annotation's text on `node`, if any.
@@ -34,6 +55,25 @@ pub fn marker_text(node: &Value) -> Option<String> {
 /// The marker on `node`, parsed; panics on text that is not JSON.
 pub fn stored_marker(node: &Value) -> Option<Value> {
     marker_text(node).map(|t| serde_json::from_str(&t).expect("the marker is JSON"))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let denials = self.server.denials();
+        if std::thread::panicking()
+            || self
+                .expect_denials
+                .load(std::sync::atomic::Ordering::Relaxed)
+            || denials.is_empty()
+        {
+            return;
+        }
+        let list: Vec<String> = denials.iter().map(ToString::to_string).collect();
+        panic!(
+            "the shipped rbac.yaml does not allow what the product asked:\n  {}",
+            list.join("\n  ")
+        );
+    }
 }
 
 impl Cluster {
@@ -59,16 +99,28 @@ impl Cluster {
                 Err(e) => panic!("the fake API server starts: {e:#}"),
             }
         };
+        server.set_rbac(shipped_rbac());
         let dir = tempfile::tempdir().expect("a temp dir");
         std::fs::write(
             dir.path().join("boot_id"),
             "0b0e1d00-0000-4000-8000-000000000001\n",
         )
         .unwrap();
-        Cluster { server, dir }
+        Cluster {
+            server,
+            dir,
+            expect_denials: false.into(),
+        }
     }
 
-    /// A kubeconfig for `token` (`admin`, or `system:node:NAME` for kubelet credentials).
+    /// Declares that this test provokes RBAC denials of a ServiceAccount on purpose.
+    pub fn expect_denials(&self) {
+        self.expect_denials
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A kubeconfig for `token` ([`IDENTITY`], `admin`, or `system:node:NAME` for kubelet
+    /// credentials).
     pub fn kubeconfig(&self, token: &str) -> PathBuf {
         let path = self
             .dir
@@ -80,9 +132,9 @@ impl Cluster {
         path
     }
 
-    /// Settings for `node-a` with admin credentials, plus `extra` TOML.
+    /// Settings for `node-a` with its shipped identity ([`IDENTITY`]), plus `extra` TOML.
     pub fn settings(&self, extra: &str) -> Arc<Settings> {
-        self.settings_as("admin", extra)
+        self.settings_as(IDENTITY, extra)
     }
 
     pub fn settings_as(&self, token: &str, extra: &str) -> Arc<Settings> {
@@ -111,6 +163,12 @@ impl Cluster {
         );
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    /// A config file for the binary: `node-a` with its shipped identity ([`IDENTITY`]), plus
+    /// `extra` TOML.
+    pub fn config(&self, extra: &str) -> PathBuf {
+        self.config_file(IDENTITY, extra)
     }
 
     /// Adds `{key, effect}` to `node-a`'s taints, as another writer would.

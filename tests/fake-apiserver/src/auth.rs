@@ -1,6 +1,8 @@
 //! Identities by bearer token (or Impersonate-User) and what each may do: `system:node:NAME` plays that node's kubelet
-//! under the Node authorizer, the `system:node` ClusterRole and NodeRestriction admission; any
-//! other token (or none) is a cluster admin.
+//! under the Node authorizer, the `system:node` ClusterRole and NodeRestriction admission;
+//! `system:serviceaccount:NS:NAME` is a ServiceAccount that RBAC governs (the server's loaded
+//! [`crate::rbac::Policy`], e.g. the shipped rbac.yaml); any other token (or none) is a cluster
+//! admin.
 //!
 //! The kubelet rules follow the bootstrap `system:node` ClusterRole and the NodeRestriction
 //! plugin of kubernetes/kubernetes (plugin/pkg/admission/noderestriction): it may read pods and
@@ -10,12 +12,19 @@
 
 use serde_json::Value;
 
+use crate::rbac::Policy;
+
 /// Who a request comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
     Admin,
     /// A node's kubelet credentials: `system:node:NAME`.
     Node(String),
+    /// A ServiceAccount's token: `system:serviceaccount:NAMESPACE:NAME`, under RBAC only.
+    ServiceAccount {
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Identity {
@@ -35,11 +44,31 @@ impl Identity {
             .filter(|u| !u.is_empty())
             .or(token)
         {
-            Some(user) => match user.strip_prefix("system:node:") {
-                Some(node) if !node.is_empty() => Identity::Node(node.to_string()),
-                _ => Identity::Admin,
-            },
+            Some(user) => Self::from_user(user),
             None => Identity::Admin,
+        }
+    }
+
+    /// The identity a user name stands for.
+    pub fn from_user(user: &str) -> Self {
+        if let Some(node) = user.strip_prefix("system:node:")
+            && !node.is_empty()
+        {
+            return Identity::Node(node.to_string());
+        }
+        match user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+        {
+            Some((namespace, name))
+                if !namespace.is_empty() && !name.is_empty() && !name.contains(':') =>
+            {
+                Identity::ServiceAccount {
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                }
+            }
+            _ => Identity::Admin,
         }
     }
 
@@ -48,14 +77,27 @@ impl Identity {
         match self {
             Identity::Admin => "admin".to_string(),
             Identity::Node(n) => format!("system:node:{n}"),
+            Identity::ServiceAccount { namespace, name } => {
+                format!("system:serviceaccount:{namespace}:{name}")
+            }
         }
     }
 
-    pub fn groups(&self) -> Vec<&'static str> {
-        match self {
-            Identity::Admin => vec!["system:masters", "system:authenticated"],
-            Identity::Node(_) => vec!["system:nodes", "system:authenticated"],
-        }
+    /// The groups the authenticator gives the identity (a ServiceAccount's, as the token
+    /// authenticator of kubernetes pkg/serviceaccount gives them).
+    pub fn groups(&self) -> Vec<String> {
+        let groups = match self {
+            Identity::Admin => vec!["system:masters".to_string()],
+            Identity::Node(_) => vec!["system:nodes".to_string()],
+            Identity::ServiceAccount { namespace, .. } => vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{namespace}"),
+            ],
+        };
+        groups
+            .into_iter()
+            .chain(["system:authenticated".to_string()])
+            .collect()
     }
 }
 
@@ -108,15 +150,23 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// empty for a plain RBAC denial; the 403 message appends it after a colon, as the real
 /// apiserver does. `field_node` is the `spec.nodeName` a field selector requires (the query's
 /// `fieldSelector`, or an access review's `resourceAttributes.fieldSelector`); `graph`
-/// answers for the objects the Node authorizer relates to a node ([`crate::node_graph`]).
+/// answers for the objects the Node authorizer relates to a node ([`crate::node_graph`]);
+/// `rbac` decides for a ServiceAccount.
 pub fn authorize(
     identity: &Identity,
     attrs: &Attributes,
     field_node: Option<&str>,
     graph: &Graph<'_>,
+    policy: &Policy,
 ) -> Result<(), String> {
     let node = match identity {
         Identity::Admin => return Ok(()),
+        Identity::ServiceAccount { .. } => {
+            return policy
+                .allowed_by(&identity.user(), &identity.groups(), attrs)
+                .map(|_| ())
+                .ok_or_else(String::new);
+        }
         Identity::Node(n) => n.as_str(),
     };
     if let Some(decision) = graph(node, attrs) {
@@ -208,6 +258,21 @@ pub fn node_may_write_node(node: &str, old: &Value, new: &Value) -> Result<(), S
         return Err(format!("node \"{node}\" is not allowed to modify taints"));
     }
     Ok(())
+}
+
+/// NodeRestriction on a Lease create by `node` (kubernetes plugin/pkg/admission/noderestriction,
+/// `admitLease`): the Node authorizer lets a node create any Lease in `kube-node-lease`, since a
+/// create names no object; admission then reads the name from the object: only its own.
+pub fn node_may_create_lease(node: &str, lease: &Value) -> Result<(), String> {
+    let name = lease
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if name == node {
+        Ok(())
+    } else {
+        Err("can only access node lease with the same name as the requesting node".to_string())
+    }
 }
 
 /// NodeRestriction on a pod delete or eviction by `node`: only pods bound to it.

@@ -20,6 +20,7 @@ pub mod node_graph;
 pub mod patch;
 pub mod pdb;
 mod proto;
+pub mod rbac;
 pub mod recorder;
 pub mod resources;
 pub mod seed;
@@ -36,6 +37,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 pub use faults::{FaultState, Faults, Route};
+pub use rbac::{Denial, Policy, RbacError};
 pub use recorder::{RecordedRequest, Recorder};
 pub use seed::{SeedError, load_file as load_seed_file, parse_documents};
 pub use sim::{KUBELET_ANNOTATION, PHASE_ANNOTATION, Timings};
@@ -88,6 +90,9 @@ impl FakeApiServer {
             faults: Faults::new(),
             port,
             listener: Mutex::new(server::ListenerState::new()),
+            // ServiceAccounts may only review their access until `set_rbac`.
+            rbac: Mutex::new(Arc::new(Policy::default())),
+            denials: Mutex::new(Vec::new()),
         });
         server::serve_listener(&app, listener)
             .with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
@@ -105,7 +110,8 @@ impl FakeApiServer {
     }
 
     /// Writes a kubeconfig for this server with a bearer `token` (`system:node:NAME` acts as
-    /// that node's kubelet, and is also written as `as:` because kubectl sends no token to an
+    /// that node's kubelet, `system:serviceaccount:NS:NAME` as that ServiceAccount under the
+    /// server's RBAC; both are also written as `as:` because kubectl sends no token to an
     /// `http://` server; anything else is an admin).
     pub fn write_kubeconfig(&self, path: &Path, token: &str) -> anyhow::Result<()> {
         std::fs::write(path, kubeconfig(&self.url(), token))
@@ -122,6 +128,32 @@ impl FakeApiServer {
 
     pub fn faults(&self) -> &Faults {
         &self.app.faults
+    }
+
+    /// Replaces the RBAC objects ServiceAccount tokens (`system:serviceaccount:NS:NAME`) are
+    /// authorized by, e.g. `Policy::load` of the shipped rbac.yaml. Until the first call they
+    /// may only review their access.
+    pub fn set_rbac(&self, policy: Policy) {
+        *self.app.rbac.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
+
+    /// Every request (answered 403) and access review (answered `allowed: false`) that RBAC
+    /// denied a ServiceAccount so far, in order.
+    pub fn denials(&self) -> Vec<Denial> {
+        self.app
+            .denials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Forgets the denials so far.
+    pub fn clear_denials(&self) {
+        self.app
+            .denials
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// The simulated kubelets: `stop(node)`, `start(node)`, `is_running(node)`.
@@ -237,9 +269,9 @@ impl Drop for FakeApiServer {
 
 /// A kubeconfig with one cluster (`fake`), one user with a bearer token, one context.
 pub fn kubeconfig(url: &str, token: &str) -> String {
-    // kubectl sends no bearer token over plain HTTP; `as:` (Impersonate-User) carries a node
-    // identity to it, and kube-rs sends both.
-    let impersonate = if token.starts_with("system:node:") {
+    // kubectl sends no bearer token over plain HTTP; `as:` (Impersonate-User) carries a node's
+    // or ServiceAccount's identity to it, and kube-rs sends both.
+    let impersonate = if auth::Identity::from_user(token) != auth::Identity::Admin {
         format!(
             "\n    as: {}",
             serde_json::to_string(token).unwrap_or_default()

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use fake_apiserver::{FakeApiServer, Options, load_seed_file};
+use fake_apiserver::{FakeApiServer, Options, Policy, load_seed_file};
 
 /// A fake Kubernetes API server for tests (plain HTTP on 127.0.0.1).
 #[derive(Parser)]
@@ -21,9 +21,14 @@ struct Cli {
     /// Where to write a kubeconfig pointing at the server.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Bearer token the kubeconfig carries (`system:node:NAME` acts as that node's kubelet).
+    /// Bearer token the kubeconfig carries (`system:node:NAME` acts as that node's kubelet,
+    /// `system:serviceaccount:NS:NAME` as a ServiceAccount under `--rbac`).
     #[arg(long, default_value = "admin")]
     token: String,
+    /// YAML file of Roles, ClusterRoles and bindings ServiceAccount tokens are authorized by
+    /// (e.g. packaging/manifests/rbac.yaml; repeatable).
+    #[arg(long)]
+    rbac: Vec<PathBuf>,
 }
 
 #[tokio::main]
@@ -40,11 +45,17 @@ async fn main() -> anyhow::Result<()> {
     for file in &cli.seed {
         seed.extend(load_seed_file(file)?);
     }
+    let mut rbac = Vec::new();
+    for file in &cli.rbac {
+        rbac.extend(load_seed_file(file)?);
+    }
+    let rbac = Policy::from_objects(&rbac, "--rbac")?;
     let server = FakeApiServer::start(Options {
         port: cli.port,
         seed,
     })
     .await?;
+    server.set_rbac(rbac);
     if let Some(path) = &cli.kubeconfig {
         server.write_kubeconfig(path, &cli.token)?;
     }

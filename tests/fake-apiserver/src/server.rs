@@ -22,6 +22,7 @@ use crate::auth::{self, Attributes, Identity};
 use crate::discovery;
 use crate::faults::{Action, Faults};
 use crate::patch::PatchType;
+use crate::rbac::{Denial, Policy};
 use crate::recorder::{RecordedRequest, Recorder};
 use crate::resources::{self, ResourceType};
 use crate::selector::{FieldSelector, LabelSelector};
@@ -42,6 +43,40 @@ pub(crate) struct App {
     pub faults: Faults,
     pub port: u16,
     pub listener: Mutex<ListenerState>,
+    /// The RBAC objects ServiceAccount identities are authorized by.
+    pub rbac: Mutex<Arc<Policy>>,
+    /// Every request and access review RBAC denied, in order.
+    pub denials: Mutex<Vec<Denial>>,
+}
+
+impl App {
+    fn policy(&self) -> Arc<Policy> {
+        self.rbac.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Authorizes `attrs` for `identity`; an RBAC denial (of a ServiceAccount) is recorded as
+    /// `kind` (`request` or `review`).
+    fn authorize(
+        &self,
+        kind: &'static str,
+        identity: &Identity,
+        attrs: &Attributes,
+        field_node: Option<&str>,
+    ) -> Result<(), String> {
+        let graph = |node: &str, a: &Attributes| crate::node_graph::decide(&self.store, node, a);
+        let decision = auth::authorize(identity, attrs, field_node, &graph, &self.policy());
+        if decision.is_err() && matches!(identity, Identity::ServiceAccount { .. }) {
+            self.denials
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Denial {
+                    kind,
+                    user: identity.user(),
+                    message: attrs.denial(identity),
+                });
+        }
+        decision
+    }
 }
 
 pub(crate) struct ListenerState {
@@ -691,8 +726,7 @@ async fn serve_resource(app: &Arc<App>, call: Call, t: Target) -> Response<Body>
         .flatten()
         .and_then(|f| FieldSelector::parse(f, |name| t.rt.accepts_field(name)).ok())
         .and_then(|f| f.required("spec.nodeName").map(str::to_owned));
-    let graph = |node: &str, a: &Attributes| crate::node_graph::decide(&app.store, node, a);
-    if let Err(reason) = auth::authorize(&call.identity, &attrs, field_node.as_deref(), &graph) {
+    if let Err(reason) = app.authorize("request", &call.identity, &attrs, field_node.as_deref()) {
         let what = if attrs.name.is_empty() {
             t.rt.qualified()
         } else {
@@ -1092,6 +1126,20 @@ fn create(store: &Store, call: &Call, t: &Target) -> Response<Body> {
             None,
         );
     }
+    if let Identity::Node(node) = &call.identity
+        && t.rt.key == "leases.coordination.k8s.io"
+        && let Err(message) = auth::node_may_create_lease(node, &obj)
+    {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        return failure(
+            403,
+            format!("{} \"{name}\" is forbidden: {message}", t.rt.qualified()),
+            Some(object_details(t.rt, name)),
+        );
+    }
     match store.create_rt(t.rt, t.namespace.as_deref(), obj) {
         Ok(created) => value_response(StatusCode::CREATED, &created),
         Err(e) => store_failure(Some(t.rt), &e),
@@ -1406,9 +1454,8 @@ fn self_subject_access_review(app: &App, call: &Call) -> Response<Body> {
                 namespace: s("namespace"),
                 name: s("name"),
             };
-            let graph = |node: &str, a: &Attributes| crate::node_graph::decide(&app.store, node, a);
             let field_node = review_field_node(ra.get("fieldSelector"));
-            let decision = auth::authorize(&call.identity, &attrs, field_node.as_deref(), &graph);
+            let decision = app.authorize("review", &call.identity, &attrs, field_node.as_deref());
             let ok = decision.is_ok();
             let reason = match decision {
                 Ok(()) => match &call.identity {
@@ -1416,6 +1463,11 @@ fn self_subject_access_review(app: &App, call: &Call) -> Response<Body> {
                         "allowed: the fake's admin identity may do anything".to_string()
                     }
                     Identity::Node(_) => "allowed by the fake's system:node rules".to_string(),
+                    // The binding that allowed it, as the RBAC authorizer says.
+                    Identity::ServiceAccount { .. } => app
+                        .policy()
+                        .allowed_by(&call.identity.user(), &call.identity.groups(), &attrs)
+                        .unwrap_or_default(),
                 },
                 Err(reason) if reason.is_empty() => attrs.denial(&call.identity),
                 Err(reason) => reason,

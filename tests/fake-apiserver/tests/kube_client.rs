@@ -1221,3 +1221,165 @@ async fn dry_run_requests_check_everything_and_store_nothing() {
     let node = server.store().get("Node", None, "node-a").expect("node");
     assert_eq!(node.pointer("/spec/unschedulable"), None);
 }
+
+fn lease(name: &str) -> Lease {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}
+    }))
+    .expect("lease")
+}
+
+/// NodeRestriction's `admitLease`: the Node authorizer lets a node create a Lease of any name
+/// in kube-node-lease (a create names no object), admission reads the name from the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_may_create_only_its_own_node_lease() {
+    let server = scenario().await;
+    let node_c: Api<Lease> = Api::namespaced(
+        client(&server, "system:node:node-c").await,
+        "kube-node-lease",
+    );
+    let status = api_status(
+        node_c
+            .create(&PostParams::default(), &lease("node-z"))
+            .await
+            .expect_err("another node's Lease"),
+    );
+    assert_eq!(status.code, 403, "{status:?}");
+    assert_eq!(status.reason, "Forbidden");
+    assert_eq!(
+        status.message,
+        "leases.coordination.k8s.io \"node-z\" is forbidden: can only access node lease with \
+         the same name as the requesting node"
+    );
+    assert!(
+        server
+            .store()
+            .get("Lease", Some("kube-node-lease"), "node-z")
+            .is_none()
+    );
+    node_c
+        .create(&PostParams::default(), &lease("node-c"))
+        .await
+        .expect("its own Lease");
+}
+
+/// A ServiceAccount under the shipped rbac.yaml: what its ClusterRole and the slots Role allow
+/// passes, anything else is 403 with the RBAC authorizer's message and recorded as a denial;
+/// its access reviews answer from the same rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_account_is_authorized_by_the_loaded_rbac() {
+    const SA: &str = "system:serviceaccount:kube-shutdown-drain:node-a";
+    let server = scenario().await;
+    let admin = client(&server, "admin").await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin);
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "kube-shutdown-drain"}}))
+                .expect("namespace"),
+        )
+        .await
+        .expect("namespace created");
+    let sa = client(&server, SA).await;
+    let pods: Api<Pod> = Api::all(sa.clone());
+    let daemonsets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+        Api::namespaced(sa.clone(), "work");
+    let slots: Api<Lease> = Api::namespaced(sa.clone(), "kube-shutdown-drain");
+
+    // No RBAC loaded: nothing but reviews.
+    let status = api_status(
+        pods.list(&ListParams::default().fields("spec.nodeName=node-a"))
+            .await
+            .expect_err("no rules yet"),
+    );
+    assert_eq!(status.code, 403);
+    assert_eq!(server.denials().len(), 1);
+    server.clear_denials();
+
+    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/manifests/rbac.yaml");
+    server.set_rbac(fake_apiserver::Policy::load(&rbac).expect("rbac.yaml loads"));
+    pods.list(&ListParams::default().fields("spec.nodeName=node-a"))
+        .await
+        .expect("the ClusterRole lists pods");
+    slots
+        .create(&PostParams::default(), &lease("kube-shutdown-drain-slot-0"))
+        .await
+        .expect("the slots Role creates Leases in its namespace");
+    assert!(server.denials().is_empty(), "{:?}", server.denials());
+
+    let status = api_status(
+        daemonsets
+            .list(&ListParams::default())
+            .await
+            .expect_err("no rule"),
+    );
+    assert_eq!(status.code, 403);
+    assert_eq!(
+        status.message,
+        format!(
+            "daemonsets.apps is forbidden: User \"{SA}\" cannot list resource \"daemonsets\" in \
+             API group \"apps\" in the namespace \"work\""
+        )
+    );
+    let elsewhere: Api<Lease> = Api::namespaced(sa.clone(), "default");
+    let status = api_status(
+        elsewhere
+            .create(&PostParams::default(), &lease("kube-shutdown-drain-slot-0"))
+            .await
+            .expect_err("the Role binds only in its namespace"),
+    );
+    assert_eq!(status.code, 403);
+    assert!(
+        status.message.ends_with("cannot create resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"default\""),
+        "{}",
+        status.message
+    );
+    let denials: Vec<String> = server.denials().iter().map(ToString::to_string).collect();
+    assert_eq!(denials.len(), 2, "{denials:?}");
+    assert!(denials.iter().all(|d| d.contains(SA)), "{denials:?}");
+
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(sa);
+    let ask = |verb: &str, group: &str, resource: &str, sub: &str| SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: (!sub.is_empty()).then(|| sub.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let evict = reviews
+        .create(
+            &PostParams::default(),
+            &ask("create", "", "pods", "eviction"),
+        )
+        .await
+        .expect("review")
+        .status
+        .expect("a status");
+    assert!(evict.allowed, "{evict:?}");
+    assert_eq!(
+        evict.reason.as_deref(),
+        Some(
+            "RBAC: allowed by ClusterRoleBinding \"kube-shutdown-drain\" of ClusterRole \
+             \"kube-shutdown-drain\" to Group \"system:serviceaccounts:kube-shutdown-drain\""
+        )
+    );
+    let get_daemonsets = reviews
+        .create(
+            &PostParams::default(),
+            &ask("get", "apps", "daemonsets", ""),
+        )
+        .await
+        .expect("review")
+        .status
+        .expect("a status");
+    assert!(!get_daemonsets.allowed, "{get_daemonsets:?}");
+    assert_eq!(server.denials().len(), 3);
+    assert_eq!(server.denials()[2].kind, "review");
+}
