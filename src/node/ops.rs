@@ -180,6 +180,12 @@ impl NodeOps<'_> {
         let mut current = node.clone();
         // Every round's attempts, so a prepare that gives up says how many writes it sent.
         let sent = AtomicUsize::new(0);
+        // Whether a round found the node changed by someone else: a round the deadline then
+        // cuts short (no answer in the time left) gives up because the node kept changing.
+        let mut contended = false;
+        let give_up = |e: NodeError, contended: bool| {
+            with_attempts(e, sent.load(Ordering::Relaxed), contended, &name)
+        };
         let (written, taint_forbidden, taint_error) = loop {
             let e = match self
                 .write_prepare_or_untainted(&current, &mut input, deadline, &sent)
@@ -188,16 +194,17 @@ impl NodeOps<'_> {
                 Ok(done) => break done,
                 Err(e) => e,
             };
+            contended |= matches!(e, NodeError::Contended { .. });
             let pause = backoff.next_pause();
             if !worth_another_prepare(&e) || Instant::now() + pause >= deadline {
-                return Err(with_attempts(e, sent.load(Ordering::Relaxed)));
+                return Err(give_up(e, contended));
             }
             tracing::warn!("cannot prepare node {name} yet ({e}); trying again in {pause:?}");
             tokio::time::sleep(pause).await;
             current = match self.get_by(deadline).await {
                 Ok(n) => n,
-                Err(e) if worth_another_prepare(&e) => continue,
-                Err(e) => return Err(with_attempts(e, sent.load(Ordering::Relaxed))),
+                Err(e) if worth_another_prepare(&e) && Instant::now() < deadline => continue,
+                Err(e) => return Err(give_up(e, contended)),
             };
         };
         let replaced_foreign = written
@@ -601,13 +608,22 @@ impl NodeOps<'_> {
 /// `e` with the attempts of every round when it is [`NodeError::Contended`]: one guarded write
 /// gives up after [`guarded::ATTEMPTS`], and a prepare tries round after round until its
 /// deadline, so the error says how many writes were sent, not one round's.
-fn with_attempts(e: NodeError, sent: usize) -> NodeError {
+/// A transient failure after contended rounds (the deadline cut the last read or write short)
+/// is said as the contention it ended: the node kept changing until the prepare's time was up.
+fn with_attempts(e: NodeError, sent: usize, contended: bool, node: &str) -> NodeError {
     match e {
         NodeError::Contended { node, what, .. } => NodeError::Contended {
             node,
             what,
             attempts: sent,
         },
+        NodeError::Get(ref a) | NodeError::WriteMarker(ref a) if contended && a.is_transient() => {
+            NodeError::Contended {
+                node: node.to_string(),
+                what: "prepare",
+                attempts: sent,
+            }
+        }
         e => e,
     }
 }
