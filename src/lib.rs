@@ -3,7 +3,7 @@
 
 pub mod api;
 pub mod backoff;
-pub mod budget;
+
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -12,6 +12,7 @@ pub mod engine;
 pub mod events;
 pub mod fleet;
 pub mod forecast;
+pub mod host;
 pub mod logging;
 pub mod node;
 pub mod policy;
@@ -20,4 +21,5 @@ pub mod scheduled;
 pub mod shutdown_kind;
 pub mod state_file;
 pub mod text;
+pub mod time_limit;
 pub mod words;

@@ -6,7 +6,7 @@ mod logind;
 
 use std::time::Duration;
 
-use kube_shutdown_drain::daemon::logind::{Logind, LogindError, ShutdownSignal};
+use kube_shutdown_drain::host::logind::{Logind, LogindError, ShutdownSignal};
 use kube_shutdown_drain::shutdown_kind::ShutdownKind;
 use logind::{LogindOptions, Rig};
 

@@ -426,7 +426,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     if !super::file_modes::check(&settings) {
         ok = false;
     }
-    if !super::logind_lines::logind_budget(&settings, "").await {
+    if !super::logind_lines::logind_time_limit(&settings, "").await {
         ok = false;
     }
     super::logind_lines::gate(&settings, "").await;

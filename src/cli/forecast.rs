@@ -12,7 +12,7 @@ use crate::forecast::{Verdict, read};
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
     let engine = Engine::new(settings.clone())?;
-    let (budget, logind) = read::logind_budget(&settings).await;
+    let (budget, logind) = read::logind_time_limit(&settings).await;
     let forecast = read::gather(&engine, &budget, logind).await?;
     match output {
         Output::Json => print_json(&forecast)?,
@@ -30,7 +30,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
 pub(crate) async fn line(settings: &Arc<Settings>, indent: &str) {
     let made = async {
         let engine = Engine::new(settings.clone())?;
-        let (budget, logind) = read::logind_budget(settings).await;
+        let (budget, logind) = read::logind_time_limit(settings).await;
         Ok::<_, CliError>(read::gather(&engine, &budget, logind).await?)
     };
     match made.await {

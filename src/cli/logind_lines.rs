@@ -1,21 +1,21 @@
 //! The logind lines `check` and `status` print: the shutdown budget from logind's
 //! `InhibitDelayMaxUSec` and whether the kubelet holds a delay inhibitor of its own.
 
-use crate::budget;
 use crate::cli::outln;
 use crate::config::Settings;
-use crate::daemon::logind::Logind;
+use crate::host::logind::Logind;
+use crate::time_limit;
 
 /// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
 /// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
 /// the configured drain timeout short.
-pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
+pub(crate) async fn logind_time_limit(settings: &Settings, indent: &str) -> bool {
     match Logind::connect().await {
         Err(e) => {
             outln!("{indent}logind: NOT REACHABLE ({e}); the daemon needs it");
             false
         }
-        Ok(logind) => match logind.budget(settings).await {
+        Ok(logind) => match logind.time_limit(settings).await {
             Err(e) => {
                 outln!("{indent}logind: cannot read InhibitDelayMaxUSec ({e})");
                 false
@@ -23,8 +23,8 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
             Ok(b) => {
                 outln!(
                     "{indent}logind: InhibitDelayMaxSec {}, shutdown drain budget {}",
-                    budget::seconds(b.logind_max),
-                    budget::seconds(b.drain)
+                    time_limit::seconds(b.logind_max),
+                    time_limit::seconds(b.drain)
                 );
                 kubelet_lock(&logind, settings, indent).await;
                 match b.warning {
@@ -44,14 +44,12 @@ pub(crate) async fn logind_budget(settings: &Settings, indent: &str) -> bool {
 /// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
 /// kubelet kills first.
 async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
-    match crate::daemon::kubelet::inspect(settings, logind).await {
+    match crate::host::kubelet::inspect(settings, logind).await {
         Err(e) => outln!("{indent}kubelet: cannot list logind's inhibitors ({e})"),
         Ok(Some(w)) => outln!("{indent}kubelet: WARNING {w}"),
         Ok(None) => outln!(
             "{indent}kubelet: holds no shutdown inhibitor ({})",
-            crate::daemon::kubelet::describe_grace(&crate::daemon::kubelet::settings_grace(
-                settings
-            ))
+            crate::host::kubelet::describe_grace(&crate::host::kubelet::settings_grace(settings))
         ),
     }
 }
@@ -74,9 +72,7 @@ pub(crate) async fn gate(settings: &Settings, indent: &str) {
         Ok(locks) => {
             let ours: Vec<&String> = locks
                 .iter()
-                .filter(|l| {
-                    !crate::daemon::logind::gate_holders(std::slice::from_ref(*l)).is_empty()
-                })
+                .filter(|l| !crate::host::logind::gate_holders(std::slice::from_ref(*l)).is_empty())
                 .map(|l| &l.2)
                 .collect();
             match ours.first() {
@@ -85,11 +81,11 @@ pub(crate) async fn gate(settings: &Settings, indent: &str) {
             }
         }
     }
-    let version = crate::daemon::systemd::version(logind.connection())
+    let version = crate::host::systemd::version(logind.connection())
         .await
         .ok();
     outln!(
         "{indent}reboot gate: {}",
-        crate::daemon::gate::binding_line(version.as_deref())
+        crate::host::systemd::binding_line(version.as_deref())
     );
 }

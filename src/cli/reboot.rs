@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::cli::slot_wait::{self, SlotWait};
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, out};
 use crate::config::Settings;
-use crate::daemon::logind::{Logind, gate_holders};
 use crate::engine::Engine;
+use crate::host::logind::{Logind, gate_holders};
 use crate::shutdown_kind::ShutdownKind;
 
 /// The `why` recorded in the marker and the report.

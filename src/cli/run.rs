@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use crate::cli::EXIT_USAGE;
 use crate::config::Settings;
-use crate::daemon::{logind, service};
+use crate::daemon::service;
 use crate::engine::Engine;
+use crate::host::logind;
 
 /// Names a file to read the boot ID from instead of `/proc/sys/kernel/random/boot_id`. Only the
 /// tests and the demo set it, to simulate a reboot without one.
@@ -17,7 +18,7 @@ pub const BOOT_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 /// Only the tests set it: the real path is fixed, as logind's is.
 pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
-/// How long SIGUSR1 opens the reboot gate (`500ms`, `3s`) instead of `daemon::gate::PASS`. Only
+/// How long SIGUSR1 opens the reboot gate (`500ms`, `3s`) instead of `config::DEFAULT_GATE_PASS`. Only
 /// the tests set it, to see a pass end without waiting two minutes.
 pub const GATE_PASS_ENV: &str = "KUBE_SHUTDOWN_DRAIN_GATE_PASS";
 

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::cli::{CliError, EXIT_DONE, Output, outln, print_json};
 use crate::config::Settings;
-use crate::daemon::boot_record::{self, PreviousBoot};
 use crate::engine::Engine;
+use crate::host::boot_record::{self, PreviousBoot};
 use crate::node::marker::restore_patch;
 use crate::node::{Marker, MarkerRead, read_marker};
 use crate::report::Report;
@@ -170,7 +170,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
                     .collect();
                 say!("  drain slots:   {}", each.join("; "));
             }
-            super::logind_lines::logind_budget(&settings, "  ").await;
+            super::logind_lines::logind_time_limit(&settings, "  ").await;
             super::logind_lines::gate(&settings, "  ").await;
             super::forecast::line(&settings, "  ").await;
             match &status.last_report {

@@ -61,7 +61,7 @@ pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
 /// `request_timeout` when absent: short, because the whole shutdown has a budget.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub use crate::budget::MIN_RELEASE_MARGIN;
+pub use crate::time_limit::MIN_RELEASE_MARGIN;
 /// The smallest `drain.retry_interval`: a refused eviction (403, 500) is retried at most ten
 /// times a second per pod, so a typo like "1ms" cannot flood the API server.
 pub const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(100);
@@ -328,7 +328,7 @@ pub struct FleetSettings {
     /// A slot held longer than this is free again.
     pub hold_max: Duration,
     pub on_no_slot: OnNoSlot,
-    /// Hold a logind block lock while no slot is open to this node (`crate::daemon::gate`).
+    /// Hold a logind block lock while no slot is open to this node (the daemon's gate).
     pub gate: bool,
 }
 
@@ -336,6 +336,11 @@ pub struct FleetSettings {
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-shutdown-drain";
 /// The default `[fleet] hold_max`.
 pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
+/// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
+/// shorter in tests): long enough for the
+/// command's call to logind that follows at once, short enough that a reboot logind refused for
+/// another reason does not leave the node ungated.
+pub const DEFAULT_GATE_PASS: Duration = Duration::from_secs(120);
 
 impl Default for FleetSettings {
     fn default() -> Self {
@@ -412,7 +417,7 @@ pub struct Settings {
     /// Not a TOML key: logind's schedule directory (`scheduled::SCHEDULE_DIR`), replaceable in
     /// tests.
     pub schedule_dir: PathBuf,
-    /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`daemon::gate::PASS`),
+    /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`DEFAULT_GATE_PASS`),
     /// shorter in tests.
     pub gate_pass: Duration,
     pub taint: TaintSettings,

@@ -116,7 +116,7 @@ pub fn settings(
             .map_or(DEFAULT_REQUEST_TIMEOUT, |DurationIn(d)| d),
         boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
         schedule_dir: PathBuf::from(crate::scheduled::SCHEDULE_DIR),
-        gate_pass: crate::daemon::gate::PASS,
+        gate_pass: super::DEFAULT_GATE_PASS,
         taint,
         filters,
         rules,

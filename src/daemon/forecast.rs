@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::budget::Budget;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::{ForecastFacts, Metrics};
 use crate::events::Reason;
 use crate::forecast::{self, Forecast, Verdict};
+use crate::time_limit::TimeLimit;
 
 /// The Event a forecast with `verdict` posts, given the last one posted (`None`: none yet):
 /// one when the verdict turns to blocked, one when it comes back to completes. Pure.
@@ -69,7 +69,7 @@ pub(crate) async fn run_every(
     interval: Duration,
     metrics: Metrics,
     mut idle: watch::Receiver<bool>,
-    budget: watch::Receiver<Option<Budget>>,
+    budget: watch::Receiver<Option<TimeLimit>>,
     blocked: watch::Sender<Option<String>>,
 ) {
     let node = access.settings.node_name.clone();
@@ -97,7 +97,7 @@ pub(crate) async fn run_every(
 /// One forecast: the metrics, and the Event when the verdict turned. The Event posted, if any.
 async fn once(
     access: &Access,
-    budget: &Budget,
+    budget: &TimeLimit,
     metrics: &Metrics,
     last_posted: Option<Reason>,
     blocked: &watch::Sender<Option<String>>,

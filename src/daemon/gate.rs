@@ -28,11 +28,6 @@ use tokio::time::Instant;
 
 use crate::daemon::access::Access;
 
-/// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
-/// shorter in tests): long enough for the
-/// command's call to logind that follows at once, short enough that a reboot logind refused for
-/// another reason does not leave the node ungated.
-pub const PASS: Duration = Duration::from_secs(120);
 /// The longest pause between two looks at the slots without a change of their Leases (a
 /// holder gone stale writes nothing): the watch carries every give-back at once, so this only
 /// bounds how long a stale holder keeps the gate closed.
@@ -45,9 +40,6 @@ const LOOK_EVERY: Duration = Duration::from_secs(60);
 pub const LOOK_MAX: Duration = Duration::from_secs(5);
 /// After a failed look, the next one comes this much later.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// The first systemd whose logind makes a `block` lock bind the lock holder's own UID (root).
-pub const BLOCK_BINDS_ROOT_FROM: u32 = 257;
-
 /// The lock's reason: why the gate is closed and how to get past it. Pure. The holders are the
 /// Leases' words, escaped ([`crate::text::escaped`]): logind hands the reason to whoever lists
 /// the locks or is refused a reboot (`systemctl reboot` prints it on the admin's terminal).
@@ -68,39 +60,6 @@ pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str
          on_no_slot says what its drain does); stopping kube-shutdown-drain.service drops this lock",
         why.join("; ")
     )
-}
-
-/// Whether the logind of systemd `version` (the manager's `Version` property: `257.13-1`,
-/// `v256`, `252.38-1~deb12u1`) holds root to a block lock; `None` when it cannot be read. Pure.
-pub fn binds_root(version: &str) -> Option<bool> {
-    let digits: String = version
-        .trim_start_matches('v')
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits
-        .parse::<u32>()
-        .ok()
-        .map(|major| major >= BLOCK_BINDS_ROOT_FROM)
-}
-
-/// What `check` and the daemon's start say of the gate on systemd `version`.
-pub fn binding_line(version: Option<&str>) -> String {
-    let way = "the way past it: `kube-shutdown-drain reboot [--force]`, or stopping \
-               kube-shutdown-drain.service";
-    match version.map(|v| (v, binds_root(v))) {
-        Some((v, Some(true))) => format!(
-            "systemd {v}: the reboot gate binds root too (a plain `systemctl reboot` is \
-             refused while it is closed; `-i` needs polkit); {way}"
-        ),
-        Some((v, Some(false))) => format!(
-            "systemd {v}: the reboot gate binds only unprivileged users (logind holds root to a \
-             block lock from systemd {BLOCK_BINDS_ROOT_FROM}); root's `systemctl reboot` passes \
-             it; {way}"
-        ),
-        Some((v, None)) => format!("systemd version {v:?} not understood; {way}"),
-        None => format!("the systemd version cannot be read; {way}"),
-    }
 }
 
 /// Follows the slots for the gate while `wanted` is true, sending each verdict: `Some(reason)`
@@ -176,24 +135,6 @@ async fn look_again(changes: &mut Option<crate::fleet::slots::Changes>, until: I
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn root_is_bound_from_systemd_257() {
-        for (version, want) in [
-            ("257.13-1~deb13u1", Some(true)),
-            ("v257", Some(true)),
-            ("258", Some(true)),
-            ("256.7", Some(false)),
-            ("252.38-1~deb12u1", Some(false)),
-            ("", None),
-            ("git", None),
-        ] {
-            assert_eq!(binds_root(version), want, "{version:?}");
-        }
-        assert!(binding_line(Some("257.13")).contains("binds root too"));
-        assert!(binding_line(Some("252.38")).contains("only unprivileged users"));
-        assert!(binding_line(None).contains("kube-shutdown-drain reboot [--force]"));
-    }
 
     #[test]
     fn the_reason_names_the_node_the_holders_and_the_way_past() {

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use crate::daemon::boot_record::UncleanCounts;
-use crate::daemon::writer::Writer;
 use crate::forecast::{Forecast, Verdict};
+use crate::host::boot_record::UncleanCounts;
+use crate::host::writer::Writer;
 use crate::report::Report;
 
 const PREFIX: &str = "kube_shutdown_drain";
@@ -370,7 +370,7 @@ impl Metrics {
         self.update(|s| s.gate_closed = Some(closed));
     }
 
-    pub fn budget(&self, drain: Duration, logind_max: Duration) {
+    pub fn time_limit(&self, drain: Duration, logind_max: Duration) {
         self.update(|s| s.budget = Some((drain, logind_max)));
     }
 

@@ -1,12 +1,9 @@
 //! The daemon: holds a logind delay inhibitor, drains on shutdown, restores on the next boot.
 
 mod access;
-pub mod boot_record;
+mod boot_event;
 pub mod forecast;
 pub mod gate;
-pub mod kubelet;
-pub mod lock;
-pub mod logind;
 pub mod metrics;
 mod outcome;
 pub mod phase;
@@ -14,5 +11,3 @@ pub mod restore;
 pub mod service;
 mod signals;
 pub mod status;
-pub mod systemd;
-pub mod writer;

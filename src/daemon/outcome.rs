@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::budget::seconds;
 use crate::config::Settings;
-use crate::daemon::boot_record::EndOutcome;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
+use crate::host::boot_record::EndOutcome;
 use crate::report::Report;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::seconds;
 
 /// How a shutdown's work ended.
 pub(crate) enum DrainOutcome {

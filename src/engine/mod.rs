@@ -89,7 +89,7 @@ enum SlotWay {
     Held { name: String, waited: Duration },
 }
 
-use crate::budget::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
+use crate::time_limit::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
 
 /// How long past its deadline building the clients may take before it is cut off (see
 /// [`Engine::clients_by`]).

@@ -4,7 +4,6 @@
 use tokio::time::Instant;
 
 use super::{Engine, Error, PrepareOutcome, SlotWay, evict_without_cordon_at};
-use crate::budget::FINAL_EVENTS_MAX;
 use crate::drain::DrainOptions;
 use crate::events::{NodeEvents, Reason as EventReason};
 use crate::fleet::{
@@ -12,6 +11,7 @@ use crate::fleet::{
     slots::{GivenBack, Taken},
 };
 use crate::report::{Report, SlotReport};
+use crate::time_limit::FINAL_EVENTS_MAX;
 
 impl Engine {
     /// With `[fleet] slots`, takes a drain slot before anything changes ([`crate::fleet`]),

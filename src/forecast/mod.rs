@@ -2,7 +2,7 @@
 //! and if not, what holds it and what would fix it. A pure function ([`forecast`]) over what a
 //! plan reads (the node's pods and their verdicts), the PodDisruptionBudgets of their
 //! namespaces, the other nodes (where a replacement must run), the shutdown budget
-//! (`daemon::budget::compute`) and the last report's timings; [`read`] gathers those (four
+//! (`time_limit::compute`) and the last report's timings; [`read`] gathers those (four
 //! lists, nothing written) and [`text`] renders the result.
 //!
 //! Per pod the drain would evict or wait for, a verdict:
@@ -36,11 +36,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde::Serialize;
 
 use self::budgets::{Block, Judgement, budget_name};
-use crate::budget::{self as shutdown_budget, Budget};
 use crate::config::{OnDeadline, Settings};
 use crate::policy::filters::{Action, Reason as PlanReason};
 use crate::policy::plan::{Plan, PlannedPod};
 use crate::report::{Outcome, Report};
+use crate::time_limit::{self as time_limit, TimeLimit};
 
 /// A replacement's scheduling, start and readiness, per budget round, when nothing measured it.
 pub const ASSUMED_REPLACEMENT_READY: Duration = Duration::from_secs(10);
@@ -88,7 +88,7 @@ pub struct Inputs<'a> {
     pub budgets: &'a [PodDisruptionBudget],
     /// Every node (where a replacement could run); `None` when not read.
     pub nodes: Option<&'a [Node]>,
-    pub budget: &'a Budget,
+    pub budget: &'a TimeLimit,
     pub logind: Logind,
     pub last: Option<&'a Report>,
     pub now: jiff::Timestamp,
@@ -304,7 +304,7 @@ pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
             assumptions.push(format!(
                 "volumes detach {} after their pods are gone (not measured: the last report has no detach \
                  times)",
-                shutdown_budget::seconds(ASSUMED_DETACH)
+                time_limit::seconds(ASSUMED_DETACH)
             ));
             ASSUMED_DETACH
         });
@@ -320,8 +320,8 @@ pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
                         "its volumes ({}) would detach at about {} after the drain's start, past the {} budget; \
                          the replacement waits on a Multi-Attach error until the volume is force-detached",
                         r.planned.claims.join(", "),
-                        shutdown_budget::seconds(detached),
-                        shutdown_budget::seconds(total)
+                        time_limit::seconds(detached),
+                        time_limit::seconds(total)
                     ),
                     "give the drain more time (below), or set [drain] wait_for_detach = false if the storage \
                      tolerates it"
@@ -338,7 +338,7 @@ pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
     if rows.iter().any(|r| r.round > 0) {
         assumptions.push(format!(
             "a replacement is Ready {} after an eviction (per budget round; not measured)",
-            shutdown_budget::seconds(ASSUMED_REPLACEMENT_READY)
+            time_limit::seconds(ASSUMED_REPLACEMENT_READY)
         ));
     }
     if let Logind::Assumed(why) = &inputs.logind {
@@ -451,15 +451,15 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                     r.takes = left;
                     r.goes = format!(
                         "already terminating; gone within {}",
-                        shutdown_budget::seconds(left)
+                        time_limit::seconds(left)
                     );
                     if left > total {
                         r.cut = Some((
                             "terminating-past-deadline",
                             format!(
                                 "already terminating, and its deletion allows it {} more, past the {} budget",
-                                shutdown_budget::seconds(left),
-                                shutdown_budget::seconds(total)
+                                time_limit::seconds(left),
+                                time_limit::seconds(total)
                             ),
                             "wait for it to end before the shutdown".to_owned(),
                         ));
@@ -476,7 +476,7 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                     format!(
                         "the drain waits for it to complete ({what}) and it is still running; when it ends \
                          cannot be forecast, and the drain is cut if it has not within {}",
-                        shutdown_budget::seconds(total)
+                        time_limit::seconds(total)
                     ),
                     "let it finish before the shutdown, or drop the wait-completed rule or label"
                         .to_owned(),
@@ -521,7 +521,7 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
             let fit = if s.drain.fit_grace_to_deadline {
                 format!(
                     "its eviction asks for {} instead (fit_grace_to_deadline), so it is stopped before it is done",
-                    shutdown_budget::seconds(Duration::from_secs(left.as_secs().max(1)))
+                    time_limit::seconds(Duration::from_secs(left.as_secs().max(1)))
                 )
             } else {
                 "the power-off cuts it".to_owned()
@@ -532,7 +532,7 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                     format!(
                         "it waits for {} replacement(s) to be Ready elsewhere first, past the {} budget",
                         r.round,
-                        shutdown_budget::seconds(total)
+                        time_limit::seconds(total)
                     ),
                     "loosen its budget so that its pods can go at once, or give the drain more time (below)"
                         .to_owned(),
@@ -541,17 +541,14 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                 let (kind, what, fix) = if r.measured {
                     (
                         "slow-in-last-drain",
-                        format!(
-                            "it took {} in the last drain",
-                            shutdown_budget::seconds(r.takes)
-                        ),
+                        format!("it took {} in the last drain", time_limit::seconds(r.takes)),
                         "make it stop faster on SIGTERM, or give the drain more time (below)"
                             .to_owned(),
                     )
                 } else {
                     (
                         "grace-longer-than-time-left",
-                        format!("its grace period is {}", shutdown_budget::seconds(r.takes)),
+                        format!("its grace period is {}", time_limit::seconds(r.takes)),
                         format!(
                             "lower its terminationGracePeriodSeconds to {} or less, or give the drain more time \
                              (below)",
@@ -561,8 +558,8 @@ fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Optio
                 };
                 let detail = format!(
                     "{what}, longer than the {} left when its eviction starts at {}; {fit}",
-                    shutdown_budget::seconds(left),
-                    shutdown_budget::seconds(r.starts)
+                    time_limit::seconds(left),
+                    time_limit::seconds(r.starts)
                 );
                 (kind, detail, fix)
             });
@@ -669,8 +666,8 @@ fn summary(
             "node {node}: the drain completes: {} pod{} in about {} of the {} budget",
             pods.len(),
             if pods.len() == 1 { "" } else { "s" },
-            shutdown_budget::seconds(estimate.unwrap_or_default()),
-            shutdown_budget::seconds(drain)
+            time_limit::seconds(estimate.unwrap_or_default()),
+            time_limit::seconds(drain)
         );
     }
     let names: Vec<String> = blocking.iter().map(|b| b.budget.clone()).collect();
@@ -778,7 +775,7 @@ fn finish(
 /// What gives the drain `needed` (whole seconds, rounded up, plus the time the drain keeps back
 /// at the deadline): a longer `[drain] timeout` and, where logind would cut it, the
 /// `InhibitDelayMaxSec` that fits (the budget's own warning text).
-fn longer_budget(s: &Settings, budget: &Budget, needed: Duration) -> Vec<String> {
+fn longer_budget(s: &Settings, budget: &TimeLimit, needed: Duration) -> Vec<String> {
     let whole = Duration::from_secs(needed.as_secs() + 1);
     let mut fixes = Vec::new();
     let timeout = whole.max(s.drain.timeout);
@@ -789,11 +786,11 @@ fn longer_budget(s: &Settings, budget: &Budget, needed: Duration) -> Vec<String>
             s.source
                 .as_ref()
                 .map_or("the config file".into(), |p| p.display().to_string()),
-            shutdown_budget::seconds(needed)
+            time_limit::seconds(needed)
         ));
     }
     if let Some(w) =
-        shutdown_budget::compute(timeout, budget.logind_max, s.daemon.release_margin).warning
+        time_limit::compute(timeout, budget.logind_max, s.daemon.release_margin).warning
     {
         fixes.push(w.to_string());
     }

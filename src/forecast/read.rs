@@ -12,11 +12,11 @@ use tokio::time::Instant;
 use super::budgets::{self, budget_name};
 use super::{Forecast, Inputs, Logind, forecast};
 use crate::api::ApiError;
-use crate::budget::{self as shutdown_budget, Budget};
 use crate::config::Settings;
 use crate::engine::{self, Engine};
 use crate::policy::filters::Action;
 use crate::policy::plan::Plan;
+use crate::time_limit::{self as time_limit, TimeLimit};
 
 /// A forecast could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -47,12 +47,12 @@ impl ReadError {
 
 /// logind's budget from the system bus, or, when logind cannot be read, the budget a logind
 /// that fits the configuration would give (drain timeout plus release margin), with why.
-pub async fn logind_budget(settings: &Settings) -> (Budget, Logind) {
+pub async fn logind_time_limit(settings: &Settings) -> (TimeLimit, Logind) {
     let read = async {
-        let logind = crate::daemon::logind::Logind::connect()
+        let logind = crate::host::logind::Logind::connect()
             .await
             .map_err(|e| e.to_string())?;
-        logind.budget(settings).await.map_err(|e| e.to_string())
+        logind.time_limit(settings).await.map_err(|e| e.to_string())
     };
     match read.await {
         Ok(b) => (b, Logind::Read),
@@ -60,7 +60,7 @@ pub async fn logind_budget(settings: &Settings) -> (Budget, Logind) {
             let d = &settings.drain;
             let margin = settings.daemon.release_margin;
             (
-                shutdown_budget::compute(d.timeout, d.timeout + margin, margin),
+                time_limit::compute(d.timeout, d.timeout + margin, margin),
                 Logind::Assumed(why),
             )
         }
@@ -85,10 +85,10 @@ fn wants_nodes(plan: &Plan, pods: &[Pod], budgets: &[PodDisruptionBudget]) -> bo
     })
 }
 
-/// Reads what the forecast needs and makes it, against `budget` (see [`logind_budget`]).
+/// Reads what the forecast needs and makes it, against `budget` (see [`logind_time_limit`]).
 pub async fn gather(
     engine: &Engine,
-    budget: &Budget,
+    budget: &TimeLimit,
     logind: Logind,
 ) -> Result<Forecast, ReadError> {
     let settings = engine.settings().clone();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::budget::compute;
+use crate::time_limit::compute;
 
 const NODE: &str = "node-a";
 

@@ -2,11 +2,11 @@
 //! in one place (the lock, the boot record, the restore task, `quiet`, `STATUS=`, the metrics).
 
 use super::Daemon;
-use crate::daemon::boot_record;
-use crate::daemon::lock::Released;
-use crate::daemon::logind::{Logind, LogindError};
 use crate::daemon::phase::{Effect, Event, Phase, Undo};
 use crate::daemon::restore::{self, Trigger};
+use crate::host::boot_record;
+use crate::host::lock::Released;
+use crate::host::logind::{Logind, LogindError};
 
 /// How long the start waits for this boot's record to be written before READY=1.
 const BOOT_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -113,12 +113,12 @@ impl Daemon {
         } else {
             self.boot_log.shutdown_ended(end, detail)
         };
-        let by = tokio::time::Instant::now() + crate::budget::WRITE_ALLOWANCE;
+        let by = tokio::time::Instant::now() + crate::time_limit::WRITE_ALLOWANCE;
         if !self.boot_log.written(ticket, by).await {
             tracing::warn!(
                 "{} is still being written after {} ms; releasing the inhibitor for node {} first",
                 self.settings.state_dir.join(boot_record::FILE).display(),
-                crate::budget::WRITE_ALLOWANCE.as_millis(),
+                crate::time_limit::WRITE_ALLOWANCE.as_millis(),
                 self.settings.node_name
             );
         }
@@ -165,11 +165,11 @@ impl Daemon {
 
     fn show_waiting(&self) {
         let (drain, max) = self
-            .budget
+            .limit
             .as_ref()
             .map_or((None, None), |b| (Some(b.drain), Some(b.logind_max)));
         let secs = |d: Option<std::time::Duration>| {
-            d.map_or_else(|| "unknown".to_owned(), crate::budget::seconds)
+            d.map_or_else(|| "unknown".to_owned(), crate::time_limit::seconds)
         };
         self.status.set(format!(
             "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
@@ -183,11 +183,12 @@ impl Daemon {
     /// unclean end (retried in its own task until written).
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
         if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
-            self.engine.spawn(boot_record::post_until_done(
-                self.access.clone(),
-                self.boot_log.clone(),
-                previous,
-            ));
+            self.engine
+                .spawn(crate::daemon::boot_event::post_until_done(
+                    self.access.clone(),
+                    self.boot_log.clone(),
+                    previous,
+                ));
         }
         if let Some(record) = self.boot_log.record() {
             self.metrics.unclean(record.unclean);
@@ -222,7 +223,7 @@ impl Daemon {
         if let Some(logind) = logind {
             let (settings, logind) = (self.settings.clone(), logind.clone());
             self.engine
-                .spawn(async move { crate::daemon::kubelet::check(&settings, &logind).await });
+                .spawn(async move { crate::host::kubelet::check(&settings, &logind).await });
         }
     }
 

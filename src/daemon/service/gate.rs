@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::Daemon;
 use crate::daemon::gate;
-use crate::daemon::logind::{Logind, LogindError};
+use crate::host::logind::{Logind, LogindError};
 
 /// The gate as the loop holds it.
 pub(crate) struct Gate {
@@ -74,7 +74,7 @@ impl Daemon {
         ));
     }
 
-    /// SIGUSR1: the gate opens for `gate_pass` ([`gate::PASS`] outside tests), whatever the
+    /// SIGUSR1: the gate opens for `gate_pass` ([`crate::config::DEFAULT_GATE_PASS`] outside tests), whatever the
     /// slots say. A signal during a pass makes it start again, silently: one line per pass,
     /// however many signals come (each `kube-shutdown-drain reboot` sends one, a loop may send
     /// hundreds).
@@ -92,7 +92,7 @@ impl Daemon {
         if !passing {
             tracing::info!(
                 "sigusr1: the reboot gate of node {node} opens for {} (kube-shutdown-drain reboot)",
-                crate::budget::seconds(self.settings.gate_pass)
+                crate::time_limit::seconds(self.settings.gate_pass)
             );
         }
     }
@@ -122,7 +122,7 @@ impl Daemon {
                     node = %node,
                     "the pass of the reboot gate of node {node} ended: no shutdown came within {} \
                      of the last sigusr1",
-                    crate::budget::seconds(self.settings.gate_pass)
+                    crate::time_limit::seconds(self.settings.gate_pass)
                 );
             }
         }
@@ -191,14 +191,14 @@ impl Daemon {
 
 /// Says once what the gate binds on this systemd.
 async fn say_binding_of(logind: &Logind, node: &str) {
-    let version = crate::daemon::systemd::version(logind.connection()).await;
+    let version = crate::host::systemd::version(logind.connection()).await;
     if let Err(e) = &version {
         tracing::warn!("cannot read the systemd version for the reboot gate: {e}");
     }
     tracing::info!(
         node = %node,
         "reboot gate of node {node}: {}",
-        gate::binding_line(version.as_deref().ok())
+        crate::host::systemd::binding_line(version.as_deref().ok())
     );
 }
 

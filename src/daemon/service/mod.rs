@@ -21,20 +21,20 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::backoff::Backoff;
-use crate::budget::Budget;
 use crate::config::Settings;
 use crate::daemon::access::Access;
-use crate::daemon::boot_record::BootLog;
-use crate::daemon::lock::Inhibitor;
-use crate::daemon::logind::{InhibitorLock, Logind, LogindError, ShutdownSignal, ShutdownSignals};
 use crate::daemon::metrics::Metrics;
 use crate::daemon::outcome::Finished;
 use crate::daemon::phase::{Event, Phase};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
 use crate::daemon::status::Status;
-use crate::daemon::writer::Writer;
+use crate::host::boot_record::BootLog;
+use crate::host::lock::Inhibitor;
+use crate::host::logind::{InhibitorLock, Logind, LogindError, ShutdownSignal, ShutdownSignals};
+use crate::host::writer::Writer;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::TimeLimit;
 
 mod effects;
 mod gate;
@@ -69,7 +69,7 @@ pub enum DaemonError {
 struct Connection {
     logind: Logind,
     signals: ShutdownSignals,
-    budget: Budget,
+    limit: TimeLimit,
     under_way: Option<ShutdownKind>,
     lock: Option<InhibitorLock>,
 }
@@ -92,7 +92,7 @@ pub(crate) struct Daemon {
     boot_log: BootLog,
     boot_log_opened: bool,
     /// The budget as last read from logind.
-    budget: Option<Budget>,
+    limit: Option<TimeLimit>,
     /// The drain of the shutdown being drained, while it runs.
     drain: Option<Running>,
     /// How the last drain ended, until it is recorded and said.
@@ -112,7 +112,7 @@ pub(crate) struct Daemon {
     /// True while no drain runs and none is due: the forecast runs only then.
     idle: watch::Sender<bool>,
     /// The budget as last read from logind, for the forecast.
-    forecast_budget: watch::Sender<Option<Budget>>,
+    forecast_time_limit: watch::Sender<Option<TimeLimit>>,
     /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
     /// them in the stop phase.
     left_work: bool,
@@ -161,7 +161,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         boot_log: BootLog::with_writer(writer.clone()),
         metrics,
         boot_log_opened: false,
-        budget: None,
+        limit: None,
         drain: None,
         finished: None,
         restore: None,
@@ -172,7 +172,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         warm: None,
         scheduled: scheduled::Tracked::open(&settings),
         idle: watch::Sender::new(true),
-        forecast_budget: watch::Sender::new(None),
+        forecast_time_limit: watch::Sender::new(None),
         left_work: true,
         gate: gate::Gate::new(settings.fleet.gate),
         settings,
@@ -218,7 +218,7 @@ impl Daemon {
             interval,
             self.metrics.clone(),
             self.idle.subscribe(),
-            self.forecast_budget.subscribe(),
+            self.forecast_time_limit.subscribe(),
             self.gate.forecast_blocked.clone(),
         ));
     }
@@ -345,17 +345,18 @@ impl Daemon {
             // Only now is an old lock (from before a reconnect) released.
             self.inhibitor.hold(lock);
         }
-        self.budget = Some(made.budget.clone());
-        self.forecast_budget.send_replace(Some(made.budget.clone()));
+        self.limit = Some(made.limit.clone());
+        self.forecast_time_limit
+            .send_replace(Some(made.limit.clone()));
         self.metrics
-            .budget(made.budget.drain, made.budget.logind_max);
+            .time_limit(made.limit.drain, made.limit.logind_max);
         self.status
-            .set_degraded(made.budget.warning.as_ref().map(|w| {
+            .set_degraded(made.limit.warning.as_ref().map(|w| {
             format!(
                 "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
-                crate::budget::seconds(w.logind_max),
-                crate::budget::seconds(w.needed),
-                crate::budget::seconds(w.clamped_to)
+                crate::time_limit::seconds(w.logind_max),
+                crate::time_limit::seconds(w.needed),
+                crate::time_limit::seconds(w.clamped_to)
             )
         }));
         // The previous boot is judged (and this boot's record started) before READY=1.
@@ -471,8 +472,8 @@ async fn connect(address: &str, settings: &Settings) -> Connection {
 /// under way.
 async fn set_up(logind: Logind, settings: &Settings) -> Result<Connection, LogindError> {
     let node = &settings.node_name;
-    let budget = logind.budget(settings).await?;
-    if let Some(warning) = &budget.warning {
+    let limit = logind.time_limit(settings).await?;
+    if let Some(warning) = &limit.warning {
         tracing::error!("{warning}");
     }
     // Subscribe first: a shutdown that starts between the lock and the subscription would
@@ -502,7 +503,7 @@ async fn set_up(logind: Logind, settings: &Settings) -> Result<Connection, Login
     Ok(Connection {
         logind,
         signals,
-        budget,
+        limit,
         under_way,
         lock,
     })

@@ -20,12 +20,12 @@ use tracing::Instrument;
 
 use super::work;
 use super::{Daemon, Running};
-use crate::budget::seconds;
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::phase::{Event, Phase};
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::seconds;
 
 /// A schedule file that goes less than this before its time went because it fired (logind's
 /// timer and our clock reading are not the same instant).

@@ -10,12 +10,12 @@ use tracing::Instrument;
 use super::stop_stage::ASK_SYSTEMD_MAX;
 use super::work;
 use super::{Daemon, Running};
-use crate::budget::{self, Budget, RELEASE_GUARD, seconds};
 use crate::config::ShutdownPolicy;
-use crate::daemon::logind::Logind;
 use crate::daemon::outcome::{DrainOutcome, Finished};
-use crate::daemon::systemd;
+use crate::host::logind::Logind;
+use crate::host::systemd;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::{self, RELEASE_GUARD, TimeLimit, seconds};
 
 /// How long the shutdown path waits for logind to say its maximum again; a logind that does
 /// not answer by then costs no more of the budget, and the maximum read at connect is used.
@@ -35,7 +35,7 @@ impl Daemon {
         // logind's one timer started when it sent the signal; a shutdown found under way counts
         // from its recorded start.
         let counted_from = self.boot_log.shutdown_started(kind, announced_now);
-        let connect_budget = self.budget.clone();
+        let connect_budget = self.limit.clone();
         // Armed at once with what is known, before anything here can wait.
         if let Some(b) = &connect_budget {
             self.inhibitor.release_by(
@@ -45,11 +45,11 @@ impl Daemon {
         // The unit's stop timeout says whether the drain can go on in the stop phase; asked
         // while logind is, so it costs the window nothing more.
         let conn = logind.map(Logind::connection);
-        let (budget, stop_timeout) = tokio::join!(
-            self.budget_now(logind, connect_budget),
+        let (limit, stop_timeout) = tokio::join!(
+            self.time_limit_now(logind, connect_budget),
             systemd::stop_timeout_within(conn, ASK_SYSTEMD_MAX)
         );
-        let left = left(&node, counted_from, &budget, kind, true);
+        let left = left(&node, counted_from, &limit, kind, true);
         let deadline = started + left;
         self.inhibitor
             .release_by((deadline + RELEASE_GUARD).into_std());
@@ -58,12 +58,12 @@ impl Daemon {
         if !announced_now {
             say_under_way(&node, kind, guarded);
         }
-        let why = self.what_is_done(kind, policy, &budget, left, guarded);
+        let why = self.what_is_done(kind, policy, &limit, left, guarded);
         let reason = format!("{} of the host", kind.noun());
         let warm = self.warm.take();
         let access = self.access.clone();
         let status = self.status.clone();
-        let no_time = no_time(&budget, left);
+        let no_time = no_time(&limit, left);
         let grace_to = (policy == ShutdownPolicy::Drain && no_time.is_none()).then(|| {
             let window = deadline.saturating_duration_since(Instant::now());
             self.window_grace_to(window, &stop_timeout)
@@ -93,29 +93,34 @@ impl Daemon {
 
     /// The budget for this shutdown: logind's maximum read again ([`Daemon::reread_budget`]),
     /// else as read at connect.
-    async fn budget_now(&self, logind: Option<&Logind>, at_connect: Option<Budget>) -> Budget {
-        match self.reread_budget(logind).await {
-            Some(budget) => budget,
+    async fn time_limit_now(
+        &self,
+        logind: Option<&Logind>,
+        at_connect: Option<TimeLimit>,
+    ) -> TimeLimit {
+        match self.reread_time_limit(logind).await {
+            Some(limit) => limit,
             None => match at_connect {
-                Some(budget) => budget,
+                Some(limit) => limit,
                 // Never connected (cannot happen: a shutdown is learnt from logind): no time.
-                None => budget::compute(Duration::ZERO, Duration::ZERO, Duration::ZERO),
+                None => time_limit::compute(Duration::ZERO, Duration::ZERO, Duration::ZERO),
             },
         }
     }
 
     /// logind's maximum read again (an admin may have raised it since the connection), bounded
     /// by [`BUDGET_REREAD_MAX`]; the metrics follow.
-    async fn reread_budget(&self, logind: Option<&Logind>) -> Option<Budget> {
+    async fn reread_time_limit(&self, logind: Option<&Logind>) -> Option<TimeLimit> {
         let node = &self.settings.node_name;
-        let read = tokio::time::timeout(BUDGET_REREAD_MAX, logind?.budget(&self.settings)).await;
+        let read =
+            tokio::time::timeout(BUDGET_REREAD_MAX, logind?.time_limit(&self.settings)).await;
         match read {
-            Ok(Ok(budget)) => {
-                self.metrics.budget(budget.drain, budget.logind_max);
-                if let Some(warning) = &budget.warning {
+            Ok(Ok(limit)) => {
+                self.metrics.time_limit(limit.drain, limit.logind_max);
+                if let Some(warning) = &limit.warning {
                     tracing::error!("{warning}");
                 }
-                Some(budget)
+                Some(limit)
             }
             Ok(Err(e)) => {
                 tracing::warn!("{e}; using logind's maximum read at connect time for node {node}");
@@ -138,7 +143,7 @@ impl Daemon {
         &self,
         kind: ShutdownKind,
         policy: ShutdownPolicy,
-        budget: &Budget,
+        limit: &TimeLimit,
         left: Duration,
         guarded: bool,
     ) -> Option<String> {
@@ -155,7 +160,7 @@ impl Daemon {
             shutdown_kind = %kind,
             "logind announced a {what}; {doing} node {node} within {} (logind allows {})",
             seconds(left),
-            seconds(budget.logind_max)
+            seconds(limit.logind_max)
         );
         if guarded {
             self.status.set(format!(
@@ -185,16 +190,16 @@ impl Daemon {
 fn left(
     node: &str,
     counted_from: Option<Duration>,
-    budget: &Budget,
+    limit: &TimeLimit,
     kind: ShutdownKind,
     say: bool,
 ) -> Duration {
     let Some(from) = counted_from else {
-        return budget.drain;
+        return limit.drain;
     };
-    match crate::daemon::boot_record::boottime_now() {
+    match crate::host::boot_record::boottime_now() {
         Ok(now) => {
-            let left = budget::remaining(from, now, budget.drain);
+            let left = time_limit::remaining(from, now, limit.drain);
             if say {
                 tracing::info!(
                     "logind's timer for the {} started {} ago; {} of the {} budget is left for \
@@ -202,7 +207,7 @@ fn left(
                     kind.noun(),
                     seconds(now.saturating_sub(from)),
                     seconds(left),
-                    seconds(budget.drain)
+                    seconds(limit.drain)
                 );
             }
             left
@@ -214,7 +219,7 @@ fn left(
                      {node}"
                 );
             }
-            budget.drain
+            limit.drain
         }
     }
 }
@@ -235,14 +240,14 @@ fn say_under_way(node: &str, kind: ShutdownKind, guarded: bool) {
 
 /// What ends a shutdown's work before it starts: no time at all (logind's maximum within the
 /// margin), or a budget already spent (by an earlier daemon). Pure.
-fn no_time(budget: &Budget, left: Duration) -> Option<DrainOutcome> {
-    if budget.drain.is_zero() {
+fn no_time(limit: &TimeLimit, left: Duration) -> Option<DrainOutcome> {
+    if limit.drain.is_zero() {
         Some(DrainOutcome::NoTime {
-            logind_max: budget.logind_max,
+            logind_max: limit.logind_max,
         })
     } else if left.is_zero() {
         Some(DrainOutcome::Spent {
-            budget: budget.drain,
+            budget: limit.drain,
         })
     } else {
         None

@@ -2,7 +2,7 @@
 //! before the kubelet, the container runtime and the network (the unit is ordered after them),
 //! so what the window's drain left, or a shutdown that never went through logind
 //! (`systemctl start reboot.target`, SIGRTMIN+5 to PID 1), is drained here, within the unit's
-//! own stop timeout ([`crate::daemon::systemd`]) and what is left of `[drain] timeout`: that is
+//! own stop timeout ([`crate::host::systemd`]) and what is left of `[drain] timeout`: that is
 //! the drain's one time across both stages, so a drain that had all of it in logind's window
 //! (the shipped drop-in allows more than the default timeout) has no second stage. A plain `systemctl stop` or `restart` while the
 //! system runs stops at once, as before.
@@ -19,16 +19,16 @@ use tracing::Instrument;
 
 use super::work;
 use super::{Daemon, Running};
-use crate::budget::seconds;
 use crate::config::ShutdownPolicy;
-use crate::daemon::boot_record;
-use crate::daemon::logind::Logind;
 use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::phase::{Event, Phase};
-use crate::daemon::systemd::{self, AskError};
 use crate::drain::GraceTo;
+use crate::host::boot_record;
+use crate::host::logind::Logind;
+use crate::host::systemd::{self, AskError};
 use crate::report::GraceEnd;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::seconds;
 
 /// How long SIGTERM's handling waits for systemd to say whether the system shuts down and how
 /// long the unit may take; no answer by then is a plain stop. Also how long a shutdown's start
@@ -119,7 +119,7 @@ impl Daemon {
             .and_then(|s| s.boottime_ns)
             .map(Duration::from_nanos);
         match (started, boot_record::boottime_now()) {
-            (Some(from), Ok(now)) => crate::budget::remaining(from, now, timeout),
+            (Some(from), Ok(now)) => crate::time_limit::remaining(from, now, timeout),
             _ => timeout,
         }
     }

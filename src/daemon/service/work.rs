@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::budget::RELEASE_GUARD;
 use crate::daemon::access::Access;
 use crate::daemon::outcome::DrainOutcome;
 use crate::daemon::status::Status;
@@ -16,6 +15,7 @@ use crate::events::Reason as EventReason;
 use crate::policy::filters::Action;
 use crate::policy::plan::Plan;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::RELEASE_GUARD;
 
 /// When a shutdown's drain must be over, and where its evictions' grace periods end.
 pub(crate) struct Ends {

@@ -15,10 +15,10 @@ use zbus::proxy::CacheProperties;
 use zbus::{Connection, OwnedVariant, proxy};
 
 use crate::backoff::Backoff;
-use crate::budget::Budget;
 use crate::config::Settings;
-pub use crate::daemon::lock::InhibitorLock;
+pub use crate::host::lock::InhibitorLock;
 use crate::shutdown_kind::ShutdownKind;
+use crate::time_limit::TimeLimit;
 
 /// What logind's `Inhibit` is asked to block: shutdowns only, never sleep.
 const INHIBIT_WHAT: &str = "shutdown";
@@ -350,9 +350,9 @@ impl Logind {
 
     /// Reads logind's `InhibitDelayMaxUSec` and computes the budget for `settings`: what the
     /// daemon does at each connection and each shutdown, and what `check` and `status` show.
-    pub async fn budget(&self, settings: &Settings) -> Result<Budget, LogindError> {
+    pub async fn time_limit(&self, settings: &Settings) -> Result<TimeLimit, LogindError> {
         let max = self.inhibit_delay_max().await?;
-        Ok(crate::budget::compute(
+        Ok(crate::time_limit::compute(
             settings.drain.timeout,
             max,
             settings.daemon.release_margin,

@@ -16,7 +16,7 @@ use std::time::Duration;
 pub const MIN_RELEASE_MARGIN: Duration = Duration::from_secs(1);
 
 /// How long past the drain's deadline the inhibitor may still be held: the lock's own thread
-/// (`daemon::lock`) closes it then, whatever the drain, the disk, the journal or the runtime are
+/// (`host::lock`) closes it then, whatever the drain, the disk, the journal or the runtime are
 /// doing.
 pub const RELEASE_GUARD: Duration = Duration::from_millis(500);
 
@@ -47,18 +47,18 @@ pub const LOGIND_DROP_IN: &str = "/usr/lib/systemd/logind.conf.d/99-zz-kube-shut
 
 /// The shutdown budget and, when logind allows less than asked, why it was clamped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Budget {
+pub struct TimeLimit {
     /// How long prepare + drain may take, counted from `PrepareForShutdown(true)`.
     pub drain: Duration,
     /// logind's `InhibitDelayMaxUSec` the budget was computed from.
     pub logind_max: Duration,
     /// Set when logind's maximum is below the configured drain timeout plus the margin.
-    pub warning: Option<BudgetWarning>,
+    pub warning: Option<TimeLimitWarning>,
 }
 
 /// logind's maximum delay is too short for the configured drain timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BudgetWarning {
+pub struct TimeLimitWarning {
     /// What the configuration asks of logind: drain timeout + margin.
     pub needed: Duration,
     /// What logind allows.
@@ -67,7 +67,7 @@ pub struct BudgetWarning {
     pub clamped_to: Duration,
 }
 
-impl std::fmt::Display for BudgetWarning {
+impl std::fmt::Display for TimeLimitWarning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -86,16 +86,16 @@ impl std::fmt::Display for BudgetWarning {
 
 /// The budget: min(drain timeout, logind max - margin). Zero when logind's maximum does not
 /// even cover the margin; then the drain is skipped, not stretched.
-pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) -> Budget {
+pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) -> TimeLimit {
     let available = logind_max.saturating_sub(margin);
     let drain = drain_timeout.min(available);
     let needed = drain_timeout.saturating_add(margin);
-    let warning = (logind_max < needed).then_some(BudgetWarning {
+    let warning = (logind_max < needed).then_some(TimeLimitWarning {
         needed,
         logind_max,
         clamped_to: drain,
     });
-    Budget {
+    TimeLimit {
         drain,
         logind_max,
         warning,
@@ -105,8 +105,8 @@ pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) 
 /// What is left of `budget` at `now` for a shutdown whose logind timer started at `started_at`
 /// (both on one clock, e.g. CLOCK_BOOTTIME). Zero once the budget is spent. A start that lies
 /// after `now` (a clock that cannot be trusted) leaves the whole budget, never more.
-pub fn remaining(started_at: Duration, now: Duration, budget: Duration) -> Duration {
-    budget.saturating_sub(now.saturating_sub(started_at))
+pub fn remaining(started_at: Duration, now: Duration, limit: Duration) -> Duration {
+    limit.saturating_sub(now.saturating_sub(started_at))
 }
 
 /// A duration as seconds for humans: "5 s", "2.5 s".
@@ -146,18 +146,18 @@ mod tests {
             ((2.0, 5.0, 1.0), (2.0, false)),
         ];
         for ((timeout, max, margin), (want, warned)) in table {
-            let budget = compute(s(timeout), s(max), s(margin));
+            let limit = compute(s(timeout), s(max), s(margin));
             assert_eq!(
-                budget.drain,
+                limit.drain,
                 s(want),
                 "budget for timeout {timeout}, logind {max}, margin {margin}"
             );
             assert_eq!(
-                budget.warning.is_some(),
+                limit.warning.is_some(),
                 warned,
                 "warning for timeout {timeout}, logind {max}, margin {margin}"
             );
-            assert_eq!(budget.logind_max, s(max));
+            assert_eq!(limit.logind_max, s(max));
         }
     }
 
@@ -180,19 +180,19 @@ mod tests {
             // sub-second precision
             ((1.25, 3.5, 4.0), 1.75),
         ];
-        for ((started, now, budget), want) in table {
+        for ((started, now, limit), want) in table {
             assert_eq!(
-                remaining(s(started), s(now), s(budget)),
+                remaining(s(started), s(now), s(limit)),
                 s(want),
-                "remaining of {budget} s started at {started} s, now {now} s"
+                "remaining of {limit} s started at {started} s, now {now} s"
             );
         }
     }
 
     #[test]
     fn warning_names_the_drop_in_and_the_value_that_fixes_it() {
-        let budget = compute(s(60.0), s(5.0), s(1.0));
-        let warning = budget.warning.expect("5 s is below 61 s");
+        let limit = compute(s(60.0), s(5.0), s(1.0));
+        let warning = limit.warning.expect("5 s is below 61 s");
         assert_eq!(warning.needed, s(61.0));
         assert_eq!(warning.clamped_to, s(4.0));
         let text = warning.to_string();

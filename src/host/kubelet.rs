@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::Settings;
-use crate::daemon::logind::{Logind, LogindError};
 use crate::events::Reason as EventReason;
+use crate::host::logind::{Logind, LogindError};
 
 /// The `who` the kubelet's inhibitor carries (kubelet `nodeshutdown/systemd` `InhibitShutdown`).
 pub const KUBELET_WHO: &str = "kubelet";

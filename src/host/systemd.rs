@@ -118,9 +118,63 @@ pub fn stage_time(
     (!time.is_zero()).then_some(time)
 }
 
+/// The first systemd whose logind makes a `block` lock bind the lock holder's own UID (root).
+pub const BLOCK_BINDS_ROOT_FROM: u32 = 257;
+
+/// Whether the logind of systemd `version` (the manager's `Version` property: `257.13-1`,
+/// `v256`, `252.38-1~deb12u1`) holds root to a block lock; `None` when it cannot be read. Pure.
+pub fn binds_root(version: &str) -> Option<bool> {
+    let digits: String = version
+        .trim_start_matches('v')
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse::<u32>()
+        .ok()
+        .map(|major| major >= BLOCK_BINDS_ROOT_FROM)
+}
+
+/// What `check` and the daemon's start say of the gate on systemd `version`.
+pub fn binding_line(version: Option<&str>) -> String {
+    let way = "the way past it: `kube-shutdown-drain reboot [--force]`, or stopping \
+               kube-shutdown-drain.service";
+    match version.map(|v| (v, binds_root(v))) {
+        Some((v, Some(true))) => format!(
+            "systemd {v}: the reboot gate binds root too (a plain `systemctl reboot` is \
+             refused while it is closed; `-i` needs polkit); {way}"
+        ),
+        Some((v, Some(false))) => format!(
+            "systemd {v}: the reboot gate binds only unprivileged users (logind holds root to a \
+             block lock from systemd {BLOCK_BINDS_ROOT_FROM}); root's `systemctl reboot` passes \
+             it; {way}"
+        ),
+        Some((v, None)) => format!("systemd version {v:?} not understood; {way}"),
+        None => format!("the systemd version cannot be read; {way}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_is_bound_from_systemd_257() {
+        for (version, want) in [
+            ("257.13-1~deb13u1", Some(true)),
+            ("v257", Some(true)),
+            ("258", Some(true)),
+            ("256.7", Some(false)),
+            ("252.38-1~deb12u1", Some(false)),
+            ("", None),
+            ("git", None),
+        ] {
+            assert_eq!(binds_root(version), want, "{version:?}");
+        }
+        assert!(binding_line(Some("257.13")).contains("binds root too"));
+        assert!(binding_line(Some("252.38")).contains("only unprivileged users"));
+        assert!(binding_line(None).contains("kube-shutdown-drain reboot [--force]"));
+    }
 
     #[test]
     fn the_stage_is_the_unit_timeout_less_the_margin_capped_by_the_drain_timeout() {
