@@ -206,23 +206,27 @@ fn packaging_build_announces_the_sysext_image_build_sysext_makes() {
 }
 
 /// `text` without fenced code blocks and inline code spans: what is left is prose, whose
-/// headings and links GitHub renders.
+/// headings and links GitHub renders. A code span may run across lines but not across a
+/// paragraph, so backticks are paired within each paragraph.
 fn prose(text: &str) -> String {
     let mut fenced = false;
-    let mut out = String::new();
+    let mut paragraphs = vec![String::new()];
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-            continue;
+        } else if line.trim().is_empty() {
+            paragraphs.push(String::new());
+        } else if !fenced {
+            let last = paragraphs.last_mut().expect("a paragraph");
+            last.push_str(line);
+            last.push('\n');
         }
-        if fenced {
-            continue;
-        }
+    }
+    let mut out = String::new();
+    for paragraph in paragraphs {
         // Odd pieces between backticks are code spans.
-        for (i, piece) in line.split('`').enumerate() {
-            if i % 2 == 0 {
-                out.push_str(piece);
-            }
+        for piece in paragraph.split('`').step_by(2) {
+            out.push_str(piece);
         }
         out.push('\n');
     }
