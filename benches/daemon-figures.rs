@@ -1,4 +1,4 @@
-//! Prints the README's figures for issue 19's daemon side: how soon the lock goes after
+//! Prints docs/benchmarks.md's figures for issue 19's daemon side: how soon the lock goes after
 //! `PrepareForShutdown(true)` for a node an early drain (a scheduled shutdown) has drained
 //! already, against a normal drain of the same node; and what the idle daemon costs, with no
 //! schedule and the forecast at its default (off), the same without the schedule's watch, and

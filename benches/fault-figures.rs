@@ -1,5 +1,5 @@
-//! Prints the README's "under a hostile API server" table: the fake API server's fault knobs
-//! (latency, hang, the 410 knob, empty watches) against `drain`, `restore` and the daemon's
+//! Prints docs/benchmarks.md's "Under a hostile API server" table: the fake API server's fault
+//! knobs (latency, hang, the 410 knob, empty watches) against `drain`, `restore` and the daemon's
 //! shutdown path (`Engine::prepare_and_drain`, what `run` calls on PrepareForShutdown). Every
 //! scenario runs at once on its own fake server; the whole run takes about 15 s.
 //!

@@ -1,4 +1,4 @@
-//! Prints the README's fleet figures (issue 20): 20 nodes of one fake API server reboot
+//! Prints docs/benchmarks.md's fleet figures (issue 20): 20 nodes of one fake API server reboot
 //! together, each a machine of its own: the real `kube-shutdown-drain run` daemon on a private
 //! bus with the fake logind (`tests/logind`), a boot ID and a state directory. One `web`
 //! ReplicaSet has a pod on every node, under one budget (`maxUnavailable: 2`) that spans them

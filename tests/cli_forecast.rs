@@ -288,7 +288,7 @@ async fn the_budget_comes_from_logind_when_it_answers() {
     }
 }
 
-/// Issue 29: a forecast that cannot reach the API server exits 3, as the README's table says
+/// Issue 29: a forecast that cannot reach the API server exits 3, as the README's exit codes say
 /// (cluster unreachable), not 1 (a drain that would not complete), and says which server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forecast_that_cannot_reach_the_cluster_exits_3() {

@@ -2,7 +2,7 @@
 //! written into the directory the daemon is pointed at (tests only), drains the node before any
 //! `PrepareForShutdown`; removing it (`shutdown -c`) restores the node; the announcement after
 //! the early drain releases the lock; a schedule that fires and is never announced restores the
-//! node after the 30 s the README names; a garbled file warns and drains nothing; a kind
+//! node after the 30 s docs/forecast.md names; a garbled file warns and drains nothing; a kind
 //! `[shutdown]` maps to "none" is left alone.
 
 mod daemon_support;
@@ -157,7 +157,7 @@ async fn a_schedule_that_fired_and_was_never_announced_restores_the_node_30_s_af
     println!("restored {} ms after the schedule fired", after.as_millis());
     assert!(
         after >= Duration::from_secs(30),
-        "not before the 30 s the README names ({after:?}); log:\n{}",
+        "not before the 30 s docs/forecast.md names ({after:?}); log:\n{}",
         world.log()
     );
     world

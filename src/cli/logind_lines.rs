@@ -40,8 +40,7 @@ pub(crate) async fn logind_time_limit(settings: &Settings, indent: &str) -> bool
 }
 
 /// Warns when the kubelet holds its own delay inhibitor for shutdowns (Graceful Node Shutdown):
-/// it acts at the same moment as the daemon (README "Living with the kubelet's Graceful Node
-/// Shutdown"). A warning only: the daemon works, but budgets are not honoured for what the
+/// it acts at the same moment as the daemon (docs/kubelet.md). A warning only: the daemon works, but budgets are not honoured for what the
 /// kubelet kills first.
 async fn kubelet_lock(logind: &Logind, settings: &Settings, indent: &str) {
     match crate::host::kubelet::inspect(settings, logind).await {

@@ -31,7 +31,7 @@ pub enum ReadError {
 impl ReadError {
     /// No usable answer from the API server until the deadline (no answer, a timeout or a 5xx,
     /// as the Node read counts it), or the node is missing: exit 3 in the CLI, as the README's
-    /// table says; a list refused for what it asks (403) stays exit 1.
+    /// exit codes say; a list refused for what it asks (403) stays exit 1.
     pub fn is_unreachable(&self) -> bool {
         match self {
             ReadError::Engine(e) => e.is_unreachable() || e.is_node_missing(),

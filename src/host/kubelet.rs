@@ -112,7 +112,7 @@ pub fn warning(
         "the kubelet on node {node} holds a delay inhibitor for shutdowns (Graceful Node \
          Shutdown, {grace}): logind signals it at the same moment as us, and it kills pods \
          locally, ignoring disruption budgets, while we evict them; set shutdownGracePeriod: 0 \
-         (README \"Living with the kubelet's Graceful Node Shutdown\")"
+         (docs/kubelet.md)"
     ))
 }
 

@@ -3,7 +3,7 @@
 //! the Node as it was read and returns one JSON patch whose first operation `test`s the
 //! resourceVersion read, plus what the patch does; it sends nothing.
 //!
-//! What restore will never undo (README "What restore will never undo"): a cordon whose
+//! What restore will never undo (docs/restore.md): a cordon whose
 //! `spec.unschedulable` our field manager does not own alone ([`cordon_is_ours`]), a taint whose key
 //! is not ours ([`is_our_taint_key`]) unless a marker our manager alone wrote lists it
 //! ([`marker_is_ours`]), without a marker anything managedFields do not prove ours

@@ -110,7 +110,7 @@ pub fn lb_label(node: &Node) -> Option<&str> {
 /// rule as for the cordon ([`cordon_is_ours`]). One case it cannot see: an admin who re-sets the
 /// label to the value it already has with a plain write (`kubectl label --overwrite`, a merge
 /// patch) changes nothing, so the server records no new owner and restore removes the label
-/// (README "What restore will never undo" says how to keep it).
+/// (docs/restore.md, "What restore will never undo", says how to keep it).
 pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
     sole_owner(node, &LB_LABEL)
 }
