@@ -415,6 +415,9 @@ pub struct Settings {
     /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`daemon::gate::PASS`),
     /// shorter in tests.
     pub gate_pass: Duration,
+    /// Not a TOML key: how long a restore after a cancel watches for a prepare write that lands
+    /// late (`daemon::restore::LANDING_WINDOW`), shorter in tests.
+    pub landing_window: Duration,
     pub taint: TaintSettings,
     pub filters: FilterSettings,
     pub rules: Vec<Rule>,
