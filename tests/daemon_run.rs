@@ -1218,8 +1218,10 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
                     &prom,
                     &format!("kube_shutdown_drain_last_drain_deadline_reached{node}"),
                 ) == Some(1.0)
+                    && sample(&prom, "kube_shutdown_drain_inhibitor_lock_held") == Some(0.0)
             },
-            "the file has the last drain",
+            "the file has the last drain and the released lock (written off the shutdown \
+             path, a moment after the release)",
         )
         .await;
     assert_eq!(
