@@ -174,7 +174,7 @@ async fn policy_drain_for_a_kexec_records_the_kind_in_marker_report_and_events()
     assert_eq!(pods, STAYING, "log:\n{}", world.log());
     world.assert_drain_requests(&EVICTED);
     assert_eq!(world.marker().expect("a marker")["kind"], "kexec");
-    let report = world.last_report().expect("a report");
+    let report = world.expect_report("a report").await;
     assert_eq!(report["kind"], "kexec", "{report}");
     let said = messages(&world, "DrainStarted");
     assert!(said.iter().any(|m| m.contains("kexec")), "{said:?}");

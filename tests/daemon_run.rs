@@ -212,9 +212,7 @@ async fn a_budget_that_never_opens_releases_at_the_budget_and_names_pod_and_budg
     let log = world.log();
     // The final report, not the 429 line logged on every attempt: the report file names the
     // budget that held the pod, and so does the report the daemon logs after the release.
-    let report = world
-        .last_report()
-        .unwrap_or_else(|| panic!("no report in the state dir; log:\n{log}"));
+    let report = world.expect_report("no report in the state dir").await;
     assert_eq!(report["complete"], false, "{report}");
     let web = report["pods"]
         .as_array()
@@ -628,8 +626,8 @@ async fn killed_mid_drain_and_restarted_drains_without_a_lock_until_the_original
     // The drain kept to it: the report it wrote (the first daemon was killed before writing
     // one) lasted no longer than that, plus the daemon's 0.5 s overrun guard and slack.
     let report = world
-        .last_report()
-        .expect("the second drain wrote its report");
+        .expect_report("the second drain wrote its report")
+        .await;
     let took_ms = report["duration_ms"].as_f64().expect("duration_ms");
     assert!(
         report["deadline_reached"] == true && took_ms <= within * 1000.0 + 1500.0,
@@ -1220,8 +1218,10 @@ async fn the_metrics_textfile_follows_the_lock_the_drain_and_the_restore() {
                     &prom,
                     &format!("kube_shutdown_drain_last_drain_deadline_reached{node}"),
                 ) == Some(1.0)
+                    && sample(&prom, "kube_shutdown_drain_inhibitor_lock_held") == Some(0.0)
             },
-            "the file has the last drain",
+            "the file has the last drain and the released lock (written off the shutdown \
+             path, a moment after the release)",
         )
         .await;
     assert_eq!(

@@ -80,7 +80,7 @@ async fn a_shutdown_that_never_went_through_logind_is_drained_in_the_stop_phase(
         "{recorded}; log:\n{}",
         world.log()
     );
-    let report = world.last_report().expect("a report");
+    let report = world.expect_report("a report").await;
     assert!(
         report["why"]
             .as_str()
@@ -158,7 +158,7 @@ async fn after_a_complete_drain_the_stop_in_the_shutdown_drains_nothing_again() 
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(20)).await;
     world.rig.set_system_state("stopping").await;
-    let report = world.last_report().expect("the window's report");
+    let report = world.expect_report("the window's report").await;
     world.signal(Signal::SIGTERM);
     let status = exit_within(&mut world, Duration::from_secs(10)).await;
     assert!(status.is_some_and(|s| s.success()), "{status:?}");

@@ -196,6 +196,9 @@ async fn a_drain_that_ended_incomplete_is_reported_with_its_summary() {
     // The closed `web` budget keeps a pod until the 4 s deadline.
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(20)).await;
+    world
+        .expect_recorded_end("the boot record holds the drain's end")
+        .await;
     next_boot(&mut world).await;
     let event = the_event(&world, INCOMPLETE).await;
     let message = event["message"].as_str().unwrap();
@@ -214,6 +217,9 @@ async fn a_boot_that_ended_after_a_complete_drain_gets_no_event() {
     };
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(20)).await;
+    world
+        .expect_recorded_end("the boot record holds the drain's end")
+        .await;
     assert!(world.is_drained());
     next_boot(&mut world).await;
     let said =
@@ -246,6 +252,9 @@ async fn a_forged_boot_record_posts_one_short_clean_event() {
     };
     world.rig.reboot().await;
     world.expect_released(Duration::from_secs(20)).await;
+    world
+        .expect_recorded_end("the boot record holds the drain's end")
+        .await;
     world.kill_daemon();
     let path = world.state_dir().join("boot-record");
     let mut record: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();

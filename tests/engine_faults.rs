@@ -192,7 +192,12 @@ async fn a_server_that_stays_down_is_named_in_the_report() {
             .any(|e| e.contains(&url) && e.contains("unreachable") && e.contains(NODE)),
         "the report names the unreachable server {url} and node {NODE}:\n{text}"
     );
-    // The report file says the same.
+    // The report file says the same, once written: the drain waits for the write only briefly
+    // (`budget::WRITE_ALLOWANCE`), and a loaded machine's disk can take longer.
+    until("the report file of node-a", || {
+        engine.last_report().is_ok_and(|r| r.is_some())
+    })
+    .await;
     let stored = engine.last_report().unwrap().expect("a stored report");
     assert_eq!(stored.errors, report.errors);
 }

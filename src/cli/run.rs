@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cli::EXIT_USAGE;
 use crate::config::Settings;
@@ -21,6 +22,11 @@ pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 /// How long SIGUSR1 opens the reboot gate (`500ms`, `3s`) instead of `config::DEFAULT_GATE_PASS`. Only
 /// the tests set it, to see a pass end without waiting two minutes.
 pub const GATE_PASS_ENV: &str = "KUBE_SHUTDOWN_DRAIN_GATE_PASS";
+
+/// How long a restore after a cancelled shutdown watches for a prepare write that lands late
+/// (`3s`) instead of `config::DEFAULT_LANDING_WINDOW`. Only the tests set it, to see the slot
+/// given back without waiting a minute.
+pub const LANDING_WINDOW_ENV: &str = "KUBE_SHUTDOWN_DRAIN_LANDING_WINDOW";
 
 /// Runs the daemon until SIGTERM/SIGINT; returns the process exit code.
 pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
@@ -48,27 +54,21 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         }
         None => settings,
     };
-    let settings = match std::env::var(GATE_PASS_ENV) {
-        Ok(text) => {
-            let Some(pass) = crate::config::duration::parse_duration(&text) else {
-                tracing::error!(
-                    "cannot run for node {}: {GATE_PASS_ENV}={text:?} is not a duration \
-                     (500ms, 3s)",
-                    settings.node_name
-                );
-                return Ok(i32::from(EXIT_USAGE));
-            };
-            let mut changed = Settings::clone(&settings);
-            changed.gate_pass = pass;
-            tracing::info!(
-                "SIGUSR1 opens the reboot gate of node {} for {} ({GATE_PASS_ENV} is set; tests \
-                 only)",
-                changed.node_name,
-                crate::config::format_duration(pass)
-            );
-            Arc::new(changed)
-        }
-        Err(_) => settings,
+    let Some(settings) = test_duration(
+        settings,
+        GATE_PASS_ENV,
+        "SIGUSR1 opens the reboot gate",
+        |s| &mut s.gate_pass,
+    ) else {
+        return Ok(i32::from(EXIT_USAGE));
+    };
+    let Some(settings) = test_duration(
+        settings,
+        LANDING_WINDOW_ENV,
+        "a restore after a cancel watches for a late prepare write",
+        |s| &mut s.landing_window,
+    ) else {
+        return Ok(i32::from(EXIT_USAGE));
     };
     tracing::info!(
         "starting for node {} (config {}, system bus {})",
@@ -90,4 +90,33 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
     }
     service::run(settings, logind::system_bus_address()).await?;
     Ok(0)
+}
+
+/// `settings` with the duration `field` picks replaced by the test-only variable `var`, when it
+/// is set; `what` says in the log what the duration is. `None` (after an error line naming the
+/// node) when the variable is not a duration.
+fn test_duration(
+    settings: Arc<Settings>,
+    var: &str,
+    what: &str,
+    field: impl FnOnce(&mut Settings) -> &mut Duration,
+) -> Option<Arc<Settings>> {
+    let Ok(text) = std::env::var(var) else {
+        return Some(settings);
+    };
+    let Some(value) = crate::config::duration::parse_duration(&text) else {
+        tracing::error!(
+            "cannot run for node {}: {var}={text:?} is not a duration (500ms, 3s)",
+            settings.node_name
+        );
+        return None;
+    };
+    let mut changed = Settings::clone(&settings);
+    *field(&mut changed) = value;
+    tracing::info!(
+        "{what} for {} on node {} ({var} is set; tests only)",
+        crate::config::format_duration(value),
+        changed.node_name
+    );
+    Some(Arc::new(changed))
 }

@@ -341,6 +341,10 @@ pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
 /// command's call to logind that follows at once, short enough that a reboot logind refused for
 /// another reason does not leave the node ungated.
 pub const DEFAULT_GATE_PASS: Duration = Duration::from_secs(120);
+/// How long after a cancel a prepare write may still land (`Settings::landing_window`, shorter
+/// in tests): kube-apiserver's default `--request-timeout` (one minute), after which it gives
+/// up on a request itself.
+pub const DEFAULT_LANDING_WINDOW: Duration = Duration::from_secs(60);
 
 impl Default for FleetSettings {
     fn default() -> Self {
@@ -420,6 +424,9 @@ pub struct Settings {
     /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`DEFAULT_GATE_PASS`),
     /// shorter in tests.
     pub gate_pass: Duration,
+    /// Not a TOML key: how long a restore after a cancel watches for a prepare write that lands
+    /// late (`DEFAULT_LANDING_WINDOW`), shorter in tests.
+    pub landing_window: Duration,
     pub taint: TaintSettings,
     pub filters: FilterSettings,
     pub rules: Vec<Rule>,

@@ -117,6 +117,7 @@ pub fn settings(
         boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
         schedule_dir: PathBuf::from(crate::scheduled::SCHEDULE_DIR),
         gate_pass: super::DEFAULT_GATE_PASS,
+        landing_window: super::DEFAULT_LANDING_WINDOW,
         taint,
         filters,
         rules,

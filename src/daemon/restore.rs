@@ -24,9 +24,6 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between restore attempts: an API server that is down for long is retried twice
 /// a minute, which costs nothing and puts the node back soon after it returns.
 const RETRY_MAX: Duration = Duration::from_secs(30);
-/// How long after a cancel a prepare write may still land: kube-apiserver's default
-/// `--request-timeout` (one minute), after which it gives up on a request itself.
-const LANDING_WINDOW: Duration = Duration::from_secs(60);
 
 /// Why a restore runs; it decides which markers are ours to undo.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +136,7 @@ async fn attempt(
 /// to its request timeout). Watches the Node that long; true when a marker appeared.
 async fn late_marker(engine: &Engine, node: &str) -> Result<bool, Error> {
     tracing::info!("node {node} carries no marker of ours; nothing to restore");
-    let deadline = tokio::time::Instant::now() + LANDING_WINDOW;
+    let deadline = tokio::time::Instant::now() + engine.settings().landing_window;
     if !engine.wait_for_marker(deadline).await? {
         return Ok(false);
     }

@@ -456,6 +456,19 @@ impl World {
         .await;
     }
 
+    /// Waits until the boot record holds the end of its shutdown: the daemon records it off the
+    /// shutdown path, and the lock may go before a slow disk finished the write
+    /// (`budget::WRITE_ALLOWANCE`); a machine that went down before then ended "during the
+    /// drain", which a test of what comes after an ended drain does not want.
+    pub async fn expect_recorded_end(&self, why: &str) {
+        self.expect_until(
+            Duration::from_secs(10),
+            |w| w.recorded_shutdown().is_some_and(|s| !s["end"].is_null()),
+            why,
+        )
+        .await;
+    }
+
     /// Kills the daemon (SIGKILL) and starts it again at once, as systemd's restart would.
     pub fn restart_daemon(&mut self) {
         self.kill_daemon();
@@ -662,6 +675,14 @@ impl World {
     pub fn last_report(&self) -> Option<Value> {
         let text = std::fs::read_to_string(self.state_dir().join("last-report.json")).ok()?;
         Some(serde_json::from_str(&text).expect("last-report.json is JSON"))
+    }
+
+    /// The last report, once the daemon wrote it: the report file is written off the shutdown
+    /// path, and the lock may go before a slow disk finished it (`budget::WRITE_ALLOWANCE`).
+    pub async fn expect_report(&self, why: &str) -> Value {
+        self.expect_until(Duration::from_secs(10), |w| w.last_report().is_some(), why)
+            .await;
+        self.last_report().expect("the report just seen")
     }
 
     /// Waits for `check` to hold, polling every 20 ms.
