@@ -116,6 +116,14 @@ mod tests {
                 ),
             ),
             (
+                argv(&["/bin/sh", "-c", "exit 255"]),
+                Need::Unknown(
+                    "`/bin/sh -c exit 255` exited 255; only 1 (needed) and 0 (not needed) are \
+                     understood"
+                        .into(),
+                ),
+            ),
+            (
                 argv(&["/bin/sh", "-c", "kill -9 $$"]),
                 Need::Unknown("`/bin/sh -c kill -9 $$` was killed by signal 9".into()),
             ),

@@ -210,6 +210,13 @@ mod tests {
             .unwrap()
     }
 
+    /// The next answer after `change`, made once the watch is already waiting in the kernel
+    /// (`join!` polls the watch first), so only an inotify event can wake it.
+    async fn after(watch: &mut SentinelFile, change: impl FnOnce()) -> Need {
+        let (need, ()) = tokio::join!(next(watch), async { change() });
+        need
+    }
+
     #[tokio::test]
     async fn the_file_appearing_and_going_away_are_both_seen() {
         let dir = tempfile::tempdir().unwrap();
@@ -218,15 +225,15 @@ mod tests {
         let absent = Need::NotNeeded(format!("{} does not exist", file.display()));
         let present = Need::Needed(format!("{} exists", file.display()));
         assert_eq!(next(&mut watch).await, absent);
-        std::fs::write(&file, "*** System restart required ***\n").unwrap();
-        assert_eq!(next(&mut watch).await, present);
-        std::fs::remove_file(&file).unwrap();
-        assert_eq!(next(&mut watch).await, absent);
+        let write = || std::fs::write(&file, "*** System restart required ***\n").unwrap();
+        assert_eq!(after(&mut watch, write).await, present);
+        let remove = || std::fs::remove_file(&file).unwrap();
+        assert_eq!(after(&mut watch, remove).await, absent);
         // Renamed into place, as a careful writer does it.
         let temp = dir.path().join(".reboot-required.tmp");
         std::fs::write(&temp, "").unwrap();
-        std::fs::rename(&temp, &file).unwrap();
-        assert_eq!(next(&mut watch).await, present);
+        let rename = || std::fs::rename(&temp, &file).unwrap();
+        assert_eq!(after(&mut watch, rename).await, present);
     }
 
     /// A directory that does not exist yet is followed from its nearest existing ancestor, as
@@ -245,17 +252,19 @@ mod tests {
                 dir.path().join("a/b").display()
             ))
         );
-        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        let make_dirs = || std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
         // The directory alone changes the wording, not the answer's kind.
-        let dir_only = next(&mut watch).await;
+        let dir_only = after(&mut watch, make_dirs).await;
         assert!(matches!(dir_only, Need::NotNeeded(_)), "{dir_only}");
-        std::fs::write(&file, "").unwrap();
-        assert!(next(&mut watch).await.is_needed());
-        std::fs::remove_dir_all(dir.path().join("a")).unwrap();
-        assert_eq!(next(&mut watch).await, first);
-        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
-        std::fs::write(&file, "").unwrap();
-        let mut again = next(&mut watch).await;
+        let write = || std::fs::write(&file, "").unwrap();
+        assert!(after(&mut watch, write).await.is_needed());
+        let remove = || std::fs::remove_dir_all(dir.path().join("a")).unwrap();
+        assert_eq!(after(&mut watch, remove).await, first);
+        let both = || {
+            make_dirs();
+            write();
+        };
+        let mut again = after(&mut watch, both).await;
         if !again.is_needed() {
             // The directory's creation may be seen before the file's.
             again = next(&mut watch).await;
