@@ -4,8 +4,10 @@
 //! | file | owns |
 //! |---|---|
 //! | `window.rs` | the maintenance windows: is a reboot allowed now, when it opens, when it closes |
+//! | `fleetlock.rs` | the FleetLock protocol's requests and error bodies (zincati's reboot slots) |
 //! | `need.rs` | what a trigger says: a reboot needed, not needed, or unknown and why |
 
+pub mod fleetlock;
 pub mod need;
 pub mod window;
 #[cfg(test)]
