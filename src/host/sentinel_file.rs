@@ -229,8 +229,9 @@ mod tests {
         assert_eq!(after(&mut watch, write).await, present);
         let remove = || std::fs::remove_file(&file).unwrap();
         assert_eq!(after(&mut watch, remove).await, absent);
-        // Renamed into place, as a careful writer does it.
-        let temp = dir.path().join(".reboot-required.tmp");
+        // Renamed into place from another directory: only the arrival is seen here.
+        let elsewhere = tempfile::tempdir_in(dir.path().parent().unwrap()).unwrap();
+        let temp = elsewhere.path().join("reboot-required.tmp");
         std::fs::write(&temp, "").unwrap();
         let rename = || std::fs::rename(&temp, &file).unwrap();
         assert_eq!(after(&mut watch, rename).await, present);
