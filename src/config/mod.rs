@@ -13,6 +13,7 @@
 //! | `values.rs` | the checked newtypes (bounded durations, names, enum names) |
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
+//! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`, not yet read from the file (issue 31) |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -31,6 +32,9 @@ pub mod file;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
+pub mod reboot;
+#[cfg(test)]
+mod reboot_tests;
 pub mod selector;
 mod validate;
 mod values;

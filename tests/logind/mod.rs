@@ -126,6 +126,8 @@ pub struct Rig {
     logind: Option<Child>,
     /// The fake systemd manager, when a test started one ([`Rig::start_systemd`]).
     systemd: Option<Child>,
+    /// The fake update_engine, when a test started one ([`Rig::start_update_engine`]).
+    update_engine: Option<Child>,
     keeper: Child,
     options: LogindOptions,
     address: String,
@@ -175,6 +177,7 @@ impl Rig {
             bus,
             logind: None,
             systemd: None,
+            update_engine: None,
             keeper,
             options,
             address,
@@ -279,6 +282,32 @@ impl Rig {
         self.systemd = Some(self.spawn_mock(&template, &params, "systemd.log"));
         self.wait_for_name("org.freedesktop.systemd1", "systemd.log")
             .await;
+    }
+
+    /// Starts the fake Flatcar update_engine (`fake_update_engine.py`) on the bus, reporting
+    /// `operation` (e.g. `UPDATE_STATUS_IDLE`).
+    pub async fn start_update_engine(&mut self, operation: &str) {
+        let params = serde_json::json!({ "CurrentOperation": operation });
+        let template =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/logind/fake_update_engine.py");
+        self.update_engine = Some(self.spawn_mock(&template, &params, "update_engine.log"));
+        self.wait_for_name("com.coreos.update1", "update_engine.log")
+            .await;
+    }
+
+    /// Makes the fake update_engine report `operation` (and `new_version`) and send its
+    /// `StatusUpdate` signal.
+    pub async fn set_update_status(&self, operation: &str, new_version: &str) {
+        let conn = self.connection().await.expect("connect to the private bus");
+        conn.call_method(
+            Some("com.coreos.update1"),
+            "/com/coreos/update1",
+            Some(MOCK),
+            "SetStatus",
+            &(operation, new_version),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("fake update_engine SetStatus: {e}"));
     }
 
     /// Changes the fake systemd's `SystemState` (`stopping`: the system shuts down).
@@ -618,6 +647,9 @@ impl Drop for Rig {
     fn drop(&mut self) {
         if let Some(mut logind) = self.logind.take() {
             kill(&mut logind);
+        }
+        if let Some(mut update_engine) = self.update_engine.take() {
+            kill(&mut update_engine);
         }
         kill(&mut self.bus);
         kill(&mut self.keeper);
