@@ -76,6 +76,7 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     }
     let colour = std::io::stderr().is_terminal() && !no_color(std::env::var_os("NO_COLOR"));
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(STDERR_QUEUE_LINES)
         .lossy(true)
         .thread_name("log-writer")
         .finish(std::io::stderr());
@@ -87,6 +88,12 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
     warn_filter(problem.as_deref());
     Some(guard)
 }
+
+/// Lines the stderr queue holds before it drops them. tracing-appender's default, 128,000, is
+/// a bounded crossbeam channel whose slots are all written when it is made: 4 MiB resident for
+/// the life of the process. 4,096 lines (128 KiB) are a burst of a large drain; a stderr that
+/// falls further behind has stopped reading, and then lines are lost either way.
+const STDERR_QUEUE_LINES: usize = 4096;
 
 /// The filter when `KUBE_SHUTDOWN_DRAIN_LOG` is unset, empty or not a filter. kube's crates are
 /// off: their lines repeat, per attempt and as Debug dumps, what our one line per failure says.

@@ -120,14 +120,6 @@ pub(crate) struct Daemon {
     gate: gate::Gate,
 }
 
-/// Threads of the runtime the API calls run on: two, so one blocked in the kube client leaves
-/// the other working.
-const ENGINE_THREADS: usize = 2;
-/// Their stack: a drain's futures nest deep (drain, last stage, slots, the hold), and an
-/// unoptimised build keeps large frames on every poll; 8 MiB (tokio's default is 2 MiB) is
-/// address space, touched only as deep as a poll goes.
-const ENGINE_STACK: usize = 8 << 20;
-
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
 /// (`logind::system_bus_address()` in production).
 pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), DaemonError> {
@@ -135,13 +127,6 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let thread = |what| move |source| DaemonError::Thread { what, source };
     let inhibitor = Inhibitor::start().map_err(thread("inhibitor guard"))?;
     let writer = Writer::start().map_err(thread("file writer"))?;
-    let engine = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(ENGINE_THREADS)
-        .thread_name("engine")
-        .thread_stack_size(ENGINE_STACK)
-        .enable_all()
-        .build()
-        .map_err(thread("engine"))?;
     let node = settings.node_name.clone();
     warn_about_the_state_dir(&settings);
     let status = Status::default();
@@ -167,7 +152,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         restore: None,
         quiet: watch::Sender::new(false),
         ready_sent: false,
-        engine: engine.handle().clone(),
+        engine: tokio::runtime::Handle::current(),
         access: Access::new(settings.clone()),
         warm: None,
         scheduled: scheduled::Tracked::open(&settings),
@@ -197,8 +182,6 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         );
     }
     tracing::info!("stopped (node {node})");
-    // Its threads may be blocked in the kube client; they end with the process.
-    engine.shutdown_background();
     Ok(())
 }
 
