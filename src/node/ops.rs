@@ -312,7 +312,7 @@ impl NodeOps<'_> {
             // Cleared by another writer meanwhile: nothing left to do.
             MarkerRead::Absent => Ok(None),
             MarkerRead::Ours(m) => restore_patch(n, name, &m, key, remove_taints).map(Some),
-            MarkerRead::Foreign(why) => clear_foreign_patch(n, name, &why).map(Some),
+            MarkerRead::Foreign(why) => clear_foreign_patch(n, name, &why.to_string()).map(Some),
         })
         .await
     }
