@@ -58,7 +58,7 @@ pub const DEFAULT_KUBELET_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
 pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
-/// `request_timeout` when absent: short, because the whole shutdown has a budget.
+/// `request_timeout` when absent: short, because the whole shutdown has a time limit.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub use crate::time_limit::MIN_RELEASE_MARGIN;

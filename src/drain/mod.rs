@@ -62,8 +62,8 @@ use crate::words::count;
 const LIST_PAGE: u32 = 500;
 // The time kept back from the deadline for the deadline action and the final Events is short,
 // so an eviction sent under a slow server still has its answer counted (3 s latency, 10 s
-// budget); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
-// Events are for people, the drain is over. Both bounds live with the budget.
+// time limit); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
+// Events are for people, the drain is over. Both bounds live with the time limit.
 use crate::time_limit::{DRAIN_RESERVE_MAX as RESERVE_MAX, FINAL_EVENTS_MAX};
 
 /// How much of a drain's `total` time goes to evictions and waits: all but the time kept back

@@ -372,11 +372,36 @@ pub fn prepare_patch(
     {
         marker.taints.push(MarkerTaint::of(t));
     }
+    let ops = prepare_ops(node, name, &marker, add, cordons, excludes)?;
+    let patch = patch_of(ops).map_err(build_error(name, "prepare"))?;
+    Ok((
+        patch,
+        PreparePlan {
+            marker,
+            cordons,
+            taints: add.is_some(),
+            excludes,
+            replaced_foreign,
+        },
+    ))
+}
+
+/// The operations of a prepare write, after the guard: the marker, the taint `add` (if any),
+/// the cordon (if `cordons`) and the load-balancer label (if `excludes`), each added to what
+/// `node` already has.
+fn prepare_ops(
+    node: &Node,
+    name: &str,
+    marker: &Marker,
+    add: Option<&Taint>,
+    cordons: bool,
+    excludes: bool,
+) -> Result<Vec<Value>, NodeError> {
     let mut ops = vec![guard(node)];
     if node.spec.is_none() {
         ops.push(json!({"op": "add", "path": "/spec", "value": {}}));
     }
-    ops.push(marker_op(node, name, Some(&marker))?);
+    ops.push(marker_op(node, name, Some(marker))?);
     if let Some(t) = add {
         let has_list = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some();
         ops.push(if has_list {
@@ -395,17 +420,7 @@ pub fn prepare_patch(
             json!({"op": "add", "path": "/metadata/labels", "value": {EXCLUDE_LB_LABEL: "true"}})
         });
     }
-    let patch = patch_of(ops).map_err(build_error(name, "prepare"))?;
-    Ok((
-        patch,
-        PreparePlan {
-            marker,
-            cordons,
-            taints: add.is_some(),
-            excludes,
-            replaced_foreign,
-        },
-    ))
+    Ok(ops)
 }
 
 /// What a restore write does.
