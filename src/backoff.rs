@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 /// First pause after a transient failure.
 pub const FIRST: Duration = Duration::from_millis(100);
 /// Longest pause: long enough to spare a struggling server, short enough to use a control plane
-/// the moment it is back during a shutdown budget of seconds.
+/// the moment it is back during a shutdown time limit of seconds.
 pub const MAX: Duration = Duration::from_secs(2);
 /// Up to this fraction of a pause is taken off at random, so many nodes shutting down at once do
 /// not retry in step. Taken off, never added: no pause exceeds the curve.

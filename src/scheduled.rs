@@ -210,10 +210,30 @@ pub struct ScheduleWatch {
     fd: AsyncFd<Fd>,
     dir: PathBuf,
     on: On,
-    /// What the last call returned (`None`: nothing yet).
-    said: Option<Option<Schedule>>,
+    /// What the last call returned.
+    said: Said,
     /// The last read problem warned about, so a garbled file is warned about once.
     warned: Option<String>,
+}
+
+/// What [`ScheduleWatch::next`] returned last.
+#[derive(Debug, Clone, PartialEq)]
+enum Said {
+    /// It has not been called yet.
+    NothingYet,
+    /// No schedule.
+    NoSchedule,
+    /// This schedule.
+    Schedule(Schedule),
+}
+
+impl Said {
+    fn of(now: &Option<Schedule>) -> Said {
+        match now {
+            None => Said::NoSchedule,
+            Some(s) => Said::Schedule(s.clone()),
+        }
+    }
 }
 
 impl ScheduleWatch {
@@ -239,7 +259,7 @@ impl ScheduleWatch {
             fd,
             dir,
             on,
-            said: None,
+            said: Said::NothingYet,
             warned: None,
         })
     }
@@ -250,8 +270,9 @@ impl ScheduleWatch {
     pub async fn next(&mut self) -> Result<Option<Schedule>, WatchError> {
         loop {
             let now = self.read_now();
-            if self.said.as_ref() != Some(&now) {
-                self.said = Some(now.clone());
+            let said = Said::of(&now);
+            if self.said != said {
+                self.said = said;
                 return Ok(now);
             }
             self.wait_for_change().await?;

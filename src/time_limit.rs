@@ -1,4 +1,4 @@
-//! The shutdown budget: the one deadline for prepare + drain, computed by a pure function from
+//! The shutdown's time limit: the one deadline for prepare + drain, computed by a pure function from
 //! the configured drain timeout and logind's `InhibitDelayMaxUSec`, with the warning to show when
 //! logind allows less than the configuration asks for; and the allowances around it, each the
 //! longest some step may run past a deadline, all covered by the release margin (checked when
@@ -6,7 +6,7 @@
 //!
 //! logind runs one timer of `InhibitDelayMaxUSec` from `PrepareForShutdown(true)` and then shuts
 //! down whatever the locks say (systemd `manager_dispatch_delayed` in logind-dbus.c). The daemon
-//! must have released its lock before that timer fires, so its budget is the smaller of the drain
+//! must have released its lock before that timer fires, so its time limit is the smaller of the drain
 //! timeout and logind's maximum minus a safety margin (`[daemon] release_margin`).
 
 use std::time::Duration;
@@ -26,7 +26,7 @@ pub const RELEASE_GUARD: Duration = Duration::from_millis(500);
 pub const WRITE_ALLOWANCE: Duration = Duration::from_millis(100);
 
 /// The share of the drain's deadline kept back for the deadline action (`on_deadline`) and the
-/// final Node Events: min(this, a tenth of the budget).
+/// final Node Events: min(this, a tenth of the time limit).
 pub const DRAIN_RESERVE_MAX: Duration = Duration::from_millis(500);
 
 /// The final Node Events of a drain wait at most this long, and never past its deadline.
@@ -45,12 +45,12 @@ const _: () = assert!(RELEASE_GUARD.as_millis() < MIN_RELEASE_MARGIN.as_millis()
 /// `99-kubelet.conf` (drop-ins are read in file-name order and the last one wins).
 pub const LOGIND_DROP_IN: &str = "/usr/lib/systemd/logind.conf.d/99-zz-kube-shutdown-drain.conf";
 
-/// The shutdown budget and, when logind allows less than asked, why it was clamped.
+/// The shutdown's time limit and, when logind allows less than asked, why it was clamped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeLimit {
     /// How long prepare + drain may take, counted from `PrepareForShutdown(true)`.
     pub drain: Duration,
-    /// logind's `InhibitDelayMaxUSec` the budget was computed from.
+    /// logind's `InhibitDelayMaxUSec` the limit was computed from.
     pub logind_max: Duration,
     /// Set when logind's maximum is below the configured drain timeout plus the margin.
     pub warning: Option<TimeLimitWarning>,
@@ -84,7 +84,7 @@ impl std::fmt::Display for TimeLimitWarning {
     }
 }
 
-/// The budget: min(drain timeout, logind max - margin). Zero when logind's maximum does not
+/// The time limit: min(drain timeout, logind max - margin). Zero when logind's maximum does not
 /// even cover the margin; then the drain is skipped, not stretched.
 pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) -> TimeLimit {
     let available = logind_max.saturating_sub(margin);
@@ -102,9 +102,9 @@ pub fn compute(drain_timeout: Duration, logind_max: Duration, margin: Duration) 
     }
 }
 
-/// What is left of `budget` at `now` for a shutdown whose logind timer started at `started_at`
-/// (both on one clock, e.g. CLOCK_BOOTTIME). Zero once the budget is spent. A start that lies
-/// after `now` (a clock that cannot be trusted) leaves the whole budget, never more.
+/// What is left of `limit` at `now` for a shutdown whose logind timer started at `started_at`
+/// (both on one clock, e.g. CLOCK_BOOTTIME). Zero once the limit is spent. A start that lies
+/// after `now` (a clock that cannot be trusted) leaves the whole limit, never more.
 pub fn remaining(started_at: Duration, now: Duration, limit: Duration) -> Duration {
     limit.saturating_sub(now.saturating_sub(started_at))
 }
@@ -127,10 +127,10 @@ mod tests {
     }
 
     #[test]
-    fn budget_table() {
-        // (drain timeout, logind max, margin) -> (budget, warning expected)
+    fn time_limit_table() {
+        // (drain timeout, logind max, margin) -> (time limit, warning expected)
         let table = [
-            // logind generous: the drain timeout is the budget, no warning
+            // logind generous: the drain timeout is the limit, no warning
             ((60.0, 90.0, 1.0), (60.0, false)),
             // exactly enough: timeout + margin == logind max
             ((60.0, 61.0, 1.0), (60.0, false)),
@@ -150,7 +150,7 @@ mod tests {
             assert_eq!(
                 limit.drain,
                 s(want),
-                "budget for timeout {timeout}, logind {max}, margin {margin}"
+                "time limit for timeout {timeout}, logind {max}, margin {margin}"
             );
             assert_eq!(
                 limit.warning.is_some(),
@@ -163,19 +163,19 @@ mod tests {
 
     #[test]
     fn remaining_table() {
-        // (started at, now, budget) -> remaining
+        // (started at, now, limit) -> remaining
         let table = [
-            // the signal just came: the whole budget
+            // the signal just came: the whole limit
             ((100.0, 100.0, 10.0), 10.0),
-            // restarted 4 s into a 10 s budget
+            // restarted 4 s into a 10 s limit
             ((100.0, 104.0, 10.0), 6.0),
             // restarted exactly at the end
             ((100.0, 110.0, 10.0), 0.0),
-            // restarted after the budget: nothing left, not negative
+            // restarted after the limit: nothing left, not negative
             ((100.0, 130.0, 10.0), 0.0),
-            // a start in the future (untrustworthy clock): the budget, never more
+            // a start in the future (untrustworthy clock): the limit, never more
             ((200.0, 100.0, 10.0), 10.0),
-            // a zero budget stays zero
+            // a zero limit stays zero
             ((100.0, 100.0, 0.0), 0.0),
             // sub-second precision
             ((1.25, 3.5, 4.0), 1.75),

@@ -539,3 +539,15 @@ async fn with_the_kubelets_credentials_the_restore_completes_holding_no_slot() {
         .collect::<Vec<_>>();
     assert_eq!(lists, [403, 403], "one refused list per give-back");
 }
+
+#[tokio::test]
+async fn a_slot_this_node_already_holds_is_taken_again_at_once_not_waited_for() {
+    let c = cluster().await;
+    held_fresh_by_node_a(&c);
+    assert_eq!(
+        take(&c, NODE, Duration::from_secs(2)).await,
+        Taken::Slot(SLOT.into()),
+        "node-a's own fresh hold is no other holder's"
+    );
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+}

@@ -76,9 +76,28 @@ const fn perm(
     }
 }
 
+/// What these credentials are checked for: what every drain needs, then what the settings
+/// turn on. One `perm(...)` call each, never a loop: packaging/check-manifests reads the verbs
+/// from them.
 fn permissions(settings: &Settings) -> Vec<Permission> {
-    use Scope::{Any, FleetLeases, OurEvents, OurLease, OurNode, OurPods};
-    let mut p = vec![
+    let mut p = drain_permissions();
+    if settings.drain.wait_for_detach {
+        p.extend(detach_permissions());
+    }
+    if settings.fleet.slots > 0 {
+        p.extend(fleet_permissions());
+    }
+    if settings.drain.on_deadline == OnDeadline::Delete {
+        p.extend(delete_permissions());
+    }
+    p
+}
+
+/// What every drain needs: the node, its pods, their evictions, Events, the kubelet's Lease and
+/// the budgets.
+fn drain_permissions() -> Vec<Permission> {
+    use Scope::{Any, OurEvents, OurLease, OurNode, OurPods};
+    vec![
         perm("get", "", "nodes", "", OurNode, true, "read the node"),
         perm(
             "patch",
@@ -163,9 +182,14 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             false,
             "retry a blocked eviction as soon as its budget opens",
         ),
-    ];
-    if settings.drain.wait_for_detach {
-        p.push(perm(
+    ]
+}
+
+/// What `[drain] wait_for_detach` needs: the volumes of evicted pods and their attachments.
+fn detach_permissions() -> Vec<Permission> {
+    use Scope::Any;
+    vec![
+        perm(
             "get",
             "",
             "persistentvolumeclaims",
@@ -173,8 +197,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             Any,
             false,
             "find the volumes of evicted pods",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "get",
             "",
             "persistentvolumes",
@@ -182,9 +206,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             Any,
             false,
             "name the attachments of evicted pods' volumes",
-        ));
-        // Two calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
-        p.push(perm(
+        ),
+        perm(
             "list",
             "storage.k8s.io",
             "volumeattachments",
@@ -192,8 +215,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             Any,
             false,
             "wait for evicted pods' volumes to detach",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "watch",
             "storage.k8s.io",
             "volumeattachments",
@@ -201,11 +224,15 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             Any,
             false,
             "see evicted pods' volumes detach",
-        ));
-    }
-    if settings.fleet.slots > 0 {
-        // Five calls, not a loop: packaging/check-manifests reads the verbs from the perm(...)s.
-        p.push(perm(
+        ),
+    ]
+}
+
+/// What `[fleet] slots` needs: the drain slot Leases.
+fn fleet_permissions() -> Vec<Permission> {
+    use Scope::FleetLeases;
+    vec![
+        perm(
             "get",
             "coordination.k8s.io",
             "leases",
@@ -213,8 +240,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             true,
             "read a drain slot",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "list",
             "coordination.k8s.io",
             "leases",
@@ -222,8 +249,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             true,
             "find this node's drain slots to give back",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "watch",
             "coordination.k8s.io",
             "leases",
@@ -231,8 +258,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             false,
             "see a drain slot given back at once",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "create",
             "coordination.k8s.io",
             "leases",
@@ -240,8 +267,8 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             true,
             "take a drain slot first",
-        ));
-        p.push(perm(
+        ),
+        perm(
             "patch",
             "coordination.k8s.io",
             "leases",
@@ -249,20 +276,22 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
             FleetLeases,
             true,
             "take and give back a drain slot",
-        ));
-    }
-    if settings.drain.on_deadline == OnDeadline::Delete {
-        p.push(perm(
-            "delete",
-            "",
-            "pods",
-            "",
-            Any,
-            true,
-            "delete pods at the deadline",
-        ));
-    }
-    p
+        ),
+    ]
+}
+
+/// What `[drain] on_deadline = "delete"` needs.
+fn delete_permissions() -> Vec<Permission> {
+    use Scope::Any;
+    vec![perm(
+        "delete",
+        "",
+        "pods",
+        "",
+        Any,
+        true,
+        "delete pods at the deadline",
+    )]
 }
 
 /// The storage resources a node's credentials may read per object only.
@@ -309,6 +338,8 @@ fn review_of(p: &Permission, settings: &Settings) -> SelfSubjectAccessReview {
     }
 }
 
+/// `check`: the config, the credentials, the node, every permission the drain needs, the taints'
+/// dry runs, the state dir, file modes and logind; exit 1 when something required fails.
 pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node = settings.node_name.clone();
     outln!(
@@ -324,11 +355,31 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     let node_object = engine.node().await?;
     outln!("node {node}: exists, the API server answers");
     let clients = engine.clients().await?;
-    let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
+    let mut ok = check_permissions(clients, &settings).await?;
+    ok &= check_taints(clients, &settings, &node_object).await;
+    if let Some(w) = crate::config::advice::taint_effect(&settings) {
+        outln!("taint: WARNING {w}");
+    }
+    ok &= check_state_dir(&settings);
+    if !super::file_modes::check(&settings) {
+        ok = false;
+    }
+    if !super::logind_lines::logind_time_limit(&settings, "").await {
+        ok = false;
+    }
+    super::logind_lines::gate(&settings, "").await;
+    super::forecast::line(&settings, "").await;
+    Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
+}
+
+/// One access review per permission the settings need, a line each; `Ok(false)` when a
+/// required one is denied.
+async fn check_permissions(clients: &Clients, settings: &Settings) -> Result<bool, CliError> {
     let mut ok = true;
+    let api: Api<SelfSubjectAccessReview> = Api::all(clients.api.clone());
     let mut storage_denied = false;
-    for p in permissions(&settings) {
-        let review = review_of(&p, &settings);
+    for p in permissions(settings) {
+        let review = review_of(&p, settings);
         let resource = if p.scope == Scope::FleetLeases {
             format!("{} in {}", p.resource, settings.fleet.lease_namespace)
         } else if p.subresource.is_empty() {
@@ -369,9 +420,16 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
              show; the drain reads them before the evictions and follows attachments by name"
         );
     }
+    Ok(ok)
+}
+
+/// The server-side dry runs of our taint and of the DaemonSets' stop-last taint, as configured;
+/// `false` when one that is needed cannot be set.
+async fn check_taints(clients: &Clients, settings: &Settings, node_object: &Node) -> bool {
+    let mut ok = true;
     if settings.taint.enabled {
         let taint = settings.taint.to_string();
-        match taint_dry_run(clients, &settings, &node_object, &settings.taint.taint()).await {
+        match taint_dry_run(clients, settings, node_object, &settings.taint.taint()).await {
             Ok(()) => outln!("taint {taint}: allowed (server-side dry run of the patch)"),
             Err(e) if e.is_forbidden() => outln!(
                 "taint {taint}: denied (optional): {}; the drain cordons without it",
@@ -386,7 +444,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
     if settings.drain.daemonsets == crate::config::DaemonSetPolicy::StopLast {
         let taint = crate::node::daemonsets::taint();
         let name = format!("{}:{}", taint.key, taint.effect);
-        match taint_dry_run(clients, &settings, &node_object, &taint).await {
+        match taint_dry_run(clients, settings, node_object, &taint).await {
             Ok(()) => outln!(
                 "daemonsets stop-last: taint {name} allowed (server-side dry run of the patch)"
             ),
@@ -405,33 +463,26 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
             }
         }
     }
-    if let Some(w) = crate::config::advice::taint_effect(&settings) {
-        outln!("taint: WARNING {w}");
-    }
+    ok
+}
+
+/// Whether the state dir is writable (and a warning when it is in memory).
+fn check_state_dir(settings: &Settings) -> bool {
+    let dir = settings.state_dir.display();
     match crate::state_file::check_writable(&settings.state_dir) {
         Ok(()) if crate::state_file::is_volatile(&settings.state_dir) => outln!(
-            "state dir {}: writable; WARNING it is in memory (tmpfs): the boot record is lost at \
-             every reboot, so the next boot cannot tell whether this one ended with a drain",
-            settings.state_dir.display()
+            "state dir {dir}: writable; WARNING it is in memory (tmpfs): the boot record is lost at \
+             every reboot, so the next boot cannot tell whether this one ended with a drain"
         ),
-        Ok(()) => outln!("state dir {}: writable", settings.state_dir.display()),
+        Ok(()) => outln!("state dir {dir}: writable"),
         Err(e) => {
-            ok = false;
             outln!(
-                "state dir {}: NOT WRITABLE ({e}); the report and the shutdown start cannot be kept",
-                settings.state_dir.display()
+                "state dir {dir}: NOT WRITABLE ({e}); the report and the shutdown start cannot be kept"
             );
+            return false;
         }
     }
-    if !super::file_modes::check(&settings) {
-        ok = false;
-    }
-    if !super::logind_lines::logind_time_limit(&settings, "").await {
-        ok = false;
-    }
-    super::logind_lines::gate(&settings, "").await;
-    super::forecast::line(&settings, "").await;
-    Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
+    true
 }
 
 /// The credential we fetch ourselves (token file, exec plugin), fetched now: what it gave and

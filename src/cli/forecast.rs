@@ -1,4 +1,4 @@
-//! `forecast`: if the node shut down now, would its drain complete within the budget, and what
+//! `forecast`: if the node shut down now, would its drain complete within its time limit, and what
 //! holds it. Reads (the Node, its pods, the budgets, where needed the other nodes, logind's
 //! maximum delay); writes nothing. Exit 0 when it completes, 1 when it would not, 3 when the
 //! cluster gives no usable answer (as [`crate::cli::CliError::exit_code`] maps it).
@@ -12,8 +12,8 @@ use crate::forecast::{Verdict, read};
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
     let engine = Engine::new(settings.clone())?;
-    let (budget, logind) = read::logind_time_limit(&settings).await;
-    let forecast = read::gather(&engine, &budget, logind).await?;
+    let (time_limit, logind) = read::logind_time_limit(&settings).await;
+    let forecast = read::gather(&engine, &time_limit, logind).await?;
     match output {
         Output::Json => print_json(&forecast)?,
         Output::Text => out!("{}", forecast.to_text()),
@@ -30,8 +30,8 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
 pub(crate) async fn line(settings: &Arc<Settings>, indent: &str) {
     let made = async {
         let engine = Engine::new(settings.clone())?;
-        let (budget, logind) = read::logind_time_limit(settings).await;
-        Ok::<_, CliError>(read::gather(&engine, &budget, logind).await?)
+        let (time_limit, logind) = read::logind_time_limit(settings).await;
+        Ok::<_, CliError>(read::gather(&engine, &time_limit, logind).await?)
     };
     match made.await {
         Ok(f) if f.verdict == Verdict::Completes => outln!("{indent}forecast: {}", f.summary),

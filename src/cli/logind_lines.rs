@@ -1,4 +1,4 @@
-//! The logind lines `check` and `status` print: the shutdown budget from logind's
+//! The logind lines `check` and `status` print: the shutdown's time limit from logind's
 //! `InhibitDelayMaxUSec` and whether the kubelet holds a delay inhibitor of its own.
 
 use crate::cli::outln;
@@ -6,7 +6,7 @@ use crate::config::Settings;
 use crate::host::logind::Logind;
 use crate::time_limit;
 
-/// Prints the shutdown budget from logind's `InhibitDelayMaxUSec` (a read-only property on the
+/// Prints the shutdown's time limit from logind's `InhibitDelayMaxUSec` (a read-only property on the
 /// system bus). Returns false when logind cannot be reached or read (the daemon needs it) or cuts
 /// the configured drain timeout short.
 pub(crate) async fn logind_time_limit(settings: &Settings, indent: &str) -> bool {

@@ -198,11 +198,16 @@ systemd, else to stderr.")]
     Run,
 }
 
+/// A duration argument that is not one: the text given.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a duration such as \"90s\" or \"30m\"")]
+struct NotADuration(String);
+
 /// A duration argument, spelled as in the config file ("90s", "30m").
-fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+fn duration_arg(text: &str) -> Result<std::time::Duration, NotADuration> {
     crate::config::duration::parse_duration(text)
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{text:?} is not a duration such as \"90s\" or \"30m\""))
+        .ok_or_else(|| NotADuration(text.to_string()))
 }
 
 /// A subcommand failed. Displayed as one line for a person: an API answer inside it reads as
@@ -213,7 +218,7 @@ pub enum CliError {
     Config(#[from] ConfigError),
     /// The problem and what is allowed, as `node_name` would report it.
     #[error("--node {0}")]
-    NodeName(String),
+    NodeName(crate::config::Invalid),
     #[error("{}", human(.0.to_string(), .0))]
     Engine(#[from] engine::Error),
     #[error("{}", human(.0.to_string(), .0))]

@@ -51,11 +51,21 @@ struct Status {
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
     let engine = Engine::new(settings.clone())?;
+    let status = read(&settings, &engine).await?;
+    match output {
+        Output::Json => print_json(&status)?,
+        Output::Text => say_status(&settings, &status, engine.waits_for_agents()).await,
+    }
+    Ok(EXIT_DONE)
+}
+
+/// Reads the node, the state files and (with `[fleet] slots`) the drain slots; sends nothing.
+async fn read(settings: &Arc<Settings>, engine: &Engine) -> Result<Status, CliError> {
     let node = engine.node().await?;
     let (marker, foreign_marker) = match read_marker(&node) {
         MarkerRead::Absent => (None, None),
         MarkerRead::Ours(m) => (Some(m), None),
-        MarkerRead::Foreign(why) => (None, Some(why)),
+        MarkerRead::Foreign(why) => (None, Some(why.to_string())),
     };
     // What a restore would leave, from the restore's own builder (nothing is sent).
     let (cordon_kept, label_kept) = marker
@@ -69,11 +79,10 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
     } else {
         None
     };
-    let waits = engine.waits_for_agents();
     let drain_slots = if settings.fleet.slots > 0 {
         let slots = crate::fleet::slots::Slots {
             clients: engine.clients().await?,
-            settings: &settings,
+            settings,
         };
         Some(
             slots
@@ -85,7 +94,7 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         None
     };
     let spec = node.spec.unwrap_or_default();
-    let status = Status {
+    Ok(Status {
         node: settings.node_name.clone(),
         cordoned: spec.unschedulable.unwrap_or(false),
         taint_present: spec
@@ -98,109 +107,123 @@ pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError
         cordon_kept,
         label_kept,
         last_report: engine.last_report()?,
-        previous_boot: previous_boot(&settings),
+        previous_boot: previous_boot(settings),
         restore_waits_for,
         drain_slots,
-    };
-    match output {
-        Output::Json => print_json(&status)?,
-        Output::Text => {
-            say!("node {}", status.node);
-            say!("  cordoned:      {}", yes_no(status.cordoned));
-            say!("  our taint:     {}", yes_no(status.taint_present));
-            match &status.marker {
-                None if status.foreign_marker.is_some() => say!(
-                    "  marker:        FOREIGN, not one we wrote ({}); restore clears it and undoes nothing",
-                    status.foreign_marker.as_deref().unwrap_or_default()
-                ),
-                None => say!("  marker:        none"),
-                Some(m) => {
-                    say!(
-                        "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
-                        m.time,
-                        m.boot_id,
-                        m.why,
-                        yes_no(m.was_unschedulable),
-                        yes_no(m.taint_was_present)
-                    );
-                    // What a restore will undo: only what the marker says we did.
-                    let taints: Vec<String> = m.taints.iter().map(ToString::to_string).collect();
-                    say!(
-                        "  we cordoned:   {}; taints we added: {}",
-                        yes_no(m.cordoned),
-                        if taints.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            taints.join(", ")
-                        }
-                    );
-                }
-            }
-            if let Some(why) = &status.cordon_kept {
-                say!("  cordon:        not provably ours, restore leaves it: {why}");
-            }
-            if let Some(why) = &status.label_kept {
-                say!("  lb exclusion:  not provably ours, restore leaves it: {why}");
-            }
-            if waits {
-                match &status.restore_waits_for {
-                    None => say!("  node agents:   running ([restore] waits for nothing now)"),
-                    Some(left) => say!("  node agents:   a restore would wait for {left}"),
-                }
-            }
-            if let Some(slots) = &status.drain_slots {
-                let me = format!("{}/", status.node);
-                let each: Vec<String> = slots
-                    .iter()
-                    .map(|v| match (&v.holder, &v.since) {
-                        (None, _) => format!("{} free", v.name),
-                        (Some(h), since) => format!(
-                            "{} held by {h}{}{}",
-                            v.name,
-                            since
-                                .as_ref()
-                                .map_or(String::new(), |t| format!(" since {t}")),
-                            if h.starts_with(&me) {
-                                " (this node)"
-                            } else {
-                                ""
-                            }
-                        ),
-                    })
-                    .collect();
-                say!("  drain slots:   {}", each.join("; "));
-            }
-            super::logind_lines::logind_time_limit(&settings, "  ").await;
-            super::logind_lines::gate(&settings, "  ").await;
-            super::forecast::line(&settings, "  ").await;
-            match &status.last_report {
-                None => say!("  last report:   none"),
-                Some(r) => say!(
-                    "  last report:   {} (started {})",
-                    r.summary(),
-                    r.started_at
-                ),
-            }
-            match &status.previous_boot {
-                None => {
-                    say!("  previous boot: not judged (no earlier boot recorded in the state dir)")
-                }
-                Some(p) => match p.unclean {
-                    None => say!("  previous boot: {}", p.message),
-                    Some(reason) => say!(
-                        "  previous boot: UNCLEAN ({reason:?}): {}; Event {}",
-                        p.message,
-                        if p.event_posted {
-                            "written"
-                        } else {
-                            "not written yet (the daemon retries)"
-                        }
-                    ),
-                },
-            }
+    })
+}
+
+/// `status` as text: one line per thing, the node's name first. `waits`: whether `[restore]`
+/// waits for node agents.
+async fn say_status(settings: &Arc<Settings>, status: &Status, waits: bool) {
+    say!("node {}", status.node);
+    say!("  cordoned:      {}", yes_no(status.cordoned));
+    say!("  our taint:     {}", yes_no(status.taint_present));
+    say_marker(status);
+    if let Some(why) = &status.cordon_kept {
+        say!("  cordon:        not provably ours, restore leaves it: {why}");
+    }
+    if let Some(why) = &status.label_kept {
+        say!("  lb exclusion:  not provably ours, restore leaves it: {why}");
+    }
+    if waits {
+        match &status.restore_waits_for {
+            None => say!("  node agents:   running ([restore] waits for nothing now)"),
+            Some(left) => say!("  node agents:   a restore would wait for {left}"),
         }
     }
-    Ok(EXIT_DONE)
+    if let Some(slots) = &status.drain_slots {
+        say_slots(&status.node, slots);
+    }
+    super::logind_lines::logind_time_limit(settings, "  ").await;
+    super::logind_lines::gate(settings, "  ").await;
+    super::forecast::line(settings, "  ").await;
+    match &status.last_report {
+        None => say!("  last report:   none"),
+        Some(r) => say!(
+            "  last report:   {} (started {})",
+            r.summary(),
+            r.started_at
+        ),
+    }
+    say_previous_boot(status);
+}
+
+/// The marker line: ours (what a restore will undo), foreign, or none.
+fn say_marker(status: &Status) {
+    match &status.marker {
+        None if status.foreign_marker.is_some() => say!(
+            "  marker:        FOREIGN, not one we wrote ({}); restore clears it and undoes nothing",
+            status.foreign_marker.as_deref().unwrap_or_default()
+        ),
+        None => say!("  marker:        none"),
+        Some(m) => {
+            say!(
+                "  marker:        written {} by boot {} ({}); was cordoned before: {}, taint was there before: {}",
+                m.time,
+                m.boot_id,
+                m.why,
+                yes_no(m.was_unschedulable),
+                yes_no(m.taint_was_present)
+            );
+            // What a restore will undo: only what the marker says we did.
+            let taints: Vec<String> = m.taints.iter().map(ToString::to_string).collect();
+            say!(
+                "  we cordoned:   {}; taints we added: {}",
+                yes_no(m.cordoned),
+                if taints.is_empty() {
+                    "none".to_owned()
+                } else {
+                    taints.join(", ")
+                }
+            );
+        }
+    }
+}
+
+/// The drain slots of `node`'s group and their holders, on one line.
+fn say_slots(node: &str, slots: &[crate::fleet::slots::SlotView]) {
+    let me = format!("{node}/");
+    let each: Vec<String> = slots
+        .iter()
+        .map(|v| match (&v.holder, &v.since) {
+            (None, _) => format!("{} free", v.name),
+            (Some(h), since) => format!(
+                "{} held by {h}{}{}",
+                v.name,
+                since
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(" since {t}")),
+                if h.starts_with(&me) {
+                    " (this node)"
+                } else {
+                    ""
+                }
+            ),
+        })
+        .collect();
+    say!("  drain slots:   {}", each.join("; "));
+}
+
+/// How the boot before this one ended, as the daemon judged it.
+fn say_previous_boot(status: &Status) {
+    match &status.previous_boot {
+        None => {
+            say!("  previous boot: not judged (no earlier boot recorded in the state dir)")
+        }
+        Some(p) => match p.unclean {
+            None => say!("  previous boot: {}", p.message),
+            Some(reason) => say!(
+                "  previous boot: UNCLEAN ({reason:?}): {}; Event {}",
+                p.message,
+                if p.event_posted {
+                    "written"
+                } else {
+                    "not written yet (the daemon retries)"
+                }
+            ),
+        },
+    }
 }
 
 /// The daemon's verdict on the previous boot; a record that cannot be read is said on stderr.

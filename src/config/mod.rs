@@ -43,8 +43,8 @@ pub use duration::format_duration;
 pub use file::{FileError, MAX_FILE_SIZE};
 // Kept for callers that import these from `config` (they live in `names`).
 pub use names::{is_label_value, is_qualified_name};
-pub use values::NodeCondition;
-use values::{Invalid, Named, deserialize_checked};
+pub use values::{Invalid, NodeCondition};
+use values::{Named, deserialize_checked};
 
 /// Where the configuration is read from when neither `--config` nor the environment names a file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/kube-shutdown-drain/config.toml";
@@ -62,7 +62,7 @@ pub const DEFAULT_KUBELET_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The taint key we own. Nothing else ever writes it.
 pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
-/// `request_timeout` when absent: short, because the whole shutdown has a budget.
+/// `request_timeout` when absent: short, because the whole shutdown has a time limit.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub use crate::time_limit::MIN_RELEASE_MARGIN;
@@ -619,19 +619,27 @@ pub fn from_toml(
     validate::settings(raw, source, hostname)
 }
 
+/// The host name could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum HostnameError {
+    /// gethostname(2) failed.
+    #[error("{0}")]
+    Read(nix::errno::Errno),
+    #[error("the host name is not valid UTF-8")]
+    NotUtf8,
+}
+
 /// The machine's host name, as the kubelet would register it (before lower-casing).
-pub fn hostname() -> Result<String, String> {
+pub fn hostname() -> Result<String, HostnameError> {
     nix::unistd::gethostname()
-        .map_err(|e| e.to_string())?
+        .map_err(HostnameError::Read)?
         .into_string()
-        .map_err(|_| "the host name is not valid UTF-8".to_string())
+        .map_err(|_| HostnameError::NotUtf8)
 }
 
 /// Checks a node name given on the command line or elsewhere, as `node_name` is checked.
-pub fn check_node_name(name: &str) -> Result<(), String> {
-    values::NodeName::parse(name)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+pub fn check_node_name(name: &str) -> Result<(), values::Invalid> {
+    values::NodeName::parse(name).map(|_| ())
 }
 
 impl Settings {
@@ -650,7 +658,7 @@ impl Settings {
 
     /// Validates a configuration text as if it had been read from `path`.
     pub fn from_str_at(path: &Path, text: &str) -> Result<Settings, ConfigError> {
-        let host = hostname();
+        let host = hostname().map_err(|e| e.to_string());
         from_toml(
             &Source { path, text },
             host.as_deref().map_err(String::as_str),

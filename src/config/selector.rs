@@ -32,7 +32,39 @@ pub struct Selector {
 #[error("invalid label selector {text:?}: {reason}")]
 pub struct SelectorError {
     text: String,
-    reason: String,
+    reason: Problem,
+}
+
+/// What is wrong in a selector: each names the part at fault where there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    #[error("nested parentheses")]
+    NestedParentheses,
+    #[error("unbalanced ')'")]
+    Unbalanced,
+    #[error("missing ')'")]
+    Unclosed,
+    #[error("empty requirement")]
+    EmptyRequirement,
+    #[error("{0:?} is not a label key")]
+    NotAKey(String),
+    #[error("{0:?} is not a label value")]
+    NotAValue(String),
+    #[error("expected a value set like (a,b), found {0:?}")]
+    NotAValueSet(String),
+    #[error("empty value set")]
+    EmptyValueSet,
+    #[error("unknown operator in {0:?}; use =, ==, !=, in, notin, ! or a bare key")]
+    UnknownOperatorIn(String),
+    /// An API object's `In` or `NotIn` without values.
+    #[error("operator {0} needs at least one value")]
+    NeedsValues(String),
+    /// An API object's `Exists` or `DoesNotExist` with values.
+    #[error("operator {0} takes no values")]
+    TakesNoValues(String),
+    /// An API object's operator we do not know.
+    #[error("unknown operator {0:?}")]
+    UnknownOperator(String),
 }
 
 impl Selector {
@@ -43,7 +75,7 @@ impl Selector {
 
     /// Parses the string form used by `kubectl -l`.
     pub fn parse(text: &str) -> Result<Selector, SelectorError> {
-        let fail = |reason: String| SelectorError {
+        let fail = |reason: Problem| SelectorError {
             text: text.to_string(),
             reason,
         };
@@ -51,7 +83,7 @@ impl Selector {
         for part in split_top_level(text).map_err(fail)? {
             let part = part.trim();
             if part.is_empty() {
-                return Err(fail("empty requirement".into()));
+                return Err(fail(Problem::EmptyRequirement));
             }
             requirements.push(parse_requirement(part).map_err(fail)?);
         }
@@ -83,19 +115,19 @@ impl Selector {
                 (op @ ("In" | "NotIn"), true) => {
                     return Err(SelectorError {
                         text: e.key.clone(),
-                        reason: format!("operator {op} needs at least one value"),
+                        reason: Problem::NeedsValues(op.to_string()),
                     });
                 }
                 (op @ ("Exists" | "DoesNotExist"), false) => {
                     return Err(SelectorError {
                         text: e.key.clone(),
-                        reason: format!("operator {op} takes no values"),
+                        reason: Problem::TakesNoValues(op.to_string()),
                     });
                 }
                 (op, _) => {
                     return Err(SelectorError {
                         text: e.key.clone(),
-                        reason: format!("unknown operator {op:?}"),
+                        reason: Problem::UnknownOperator(op.to_string()),
                     });
                 }
             };
@@ -124,7 +156,7 @@ impl fmt::Display for Selector {
 }
 
 /// Splits on commas that are not inside a `( … )` value set.
-fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
+fn split_top_level(text: &str) -> Result<Vec<&str>, Problem> {
     if text.trim().is_empty() {
         return Ok(Vec::new());
     }
@@ -134,9 +166,9 @@ fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
     for (i, c) in text.char_indices() {
         match c {
             '(' if depth == 0 => depth = 1,
-            '(' => return Err("nested parentheses".into()),
+            '(' => return Err(Problem::NestedParentheses),
             ')' if depth == 1 => depth = 0,
-            ')' => return Err("unbalanced ')'".into()),
+            ')' => return Err(Problem::Unbalanced),
             ',' if depth == 0 => {
                 parts.push(&text[start..i]);
                 start = i + 1;
@@ -145,43 +177,43 @@ fn split_top_level(text: &str) -> Result<Vec<&str>, String> {
         }
     }
     if depth != 0 {
-        return Err("missing ')'".into());
+        return Err(Problem::Unclosed);
     }
     parts.push(&text[start..]);
     Ok(parts)
 }
 
-fn key(k: &str) -> Result<String, String> {
+fn key(k: &str) -> Result<String, Problem> {
     let k = k.trim();
     if is_qualified_name(k) {
         Ok(k.to_string())
     } else {
-        Err(format!("{k:?} is not a label key"))
+        Err(Problem::NotAKey(k.to_string()))
     }
 }
 
-fn value(v: &str) -> Result<String, String> {
+fn value(v: &str) -> Result<String, Problem> {
     let v = v.trim();
     if is_label_value(v) {
         Ok(v.to_string())
     } else {
-        Err(format!("{v:?} is not a label value"))
+        Err(Problem::NotAValue(v.to_string()))
     }
 }
 
-fn value_set(rest: &str) -> Result<Vec<String>, String> {
+fn value_set(rest: &str) -> Result<Vec<String>, Problem> {
     let rest = rest.trim();
     let inner = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("expected a value set like (a,b), found {rest:?}"))?;
+        .ok_or_else(|| Problem::NotAValueSet(rest.to_string()))?;
     if inner.trim().is_empty() {
-        return Err("empty value set".into());
+        return Err(Problem::EmptyValueSet);
     }
     inner.split(',').map(value).collect()
 }
 
-fn parse_requirement(part: &str) -> Result<Requirement, String> {
+fn parse_requirement(part: &str) -> Result<Requirement, Problem> {
     if let Some(k) = part.strip_prefix('!') {
         return Ok(Requirement::DoesNotExist(key(k)?));
     }
@@ -204,9 +236,7 @@ fn parse_requirement(part: &str) -> Result<Requirement, String> {
             } else if let Some(set) = rest.strip_prefix("in") {
                 Ok(Requirement::In(key(k)?, value_set(set)?))
             } else {
-                Err(format!(
-                    "unknown operator in {part:?}; use =, ==, !=, in, notin, ! or a bare key"
-                ))
+                Err(Problem::UnknownOperatorIn(part.to_string()))
             }
         }
     }

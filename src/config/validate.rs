@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::{RawConfig, RawRule};
+use super::raw::{
+    RawConfig, RawDaemon, RawDrain, RawFilters, RawFleet, RawRule, RawShutdown, RawTaint,
+};
 use super::selector::Selector;
 use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote};
 use super::{
@@ -29,32 +31,6 @@ pub fn settings(
         Some(NodeName(n)) => n,
         None => node_name_from_host(src, hostname)?,
     };
-    let flag = |f: Option<Flag>, default: bool| f.map_or(default, |Flag(b)| b);
-    let t = raw.taint;
-    let taint = TaintSettings {
-        enabled: flag(t.enabled, true),
-        key: t.key.map_or_else(|| DEFAULT_TAINT_KEY.to_string(), |k| k.0),
-        value: match t.value {
-            None => Some("true".to_string()),
-            Some(v) => Some(v.0).filter(|v| !v.is_empty()),
-        },
-        effect: t.effect.unwrap_or(TaintEffect::PreferNoSchedule),
-    };
-    let f = raw.filters;
-    let filters = FilterSettings {
-        skip_tolerating_cordon: flag(f.skip_tolerating_cordon, true),
-        skip_selector: f.skip_selector.map(|s| s.0),
-        skip_namespaces: f
-            .skip_namespaces
-            .map(|n| n.0)
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
-        honour_capi_drain_label: flag(f.honour_capi_drain_label, true),
-        emptydir: f.emptydir.unwrap_or(Policy::Evict),
-        unreplicated: f.unreplicated.unwrap_or(Policy::Evict),
-        completed: f.completed.unwrap_or(Policy::Skip),
-    };
     let rules = raw
         .rules
         .0
@@ -62,46 +38,9 @@ pub fn settings(
         .enumerate()
         .map(|(i, r)| rule(src, i, r))
         .collect::<Result<Vec<_>, _>>()?;
-    let d = raw.drain;
-    let drain = DrainSettings {
-        concurrency: d.concurrency.map_or(10, |c| c.0),
-        grace_period: d.grace_period.map(|g| g.0),
-        retry_interval: d
-            .retry_interval
-            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
-        timeout: d
-            .timeout
-            .map_or(Duration::from_secs(120), |DurationIn(d)| d),
-        on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
-        exclude_from_load_balancers: flag(d.exclude_from_load_balancers, true),
-        wait_for_detach: flag(d.wait_for_detach, true),
-        fit_grace_to_deadline: flag(d.fit_grace_to_deadline, true),
-        daemonsets: d.daemonsets.unwrap_or(DaemonSetPolicy::Leave),
-    };
-    let daemon = DaemonSettings {
-        release_margin: raw
-            .daemon
-            .release_margin
-            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
-        restore_ready_timeout: raw
-            .daemon
-            .restore_ready_timeout
-            .map_or(Duration::from_secs(600), |DurationIn(d)| d),
-        kubelet_config: raw
-            .daemon
-            .kubelet_config
-            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
-        kubelet_config_dir: raw
-            .daemon
-            .kubelet_config_dir
-            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG_DIR), |p| p.0),
-        drain_when_scheduled: flag(raw.daemon.drain_when_scheduled, true),
-        scheduled_lead: raw
-            .daemon
-            .scheduled_lead
-            .map_or(drain.timeout, |DurationIn(d)| d),
-        forecast_interval: raw.daemon.forecast_interval.and_then(|i| i.0),
-    };
+    let drain = drain(raw.drain);
+    let daemon = daemon(raw.daemon, &drain);
+    let fleet = fleet(raw.fleet, src)?;
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
         kubeconfig: raw
@@ -118,53 +57,16 @@ pub fn settings(
         schedule_dir: PathBuf::from(crate::scheduled::SCHEDULE_DIR),
         gate_pass: super::DEFAULT_GATE_PASS,
         landing_window: super::DEFAULT_LANDING_WINDOW,
-        taint,
-        filters,
+        taint: taint(raw.taint),
+        filters: filters(raw.filters),
         rules,
         drain,
         daemon,
         metrics: MetricsSettings {
             textfile: raw.metrics.textfile.and_then(|t| t.0),
         },
-        shutdown: {
-            let s = raw.shutdown;
-            let d = ShutdownSettings::default();
-            ShutdownSettings {
-                reboot: s.reboot.unwrap_or(d.reboot),
-                poweroff: s.poweroff.unwrap_or(d.poweroff),
-                halt: s.halt.unwrap_or(d.halt),
-                kexec: s.kexec.unwrap_or(d.kexec),
-                soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
-                unknown: s.unknown.unwrap_or(d.unknown),
-            }
-        },
-        fleet: {
-            let f = raw.fleet;
-            let d = FleetSettings::default();
-            let slots = f.slots.map_or(d.slots, |n| n.0);
-            let gate = match f.gate {
-                Some(g) if g.get_ref().0 && slots == 0 => {
-                    return Err(src.invalid(
-                        g.span(),
-                        "fleet.gate",
-                        Invalid::new(
-                            "the reboot gate follows the drain slots, and there are none",
-                            "`slots = N` (N > 0) in [fleet] together with `gate = true`",
-                        ),
-                    ));
-                }
-                Some(g) => g.get_ref().0,
-                None => d.gate,
-            };
-            FleetSettings {
-                slots,
-                gate,
-                lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
-                group_label: f.group_label.map(|k| k.0),
-                hold_max: f.hold_max.map_or(d.hold_max, |DurationIn(h)| h),
-                on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
-            }
-        },
+        shutdown: shutdown(raw.shutdown),
+        fleet,
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw
@@ -173,6 +75,126 @@ pub fn settings(
                 .map(|List(c)| c)
                 .unwrap_or_default(),
         },
+    })
+}
+
+/// A flag as set, else its default.
+fn flag(f: Option<Flag>, default: bool) -> bool {
+    f.map_or(default, |Flag(b)| b)
+}
+
+/// `[taint]` with its defaults: on, our key, value "true" (an empty value: none),
+/// PreferNoSchedule.
+fn taint(t: RawTaint) -> TaintSettings {
+    TaintSettings {
+        enabled: flag(t.enabled, true),
+        key: t.key.map_or_else(|| DEFAULT_TAINT_KEY.to_string(), |k| k.0),
+        value: match t.value {
+            None => Some("true".to_string()),
+            Some(v) => Some(v.0).filter(|v| !v.is_empty()),
+        },
+        effect: t.effect.unwrap_or(TaintEffect::PreferNoSchedule),
+    }
+}
+
+/// `[filters]` with their defaults.
+fn filters(f: RawFilters) -> FilterSettings {
+    FilterSettings {
+        skip_tolerating_cordon: flag(f.skip_tolerating_cordon, true),
+        skip_selector: f.skip_selector.map(|s| s.0),
+        skip_namespaces: f
+            .skip_namespaces
+            .map(|n| n.0)
+            .unwrap_or_default()
+            .into_iter()
+            .collect(),
+        honour_capi_drain_label: flag(f.honour_capi_drain_label, true),
+        emptydir: f.emptydir.unwrap_or(Policy::Evict),
+        unreplicated: f.unreplicated.unwrap_or(Policy::Evict),
+        completed: f.completed.unwrap_or(Policy::Skip),
+    }
+}
+
+/// `[drain]` with its defaults.
+fn drain(d: RawDrain) -> DrainSettings {
+    DrainSettings {
+        concurrency: d.concurrency.map_or(10, |c| c.0),
+        grace_period: d.grace_period.map(|g| g.0),
+        retry_interval: d
+            .retry_interval
+            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
+        timeout: d
+            .timeout
+            .map_or(Duration::from_secs(120), |DurationIn(d)| d),
+        on_deadline: d.on_deadline.unwrap_or(OnDeadline::Report),
+        exclude_from_load_balancers: flag(d.exclude_from_load_balancers, true),
+        wait_for_detach: flag(d.wait_for_detach, true),
+        fit_grace_to_deadline: flag(d.fit_grace_to_deadline, true),
+        daemonsets: d.daemonsets.unwrap_or(DaemonSetPolicy::Leave),
+    }
+}
+
+/// `[daemon]` with its defaults; a scheduled drain starts `drain`'s timeout ahead unless
+/// `scheduled_lead` says otherwise.
+fn daemon(d: RawDaemon, drain: &DrainSettings) -> DaemonSettings {
+    DaemonSettings {
+        release_margin: d
+            .release_margin
+            .map_or(Duration::from_secs(5), |DurationIn(d)| d),
+        restore_ready_timeout: d
+            .restore_ready_timeout
+            .map_or(Duration::from_secs(600), |DurationIn(d)| d),
+        kubelet_config: d
+            .kubelet_config
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG), |p| p.0),
+        kubelet_config_dir: d
+            .kubelet_config_dir
+            .map_or_else(|| PathBuf::from(DEFAULT_KUBELET_CONFIG_DIR), |p| p.0),
+        drain_when_scheduled: flag(d.drain_when_scheduled, true),
+        scheduled_lead: d.scheduled_lead.map_or(drain.timeout, |DurationIn(d)| d),
+        forecast_interval: d.forecast_interval.and_then(|i| i.0),
+    }
+}
+
+/// `[shutdown]`: each kind as set, else [`ShutdownSettings::default`]'s.
+fn shutdown(s: RawShutdown) -> ShutdownSettings {
+    let d = ShutdownSettings::default();
+    ShutdownSettings {
+        reboot: s.reboot.unwrap_or(d.reboot),
+        poweroff: s.poweroff.unwrap_or(d.poweroff),
+        halt: s.halt.unwrap_or(d.halt),
+        kexec: s.kexec.unwrap_or(d.kexec),
+        soft_reboot: s.soft_reboot.unwrap_or(d.soft_reboot),
+        unknown: s.unknown.unwrap_or(d.unknown),
+    }
+}
+
+/// `[fleet]` with [`FleetSettings::default`]'s values; a gate without slots is an error (the
+/// gate follows the slots).
+fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
+    let d = FleetSettings::default();
+    let slots = f.slots.map_or(d.slots, |n| n.0);
+    let gate = match f.gate {
+        Some(g) if g.get_ref().0 && slots == 0 => {
+            return Err(src.invalid(
+                g.span(),
+                "fleet.gate",
+                Invalid::new(
+                    "the reboot gate follows the drain slots, and there are none",
+                    "`slots = N` (N > 0) in [fleet] together with `gate = true`",
+                ),
+            ));
+        }
+        Some(g) => g.get_ref().0,
+        None => d.gate,
+    };
+    Ok(FleetSettings {
+        slots,
+        gate,
+        lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
+        group_label: f.group_label.map(|k| k.0),
+        hold_max: f.hold_max.map_or(d.hold_max, |DurationIn(h)| h),
+        on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
     })
 }
 

@@ -61,7 +61,7 @@ impl ForecastFacts {
             verdict: f.verdict,
             blocked: f.blocked_per_budget(),
             estimate_seconds: f.estimate_seconds,
-            budget_seconds: f.budget.drain_seconds,
+            budget_seconds: f.time_limit.drain_seconds,
         }
     }
 }

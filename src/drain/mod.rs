@@ -62,8 +62,8 @@ use crate::words::count;
 const LIST_PAGE: u32 = 500;
 // The time kept back from the deadline for the deadline action and the final Events is short,
 // so an eviction sent under a slow server still has its answer counted (3 s latency, 10 s
-// budget); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
-// Events are for people, the drain is over. Both bounds live with the budget.
+// time limit); the final Node Events never hold the caller (and the daemon's lock) past the deadline:
+// Events are for people, the drain is over. Both bounds live with the time limit.
 use crate::time_limit::{DRAIN_RESERVE_MAX as RESERVE_MAX, FINAL_EVENTS_MAX};
 
 /// How much of a drain's `total` time goes to evictions and waits: all but the time kept back
@@ -213,14 +213,7 @@ pub async fn drain(
     let grace_by = grace_deadline(started, work_deadline, options.grace_to.as_ref());
     let grace_end = options.grace_to.as_ref().map_or(GraceEnd::Drain, |g| g.end);
     if settings.drain.fit_grace_to_deadline {
-        report.grace_fitted_to = Some(GraceDeadline {
-            end: grace_end,
-            after_ms: (grace_by - started).as_millis() as u64,
-            why: options
-                .grace_to
-                .as_ref()
-                .map_or_else(|| "the drain's own deadline".to_owned(), |g| g.why.clone()),
-        });
+        report.grace_fitted_to = Some(grace_fitted_to(&options, grace_end, grace_by - started));
     }
 
     // The pod watch's first list is the drain's list; the watch keeps the tracker current.
@@ -277,49 +270,17 @@ pub async fn drain(
         )
         .fitting_grace_to(grace_by, grace_end),
     );
-    let started_msg = format!(
-        "drain of node {node} started ({}): {} to evict, {} to wait for, {} skipped",
-        options.why,
-        count(plan.count(Action::Evict), "pod", "pods"),
-        plan.count(Action::Wait),
-        plan.count(Action::Skip)
-    );
-    tracing::info!("{started_msg}");
-    run.post_event(EventReason::DrainStarted, started_msg);
-
-    // The caller's prepare (cordon) must be over before the first eviction, and so must the
-    // reads of the evicted pods' claims and volumes (readable with a node's credentials only
-    // while the pods are there).
-    let detach = async {
-        if settings.drain.wait_for_detach {
-            Some(volumes::Detach::start(clients, &node, &plan, started, work_deadline).await)
-        } else {
-            None
-        }
-    };
-    let (prepared, detach) = tokio::join!(tokio::time::timeout_at(work_deadline, ready), detach);
-    if prepared.is_err() {
-        tracing::warn!("the prepare of node {node} was not over by the drain deadline");
-    }
-    let mut schedule = Schedule::default();
-    for p in plan.pods {
-        schedule.place(&run, p);
-    }
-    // Cut: pods remain at the deadline (the deadline action follows); reached: the deadline
-    // came first, pods or volumes.
-    let mut cut = schedule
-        .run(&run, &mut new_rx, &mut report.errors, work_deadline)
-        .await;
-    drop(schedule);
-    let mut reached = cut;
-    if let Some(detach) = detach.filter(|_| !reached) {
-        reached = wait_for_volumes(clients, &run, detach, &mut report, work_deadline).await;
-    }
-    // The DaemonSet pods go last: after the volumes, whose unmount may need a node plugin.
-    if !reached && settings.drain.daemonsets == DaemonSetPolicy::StopLast {
-        cut = last::stop(&run, &mut new_rx, &mut report.errors, work_deadline).await;
-        reached = cut;
-    }
+    say_started(&run, &node, &options.why, &plan);
+    let (cut, reached) = evict(
+        clients,
+        &run,
+        plan,
+        ready,
+        &mut new_rx,
+        &mut report,
+        (started, work_deadline),
+    )
+    .await;
     run.budgets.stop();
     if cut {
         at_deadline(&run, &mut report, &clients.server, deadline).await;
@@ -332,6 +293,81 @@ pub async fn drain(
     run.post_event(EventReason::DrainFinished, report.summary());
     post_final_events(&run, clients, &node, deadline).await;
     report
+}
+
+/// Where the evictions' grace periods end, for the report: `after` the drain's start.
+fn grace_fitted_to(options: &DrainOptions, end: GraceEnd, after: Duration) -> GraceDeadline {
+    GraceDeadline {
+        end,
+        after_ms: after.as_millis() as u64,
+        why: options
+            .grace_to
+            .as_ref()
+            .map_or_else(|| "the drain's own deadline".to_owned(), |g| g.why.clone()),
+    }
+}
+
+/// Says (journal and Node Event) that the drain of `node` started, why, and what it plans.
+fn say_started(run: &Run, node: &str, why: &str, plan: &Plan) {
+    let started_msg = format!(
+        "drain of node {node} started ({why}): {} to evict, {} to wait for, {} skipped",
+        count(plan.count(Action::Evict), "pod", "pods"),
+        plan.count(Action::Wait),
+        plan.count(Action::Skip)
+    );
+    tracing::info!("{started_msg}");
+    run.post_event(EventReason::DrainStarted, started_msg);
+}
+
+/// Evicts the plan's pods once `ready` (the caller's prepare) resolves, in the drain's order,
+/// then waits for their volumes to detach and stops the DaemonSet pods last, as configured.
+/// Returns (cut: pods remain at the deadline, reached: the deadline came first, pods or
+/// volumes). `(started, work_deadline)`: the drain's start and its deadline for this work.
+async fn evict(
+    clients: &Clients,
+    run: &Arc<Run>,
+    plan: Plan,
+    ready: impl std::future::Future<Output = ()>,
+    new_rx: &mut mpsc::UnboundedReceiver<Pod>,
+    report: &mut Report,
+    (started, work_deadline): (Instant, Instant),
+) -> (bool, bool) {
+    let settings = &run.settings;
+    let node = &settings.node_name;
+    // The caller's prepare (cordon) must be over before the first eviction, and so must the
+    // reads of the evicted pods' claims and volumes (readable with a node's credentials only
+    // while the pods are there).
+    let detach = async {
+        if settings.drain.wait_for_detach {
+            Some(volumes::Detach::start(clients, node, &plan, started, work_deadline).await)
+        } else {
+            None
+        }
+    };
+    let (prepared, detach) = tokio::join!(tokio::time::timeout_at(work_deadline, ready), detach);
+    if prepared.is_err() {
+        tracing::warn!("the prepare of node {node} was not over by the drain deadline");
+    }
+    let mut schedule = Schedule::default();
+    for p in plan.pods {
+        schedule.place(run, p);
+    }
+    // Cut: pods remain at the deadline (the deadline action follows); reached: the deadline
+    // came first, pods or volumes.
+    let mut cut = schedule
+        .run(run, new_rx, &mut report.errors, work_deadline)
+        .await;
+    drop(schedule);
+    let mut reached = cut;
+    if let Some(detach) = detach.filter(|_| !reached) {
+        reached = wait_for_volumes(clients, run, detach, report, work_deadline).await;
+    }
+    // The DaemonSet pods go last: after the volumes, whose unmount may need a node plugin.
+    if !reached && settings.drain.daemonsets == DaemonSetPolicy::StopLast {
+        cut = last::stop(run, new_rx, &mut report.errors, work_deadline).await;
+        reached = cut;
+    }
+    (cut, reached)
 }
 
 /// The rows of a dry run: what each planned pod would get, nothing sent.

@@ -203,7 +203,8 @@ impl Detach {
                     detach.volumes.insert(pv, volume);
                 }
                 Ok(None) => {}
-                Err(message) => {
+                Err(e) => {
+                    let message = e.to_string();
                     tracing::warn!(node = %node, "{message}");
                     detach.errors.push(message);
                 }
@@ -337,6 +338,11 @@ impl Detach {
     }
 }
 
+/// A claim could not be read before its pods' eviction (the API error names the claim).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {0} before the eviction of its pods; its volume's detach is not waited for")]
+struct ClaimNotRead(ApiError);
+
 /// Reads `claim`'s bound volume and, for a CSI volume, the name of its attachment on `node`;
 /// by `by`. `Ok(None)`: the claim is gone or not bound (no attachment to wait for).
 async fn read_volume(
@@ -344,18 +350,13 @@ async fn read_volume(
     node: &str,
     (ns, name): &Claim,
     by: Instant,
-) -> Result<Option<(String, Volume)>, String> {
+) -> Result<Option<(String, Volume)>, ClaimNotRead> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(clients.api.clone(), ns);
     let object = format!("persistentvolumeclaim {ns}/{name}");
-    let not_read = |e: ApiError| {
-        format!(
-            "cannot read {e} before the eviction of its pods; its volume's detach is not waited for"
-        )
-    };
     let pvc = clients
         .retry(by, &object, || claims.get_opt(name))
         .await
-        .map_err(not_read)?;
+        .map_err(ClaimNotRead)?;
     let Some(pv) = pvc
         .and_then(|c| c.spec)
         .and_then(|s| s.volume_name)

@@ -288,7 +288,7 @@ impl Engine {
     /// Prepares and drains at once, both by `deadline`: the drain lists and plans the pods while
     /// the prepare writes the marker, the taint and the cordon, and starts evicting once the
     /// prepare is over (done, or failed for good: a shutdown drains anyway). Under a slow API
-    /// server this saves the list's round trip from the budget. A prepare that keeps failing
+    /// server this saves the list's round trip from the shutdown's time. A prepare that keeps failing
     /// (throttled, a guard that keeps failing) keeps trying until the deadline, but the
     /// evictions wait for it only until [`evict_without_cordon_at`]: an uncordoned node may get
     /// replacements scheduled back onto it, yet a drain that never starts loses every pod's
@@ -708,7 +708,7 @@ pub const HOLD_EVENTS_MAX: u32 = 3;
 /// When the evictions of [`Engine::prepare_and_drain`] stop waiting for a prepare that keeps
 /// failing: half way from `start` to `deadline`. The other half is the evictions' own: pods
 /// terminate gracefully only with time left (grace periods are cut to the time left), so the
-/// cordon may cost half the budget, never all of it (the default 120 s drain timeout gives a
+/// cordon may cost half the time, never all of it (the default 120 s drain timeout gives a
 /// throttled or contended control plane a minute, and the pods' default 30 s grace still fits).
 /// Pure.
 pub fn evict_without_cordon_at(start: Instant, deadline: Instant) -> Instant {

@@ -63,6 +63,18 @@ pub enum Taken {
     Full(Vec<String>),
 }
 
+/// What one look at a slot Lease found, for this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Look {
+    /// No one holds it.
+    Free,
+    /// It may be taken from the identity it holds now: this node's (in any boot), or a holder
+    /// that will not give it back.
+    Open(String),
+    /// Someone else holds it, by this identity.
+    Held(String),
+}
+
 /// What a give-back came to.
 #[derive(Debug)]
 pub enum GivenBack {
@@ -135,8 +147,8 @@ impl Slots<'_> {
         let by = look_by.max(until);
         loop {
             holders = match self.try_take(&me, &group, by).await {
-                Ok(Ok(name)) => return Ok(Taken::Slot(name)),
-                Ok(Err(now_held)) => now_held,
+                Ok(Taken::Full(now_held)) => now_held,
+                Ok(taken) => return Ok(taken),
                 // A look cut by its deadline is the wait's end, not an error of the server's;
                 // unless no look ever completed: then the error is all there is to say.
                 Err(_) if Instant::now() >= by && !holders.is_empty() => {
@@ -192,21 +204,21 @@ impl Slots<'_> {
                 return Ok(None);
             };
             match self.judge(&lease, me, deadline, false).await? {
-                Ok(_) => return Ok(None),
-                Err(holder) => holders.push(holder),
+                Look::Held(holder) => holders.push(holder),
+                Look::Free | Look::Open(_) => return Ok(None),
             }
         }
         Ok(Some(holders))
     }
 
     /// One look at every slot of `group`: the first free, stale or already ours is taken
-    /// (`Ok(name)`); else the holders.
+    /// ([`Taken::Slot`]); else the holders ([`Taken::Full`]).
     async fn try_take(
         &self,
         me: &Holder,
         group: &str,
         deadline: Instant,
-    ) -> Result<Result<String, Vec<String>>, ApiError> {
+    ) -> Result<Taken, ApiError> {
         let fleet = &self.settings.fleet;
         let api = self.api();
         let mut holders = Vec::new();
@@ -225,7 +237,7 @@ impl Slots<'_> {
                 {
                     Ok(_) => {
                         tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
-                        return Ok(Ok(name));
+                        return Ok(Taken::Slot(name));
                     }
                     // Another node created it first: it is theirs.
                     Err(e) if e.is_conflict() => {
@@ -236,8 +248,9 @@ impl Slots<'_> {
                 }
             };
             let expected = match self.judge(&lease, me, deadline, true).await? {
-                Ok(expected) => expected,
-                Err(holder) => {
+                Look::Free => None,
+                Look::Open(id) => Some(id),
+                Look::Held(holder) => {
                     holders.push(holder);
                     continue;
                 }
@@ -251,7 +264,7 @@ impl Slots<'_> {
             match written {
                 Ok(w) if w.applied.is_some() => {
                     tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
-                    return Ok(Ok(name));
+                    return Ok(Taken::Slot(name));
                 }
                 Ok(w) => holders.push(identity(&w.object).unwrap_or("?").to_string()),
                 Err(GuardedError::Contended) => holders.push(format!("{name} (contended)")),
@@ -261,11 +274,12 @@ impl Slots<'_> {
                 }
             }
         }
-        Ok(Err(holders))
+        Ok(Taken::Full(holders))
     }
 
-    /// Whether `lease` may be taken by `me`: `Ok(identity it holds now)` when it is free, ours
-    /// (this node in any boot) or stale; `Err(holder)` when someone else holds it. A holder
+    /// Whether `lease` may be taken by `me`: [`Look::Free`] when no one holds it,
+    /// [`Look::Open`] when it is ours (this node in any boot) or stale, [`Look::Held`] when
+    /// someone else holds it. A holder
     /// that is not `NODE/BOOT_ID` has no Node to look at: it is judged by the Lease's times
     /// alone ([`held_too_long`]). `taking`: a stale holder is about to lose it (said in the
     /// journal).
@@ -275,15 +289,15 @@ impl Slots<'_> {
         me: &Holder,
         deadline: Instant,
         taking: bool,
-    ) -> Result<Result<Option<String>, String>, ApiError> {
+    ) -> Result<Look, ApiError> {
         let id = identity(lease).map(str::to_string);
         let Some(id) = id else {
-            return Ok(Ok(None));
+            return Ok(Look::Free);
         };
         let now = jiff::Timestamp::now();
         let hold_max = self.settings.fleet.hold_max;
         let (holder, why) = match holder_of(lease) {
-            Some(holder) if holder.node == me.node => return Ok(Ok(Some(id))),
+            Some(holder) if holder.node == me.node => return Ok(Look::Open(id)),
             Some(holder) => {
                 let nodes: Api<Node> = Api::all(self.clients.api.clone());
                 let object = format!("node {}", holder.node);
@@ -301,7 +315,7 @@ impl Slots<'_> {
             ),
         };
         let Some(why) = why else {
-            return Ok(Err(id));
+            return Ok(Look::Held(id));
         };
         if taking {
             tracing::warn!(
@@ -311,7 +325,7 @@ impl Slots<'_> {
                 me.node
             );
         }
-        Ok(Ok(Some(id)))
+        Ok(Look::Open(id))
     }
 
     /// Every slot of `node`'s group as it is now, for `status`: one GET each.

@@ -285,125 +285,14 @@ pub fn judge(
         .filter(|p| is_ready(p) || !(always_allow(b) || (n.current >= n.desired && n.desired > 0)))
         .count() as i32;
     for (i, pod) in pods.iter().enumerate() {
-        if !is_ready(pod) {
-            if always_allow(b) {
-                out.push(Judgement::Free(
-                    "not Ready; unhealthyPodEvictionPolicy AlwaysAllow lets it go",
-                ));
-                continue;
-            }
-            if n.current >= n.desired && n.desired > 0 {
-                out.push(Judgement::Free(
-                    "not Ready; its budget has all the healthy pods it needs, so it goes without a disruption",
-                ));
-                continue;
-            }
-        }
-        if !n.observed {
-            out.push(Judgement::Blocked(Block {
-                kind: "budget-not-observed",
-                why: format!(
-                    "the disruption controller has not processed budget {name} yet (status.observedGeneration \
-                     behind its generation): the Eviction API answers 429 until it has"
-                ),
-                fix: "check that kube-controller-manager and its disruption controller run".to_owned(),
-            }));
+        let ready = is_ready(pod);
+        if let Some(why) = goes_unhealthy(b, n, ready) {
+            out.push(Judgement::Free(why));
             continue;
         }
         let j = takers.len();
-        if !is_ready(pod) && n.allowed == 0 {
-            out.push(Judgement::Blocked(Block {
-                kind: "unhealthy-if-healthy-budget",
-                why: format!(
-                    "it is not Ready, and budget {name} (unhealthyPodEvictionPolicy IfHealthyBudget, the default) \
-                     lets an unhealthy pod go only while it has the {} healthy pods it needs (it has {}) or \
-                     allows a disruption (it allows 0)",
-                    n.desired, n.current
-                ),
-                fix: format!(
-                    "set spec.unhealthyPodEvictionPolicy: AlwaysAllow on {name}, or make the pod Ready"
-                ),
-            }));
-            continue;
-        }
-        if n.expected <= 0 {
-            out.push(Judgement::Blocked(Block {
-                kind: "budget-counts-no-pods",
-                why: format!(
-                    "budget {name} counts 0 expected pods: with maxUnavailable or a percentage minAvailable the \
-                     disruption controller counts its pods' controllers' replicas, a pod without a controller \
-                     counts for nothing, and with nothing expected it allows no disruption"
-                ),
-                fix: format!(
-                    "set an integer minAvailable on {name} (below its {} healthy pods), or run the pods under a \
-                     controller (Deployment, StatefulSet)",
-                    n.current
-                ),
-            }));
-            continue;
-        }
-        if n.desired >= n.expected && j as i32 >= n.allowed {
-            let why = match form(b) {
-                Form::MinAvailable(m) => format!(
-                    "budget {name} has minAvailable {m}, not less than its {} expected pods: it never allows a \
-                     disruption",
-                    n.expected
-                ),
-                Form::MinAvailablePercent(p) => format!(
-                    "budget {name} has minAvailable {p}%, which of its {} expected pods rounds up to {} \
-                     (percentages round up): it never allows a disruption",
-                    n.expected, n.desired
-                ),
-                Form::MaxUnavailable(_) | Form::MaxUnavailablePercent(_) => format!(
-                    "budget {name} lets none of its {} expected pods be unavailable (maxUnavailable 0): it never \
-                     allows a disruption",
-                    n.expected
-                ),
-                Form::Other => format!(
-                    "budget {name} needs {} healthy pods of its {} expected: it never allows a disruption",
-                    n.desired, n.expected
-                ),
-            };
-            let mut fix = match form(b) {
-                Form::MinAvailable(m) => format!(
-                    "set minAvailable to {} or less on {name}, or run more than {m} replicas",
-                    n.expected - 1
-                ),
-                Form::MinAvailablePercent(_) => format!(
-                    "set minAvailable to {}% or less on {name}, or use maxUnavailable: 1",
-                    100 * (n.expected - 1) / n.expected.max(1)
-                ),
-                _ => format!("set maxUnavailable to 1 or more on {name}"),
-            };
-            if needing > 1 {
-                fix.push_str(&format!(" ({needing} of its pods are on this node)"));
-            }
-            out.push(Judgement::Blocked(Block {
-                kind: "budget-never-allows",
-                why,
-                fix,
-            }));
-            continue;
-        }
-        if n.allowed == 0 {
-            let fix = match loosen(b, n, 1) {
-                Some(l) => format!(
-                    "make more of {name}'s pods Ready ({} of {} expected are healthy), or {l}",
-                    n.current, n.expected
-                ),
-                None => format!(
-                    "make {name}'s pods Ready: none of its {} expected pods is",
-                    n.expected
-                ),
-            };
-            out.push(Judgement::Blocked(Block {
-                kind: "budget-at-zero",
-                why: format!(
-                    "budget {name} allows 0 disruptions now: it needs {} healthy pods and has {} (of {} expected)",
-                    n.desired, n.current, n.expected
-                ),
-                fix,
-            }));
+        if let Some(block) = refused(b, n, &name, ready, j, needing) {
+            out.push(Judgement::Blocked(block));
             continue;
         }
         let a = n.allowed as usize;
@@ -423,35 +312,212 @@ pub fn judge(
             }
             Some(why) => {
                 let earlier_name = pods[earlier].metadata.name.as_deref().unwrap_or_default();
-                let mut fix = match loosen(b, n, needing) {
-                    Some(l) => {
-                        format!("{l}, so that all {needing} of its pods here can go at once")
-                    }
-                    None => String::new(),
-                };
-                let place = if why.starts_with("it has no controller") {
-                    format!("run {earlier_name} under a controller")
-                } else {
-                    format!("uncordon or add a node that {earlier_name} can run on")
-                };
-                fix = if fix.is_empty() {
-                    place
-                } else {
-                    format!("{place}, or {fix}")
-                };
-                out.push(Judgement::Blocked(Block {
-                    kind: "no-replacement",
-                    why: format!(
-                        "budget {name} allows {} disruption(s): {} of its {needing} pods here go at once, the \
-                         others only when a replacement is Ready elsewhere, and {earlier_name} gets none: {why}",
-                        n.allowed, n.allowed
-                    ),
-                    fix,
-                }));
+                out.push(Judgement::Blocked(replacement_missing(
+                    b,
+                    n,
+                    &name,
+                    needing,
+                    earlier_name,
+                    &why,
+                )));
             }
         }
     }
     out
+}
+
+/// Why a pod that is not Ready (`ready` false) goes without taking a disruption: the budget's
+/// policy lets it, or the budget has all the healthy pods it needs. `None`: it does take one.
+fn goes_unhealthy(b: &PodDisruptionBudget, n: Numbers, ready: bool) -> Option<&'static str> {
+    if ready {
+        return None;
+    }
+    if always_allow(b) {
+        return Some("not Ready; unhealthyPodEvictionPolicy AlwaysAllow lets it go");
+    }
+    if n.current >= n.desired && n.desired > 0 {
+        return Some(
+            "not Ready; its budget has all the healthy pods it needs, so it goes without a disruption",
+        );
+    }
+    None
+}
+
+/// Why budget `b` (named `name`) refuses the eviction of a pod that would take disruption number
+/// `taken` (from 0), whatever happens elsewhere; `None` when it allows it now or later.
+fn refused(
+    b: &PodDisruptionBudget,
+    n: Numbers,
+    name: &str,
+    ready: bool,
+    taken: usize,
+    needing: i32,
+) -> Option<Block> {
+    if !n.observed {
+        return Some(not_observed(name));
+    }
+    if !ready && n.allowed == 0 {
+        return Some(unhealthy_if_healthy(n, name));
+    }
+    if n.expected <= 0 {
+        return Some(counts_no_pods(n, name));
+    }
+    if n.desired >= n.expected && taken as i32 >= n.allowed {
+        return Some(never_allows(b, n, name, needing));
+    }
+    if n.allowed == 0 {
+        return Some(at_zero(b, n, name));
+    }
+    None
+}
+
+/// The disruption controller has not caught up with the budget's spec.
+fn not_observed(name: &str) -> Block {
+    Block {
+        kind: "budget-not-observed",
+        why: format!(
+            "the disruption controller has not processed budget {name} yet (status.observedGeneration \
+             behind its generation): the Eviction API answers 429 until it has"
+        ),
+        fix: "check that kube-controller-manager and its disruption controller run".to_owned(),
+    }
+}
+
+/// An unhealthy pod under the default policy while the budget allows nothing.
+fn unhealthy_if_healthy(n: Numbers, name: &str) -> Block {
+    Block {
+        kind: "unhealthy-if-healthy-budget",
+        why: format!(
+            "it is not Ready, and budget {name} (unhealthyPodEvictionPolicy IfHealthyBudget, the default) \
+             lets an unhealthy pod go only while it has the {} healthy pods it needs (it has {}) or \
+             allows a disruption (it allows 0)",
+            n.desired, n.current
+        ),
+        fix: format!(
+            "set spec.unhealthyPodEvictionPolicy: AlwaysAllow on {name}, or make the pod Ready"
+        ),
+    }
+}
+
+/// A budget that expects no pods, so allows no disruption.
+fn counts_no_pods(n: Numbers, name: &str) -> Block {
+    Block {
+        kind: "budget-counts-no-pods",
+        why: format!(
+            "budget {name} counts 0 expected pods: with maxUnavailable or a percentage minAvailable the \
+             disruption controller counts its pods' controllers' replicas, a pod without a controller \
+             counts for nothing, and with nothing expected it allows no disruption"
+        ),
+        fix: format!(
+            "set an integer minAvailable on {name} (below its {} healthy pods), or run the pods under a \
+             controller (Deployment, StatefulSet)",
+            n.current
+        ),
+    }
+}
+
+/// A budget that needs every expected pod healthy: it never allows a disruption. The why and
+/// the fix speak the form the budget is written in.
+fn never_allows(b: &PodDisruptionBudget, n: Numbers, name: &str, needing: i32) -> Block {
+    let why = match form(b) {
+        Form::MinAvailable(m) => format!(
+            "budget {name} has minAvailable {m}, not less than its {} expected pods: it never allows a \
+             disruption",
+            n.expected
+        ),
+        Form::MinAvailablePercent(p) => format!(
+            "budget {name} has minAvailable {p}%, which of its {} expected pods rounds up to {} \
+             (percentages round up): it never allows a disruption",
+            n.expected, n.desired
+        ),
+        Form::MaxUnavailable(_) | Form::MaxUnavailablePercent(_) => format!(
+            "budget {name} lets none of its {} expected pods be unavailable (maxUnavailable 0): it never \
+             allows a disruption",
+            n.expected
+        ),
+        Form::Other => format!(
+            "budget {name} needs {} healthy pods of its {} expected: it never allows a disruption",
+            n.desired, n.expected
+        ),
+    };
+    let mut fix = match form(b) {
+        Form::MinAvailable(m) => format!(
+            "set minAvailable to {} or less on {name}, or run more than {m} replicas",
+            n.expected - 1
+        ),
+        Form::MinAvailablePercent(_) => format!(
+            "set minAvailable to {}% or less on {name}, or use maxUnavailable: 1",
+            100 * (n.expected - 1) / n.expected.max(1)
+        ),
+        _ => format!("set maxUnavailable to 1 or more on {name}"),
+    };
+    if needing > 1 {
+        fix.push_str(&format!(" ({needing} of its pods are on this node)"));
+    }
+    Block {
+        kind: "budget-never-allows",
+        why,
+        fix,
+    }
+}
+
+/// A budget that allows no disruption now, though it could with more healthy pods.
+fn at_zero(b: &PodDisruptionBudget, n: Numbers, name: &str) -> Block {
+    let fix = match loosen(b, n, 1) {
+        Some(l) => format!(
+            "make more of {name}'s pods Ready ({} of {} expected are healthy), or {l}",
+            n.current, n.expected
+        ),
+        None => format!(
+            "make {name}'s pods Ready: none of its {} expected pods is",
+            n.expected
+        ),
+    };
+    Block {
+        kind: "budget-at-zero",
+        why: format!(
+            "budget {name} allows 0 disruptions now: it needs {} healthy pods and has {} (of {} expected)",
+            n.desired, n.current, n.expected
+        ),
+        fix,
+    }
+}
+
+/// The pod's disruption comes back only when the replacement of `earlier_name` (placed before it)
+/// is Ready, and that pod gets none elsewhere (`why`).
+fn replacement_missing(
+    b: &PodDisruptionBudget,
+    n: Numbers,
+    name: &str,
+    needing: i32,
+    earlier_name: &str,
+    why: &str,
+) -> Block {
+    let mut fix = match loosen(b, n, needing) {
+        Some(l) => {
+            format!("{l}, so that all {needing} of its pods here can go at once")
+        }
+        None => String::new(),
+    };
+    let place = if why.starts_with("it has no controller") {
+        format!("run {earlier_name} under a controller")
+    } else {
+        format!("uncordon or add a node that {earlier_name} can run on")
+    };
+    fix = if fix.is_empty() {
+        place
+    } else {
+        format!("{place}, or {fix}")
+    };
+    Block {
+        kind: "no-replacement",
+        why: format!(
+            "budget {name} allows {} disruption(s): {} of its {needing} pods here go at once, the \
+             others only when a replacement is Ready elsewhere, and {earlier_name} gets none: {why}",
+            n.allowed, n.allowed
+        ),
+        fix,
+    }
 }
 
 /// The most budget names a line of words lists; past it the line names the first ones and

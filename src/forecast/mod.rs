@@ -26,6 +26,7 @@
 
 pub mod budgets;
 pub mod read;
+mod schedule;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -37,7 +38,7 @@ use serde::Serialize;
 
 use self::budgets::{Block, Judgement, budget_name};
 use crate::config::{OnDeadline, Settings};
-use crate::policy::filters::{Action, Reason as PlanReason};
+use crate::policy::filters::Action;
 use crate::policy::plan::{Plan, PlannedPod};
 use crate::report::{Outcome, Report};
 use crate::time_limit::{self as time_limit, TimeLimit};
@@ -88,7 +89,8 @@ pub struct Inputs<'a> {
     pub budgets: &'a [PodDisruptionBudget],
     /// Every node (where a replacement could run); `None` when not read.
     pub nodes: Option<&'a [Node]>,
-    pub budget: &'a TimeLimit,
+    /// The shutdown's time limit the forecast judges against.
+    pub time_limit: &'a TimeLimit,
     pub logind: Logind,
     pub last: Option<&'a Report>,
     pub now: jiff::Timestamp,
@@ -131,9 +133,9 @@ pub struct BlockingBudget {
     pub fix: String,
 }
 
-/// The shutdown budget the forecast judges against.
+/// The shutdown's time limit the forecast judges against, as `forecast` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct BudgetView {
+pub struct TimeLimitView {
     pub drain_seconds: f64,
     pub drain_timeout_seconds: f64,
     pub logind_max_seconds: f64,
@@ -149,7 +151,9 @@ pub struct Forecast {
     pub verdict: Verdict,
     /// One line for `check`, `status` and logs.
     pub summary: String,
-    pub budget: BudgetView,
+    /// Under the JSON key `budget`, as before the time limit had its own name.
+    #[serde(rename = "budget")]
+    pub time_limit: TimeLimitView,
     /// When the drain would be done, seconds after its start; `None` when blocked pods hold it
     /// until the deadline.
     pub estimate_seconds: Option<f64>,
@@ -295,8 +299,8 @@ pub fn forecast(inputs: &Inputs<'_>) -> Forecast {
     let mut assumptions = Vec::new();
     judge_budgets(inputs, &mut rows, &mut assumptions);
 
-    let total = crate::drain::work_time(inputs.budget.drain);
-    let end = schedule(inputs, &mut rows, total);
+    let total = crate::drain::work_time(inputs.time_limit.drain);
+    let end = schedule::schedule(inputs, &mut rows, total);
     let claims = detached_claims(inputs.plan);
     let mut estimate = end;
     if let (Some(done), false) = (end, claims.is_empty() || !s.drain.wait_for_detach) {
@@ -428,150 +432,6 @@ fn judge_budgets(inputs: &Inputs<'_>, rows: &mut [Row<'_>], assumptions: &mut Ve
     }
 }
 
-/// Starts and ends per the drain's order groups; the cuts that follow from time. Returns when
-/// the evicted and waited-for pods would be done, `None` when a blocked pod holds the drain.
-fn schedule(inputs: &Inputs<'_>, rows: &mut [Row<'_>], total: Duration) -> Option<Duration> {
-    let s = inputs.settings;
-    let mut groups: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
-    let mut done = Duration::ZERO;
-    for (i, r) in rows.iter_mut().enumerate() {
-        match (r.planned.action, r.planned.order) {
-            (Action::Evict, Some(order)) => groups.entry(order).or_default().push(i),
-            _ => {
-                // A `wait` pod, from the drain's start.
-                let Some(pod) = r.pod else { continue };
-                if crate::policy::filters::is_completed(pod) {
-                    r.takes = Duration::ZERO;
-                    r.goes = "it has completed".to_owned();
-                    continue;
-                }
-                if let Some(ts) = &pod.metadata.deletion_timestamp {
-                    let left = Duration::try_from(ts.0.duration_since(inputs.now))
-                        .unwrap_or(Duration::ZERO);
-                    r.takes = left;
-                    r.goes = format!(
-                        "already terminating; gone within {}",
-                        time_limit::seconds(left)
-                    );
-                    if left > total {
-                        r.cut = Some((
-                            "terminating-past-deadline",
-                            format!(
-                                "already terminating, and its deletion allows it {} more, past the {} budget",
-                                time_limit::seconds(left),
-                                time_limit::seconds(total)
-                            ),
-                            "wait for it to end before the shutdown".to_owned(),
-                        ));
-                    }
-                    done = done.max(left);
-                    continue;
-                }
-                let what = match r.planned.reason {
-                    PlanReason::Rule => "a wait-completed rule",
-                    _ => "its label cluster.x-k8s.io/drain: wait-completed",
-                };
-                r.cut = Some((
-                    "waits-for-completion",
-                    format!(
-                        "the drain waits for it to complete ({what}) and it is still running; when it ends \
-                         cannot be forecast, and the drain is cut if it has not within {}",
-                        time_limit::seconds(total)
-                    ),
-                    "let it finish before the shutdown, or drop the wait-completed rule or label"
-                        .to_owned(),
-                ));
-            }
-        }
-    }
-    let mut start = Duration::ZERO;
-    let mut held_by: Option<(i32, String)> = None;
-    for (order, idx) in groups {
-        if let Some((g, pod)) = &held_by {
-            for &i in &idx {
-                let r = &mut rows[i];
-                r.starts = total;
-                if r.block.is_none() {
-                    r.cut = Some((
-                        "behind-blocked-group",
-                        format!(
-                            "its order group {order} starts only when group {g} is done, and {pod} of group {g} \
-                             is blocked until the deadline"
-                        ),
-                        format!("fix what blocks {pod} (above), or give {pod} a later order"),
-                    ));
-                }
-            }
-            continue;
-        }
-        let mut end = start;
-        for &i in &idx {
-            let r = &mut rows[i];
-            r.starts = start + ASSUMED_REPLACEMENT_READY * r.round;
-            if r.block.is_some() {
-                held_by.get_or_insert((order, r.planned.key()));
-                continue;
-            }
-            let left = total.saturating_sub(r.starts);
-            let finish = r.starts + r.takes;
-            end = end.max(finish);
-            if finish <= total {
-                continue;
-            }
-            let fit = if s.drain.fit_grace_to_deadline {
-                format!(
-                    "its eviction asks for {} instead (fit_grace_to_deadline), so it is stopped before it is done",
-                    time_limit::seconds(Duration::from_secs(left.as_secs().max(1)))
-                )
-            } else {
-                "the power-off cuts it".to_owned()
-            };
-            r.cut = Some(if r.round > 0 && r.starts >= total {
-                (
-                    "replacements-past-deadline",
-                    format!(
-                        "it waits for {} replacement(s) to be Ready elsewhere first, past the {} budget",
-                        r.round,
-                        time_limit::seconds(total)
-                    ),
-                    "loosen its budget so that its pods can go at once, or give the drain more time (below)"
-                        .to_owned(),
-                )
-            } else {
-                let (kind, what, fix) = if r.measured {
-                    (
-                        "slow-in-last-drain",
-                        format!("it took {} in the last drain", time_limit::seconds(r.takes)),
-                        "make it stop faster on SIGTERM, or give the drain more time (below)"
-                            .to_owned(),
-                    )
-                } else {
-                    (
-                        "grace-longer-than-time-left",
-                        format!("its grace period is {}", time_limit::seconds(r.takes)),
-                        format!(
-                            "lower its terminationGracePeriodSeconds to {} or less, or give the drain more time \
-                             (below)",
-                            left.as_secs()
-                        ),
-                    )
-                };
-                let detail = format!(
-                    "{what}, longer than the {} left when its eviction starts at {}; {fit}",
-                    time_limit::seconds(left),
-                    time_limit::seconds(r.starts)
-                );
-                (kind, detail, fix)
-            });
-        }
-        start = end;
-    }
-    if held_by.is_some() {
-        return None;
-    }
-    Some(done.max(start))
-}
-
 /// The blocking budgets, collected in the order the drain meets their pods: one entry per
 /// budget, found by name (a forecast over a thousand budgets stays linear).
 struct Blocking<'a> {
@@ -689,13 +549,13 @@ fn summary(
     )
 }
 
-/// The shutdown budget as the output shows it.
-fn budget_view(inputs: &Inputs<'_>) -> BudgetView {
+/// The shutdown's time limit as the output shows it.
+fn time_limit_view(inputs: &Inputs<'_>) -> TimeLimitView {
     let s = inputs.settings;
-    BudgetView {
-        drain_seconds: secs(inputs.budget.drain),
+    TimeLimitView {
+        drain_seconds: secs(inputs.time_limit.drain),
         drain_timeout_seconds: secs(s.drain.timeout),
-        logind_max_seconds: secs(inputs.budget.logind_max),
+        logind_max_seconds: secs(inputs.time_limit.logind_max),
         release_margin_seconds: secs(s.daemon.release_margin),
         logind: match &inputs.logind {
             Logind::Read => "read from logind".to_owned(),
@@ -743,7 +603,7 @@ fn finish(
     }
     let mut fixes = Vec::new();
     if needed > Duration::ZERO {
-        fixes.extend(longer_budget(s, inputs.budget, needed));
+        fixes.extend(longer_time_limit(s, inputs.time_limit, needed));
     }
     let verdict = pods
         .iter()
@@ -760,9 +620,9 @@ fn finish(
             &pods,
             &blocking,
             estimate,
-            inputs.budget.drain,
+            inputs.time_limit.drain,
         ),
-        budget: budget_view(inputs),
+        time_limit: time_limit_view(inputs),
         estimate_seconds: estimate.map(secs),
         pods,
         blocking_budgets: blocking,
@@ -774,8 +634,8 @@ fn finish(
 
 /// What gives the drain `needed` (whole seconds, rounded up, plus the time the drain keeps back
 /// at the deadline): a longer `[drain] timeout` and, where logind would cut it, the
-/// `InhibitDelayMaxSec` that fits (the budget's own warning text).
-fn longer_budget(s: &Settings, budget: &TimeLimit, needed: Duration) -> Vec<String> {
+/// `InhibitDelayMaxSec` that fits (the time limit's own warning text).
+fn longer_time_limit(s: &Settings, limit: &TimeLimit, needed: Duration) -> Vec<String> {
     let whole = Duration::from_secs(needed.as_secs() + 1);
     let mut fixes = Vec::new();
     let timeout = whole.max(s.drain.timeout);
@@ -789,8 +649,7 @@ fn longer_budget(s: &Settings, budget: &TimeLimit, needed: Duration) -> Vec<Stri
             time_limit::seconds(needed)
         ));
     }
-    if let Some(w) =
-        time_limit::compute(timeout, budget.logind_max, s.daemon.release_margin).warning
+    if let Some(w) = time_limit::compute(timeout, limit.logind_max, s.daemon.release_margin).warning
     {
         fixes.push(w.to_string());
     }

@@ -45,7 +45,7 @@ impl ReadError {
     }
 }
 
-/// logind's budget from the system bus, or, when logind cannot be read, the budget a logind
+/// logind's time limit from the system bus, or, when logind cannot be read, the one a logind
 /// that fits the configuration would give (drain timeout plus release margin), with why.
 pub async fn logind_time_limit(settings: &Settings) -> (TimeLimit, Logind) {
     let read = async {
@@ -85,10 +85,10 @@ fn wants_nodes(plan: &Plan, pods: &[Pod], budgets: &[PodDisruptionBudget]) -> bo
     })
 }
 
-/// Reads what the forecast needs and makes it, against `budget` (see [`logind_time_limit`]).
+/// Reads what the forecast needs and makes it, against `time_limit` (see [`logind_time_limit`]).
 pub async fn gather(
     engine: &Engine,
-    budget: &TimeLimit,
+    time_limit: &TimeLimit,
     logind: Logind,
 ) -> Result<Forecast, ReadError> {
     let settings = engine.settings().clone();
@@ -147,7 +147,7 @@ pub async fn gather(
         pods: &pods,
         budgets: &budgets,
         nodes: nodes.as_deref(),
-        budget,
+        time_limit,
         logind,
         last: last.as_ref(),
         now: jiff::Timestamp::now(),

@@ -135,7 +135,7 @@ fn run(c: &Case) -> Forecast {
         .as_ref()
         .map(|r| serde_json::from_value(r.clone()).unwrap());
     let plan = Plan::build(&s, &pods);
-    let budget = compute(
+    let time_limit = compute(
         s.drain.timeout,
         Duration::from_secs(c.logind_max),
         s.daemon.release_margin,
@@ -146,7 +146,7 @@ fn run(c: &Case) -> Forecast {
         pods: &pods,
         budgets: &budgets,
         nodes: nodes.as_deref(),
-        budget: &budget,
+        time_limit: &time_limit,
         logind: Logind::Read,
         last: last.as_ref(),
         now: "2026-12-01T10:00:00Z".parse().unwrap(),
@@ -167,9 +167,9 @@ fn last_report(pods: Vec<Value>) -> Value {
 }
 
 #[test]
-fn verdicts_table() {
+fn budget_arithmetic_decides_a_pod_s_verdict() {
     use Verdict::*;
-    let cases = vec![
+    verdicts_as_each_case_says(&[
         Case {
             name: "no budget, 30 s grace, 145 s budget",
             pods: vec![pod("web-1", "web")],
@@ -259,6 +259,13 @@ fn verdicts_table() {
             ],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn a_replacement_needs_a_node_it_can_run_on() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "every replica here, the other node cordoned",
             pods: vec![pod("web-1", "web"), pod("web-2", "web")],
@@ -348,6 +355,13 @@ fn verdicts_table() {
             ],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn pods_go_in_rounds_of_replacements() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "each further pod waits for the replacement of the one a round before it",
             pods: vec![
@@ -397,6 +411,13 @@ fn verdicts_table() {
             says: vec!["it has no controller", "run a under a controller"],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn unhealthy_and_unselected_pods_go_as_the_disruption_controller_lets_them() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "an unhealthy pod under IfHealthyBudget while the budget is short",
             pods: vec![unready(pod("web-1", "web"))],
@@ -445,6 +466,13 @@ fn verdicts_table() {
             want: vec![("web-1", Completes, "completes")],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn which_budgets_select_a_pod_and_whether_they_are_processed() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "two budgets over one pod",
             pods: vec![pod("shared", "shared")],
@@ -507,6 +535,13 @@ fn verdicts_table() {
             says: vec!["without a budget check"],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn grace_periods_are_judged_against_the_time_limit() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "a 600 s grace period in a 145 s budget",
             pods: vec![with(
@@ -555,6 +590,13 @@ fn verdicts_table() {
             says: vec!["it took 130 s in the last drain, longer than the 119.5 s left"],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn order_groups_waits_and_terminating_pods_take_their_time() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "a later order group waits behind a blocked pod",
             pods: vec![
@@ -618,6 +660,13 @@ fn verdicts_table() {
             ],
             ..Case::default()
         },
+    ]);
+}
+
+#[test]
+fn volumes_detach_within_the_time_limit_or_not() {
+    use Verdict::*;
+    verdicts_as_each_case_says(&[
         Case {
             name: "a volume that would detach past the deadline",
             pods: vec![with(
@@ -644,8 +693,13 @@ fn verdicts_table() {
             says: vec!["volumes to detach: work/data-db-0"],
             ..Case::default()
         },
-    ];
-    for c in &cases {
+    ]);
+}
+
+/// Checks each case: the node's verdict, each pod's verdict, reason and fix, every blocking
+/// budget named with its fix in the text, and the words the case asks for.
+fn verdicts_as_each_case_says(cases: &[Case]) {
+    for c in cases {
         let f = run(c);
         let text = f.to_text();
         assert_eq!(f.verdict, c.node, "{}: node verdict\n{text}", c.name);

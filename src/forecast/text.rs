@@ -1,4 +1,4 @@
-//! The forecast for a person: the verdict, the budget and the estimate, a line per pod, each
+//! The forecast for a person: the verdict, the time limit and the estimate, a line per pod, each
 //! blocking budget with its fix, the node-level fixes and what was assumed.
 
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use crate::policy::plan::key_width;
 impl Forecast {
     /// The text output of `forecast`.
     pub fn to_text(&self) -> String {
-        let b = &self.budget;
+        let b = &self.time_limit;
         let mut out = format!("{}\n", self.summary);
         let _ = writeln!(
             out,

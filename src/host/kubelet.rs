@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::Settings;
+use crate::config::file::FileError;
 use crate::events::Reason as EventReason;
 use crate::host::logind::{Logind, LogindError};
 
@@ -23,38 +24,63 @@ pub fn kubelet_holds_delay(inhibitors: &[(String, String, String, String, u32, u
     })
 }
 
+/// The kubelet's effective `shutdownGracePeriod`, as its files set it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grace {
+    /// `period`, as written, by the last file that set it.
+    Set { period: String, from: PathBuf },
+    /// No file sets it: the kubelet's default, 0 (Graceful Node Shutdown off).
+    Unset,
+}
+
+/// The kubelet's configuration could not be read. Each names its file or directory.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletConfigError {
+    #[error(transparent)]
+    Read(#[from] FileError),
+    #[error(
+        "the kubelet config {} is not a YAML map with a string shutdownGracePeriod",
+        path.display()
+    )]
+    NotAMap { path: PathBuf },
+    #[error("cannot read the kubelet's drop-in directory {}: {source}", dir.display())]
+    DropIns {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 /// `shutdownGracePeriod` from the kubelet's config file: `Ok(None)` when the file does not set
-/// it (the kubelet's default, 0: Graceful Node Shutdown off), `Err` naming the file when it
-/// cannot be read or is not a YAML map.
-pub fn grace_period(path: &Path) -> Result<Option<String>, String> {
+/// it, `Err` naming the file when it cannot be read or is not a YAML map.
+pub fn grace_period(path: &Path) -> Result<Option<String>, KubeletConfigError> {
     // The same limits as our own config: a regular file of at most 1 MiB.
-    let text =
-        crate::config::file::read_text(path, "the kubelet config").map_err(|e| e.to_string())?;
+    let text = crate::config::file::read_text(path, "the kubelet config")?;
     // serde-saphyr, the pure-Rust YAML parser kube already uses: no libyaml in the binary.
-    let doc: KubeletConfig = serde_saphyr::from_str(&text).map_err(|_| {
-        format!(
-            "the kubelet config {} is not a YAML map with a string shutdownGracePeriod",
-            path.display()
-        )
-    })?;
+    let doc: KubeletConfig =
+        serde_saphyr::from_str(&text).map_err(|_| KubeletConfigError::NotAMap {
+            path: path.to_path_buf(),
+        })?;
     Ok(doc.shutdown_grace_period)
 }
 
 /// The kubelet's effective `shutdownGracePeriod` and the file that set it: its config file,
 /// then each `*.conf` of its drop-in directory (`--config-dir`) in lexical order, each overriding
 /// what came before (the kubelet's merge order, kubernetes `cmd/kubelet/app/server.go`,
-/// `mergeKubeletConfigurations`). `Ok(None)`: no file sets it (the kubelet's default, 0: off).
-/// A directory that does not exist holds nothing.
-pub fn effective_grace(config: &Path, dir: &Path) -> Result<Option<(String, PathBuf)>, String> {
-    let mut found = grace_period(config)?.map(|g| (g, config.to_path_buf()));
+/// `mergeKubeletConfigurations`). A directory that does not exist holds nothing.
+pub fn effective_grace(config: &Path, dir: &Path) -> Result<Grace, KubeletConfigError> {
+    let set = |period, from: &Path| Grace::Set {
+        period,
+        from: from.to_path_buf(),
+    };
+    let mut found = grace_period(config)?.map_or(Grace::Unset, |g| set(g, config));
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-        Err(e) => {
-            return Err(format!(
-                "cannot read the kubelet's drop-in directory {}: {e}",
-                dir.display()
-            ));
+        Err(source) => {
+            return Err(KubeletConfigError::DropIns {
+                dir: dir.to_path_buf(),
+                source,
+            });
         }
     };
     let mut files: Vec<PathBuf> = entries
@@ -65,17 +91,19 @@ pub fn effective_grace(config: &Path, dir: &Path) -> Result<Option<(String, Path
     files.sort();
     for file in files {
         if let Some(g) = grace_period(&file)? {
-            found = Some((g, file));
+            found = set(g, &file);
         }
     }
     Ok(found)
 }
 
 /// The kubelet's effective grace period in words, for `check` and the warning.
-pub fn describe_grace(grace: &Result<Option<(String, PathBuf)>, String>) -> String {
+pub fn describe_grace(grace: &Result<Grace, KubeletConfigError>) -> String {
     match grace {
-        Ok(Some((g, from))) => format!("shutdownGracePeriod {g}, from {}", from.display()),
-        Ok(None) => {
+        Ok(Grace::Set { period, from }) => {
+            format!("shutdownGracePeriod {period}, from {}", from.display())
+        }
+        Ok(Grace::Unset) => {
             "shutdownGracePeriod not set in its config file or drop-ins (0: off)".to_owned()
         }
         Err(e) => format!("its grace period unknown: {e}"),
@@ -83,7 +111,7 @@ pub fn describe_grace(grace: &Result<Option<(String, PathBuf)>, String>) -> Stri
 }
 
 /// The effective grace of the kubelet `settings` name.
-pub fn settings_grace(settings: &Settings) -> Result<Option<(String, PathBuf)>, String> {
+pub fn settings_grace(settings: &Settings) -> Result<Grace, KubeletConfigError> {
     effective_grace(
         &settings.daemon.kubelet_config,
         &settings.daemon.kubelet_config_dir,
@@ -102,7 +130,7 @@ struct KubeletConfig {
 pub fn warning(
     node: &str,
     holds: bool,
-    grace: &Result<Option<(String, PathBuf)>, String>,
+    grace: &Result<Grace, KubeletConfigError>,
 ) -> Option<String> {
     if !holds {
         return None;
@@ -191,12 +219,16 @@ mod tests {
             "kind: KubeletConfiguration\nshutdownGracePeriod: 30s\n",
         )
         .unwrap();
-        assert_eq!(grace_period(&path), Ok(Some("30s".into())));
+        assert_eq!(grace_period(&path).unwrap(), Some("30s".into()));
         std::fs::write(&path, "kind: KubeletConfiguration\n").unwrap();
-        assert_eq!(grace_period(&path), Ok(None));
+        assert_eq!(grace_period(&path).unwrap(), None);
         let missing = dir.path().join("nope.yaml");
-        assert!(grace_period(&missing).unwrap_err().contains("nope.yaml"));
-        let set = Ok(Some(("30s".to_string(), path.clone())));
+        let e = grace_period(&missing).unwrap_err().to_string();
+        assert!(e.contains("nope.yaml"), "{e}");
+        let set = Ok(Grace::Set {
+            period: "30s".to_string(),
+            from: path.clone(),
+        });
         let w = warning("n1", true, &set).unwrap();
         assert!(
             w.contains("node n1") && w.contains("shutdownGracePeriod 30s, from "),
@@ -218,8 +250,11 @@ shutdownGracePeriod: 30s
         .unwrap();
         let drop_ins = dir.path().join("kubelet.conf.d");
         assert_eq!(
-            effective_grace(&config, &drop_ins),
-            Ok(Some(("30s".into(), config.clone()))),
+            effective_grace(&config, &drop_ins).unwrap(),
+            Grace::Set {
+                period: "30s".into(),
+                from: config.clone()
+            },
             "a missing directory holds nothing"
         );
         std::fs::create_dir(&drop_ins).unwrap();
@@ -240,16 +275,17 @@ shutdownGracePeriod: 30s
         )
         .unwrap();
         assert_eq!(
-            effective_grace(&config, &drop_ins),
-            Ok(Some((
-                "0s".into(),
-                drop_ins.join("99-kube-shutdown-drain.conf")
-            )))
+            effective_grace(&config, &drop_ins).unwrap(),
+            Grace::Set {
+                period: "0s".into(),
+                from: drop_ins.join("99-kube-shutdown-drain.conf")
+            }
         );
         std::fs::write(drop_ins.join("10-site.conf"), "[not, a, map\n").unwrap();
         assert!(
             effective_grace(&config, &drop_ins)
                 .unwrap_err()
+                .to_string()
                 .contains("10-site.conf")
         );
     }

@@ -137,7 +137,7 @@ pub enum MarkerRead {
     /// A marker we can have written.
     Ours(Marker),
     /// Something in our annotation we cannot have written, and why; it is never acted on.
-    Foreign(String),
+    Foreign(ForeignMarker),
 }
 
 /// Reads and checks the marker of a Node: too large, not JSON, the wrong shape, an unknown
@@ -157,31 +157,46 @@ pub fn read_marker(node: &Node) -> MarkerRead {
     }
 }
 
+/// Why a marker annotation is not one we can have written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForeignMarker {
+    #[error("{bytes} bytes, more than the {MARKER_MAX_BYTES} a marker of ours can have")]
+    TooLarge { bytes: usize },
+    /// Not JSON, or not a marker's shape: serde_json's message.
+    #[error("not a marker of ours: {0}")]
+    NotAMarker(String),
+    #[error(
+        "marker version {0}, which this kube-shutdown-drain never writes (it writes {MARKER_VERSION})"
+    )]
+    Version(u32),
+    #[error("boot ID {0:?} is not a boot ID")]
+    BootId(String),
+    #[error("time {0:?} is not an RFC 3339 time")]
+    Time(String),
+    #[error("cordoned_at {0:?} is not an RFC 3339 time")]
+    CordonedAt(String),
+}
+
 /// Parses a marker text and checks it is one we can have written.
-pub fn check_marker(text: &str) -> Result<Marker, String> {
+pub fn check_marker(text: &str) -> Result<Marker, ForeignMarker> {
     if text.len() > MARKER_MAX_BYTES {
-        return Err(format!(
-            "{} bytes, more than the {MARKER_MAX_BYTES} a marker of ours can have",
-            text.len()
-        ));
+        return Err(ForeignMarker::TooLarge { bytes: text.len() });
     }
-    let m: Marker = serde_json::from_str(text).map_err(|e| format!("not a marker of ours: {e}"))?;
+    let m: Marker =
+        serde_json::from_str(text).map_err(|e| ForeignMarker::NotAMarker(e.to_string()))?;
     if m.version != MARKER_VERSION {
-        return Err(format!(
-            "marker version {}, which this kube-shutdown-drain never writes (it writes {MARKER_VERSION})",
-            m.version
-        ));
+        return Err(ForeignMarker::Version(m.version));
     }
     if !is_boot_id(&m.boot_id) {
-        return Err(format!("boot ID {:?} is not a boot ID", m.boot_id));
+        return Err(ForeignMarker::BootId(m.boot_id));
     }
     if m.time.parse::<jiff::Timestamp>().is_err() {
-        return Err(format!("time {:?} is not an RFC 3339 time", m.time));
+        return Err(ForeignMarker::Time(m.time));
     }
     if let Some(t) = &m.cordoned_at
         && t.parse::<jiff::Timestamp>().is_err()
     {
-        return Err(format!("cordoned_at {t:?} is not an RFC 3339 time"));
+        return Err(ForeignMarker::CordonedAt(t.clone()));
     }
     Ok(m)
 }
@@ -297,7 +312,7 @@ pub fn prepare_patch(
     let (earlier, replaced_foreign) = match read_marker(node) {
         MarkerRead::Absent => (None, None),
         MarkerRead::Ours(m) => (Some(m), None),
-        MarkerRead::Foreign(why) => (None, Some(why)),
+        MarkerRead::Foreign(why) => (None, Some(why.to_string())),
     };
     let current = taints(node);
     // What of the earlier record is still true now.
@@ -357,11 +372,36 @@ pub fn prepare_patch(
     {
         marker.taints.push(MarkerTaint::of(t));
     }
+    let ops = prepare_ops(node, name, &marker, add, cordons, excludes)?;
+    let patch = patch_of(ops).map_err(build_error(name, "prepare"))?;
+    Ok((
+        patch,
+        PreparePlan {
+            marker,
+            cordons,
+            taints: add.is_some(),
+            excludes,
+            replaced_foreign,
+        },
+    ))
+}
+
+/// The operations of a prepare write, after the guard: the marker, the taint `add` (if any),
+/// the cordon (if `cordons`) and the load-balancer label (if `excludes`), each added to what
+/// `node` already has.
+fn prepare_ops(
+    node: &Node,
+    name: &str,
+    marker: &Marker,
+    add: Option<&Taint>,
+    cordons: bool,
+    excludes: bool,
+) -> Result<Vec<Value>, NodeError> {
     let mut ops = vec![guard(node)];
     if node.spec.is_none() {
         ops.push(json!({"op": "add", "path": "/spec", "value": {}}));
     }
-    ops.push(marker_op(node, name, Some(&marker))?);
+    ops.push(marker_op(node, name, Some(marker))?);
     if let Some(t) = add {
         let has_list = node.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some();
         ops.push(if has_list {
@@ -380,17 +420,7 @@ pub fn prepare_patch(
             json!({"op": "add", "path": "/metadata/labels", "value": {EXCLUDE_LB_LABEL: "true"}})
         });
     }
-    let patch = patch_of(ops).map_err(build_error(name, "prepare"))?;
-    Ok((
-        patch,
-        PreparePlan {
-            marker,
-            cordons,
-            taints: add.is_some(),
-            excludes,
-            replaced_foreign,
-        },
-    ))
+    Ok(ops)
 }
 
 /// What a restore write does.
@@ -510,13 +540,13 @@ pub fn restore_patch(
     indices.dedup();
     let unschedulable = is_unschedulable(node);
     let cordon_kept = if marker.cordoned && unschedulable {
-        cordon_is_ours(node).err()
+        cordon_is_ours(node).err().map(|e| e.to_string())
     } else {
         None
     };
     let labelled = marker.excluded_from_load_balancers && lb_label(node).is_some();
     let label_kept = if labelled {
-        lb_label_is_ours(node).err()
+        lb_label_is_ours(node).err().map(|e| e.to_string())
     } else {
         None
     };
@@ -600,7 +630,7 @@ pub fn unrecorded_patch(
             Err(why) => {
                 let p = unproven(
                     format!("taint {listed}"),
-                    why.clone(),
+                    why.to_string(),
                     format!("kubectl taint nodes {name} {listed}-"),
                 );
                 if !plan.unproven.contains(&p) {
@@ -620,7 +650,7 @@ pub fn unrecorded_patch(
             Ok(()) => plan.uncordons = true,
             Err(why) if cordon_may_be_ours(node) => plan.unproven.push(unproven(
                 "the cordon".into(),
-                why,
+                why.to_string(),
                 format!("kubectl uncordon {name}"),
             )),
             Err(_) => {}
@@ -634,7 +664,7 @@ pub fn unrecorded_patch(
             Ok(()) => plan.includes = true,
             Err(why) if lb_label_owned_by_us(node) => plan.unproven.push(unproven(
                 format!("label {EXCLUDE_LB_LABEL}"),
-                why,
+                why.to_string(),
                 format!("kubectl label node {name} {EXCLUDE_LB_LABEL}-"),
             )),
             Err(_) => {}

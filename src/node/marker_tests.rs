@@ -228,6 +228,7 @@ fn unparsable_oversized_misshapen_or_impossible_markers_are_foreign() {
     for (text, why) in cases {
         match read_marker(&with_annotation(text)) {
             MarkerRead::Foreign(reason) => {
+                let reason = reason.to_string();
                 assert!(reason.contains(why), "{text:.40}: {reason}")
             }
             other => panic!("{text:.40} read as {other:?}"),
@@ -306,7 +307,7 @@ fn a_cordon_is_ours_only_while_our_field_manager_owns_it() {
     let n = node_cordoned_by(Value::Null, Some(FIELD_MANAGER), Some(&m));
     assert_eq!(cordon_is_ours(&n), Ok(()));
     let n = node_cordoned_by(Value::Null, Some("kubectl"), Some(&m));
-    let why = cordon_is_ours(&n).unwrap_err();
+    let why = cordon_is_ours(&n).unwrap_err().to_string();
     assert!(why.contains("owned by field manager kubectl"), "{why}");
     let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
     assert!(!plan.uncordons && plan.cordon_kept.is_some());
@@ -322,7 +323,7 @@ fn a_cordon_we_share_with_another_manager_is_not_ours_alone() {
             "fieldsType": "FieldsV1", "fieldsV1": field}))
         .unwrap(),
     );
-    let why = cordon_is_ours(&n).unwrap_err();
+    let why = cordon_is_ours(&n).unwrap_err().to_string();
     assert!(
         why.contains("also owned by field manager kubectl (Apply)"),
         "{why}"
@@ -350,7 +351,7 @@ fn without_managed_fields_no_cordon_is_ours_whatever_the_lifecycle_taint_says() 
         Some(&m),
     );
     n.metadata.managed_fields = None;
-    let why = cordon_is_ours(&n).unwrap_err();
+    let why = cordon_is_ours(&n).unwrap_err().to_string();
     assert!(why.contains("cannot be told"), "{why}");
     let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
     assert!(!plan.uncordons && plan.cordon_kept.is_some());
@@ -501,7 +502,7 @@ fn a_marker_our_manager_wrote_says_which_taints_go_after_the_key_changed() {
     );
     owned_by(&mut n, FIELD_MANAGER, marker_field());
     owned_by(&mut n, "kubectl-annotate", marker_field());
-    let why = marker_is_ours(&n).unwrap_err();
+    let why = marker_is_ours(&n).unwrap_err().to_string();
     assert!(why.contains("kubectl-annotate"), "{why}");
     let (_, plan) = restore_patch(&n, "n", &m, "k/shutdown", true).unwrap();
     assert_eq!(plan.refused, vec![old.clone()]);

@@ -31,8 +31,8 @@ use crate::api::ApiError;
 
 pub use daemonsets::DAEMONSETS_TAINT_KEY;
 pub use marker::{
-    EXCLUDE_LB_LABEL, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, Unproven, cordon_is_ours,
-    is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
+    EXCLUDE_LB_LABEL, ForeignMarker, MARKER_ANNOTATION, Marker, MarkerRead, MarkerTaint, Unproven,
+    cordon_is_ours, is_our_taint_key, lb_label, lb_label_is_ours, marker_of, read_marker,
 };
 pub use ops::{NODE_LEASE_NAMESPACE, NodeOps};
 
@@ -46,7 +46,10 @@ pub enum NodeError {
     #[error("cannot write the marker on {0}; nothing else was changed")]
     WriteMarker(ApiError),
     #[error("the marker annotation on node {node} is not one we wrote ({reason})")]
-    BadMarker { node: String, reason: String },
+    BadMarker {
+        node: String,
+        reason: marker::ForeignMarker,
+    },
     #[error("not adding {what} to node {node}: {why}, so no marker would record it")]
     Unrecorded {
         node: String,

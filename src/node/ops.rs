@@ -160,53 +160,13 @@ impl NodeOps<'_> {
         };
         // What was ours before this prepare, to tell what this prepare changed (a write applied
         // although its answer was lost shows up only in the node read again).
-        let before = match read_marker(&node) {
-            MarkerRead::Ours(m) => Some(m),
-            MarkerRead::Absent => None,
-            MarkerRead::Foreign(why) => {
-                tracing::warn!(
-                    "the marker annotation on node {name} is not one we wrote ({why}); replacing it, and tainting and cordoning the node as for no marker"
-                );
-                None
-            }
-        };
+        let before = marker_before(&node, &name);
         let had_cordon = before.as_ref().is_some_and(|m| {
             m.cordoned && is_unschedulable(&node) && super::cordon_is_ours(&node).is_ok()
         });
-        // A prepare that cannot write yet keeps trying until the deadline: a node going down
-        // must not stay schedulable because the server throttled (429 with a Retry-After past
-        // the deadline) or a guard kept failing (a 422 loop). Each round reads the node again.
-        let mut backoff = Backoff::new();
-        let mut current = node.clone();
-        // Every round's attempts, so a prepare that gives up says how many writes it sent.
-        let sent = AtomicUsize::new(0);
-        // Whether a round found the node changed by someone else: a round the deadline then
-        // cuts short (no answer in the time left) gives up because the node kept changing.
-        let mut contended = false;
-        let give_up = |e: NodeError, contended: bool| {
-            with_attempts(e, sent.load(Ordering::Relaxed), contended, &name)
-        };
-        let (written, taint_forbidden, taint_error) = loop {
-            let e = match self
-                .write_prepare_or_untainted(&current, &mut input, deadline, &sent)
-                .await
-            {
-                Ok(done) => break done,
-                Err(e) => e,
-            };
-            contended |= matches!(e, NodeError::Contended { .. });
-            let pause = backoff.next_pause();
-            if !worth_another_prepare(&e) || Instant::now() + pause >= deadline {
-                return Err(give_up(e, contended));
-            }
-            tracing::warn!("cannot prepare node {name} yet ({e}); trying again in {pause:?}");
-            tokio::time::sleep(pause).await;
-            current = match self.get_by(deadline).await {
-                Ok(n) => n,
-                Err(e) if worth_another_prepare(&e) && Instant::now() < deadline => continue,
-                Err(e) => return Err(give_up(e, contended)),
-            };
-        };
+        let (written, taint_forbidden, taint_error) = self
+            .write_prepare_until(node.clone(), &mut input, deadline)
+            .await?;
         let replaced_foreign = written
             .applied
             .as_ref()
@@ -235,30 +195,56 @@ impl NodeOps<'_> {
             marker,
             replaced_foreign,
         };
-        // The one line about the prepare, logged when it lands (the CLI's and the daemon's).
-        let taint = if outcome.tainted {
-            "tainted"
-        } else if outcome.taint_forbidden {
-            "taint forbidden for these credentials"
-        } else if taint_error.is_some() {
-            "taint refused"
-        } else {
-            "taint already present or disabled"
-        };
-        let cordon = if outcome.cordoned {
-            "cordoned"
-        } else {
-            "already cordoned"
-        };
-        tracing::info!(
-            cordoned = outcome.cordoned,
-            tainted = outcome.tainted,
-            was_unschedulable = outcome.marker.was_unschedulable,
-            "prepared node {name}: marker written, {taint}, {cordon}"
-        );
+        say_prepared(&name, &outcome, taint_error.is_some());
         match taint_error {
             Some(e) => Err(e),
             None => Ok(outcome),
+        }
+    }
+
+    /// The prepare write, as [`Self::write_prepare_or_untainted`], from `node` as last read; a
+    /// write that fails for a reason worth another try is tried again, with the node read again,
+    /// until `deadline`. A prepare that gives up says how many writes it sent.
+    async fn write_prepare_until(
+        &self,
+        node: Node,
+        input: &mut PrepareInput,
+        deadline: Instant,
+    ) -> Result<(Written<Node, PreparePlan>, bool, Option<NodeError>), NodeError> {
+        // A prepare that cannot write yet keeps trying until the deadline: a node going down
+        // must not stay schedulable because the server throttled (429 with a Retry-After past
+        // the deadline) or a guard kept failing (a 422 loop). Each round reads the node again.
+        let mut backoff = Backoff::new();
+        let mut current = node;
+        let name = self.name();
+        // Every round's attempts, so a prepare that gives up says how many writes it sent.
+        let sent = AtomicUsize::new(0);
+        // Whether a round found the node changed by someone else: a round the deadline then
+        // cuts short (no answer in the time left) gives up because the node kept changing.
+        let mut contended = false;
+        let give_up = |e: NodeError, contended: bool| {
+            with_attempts(e, sent.load(Ordering::Relaxed), contended, name)
+        };
+        loop {
+            let e = match self
+                .write_prepare_or_untainted(&current, input, deadline, &sent)
+                .await
+            {
+                Ok(done) => return Ok(done),
+                Err(e) => e,
+            };
+            contended |= matches!(e, NodeError::Contended { .. });
+            let pause = backoff.next_pause();
+            if !worth_another_prepare(&e) || Instant::now() + pause >= deadline {
+                return Err(give_up(e, contended));
+            }
+            tracing::warn!("cannot prepare node {name} yet ({e}); trying again in {pause:?}");
+            tokio::time::sleep(pause).await;
+            current = match self.get_by(deadline).await {
+                Ok(n) => n,
+                Err(e) if worth_another_prepare(&e) && Instant::now() < deadline => continue,
+                Err(e) => return Err(give_up(e, contended)),
+            };
         }
     }
 
@@ -312,7 +298,7 @@ impl NodeOps<'_> {
             // Cleared by another writer meanwhile: nothing left to do.
             MarkerRead::Absent => Ok(None),
             MarkerRead::Ours(m) => restore_patch(n, name, &m, key, remove_taints).map(Some),
-            MarkerRead::Foreign(why) => clear_foreign_patch(n, name, &why).map(Some),
+            MarkerRead::Foreign(why) => clear_foreign_patch(n, name, &why.to_string()).map(Some),
         })
         .await
     }
@@ -603,6 +589,46 @@ impl NodeOps<'_> {
             .await
             .unwrap_or(Ok(false))
     }
+}
+
+/// The marker on `node` before this prepare, ours; a foreign one is warned about (it is replaced,
+/// and the node tainted and cordoned as for no marker) and counts as none.
+fn marker_before(node: &Node, name: &str) -> Option<super::Marker> {
+    match read_marker(node) {
+        MarkerRead::Ours(m) => Some(m),
+        MarkerRead::Absent => None,
+        MarkerRead::Foreign(why) => {
+            tracing::warn!(
+                "the marker annotation on node {name} is not one we wrote ({why}); replacing it, and tainting and cordoning the node as for no marker"
+            );
+            None
+        }
+    }
+}
+
+/// The one line about a prepare of node `name`, logged when it lands (the CLI's and the
+/// daemon's). `taint_refused`: the taint was refused for another reason than a 403.
+fn say_prepared(name: &str, outcome: &PrepareOutcome, taint_refused: bool) {
+    let taint = if outcome.tainted {
+        "tainted"
+    } else if outcome.taint_forbidden {
+        "taint forbidden for these credentials"
+    } else if taint_refused {
+        "taint refused"
+    } else {
+        "taint already present or disabled"
+    };
+    let cordon = if outcome.cordoned {
+        "cordoned"
+    } else {
+        "already cordoned"
+    };
+    tracing::info!(
+        cordoned = outcome.cordoned,
+        tainted = outcome.tainted,
+        was_unschedulable = outcome.marker.was_unschedulable,
+        "prepared node {name}: marker written, {taint}, {cordon}"
+    );
 }
 
 /// `e` with the attempts of every round when it is [`NodeError::Contended`]: one guarded write

@@ -63,7 +63,7 @@ pub fn is_our_taint_key(key: &str, configured: &str) -> bool {
 /// removes our ownership, a later cordon by anyone gives it to them, and an admin's server-side
 /// apply of the same value makes them a co-owner. Without managedFields it is never ours (see
 /// the module doc).
-pub fn cordon_is_ours(node: &Node) -> Result<(), String> {
+pub fn cordon_is_ours(node: &Node) -> Result<(), NotOurs> {
     sole_owner(node, &CORDON)
 }
 
@@ -71,7 +71,7 @@ pub fn cordon_is_ours(node: &Node) -> Result<(), String> {
 /// not. A marker we wrote lists exactly the taints its prepares added, so its record (not
 /// today's `[taint] key`) says which taints restore removes; a marker anyone else wrote (an
 /// admin's `kubectl annotate`, a copy, a forgery) widens nothing beyond [`is_our_taint_key`].
-pub fn marker_is_ours(node: &Node) -> Result<(), String> {
+pub fn marker_is_ours(node: &Node) -> Result<(), NotOurs> {
     sole_owner(node, &MARKER)
 }
 
@@ -79,7 +79,7 @@ pub fn marker_is_ours(node: &Node) -> Result<(), String> {
 /// writer owns all of it); `Err` says why not. For a restore that finds no marker: a taint with
 /// our key in a list we wrote last is one we added, since we never write a taint with our key
 /// that is not ours.
-pub fn taints_are_ours(node: &Node) -> Result<(), String> {
+pub fn taints_are_ours(node: &Node) -> Result<(), NotOurs> {
     sole_owner(node, &TAINTS)
 }
 
@@ -111,7 +111,7 @@ pub fn lb_label(node: &Node) -> Option<&str> {
 /// label to the value it already has with a plain write (`kubectl label --overwrite`, a merge
 /// patch) changes nothing, so the server records no new owner and restore removes the label
 /// (docs/restore.md, "What restore will never undo", says how to keep it).
-pub fn lb_label_is_ours(node: &Node) -> Result<(), String> {
+pub fn lb_label_is_ours(node: &Node) -> Result<(), NotOurs> {
     sole_owner(node, &LB_LABEL)
 }
 
@@ -172,31 +172,52 @@ fn no_managed_fields(node: &Node) -> bool {
         .is_empty()
 }
 
+/// Why a field on a Node is not provably ours alone. Each names the field; the node is the
+/// caller's to name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotOurs {
+    /// The server sends no managedFields: whose the field is cannot be told.
+    #[error(
+        "the server sends no managedFields, so whose {field} this is cannot be told (nothing \
+         on a Node that only we could have written proves it ours)"
+    )]
+    NoManagedFields { field: &'static str },
+    /// Our field manager owns it together with `others` (", "-joined).
+    #[error("{field} is also owned by field manager {others}: someone else set it too")]
+    Shared { field: &'static str, others: String },
+    /// No field manager owns it any more; `lost` says what happened.
+    #[error("field manager {FIELD_MANAGER} no longer owns {field} ({lost})")]
+    Lost {
+        field: &'static str,
+        lost: &'static str,
+    },
+    /// `others` (", "-joined) own it now, not our field manager.
+    #[error("{field} is owned by field manager {others} now, not by {FIELD_MANAGER}")]
+    Taken { field: &'static str, others: String },
+}
+
 /// Whether our field manager (operation Update, the only one we send) is the sole owner of
 /// `field` on `node`.
-fn sole_owner(node: &Node, field: &Field) -> Result<(), String> {
+fn sole_owner(node: &Node, field: &Field) -> Result<(), NotOurs> {
+    let name = field.name;
     if no_managed_fields(node) {
-        return Err(format!(
-            "the server sends no managedFields, so whose {} this is cannot be told (nothing \
-             on a Node that only we could have written proves it ours)",
-            field.name
-        ));
+        return Err(NotOurs::NoManagedFields { field: name });
     }
     let (ours, others) = owners(node, field.pointer);
     let others = others.join(", ");
     match (ours, others.is_empty()) {
         (true, true) => Ok(()),
-        (true, false) => Err(format!(
-            "{} is also owned by field manager {others}: someone else set it too",
-            field.name
-        )),
-        (false, true) => Err(format!(
-            "field manager {FIELD_MANAGER} no longer owns {} ({})",
-            field.name, field.lost
-        )),
-        (false, false) => Err(format!(
-            "{} is owned by field manager {others} now, not by {FIELD_MANAGER}",
-            field.name
-        )),
+        (true, false) => Err(NotOurs::Shared {
+            field: name,
+            others,
+        }),
+        (false, true) => Err(NotOurs::Lost {
+            field: name,
+            lost: field.lost,
+        }),
+        (false, false) => Err(NotOurs::Taken {
+            field: name,
+            others,
+        }),
     }
 }

@@ -123,29 +123,46 @@ fn toleration_semantics() {
     ));
 }
 
-/// One row per filter and policy: the pod, the settings, the expected verdict.
-#[test]
-fn verdict_table() {
-    use serde_json::json;
-    let no_owner = json!({"metadata": {"ownerReferences": []}});
-    let portworx_tolerations = json!({"spec": {"tolerations": [
+/// A pod without an owner: unreplicated.
+fn no_owner() -> serde_json::Value {
+    serde_json::json!({"metadata": {"ownerReferences": []}})
+}
+
+/// The tolerations Portworx gives its pods: they tolerate the cordon.
+fn portworx_tolerations() -> serde_json::Value {
+    serde_json::json!({"spec": {"tolerations": [
         {"effect": "NoExecute", "key": "node.kubernetes.io/not-ready", "operator": "Exists"},
         {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "operator": "Exists"}
-    ]}});
-    let emptydir = json!({"spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]}});
-    let rules = "[[rules]]\nselector = \"app=db\"\naction = \"drain\"\norder = 50\n\
-                 [[rules]]\nselector = \"app=batch\"\naction = \"wait-completed\"\n\
-                 [[rules]]\nnamespaces = [\"monitoring\"]\naction = \"skip\"\n";
-    let rule_and_unreplicated_skip = format!("{rules}[filters]\nunreplicated = \"skip\"");
-    type Row<'a> = (
-        &'a str,
-        serde_json::Value,
-        &'a str,
-        Action,
-        Reason,
-        Option<i32>,
-    );
-    let cases: Vec<Row> = vec![
+    ]}})
+}
+
+/// A pod with an emptyDir volume.
+fn emptydir() -> serde_json::Value {
+    serde_json::json!({"spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]}})
+}
+
+/// Three rules: app=db drains at order 50, app=batch waits to complete, namespace monitoring
+/// is skipped.
+const RULES: &str = "[[rules]]\nselector = \"app=db\"\naction = \"drain\"\norder = 50\n\
+                     [[rules]]\nselector = \"app=batch\"\naction = \"wait-completed\"\n\
+                     [[rules]]\nnamespaces = [\"monitoring\"]\naction = \"skip\"\n";
+
+/// A row of the verdict tables: what, the pod's patch, the config, the expected action, reason
+/// and order.
+type Row<'a> = (
+    &'a str,
+    serde_json::Value,
+    &'a str,
+    Action,
+    Reason,
+    Option<i32>,
+);
+
+/// One row per kind of pod the filters know before any setting: replicated, by priority, terminating, a DaemonSet's, a mirror pod.
+#[test]
+fn what_a_pod_is_decides_its_verdict_first() {
+    use serde_json::json;
+    verdicts_as_each_row_says(vec![
         (
             "plain replicated pod",
             json!({}),
@@ -202,9 +219,17 @@ fn verdict_table() {
             Reason::Mirror,
             None,
         ),
+    ]);
+}
+
+/// One row per skip the settings and the pod's labels ask for.
+#[test]
+fn tolerations_namespaces_selectors_and_the_capi_label_skip_or_wait() {
+    use serde_json::json;
+    verdicts_as_each_row_says(vec![
         (
             "tolerates cordon (Portworx)",
-            portworx_tolerations.clone(),
+            portworx_tolerations(),
             "",
             Action::Skip,
             Reason::ToleratesCordon,
@@ -212,7 +237,7 @@ fn verdict_table() {
         ),
         (
             "tolerates cordon, filter off",
-            portworx_tolerations,
+            portworx_tolerations(),
             "[filters]\nskip_tolerating_cordon = false",
             Action::Evict,
             Reason::Default,
@@ -274,10 +299,19 @@ fn verdict_table() {
             Reason::Default,
             Some(0),
         ),
+    ]);
+}
+
+/// One row per rule case: order, action, the namespace a rule names, and none matching.
+#[test]
+fn rules_decide_before_the_pod_policies() {
+    use serde_json::json;
+    let rule_and_unreplicated_skip = format!("{RULES}[filters]\nunreplicated = \"skip\"");
+    verdicts_as_each_row_says(vec![
         (
             "rule drain order",
             json!({"metadata": {"labels": {"app": "db"}}}),
-            rules,
+            RULES,
             Action::Evict,
             Reason::Rule,
             Some(50),
@@ -293,7 +327,7 @@ fn verdict_table() {
         (
             "rule wait-completed",
             json!({"metadata": {"labels": {"app": "batch"}}}),
-            rules,
+            RULES,
             Action::Wait,
             Reason::Rule,
             None,
@@ -301,7 +335,7 @@ fn verdict_table() {
         (
             "rule skip by namespace",
             json!({"metadata": {"namespace": "monitoring"}}),
-            rules,
+            RULES,
             Action::Skip,
             Reason::Rule,
             None,
@@ -309,11 +343,19 @@ fn verdict_table() {
         (
             "no rule matches",
             json!({"metadata": {"labels": {"app": "web"}}}),
-            rules,
+            RULES,
             Action::Evict,
             Reason::Default,
             Some(0),
         ),
+    ]);
+}
+
+/// One row per pod policy: completed, emptyDir and unreplicated pods, by default and as set.
+#[test]
+fn completed_emptydir_and_unreplicated_pods_follow_their_policies() {
+    use serde_json::json;
+    verdicts_as_each_row_says(vec![
         (
             "completed",
             json!({"status": {"phase": "Succeeded"}}),
@@ -340,7 +382,7 @@ fn verdict_table() {
         ),
         (
             "emptydir evicts by default",
-            emptydir.clone(),
+            emptydir(),
             "",
             Action::Evict,
             Reason::EmptyDir,
@@ -348,7 +390,7 @@ fn verdict_table() {
         ),
         (
             "emptydir skip",
-            emptydir.clone(),
+            emptydir(),
             "[filters]\nemptydir = \"skip\"",
             Action::Skip,
             Reason::EmptyDir,
@@ -356,7 +398,7 @@ fn verdict_table() {
         ),
         (
             "unreplicated evicts by default",
-            no_owner.clone(),
+            no_owner(),
             "",
             Action::Evict,
             Reason::Unreplicated,
@@ -364,7 +406,7 @@ fn verdict_table() {
         ),
         (
             "unreplicated skip",
-            no_owner.clone(),
+            no_owner(),
             "[filters]\nunreplicated = \"skip\"",
             Action::Skip,
             Reason::Unreplicated,
@@ -373,8 +415,8 @@ fn verdict_table() {
         (
             "emptydir and unreplicated, unreplicated skip",
             {
-                let mut v = emptydir.clone();
-                merge(&mut v, no_owner.clone());
+                let mut v = emptydir();
+                merge(&mut v, no_owner());
                 v
             },
             "[filters]\nunreplicated = \"skip\"",
@@ -382,7 +424,11 @@ fn verdict_table() {
             Reason::Unreplicated,
             None,
         ),
-    ];
+    ]);
+}
+
+/// Checks each row's verdict.
+fn verdicts_as_each_row_says(cases: Vec<Row>) {
     for (what, patch, config, action, reason, order) in cases {
         let v = verdict(&settings(config), &pod(patch));
         assert_eq!(
