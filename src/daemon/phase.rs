@@ -307,6 +307,16 @@ pub enum Undo {
     Nothing,
 }
 
+/// What one part of the table (a scheduled shutdown's) says about an event.
+enum Part {
+    /// The step: the next phase and its effects.
+    Step(Phase, Vec<Effect>),
+    /// The event is refused in this phase.
+    Refused,
+    /// Not this part's event: the rest of the table decides.
+    NotMine,
+}
+
 /// An event the phase does not allow.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{event:?} is not expected while {phase:?}")]
@@ -364,8 +374,10 @@ impl Phase {
                 _ => (Phase::Stopping(*s), vec![]),
             });
         }
-        if let Some(step) = self.on_schedule(event) {
-            return step.ok_or_else(refused);
+        match self.on_schedule(event) {
+            Part::Step(phase, effects) => return Ok((phase, effects)),
+            Part::Refused => return Err(refused()),
+            Part::NotMine => {}
         }
         Ok(match (self, event) {
             (Phase::Stopped, _) => return Err(refused()),
@@ -462,23 +474,25 @@ impl Phase {
         }
     }
 
-    /// The transitions of the phases and events of a scheduled shutdown; `None` for the rest
-    /// (`Some(None)`: refused).
-    fn on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
+    /// The transitions of the phases and events of a scheduled shutdown.
+    fn on_schedule(&self, event: Event) -> Part {
         let schedule_event = matches!(
             event,
             Event::Scheduled { .. } | Event::Due | Event::Unscheduled { .. } | Event::Overdue
         );
         match self {
             Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => {
-                Some(self.planned_on(*p, event))
+                match self.planned_on(*p, event) {
+                    Some((phase, effects)) => Part::Step(phase, effects),
+                    None => Part::Refused,
+                }
             }
-            Phase::Starting | Phase::Stopped if schedule_event => Some(None),
+            Phase::Starting | Phase::Stopped if schedule_event => Part::Refused,
             Phase::Draining(_) | Phase::Released(_) if schedule_event => {
-                Some(Some((self.clone(), vec![])))
+                Part::Step(self.clone(), vec![])
             }
             Phase::Waiting => self.waiting_on_schedule(event),
-            _ => None,
+            _ => Part::NotMine,
         }
     }
 
@@ -561,20 +575,20 @@ impl Phase {
     }
 
     /// A schedule's events while waiting.
-    fn waiting_on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
-        Some(Some(match event {
+    fn waiting_on_schedule(&self, event: Event) -> Part {
+        match event {
             Event::Scheduled {
                 policy: ShutdownPolicy::None,
                 ..
-            } => (Phase::Waiting, vec![Effect::ShowScheduled]),
-            Event::Scheduled { kind, .. } => (
+            } => Part::Step(Phase::Waiting, vec![Effect::ShowScheduled]),
+            Event::Scheduled { kind, .. } => Part::Step(
                 Phase::Scheduled(Planned { kind, fired: false }),
                 vec![Effect::ShowScheduled],
             ),
-            Event::Unscheduled { .. } => (Phase::Waiting, vec![]),
-            Event::Due | Event::Overdue => return Some(None),
-            _ => return None,
-        }))
+            Event::Unscheduled { .. } => Part::Step(Phase::Waiting, vec![]),
+            Event::Due | Event::Overdue => Part::Refused,
+            _ => Part::NotMine,
+        }
     }
 
     /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits
