@@ -612,6 +612,14 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
     let waiting = |full, pass| state(Phase::Waiting, full, pass);
     let scheduled_at = |full, pass| state(Phase::Scheduled(planned(false)), full, pass);
     let opened = |because| DropGate { because };
+    let connected_closed = vec![
+        Quiet(true),
+        ForgetShutdown {
+            undo: Undo::IfRecorded,
+        },
+        ShowWaiting,
+        HoldGate,
+    ];
     let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // The slots fill while the daemon waits: closed; a new reason is held again.
         (
@@ -702,28 +710,14 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             state(Phase::Starting, true, false),
             connected(None, true),
             waiting(true, false),
-            vec![
-                Quiet(true),
-                ForgetShutdown {
-                    undo: Undo::IfRecorded,
-                },
-                ShowWaiting,
-                HoldGate,
-            ],
+            connected_closed.clone(),
         ),
         // A reconnect while closed asks again (the ask may have had no bus).
         (
             waiting(true, false),
             connected(None, true),
             waiting(true, false),
-            vec![
-                Quiet(true),
-                ForgetShutdown {
-                    undo: Undo::IfRecorded,
-                },
-                ShowWaiting,
-                HoldGate,
-            ],
+            connected_closed.clone(),
         ),
         // An announcement opens it, after the drain's start.
         (

@@ -52,7 +52,12 @@ impl Daemon {
                 self.inhibitor.disarm();
             }
             Effect::RecordEnd => self.record_end().await,
-            Effect::ReleaseLock => self.release(),
+            Effect::ReleaseLock => {
+                self.release();
+                // Before the outcome is said: the textfile never shows a drain's end with the
+                // lock it no longer holds.
+                self.metrics.lock_held(self.inhibitor.is_held());
+            }
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => {
                 self.warm = None;
