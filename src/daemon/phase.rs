@@ -41,6 +41,18 @@
 //! | Stopping | Stop | Stopped | AbortDrain |
 //! | Stopping | anything else | unchanged | (the system goes down: nothing else matters) |
 //! | Waiting | Unscheduled | Waiting | (nothing was scheduled for us) |
+//! | any but Stopped | SlotsFull, SlotsOpen, PassGiven, PassExpired | unchanged | (the gate's, below) |
+//!
+//! The reboot gate (`crate::daemon::gate`) is closed while the phase may gate
+//! ([`Phase::may_gate`]: Waiting, Scheduled), the follower says the slots are full and no pass
+//! runs; [`State::on`] adds its effects after the phase's, on every event:
+//!
+//! | gate before | event | gate after | effects |
+//! |---|---|---|---|
+//! | open | any | closed | HoldGate |
+//! | closed | SlotsFull (the reason may have changed), Connected (a lock can be asked for now) | closed | HoldGate |
+//! | closed | any | open | DropGate (because the daemon no longer waits, a pass runs, or a slot is open) |
+//! | any, the phase may gate | PassExpired | any | SayPassEnded, then as above |
 //!
 //! A scheduled shutdown's drain ("early") runs outside logind's window: no lock of its own (the
 //! one held for the shutdown stays), no boot record (logind's timer has not started), and its
@@ -122,6 +134,15 @@ pub enum Event {
     /// shutdown is not drained yet: the stop phase's second stage, `within` this long (the unit's
     /// stop timeout and what is left of the drain's).
     StopInShutdown { within: std::time::Duration },
+    /// The reboot gate's follower says no drain slot is open to the node (or the forecast says
+    /// a drain would block): the gate should be closed, with the reason it sent.
+    SlotsFull,
+    /// The follower says a slot is open (or the slots cannot be read).
+    SlotsOpen,
+    /// SIGUSR1 (`kube-shutdown-drain reboot`): the gate opens for `gate_pass`.
+    PassGiven,
+    /// The pass ended with no shutdown.
+    PassExpired,
     /// logind's schedule file says a shutdown of `kind` is scheduled (new or changed), and
     /// `[shutdown]` says `policy` for it.
     Scheduled {
@@ -136,6 +157,16 @@ pub enum Event {
     /// A fired schedule's shutdown was never announced (`scheduled::ANNOUNCE_WINDOW`): it did
     /// not happen.
     Overdue,
+}
+
+impl Event {
+    /// An event of the reboot gate: it moves no phase.
+    pub fn is_gate(&self) -> bool {
+        matches!(
+            self,
+            Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired
+        )
+    }
 }
 
 /// What the daemon does on a transition, in the order given.
@@ -182,6 +213,83 @@ pub enum Effect {
         kind: ShutdownKind,
         within: std::time::Duration,
     },
+    /// Close the reboot gate: hold the block lock with the follower's reason (asked for again
+    /// if the reason changed; nothing if it is held or refused for that reason already).
+    HoldGate,
+    /// Open the reboot gate: drop the block lock (and any ask for one), said with `because`.
+    DropGate { because: GateOpened },
+    /// Say that the pass of the reboot gate ended with no shutdown.
+    SayPassEnded,
+}
+
+/// Why the reboot gate opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateOpened {
+    /// A shutdown was announced, a drain started, or the daemon stops.
+    NoLongerWaits,
+    /// `kube-shutdown-drain reboot` asked (SIGUSR1).
+    Pass,
+    /// A drain slot is open to the node, or its slots cannot be read.
+    SlotOpen,
+}
+
+/// The reboot gate as the table sees it: the follower's verdict and the pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Gate {
+    /// The follower says the slots are full.
+    pub full: bool,
+    /// A pass (SIGUSR1) runs.
+    pub pass: bool,
+}
+
+impl Gate {
+    /// Whether the gate is closed in `phase`.
+    pub fn closed_in(&self, phase: &Phase) -> bool {
+        phase.may_gate() && self.full && !self.pass
+    }
+}
+
+/// The daemon's whole state: its phase and the reboot gate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub phase: Phase,
+    pub gate: Gate,
+}
+
+impl State {
+    /// The state after `event`, and what to do on the way there: the phase's step, then the
+    /// gate's (the module doc's second table).
+    pub fn on(&self, event: Event) -> Result<(State, Vec<Effect>), Refused> {
+        let (phase, mut effects) = self.phase.on(event)?;
+        let mut gate = self.gate;
+        match event {
+            Event::SlotsFull => gate.full = true,
+            Event::SlotsOpen => gate.full = false,
+            Event::PassGiven => gate.pass = true,
+            Event::PassExpired => {
+                gate.pass = false;
+                if phase.may_gate() {
+                    effects.push(Effect::SayPassEnded);
+                }
+            }
+            _ => {}
+        }
+        let (was, is) = (self.gate.closed_in(&self.phase), gate.closed_in(&phase));
+        let again = matches!(event, Event::SlotsFull | Event::Connected { .. });
+        if is && (!was || again) {
+            effects.push(Effect::HoldGate);
+        } else if was && !is {
+            let because = if !phase.may_gate() {
+                GateOpened::NoLongerWaits
+            } else if gate.pass {
+                GateOpened::Pass
+            } else {
+                GateOpened::SlotOpen
+            };
+            effects.push(Effect::DropGate { because });
+        }
+        Ok((State { phase, gate }, effects))
+    }
 }
 
 /// Whether a shutdown that is over gets its prepare undone.
@@ -197,6 +305,16 @@ pub enum Undo {
     IfRecorded,
     /// logind cancelled a shutdown that never started here.
     Nothing,
+}
+
+/// What one part of the table (a scheduled shutdown's) says about an event.
+enum Part {
+    /// The step: the next phase and its effects.
+    Step(Phase, Vec<Effect>),
+    /// The event is refused in this phase.
+    Refused,
+    /// Not this part's event: the rest of the table decides.
+    NotMine,
 }
 
 /// An event the phase does not allow.
@@ -240,6 +358,12 @@ impl Phase {
                 ],
             )
         };
+        if event.is_gate() {
+            return match self {
+                Phase::Stopped => Err(refused()),
+                _ => Ok((self.clone(), vec![])),
+            };
+        }
         if let Event::StopInShutdown { within } = event {
             return self.on_stop_in_shutdown(within).ok_or_else(refused);
         }
@@ -250,8 +374,10 @@ impl Phase {
                 _ => (Phase::Stopping(*s), vec![]),
             });
         }
-        if let Some(step) = self.on_schedule(event) {
-            return step.ok_or_else(refused);
+        match self.on_schedule(event) {
+            Part::Step(phase, effects) => return Ok((phase, effects)),
+            Part::Refused => return Err(refused()),
+            Part::NotMine => {}
         }
         Ok(match (self, event) {
             (Phase::Stopped, _) => return Err(refused()),
@@ -348,23 +474,25 @@ impl Phase {
         }
     }
 
-    /// The transitions of the phases and events of a scheduled shutdown; `None` for the rest
-    /// (`Some(None)`: refused).
-    fn on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
+    /// The transitions of the phases and events of a scheduled shutdown.
+    fn on_schedule(&self, event: Event) -> Part {
         let schedule_event = matches!(
             event,
             Event::Scheduled { .. } | Event::Due | Event::Unscheduled { .. } | Event::Overdue
         );
         match self {
             Phase::Scheduled(p) | Phase::Early(p) | Phase::Ready(p) => {
-                Some(self.planned_on(*p, event))
+                match self.planned_on(*p, event) {
+                    Some((phase, effects)) => Part::Step(phase, effects),
+                    None => Part::Refused,
+                }
             }
-            Phase::Starting | Phase::Stopped if schedule_event => Some(None),
+            Phase::Starting | Phase::Stopped if schedule_event => Part::Refused,
             Phase::Draining(_) | Phase::Released(_) if schedule_event => {
-                Some(Some((self.clone(), vec![])))
+                Part::Step(self.clone(), vec![])
             }
             Phase::Waiting => self.waiting_on_schedule(event),
-            _ => None,
+            _ => Part::NotMine,
         }
     }
 
@@ -431,6 +559,9 @@ impl Phase {
             Event::Due | Event::Overdue | Event::Ended | Event::StopInShutdown { .. } => {
                 return None;
             }
+            Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired => {
+                (self.clone(), vec![])
+            }
             Event::Announced { kind, locked } => shutdown(kind, locked, true),
             Event::Connected {
                 under_way: Some(kind),
@@ -444,20 +575,20 @@ impl Phase {
     }
 
     /// A schedule's events while waiting.
-    fn waiting_on_schedule(&self, event: Event) -> Option<Option<(Phase, Vec<Effect>)>> {
-        Some(Some(match event {
+    fn waiting_on_schedule(&self, event: Event) -> Part {
+        match event {
             Event::Scheduled {
                 policy: ShutdownPolicy::None,
                 ..
-            } => (Phase::Waiting, vec![Effect::ShowScheduled]),
-            Event::Scheduled { kind, .. } => (
+            } => Part::Step(Phase::Waiting, vec![Effect::ShowScheduled]),
+            Event::Scheduled { kind, .. } => Part::Step(
                 Phase::Scheduled(Planned { kind, fired: false }),
                 vec![Effect::ShowScheduled],
             ),
-            Event::Unscheduled { .. } => (Phase::Waiting, vec![]),
-            Event::Due | Event::Overdue => return Some(None),
-            _ => return None,
-        }))
+            Event::Unscheduled { .. } => Part::Step(Phase::Waiting, vec![]),
+            Event::Due | Event::Overdue => Part::Refused,
+            _ => Part::NotMine,
+        }
     }
 
     /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits

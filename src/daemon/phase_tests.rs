@@ -587,3 +587,227 @@ fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown(
         "{all:?}"
     );
 }
+
+fn state(phase: Phase, full: bool, pass: bool) -> State {
+    State {
+        phase,
+        gate: Gate { full, pass },
+    }
+}
+
+fn state_step(from: &State, event: Event) -> (State, Vec<Effect>) {
+    from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
+}
+
+#[test]
+fn the_reboot_gate_closes_and_opens_as_its_table_says() {
+    let announced = Event::Announced {
+        kind: REBOOT,
+        locked: true,
+    };
+    let start_now = StartDrain {
+        kind: REBOOT,
+        announced_now: true,
+    };
+    let waiting = |full, pass| state(Phase::Waiting, full, pass);
+    let scheduled_at = |full, pass| state(Phase::Scheduled(planned(false)), full, pass);
+    let opened = |because| DropGate { because };
+    let connected_closed = vec![
+        Quiet(true),
+        ForgetShutdown {
+            undo: Undo::IfRecorded,
+        },
+        ShowWaiting,
+        HoldGate,
+    ];
+    let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
+        // The slots fill while the daemon waits: closed; a new reason is held again.
+        (
+            waiting(false, false),
+            Event::SlotsFull,
+            waiting(true, false),
+            vec![HoldGate],
+        ),
+        (
+            waiting(true, false),
+            Event::SlotsFull,
+            waiting(true, false),
+            vec![HoldGate],
+        ),
+        (
+            scheduled_at(false, false),
+            Event::SlotsFull,
+            scheduled_at(true, false),
+            vec![HoldGate],
+        ),
+        // A slot opens: open.
+        (
+            waiting(true, false),
+            Event::SlotsOpen,
+            waiting(false, false),
+            vec![opened(GateOpened::SlotOpen)],
+        ),
+        (
+            waiting(false, false),
+            Event::SlotsOpen,
+            waiting(false, false),
+            vec![],
+        ),
+        // A pass opens a closed gate; a second pass changes nothing.
+        (
+            waiting(true, false),
+            Event::PassGiven,
+            waiting(true, true),
+            vec![opened(GateOpened::Pass)],
+        ),
+        (
+            waiting(true, true),
+            Event::PassGiven,
+            waiting(true, true),
+            vec![],
+        ),
+        (
+            waiting(false, false),
+            Event::PassGiven,
+            waiting(false, true),
+            vec![],
+        ),
+        // The slots fill during a pass: it stays open.
+        (
+            waiting(false, true),
+            Event::SlotsFull,
+            waiting(true, true),
+            vec![],
+        ),
+        // The pass ends with no shutdown: said, and the gate closes again if the slots are full.
+        (
+            waiting(true, true),
+            Event::PassExpired,
+            waiting(true, false),
+            vec![SayPassEnded, HoldGate],
+        ),
+        (
+            waiting(false, true),
+            Event::PassExpired,
+            waiting(false, false),
+            vec![SayPassEnded],
+        ),
+        // ... said only while the daemon waits.
+        (
+            state(draining(true), true, true),
+            Event::PassExpired,
+            state(draining(true), true, false),
+            vec![],
+        ),
+        // The slots fill before the first connection: closed once the daemon waits.
+        (
+            state(Phase::Starting, false, false),
+            Event::SlotsFull,
+            state(Phase::Starting, true, false),
+            vec![],
+        ),
+        (
+            state(Phase::Starting, true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed.clone(),
+        ),
+        // A reconnect while closed asks again (the ask may have had no bus).
+        (
+            waiting(true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed.clone(),
+        ),
+        // An announcement opens it, after the drain's start.
+        (
+            waiting(true, false),
+            announced,
+            state(draining(true), true, false),
+            vec![Quiet(false), start_now, opened(GateOpened::NoLongerWaits)],
+        ),
+        // So does the early drain of a scheduled shutdown, and the stop.
+        (
+            scheduled_at(true, false),
+            Event::Due,
+            state(Phase::Early(planned(false)), true, false),
+            vec![
+                StartEarly { kind: REBOOT },
+                opened(GateOpened::NoLongerWaits),
+            ],
+        ),
+        (
+            waiting(true, false),
+            Event::Stop,
+            state(Phase::Stopped, true, false),
+            vec![
+                RecordStopped,
+                ReleaseLock,
+                opened(GateOpened::NoLongerWaits),
+            ],
+        ),
+        // The slots change during a drain: nothing.
+        (
+            state(draining(true), false, false),
+            Event::SlotsFull,
+            state(draining(true), true, false),
+            vec![],
+        ),
+        // The shutdown is cancelled with the slots full: closed again.
+        (
+            state(released(true), true, false),
+            Event::Cancelled,
+            waiting(true, false),
+            vec![
+                Quiet(true),
+                ForgetShutdown { undo: Undo::Heard },
+                TakeLock,
+                ShowWaiting,
+                HoldGate,
+            ],
+        ),
+        // A schedule leaves the gate as it is.
+        (
+            waiting(true, false),
+            scheduled(ShutdownPolicy::Drain),
+            scheduled_at(true, false),
+            vec![ShowScheduled],
+        ),
+    ];
+    for (from, event, to, effects) in cases {
+        let (next, did) = state_step(&from, event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+#[test]
+fn the_gate_s_events_move_no_phase_and_are_refused_after_the_stop() {
+    let gate_events = [
+        Event::SlotsFull,
+        Event::SlotsOpen,
+        Event::PassGiven,
+        Event::PassExpired,
+    ];
+    let shutdown = Shutdown {
+        kind: REBOOT,
+        guarded: true,
+    };
+    for phase in [
+        Phase::Starting,
+        Phase::Waiting,
+        Phase::Draining(shutdown),
+        Phase::Released(shutdown),
+        Phase::Stopping(shutdown),
+        Phase::Scheduled(planned(false)),
+        Phase::Early(planned(false)),
+        Phase::Ready(planned(true)),
+    ] {
+        for event in gate_events {
+            assert_eq!(step(phase.clone(), event), (phase.clone(), vec![]));
+        }
+    }
+    for event in gate_events {
+        let err = Phase::Stopped.on(event).expect_err("refused");
+        assert_eq!((err.phase, err.event), (Phase::Stopped, event));
+    }
+}

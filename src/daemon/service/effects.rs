@@ -15,21 +15,22 @@ impl Daemon {
     /// Applies `event`: the phase moves on and its effects are carried out, in order. A refused
     /// event is logged and changes nothing.
     pub(super) async fn apply(&mut self, event: Event, logind: Option<&Logind>) {
-        let (next, effects) = match self.phase.on(event) {
+        let (next, effects) = match self.state.on(event) {
             Ok(step) => step,
             Err(refused) => {
                 tracing::warn!("ignored on node {}: {refused}", self.settings.node_name);
                 return;
             }
         };
-        let before = std::mem::replace(&mut self.phase, next);
+        let before = std::mem::replace(&mut self.state, next).phase;
         for effect in effects {
             self.carry_out(effect, &before, logind).await;
         }
         self.metrics.lock_held(self.inhibitor.is_held());
-        let idle = matches!(self.phase, Phase::Waiting | Phase::Scheduled(_));
+        let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
         self.idle
             .send_if_modified(|was| std::mem::replace(was, idle) != idle);
+        self.gate.want(self.state.phase.may_gate());
     }
 
     async fn carry_out(&mut self, effect: Effect, before: &Phase, logind: Option<&Logind>) {
@@ -51,7 +52,12 @@ impl Daemon {
                 self.inhibitor.disarm();
             }
             Effect::RecordEnd => self.record_end().await,
-            Effect::ReleaseLock => self.release(),
+            Effect::ReleaseLock => {
+                self.release();
+                // Before the outcome is said: the textfile never shows a drain's end with the
+                // lock it no longer holds.
+                self.metrics.lock_held(self.inhibitor.is_held());
+            }
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => {
                 self.warm = None;
@@ -84,6 +90,9 @@ impl Daemon {
             Effect::StartEarly { kind } => self.start_early(kind),
             Effect::SayEarly => self.say_early(),
             Effect::StartStopStage { kind, within } => self.start_stop_stage(kind, within),
+            Effect::HoldGate => self.hold_gate(logind),
+            Effect::DropGate { because } => self.drop_gate(because),
+            Effect::SayPassEnded => self.say_pass_ended(),
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
                     crate::daemon::outcome::say(

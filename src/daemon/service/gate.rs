@@ -1,6 +1,7 @@
 //! The loop's side of the reboot gate (`daemon::gate`): the block lock's fd, the verdict the
-//! follower on the engine runtime sends, the pass SIGUSR1 opens (said once per pass), and the one place that makes
-//! the lock agree with them and with the phase ([`Daemon::follow_gate`]).
+//! follower on the engine runtime sends and the pass SIGUSR1 opens (said once per pass), turned
+//! into the table's gate events; the table (`daemon::phase`) decides when the gate closes and
+//! opens, this file holds and drops the lock as its effects say.
 
 use std::os::fd::OwnedFd;
 
@@ -11,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use super::Daemon;
 use crate::daemon::gate;
+use crate::daemon::phase::{Event, GateOpened};
 use crate::host::logind::{Logind, LogindError};
 
 /// The gate as the loop holds it.
@@ -22,6 +24,8 @@ pub(crate) struct Gate {
     pub(super) pass_until: Option<Instant>,
     /// The follower's verdict: `Some(reason)` while it should be closed.
     pub(super) verdict: watch::Receiver<Option<String>>,
+    /// The verdict's reason as last read: the one the lock carries when held.
+    reason: Option<String>,
     verdict_tx: watch::Sender<Option<String>>,
     /// Whether the follower should look (the phase may hold the gate).
     wanted: watch::Sender<bool>,
@@ -45,6 +49,7 @@ impl Gate {
             lock: None,
             pass_until: None,
             verdict,
+            reason: None,
             verdict_tx,
             wanted: watch::Sender::new(false),
             forecast_blocked: watch::Sender::new(None),
@@ -57,6 +62,12 @@ impl Gate {
 
     pub(super) fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Tells the follower whether to look (the phase may hold the gate).
+    pub(super) fn want(&self, may: bool) {
+        self.wanted
+            .send_if_modified(|w| std::mem::replace(w, may) != may);
     }
 }
 
@@ -74,17 +85,17 @@ impl Daemon {
         ));
     }
 
-    /// SIGUSR1: the gate opens for `gate_pass` ([`crate::config::DEFAULT_GATE_PASS`] outside tests), whatever the
-    /// slots say. A signal during a pass makes it start again, silently: one line per pass,
-    /// however many signals come (each `kube-shutdown-drain reboot` sends one, a loop may send
-    /// hundreds).
-    pub(super) fn pass_gate(&mut self) {
+    /// SIGUSR1: the gate opens for `gate_pass` ([`crate::config::DEFAULT_GATE_PASS`] outside
+    /// tests), whatever the slots say ([`Event::PassGiven`], `None` without a gate). A signal
+    /// during a pass makes it start again, silently: one line per pass, however many signals
+    /// come (each `kube-shutdown-drain reboot` sends one, a loop may send hundreds).
+    pub(super) fn pass_gate(&mut self) -> Option<Event> {
         let node = &self.settings.node_name;
         if !self.gate.enabled {
             if !std::mem::replace(&mut self.gate.said_no_pass, true) {
                 tracing::info!("sigusr1: node {node} has no reboot gate ([fleet] gate is off)");
             }
-            return;
+            return None;
         }
         let now = Instant::now();
         let passing = self.gate.pass_until.is_some_and(|until| now < until);
@@ -95,67 +106,76 @@ impl Daemon {
                 crate::time_limit::seconds(self.settings.gate_pass)
             );
         }
+        Some(Event::PassGiven)
     }
 
-    /// Makes the block lock agree with the phase, the pass and the follower's verdict: held
-    /// with the verdict's reason while the phase may gate, no pass runs and the verdict says
-    /// closed; dropped otherwise. Nothing here waits on the bus: a drop is a close, and a lock
-    /// to take is asked for on a task of its own ([`taking`]), so an announcement that
-    /// comes meanwhile is handled at once (the drain's clock starts when it is).
-    pub(super) fn follow_gate(&mut self, logind: Option<&Logind>) {
-        if !self.gate.enabled {
+    /// The follower's verdict changed: its reason kept for the lock, the event for the table.
+    pub(super) fn gate_verdict(&mut self) -> Event {
+        self.gate.reason = self.gate.verdict.borrow_and_update().clone();
+        match self.gate.reason {
+            Some(_) => Event::SlotsFull,
+            None => Event::SlotsOpen,
+        }
+    }
+
+    /// The pass's end, for the table.
+    pub(super) fn pass_expired(&mut self) -> Event {
+        self.gate.pass_until = None;
+        Event::PassExpired
+    }
+
+    /// `SayPassEnded`.
+    pub(super) fn say_pass_ended(&self) {
+        let node = &self.settings.node_name;
+        tracing::info!(
+            node = %node,
+            "the pass of the reboot gate of node {node} ended: no shutdown came within {} of the \
+             last sigusr1",
+            crate::time_limit::seconds(self.settings.gate_pass)
+        );
+    }
+
+    /// `DropGate`: the block lock and any ask for one go; said if a lock was held.
+    pub(super) fn drop_gate(&mut self, because: GateOpened) {
+        let node = &self.settings.node_name;
+        self.gate.asking = None;
+        if self.gate.lock.take().is_none() {
             return;
         }
-        let node = self.settings.node_name.clone();
-        let may = self.phase.may_gate();
-        self.gate
-            .wanted
-            .send_if_modified(|w| std::mem::replace(w, may) != may);
-        if self
-            .gate
-            .pass_until
-            .is_some_and(|until| Instant::now() >= until)
-        {
-            self.gate.pass_until = None;
-            if may {
-                tracing::info!(
-                    node = %node,
-                    "the pass of the reboot gate of node {node} ended: no shutdown came within {} \
-                     of the last sigusr1",
-                    crate::time_limit::seconds(self.settings.gate_pass)
-                );
-            }
-        }
-        let want = match (may, self.gate.pass_until) {
-            (true, None) => self.gate.verdict.borrow_and_update().clone(),
-            _ => None,
-        };
-        let held = self.gate.lock.as_ref().map(|(_, why)| why.clone());
-        if want == held {
-            self.gate.asking = None;
-            return;
-        }
-        let Some(why) = want else {
-            self.gate.asking = None;
-            self.gate.lock = None;
-            self.metrics.gate_closed(false);
-            let because = if !may {
+        self.metrics.gate_closed(false);
+        let because = match because {
+            GateOpened::NoLongerWaits => {
                 "the daemon no longer waits (a shutdown, a drain or the stop)"
-            } else if self.gate.pass_until.is_some() {
-                "kube-shutdown-drain reboot asked (sigusr1)"
-            } else {
-                // The follower's verdict is open both when a slot is open and when the slots
-                // cannot be read (it says so itself): claim neither alone.
+            }
+            GateOpened::Pass => "kube-shutdown-drain reboot asked (sigusr1)",
+            // The follower's verdict is open both when a slot is open and when the slots
+            // cannot be read (it says so itself): claim neither alone.
+            GateOpened::SlotOpen => {
                 "a drain slot is open to it, or its drain slots cannot be read (then said above)"
-            };
-            tracing::info!(node = %node, "the reboot gate of node {node} is open: {because}");
+            }
+        };
+        tracing::info!(node = %node, "the reboot gate of node {node} is open: {because}");
+    }
+
+    /// `HoldGate`: the block lock held with the follower's reason. Nothing here waits on the
+    /// bus: the lock is asked for on a task of its own ([`taking`]), so an announcement that
+    /// comes meanwhile is handled at once (the drain's clock starts when it is). Without a
+    /// connection the next one asks (`Connected` holds the gate again).
+    pub(super) fn hold_gate(&mut self, logind: Option<&Logind>) {
+        let Some(why) = self.gate.reason.clone() else {
             return;
         };
+        let held = self.gate.lock.as_ref().map(|(_, held)| held.as_str());
+        if held == Some(why.as_str()) {
+            self.gate.asking = None;
+            return;
+        }
         let asked = self.gate.asking.as_ref().map(|(w, _)| w.as_str());
         let refused = self.gate.refused.as_deref();
         let Some(logind) = logind.filter(|_| asked != Some(&why) && refused != Some(&why)) else {
             return;
         };
+        let node = self.settings.node_name.clone();
         let logind = logind.clone();
         let say_binding = !std::mem::replace(&mut self.gate.said_binding, true);
         let reason = why.clone();
@@ -174,8 +194,8 @@ impl Daemon {
         let node = self.settings.node_name.clone();
         match taken {
             Ok(fd) => {
-                // The new lock is held before the old one (another reason) goes; the next
-                // follow_gate drops it if it is no longer wanted.
+                // The new lock is held before the old one (another reason) goes; it was asked
+                // for the gate's reason now (a later reason or a drop aborts the ask).
                 self.gate.lock = Some((fd, why.clone()));
                 self.gate.refused = None;
                 self.metrics.gate_closed(true);

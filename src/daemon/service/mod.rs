@@ -25,7 +25,7 @@ use crate::config::Settings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::outcome::Finished;
-use crate::daemon::phase::{Event, Phase};
+use crate::daemon::phase::{Event, Phase, State};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
 use crate::daemon::status::Status;
@@ -84,7 +84,8 @@ pub(crate) struct Daemon {
     settings: Arc<Settings>,
     /// The settings and the credential cache every API call of the daemon shares.
     access: Access,
-    phase: Phase,
+    /// The phase and the reboot gate, as the table (`daemon::phase`) moves them.
+    state: State,
     status: Status,
     inhibitor: Inhibitor,
     metrics: Metrics,
@@ -140,7 +141,10 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         writer.clone(),
     );
     let mut daemon = Daemon {
-        phase: Phase::Starting,
+        state: State {
+            phase: Phase::Starting,
+            gate: Default::default(),
+        },
         status,
         inhibitor,
         boot_log: BootLog::with_writer(writer.clone()),
@@ -241,11 +245,10 @@ impl Daemon {
                         }
                         event
                     }
-                    Asked::Pass => {
-                        self.pass_gate();
-                        self.follow_gate(connection.as_ref().map(|c| &c.logind));
-                        continue;
-                    }
+                    Asked::Pass => match self.pass_gate() {
+                        Some(event) => event,
+                        None => continue,
+                    },
                     Asked::Hangup => {
                         tracing::info!(
                             "sighup: ignored; node {} keeps its configuration until the unit \
@@ -256,7 +259,7 @@ impl Daemon {
                     }
                 },
                 // Read once logind was: a schedule there at start waits for the first connection.
-                read = scheduled::next_schedule(&mut self.scheduled), if self.phase != Phase::Starting => {
+                read = scheduled::next_schedule(&mut self.scheduled), if self.state.phase != Phase::Starting => {
                     match self.schedule_read(read) {
                         Some(event) => event,
                         None => continue,
@@ -268,18 +271,13 @@ impl Daemon {
                     }
                     timed
                 }
-                // The gate follows the slots (and its pass ends) beside the phases.
-                _ = self.gate.verdict.changed(), if self.gate.enabled() => {
-                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
-                    continue;
-                }
+                _ = self.gate.verdict.changed(), if self.gate.enabled() => self.gate_verdict(),
                 _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
-                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
-                    continue;
+                    self.pass_expired()
                 }
+                // The end of an ask the gate's effect started: the lock it asked for is held.
                 (why, taken) = gate::taking(&mut self.gate.asking) => {
                     self.gate_taken(why, taken);
-                    self.follow_gate(connection.as_ref().map(|c| &c.logind));
                     continue;
                 }
                 finished = drain_end(&mut self.drain) => {
@@ -311,11 +309,10 @@ impl Daemon {
             };
             let logind = connection.as_ref().map(|c| &c.logind);
             self.apply(event, logind).await;
-            self.follow_gate(logind);
             if matches!(event, Event::Connected { .. }) {
                 self.ready_once(logind).await;
             }
-            if self.phase == Phase::Stopped {
+            if self.state.phase == Phase::Stopped {
                 return;
             }
         }
@@ -356,7 +353,7 @@ impl Daemon {
     /// The bus connection is gone; the lock (if held) stays: logind keeps it.
     fn lost(&self, e: &LogindError) {
         let node = &self.settings.node_name;
-        let what = match &self.phase {
+        let what = match &self.state.phase {
             // The lock's fd does not depend on the bus: the drain goes on.
             Phase::Draining(_) => format!(" during the drain of node {node}; the drain goes on;"),
             _ => ";".to_owned(),
@@ -373,7 +370,7 @@ impl Daemon {
 
     fn say_cancel(&self) {
         let node = &self.settings.node_name;
-        match &self.phase {
+        match &self.state.phase {
             Phase::Draining(s) => tracing::info!(
                 "logind cancelled the {} during the drain of node {node}; stopping the drain and \
                  restoring the node",
@@ -389,7 +386,7 @@ impl Daemon {
 
     fn say_stop(&self, name: &str) {
         let node = &self.settings.node_name;
-        match &self.phase {
+        match &self.state.phase {
             Phase::Draining(_) => tracing::warn!(
                 "{name} during the drain of node {node}; stopping the drain and releasing the \
                  inhibitor (the node stays cordoned until it is restored)"

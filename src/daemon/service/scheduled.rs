@@ -142,7 +142,7 @@ impl Daemon {
     /// The one timer the phase needs, and its event: the lead of a scheduled shutdown, or the
     /// wait for the announcement of one that fired.
     pub(super) fn timer(&self) -> Option<(Instant, Event)> {
-        match &self.phase {
+        match &self.state.phase {
             Phase::Scheduled(_) => self.scheduled.due_at.map(|at| (at, Event::Due)),
             Phase::Early(p) | Phase::Ready(p) if p.fired => self
                 .scheduled
@@ -156,7 +156,7 @@ impl Daemon {
     /// before the node is restored.
     pub(super) fn say_overdue(&self) {
         let node = &self.settings.node_name;
-        let what = self.phase.planned().map_or_else(
+        let what = self.state.phase.planned().map_or_else(
             || "scheduled shutdown".to_owned(),
             |p| p.kind.noun().to_owned(),
         );

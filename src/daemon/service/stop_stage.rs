@@ -43,7 +43,7 @@ impl Daemon {
     /// shutdown is not drained yet, else a plain stop.
     pub(super) async fn stop_event(&mut self, logind: Option<&Logind>) -> Event {
         let node = self.settings.node_name.clone();
-        let drained = match self.phase {
+        let drained = match self.state.phase {
             Phase::Released(_) | Phase::Ready(_) => !self.left_work,
             Phase::Stopped | Phase::Stopping(_) => return Event::Stop,
             _ => false,
