@@ -1,7 +1,7 @@
 //! The man pages (section 8): clap_mangen renders NAME, DESCRIPTION, OPTIONS and the subcommand
 //! list from the `Cli` definition; this file adds what clap does not know (a SYNOPSIS that shows
 //! option arguments, EXIT STATUS, ENVIRONMENT, FILES, SEE ALSO) and puts the version in every
-//! page's footer. `examples/gen-assets.rs` writes the pages for the packages.
+//! page's footer. `packaging/gen-assets` writes the pages for the packages.
 
 use std::fmt::Write as _;
 use std::io::Write as _;

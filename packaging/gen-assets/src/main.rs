@@ -1,6 +1,6 @@
 //! Renders the shipped documentation assets from the CLI definition: the man pages (section 8,
-//! a system daemon; see `src/cli/manual.rs`) and bash/zsh/fish completions. Run by `packaging/build`:
-//! `cargo run --example gen-assets -- OUT_DIR`.
+//! a system daemon; see `src/cli/manual.rs`) and bash/zsh/fish completions. Run by `packaging/build`,
+//! `debian/rules` and the rpm spec: `cargo run -p gen-assets -- OUT_DIR`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
