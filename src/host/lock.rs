@@ -19,7 +19,20 @@ pub struct InhibitorLock {
 }
 
 impl InhibitorLock {
+    /// Takes the fd logind sent and marks it close-on-exec: zbus receives fds without
+    /// `MSG_CMSG_CLOEXEC` (zbus 6 `fd_recvmsg`), so a program this process runs (an exec
+    /// credential plugin, a sentinel command) would otherwise inherit the lock, and it, or a
+    /// child it leaves behind, would hold the shutdown up after the daemon released it.
     pub(crate) fn new(fd: OwnedFd) -> InhibitorLock {
+        use nix::fcntl::{F_GETFD, F_SETFD, FdFlag, fcntl};
+        let flags = fcntl(&fd, F_GETFD).map_or(FdFlag::empty(), FdFlag::from_bits_truncate);
+        if let Err(e) = fcntl(&fd, F_SETFD(flags | FdFlag::FD_CLOEXEC)) {
+            tracing::warn!(
+                "cannot mark the inhibitor lock's fd {} close-on-exec: {e}; a program the \
+                 daemon runs may inherit it",
+                fd.as_raw_fd()
+            );
+        }
         InhibitorLock { fd }
     }
 
@@ -185,8 +198,33 @@ mod tests {
     /// A lock whose release the test can see: the read end of a pipe reports hang-up once the
     /// write end (the "lock") is closed, as logind sees it.
     fn pipe_lock() -> (InhibitorLock, OwnedFd) {
-        let (read, write) = nix::unistd::pipe().expect("pipe");
+        // Close-on-exec: a child another unit test of this process starts (the sentinel
+        // command's tests run programs) must not inherit the write end and keep the pipe open
+        // past the lock's close.
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
         (InhibitorLock::new(write), read)
+    }
+
+    #[test]
+    fn a_lock_is_not_inherited_by_the_programs_the_daemon_runs() {
+        // A pipe made without O_CLOEXEC, as zbus hands logind's fd over.
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        let lock = InhibitorLock::new(write);
+        let flags = nix::fcntl::fcntl(&lock.fd, nix::fcntl::F_GETFD).expect("F_GETFD");
+        assert!(
+            nix::fcntl::FdFlag::from_bits_truncate(flags).contains(nix::fcntl::FdFlag::FD_CLOEXEC),
+            "the lock's fd would pass to a child across exec"
+        );
+        // And a child started now does not keep the lock open once it is released.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        lock.release();
+        let closed = hung_up(&read);
+        child.kill().ok();
+        child.wait().ok();
+        assert!(closed, "a child kept the released lock open");
     }
 
     fn hung_up(read: &OwnedFd) -> bool {
