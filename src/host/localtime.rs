@@ -1,7 +1,7 @@
 //! The time zone `[reboot] time_zone` names, as the host has it: UTC, a name looked up in the
 //! system's tz database (`/usr/share/zoneinfo`, through jiff), or `"localtime"`: the TZif file
 //! at `/etc/localtime`, and UTC when that file does not exist, as zincati reads it
-//! (coreos/zincati `docs/usage/updates-strategy.md`, localtime(5)). Read by nothing yet; the
+//! (`coreos/zincati/docs/usage/updates-strategy.md`, localtime(5)). Read by nothing yet; the
 //! daemon's reboot loop is issue 31.
 
 use std::io::{ErrorKind, Read};

@@ -1,5 +1,5 @@
 //! The FleetLock protocol zincati speaks before it reboots a Fedora CoreOS node
-//! (coreos/zincati `docs/development/fleetlock/protocol.md`): a request read and checked into a
+//! (`coreos/zincati/docs/development/fleetlock/protocol.md`): a request read and checked into a
 //! typed value, and the protocol's error body, as pure functions. The server that answers is
 //! the next step; read by nothing yet, the daemon's reboot loop is issue 31.
 //!

@@ -1,5 +1,5 @@
 //! Maintenance windows: the weekly times at which a reboot the node asks for may start, shaped
-//! as zincati's `periodic` strategy (coreos/zincati `docs/usage/updates-strategy.md`). Read by
+//! as zincati's `periodic` strategy (`coreos/zincati/docs/usage/updates-strategy.md`). Read by
 //! nothing yet; the daemon's reboot loop is issue 31.
 //!
 //! The semantics are zincati's:
@@ -12,7 +12,7 @@
 //!   hour does not occur that day (zincati documents the same); it occurs again the next week;
 //! - no window at all means any time.
 //!
-//! Like zincati (`docs/development/update-strategy-periodic.md`), windows are folded into
+//! Like zincati (`coreos/zincati/docs/development/update-strategy-periodic.md`), windows are folded into
 //! minutes since Monday 00:00, and one crossing the week's end is split in two. Finding when a
 //! window opens or closes walks forward from one instant where the state may change to the
 //! next: where the wall clock reaches a window's edge at the current offset, or the zone's next
