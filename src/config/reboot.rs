@@ -11,6 +11,7 @@
 //! command_timeout = "1m"                                # how long one run may take
 //! update_engine = true                                  # Flatcar
 //! time_zone = "Europe/Berlin"                           # or "localtime"; default UTC
+//! blocking_pod_selector = "app=backup"                  # kured's: wait while one runs here
 //!
 //! [[reboot.window]]                                     # zincati's periodic windows
 //! days = ["Sat", "Sun"]
@@ -26,9 +27,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::raw::{Table, table};
+use super::selector::Selector;
 use super::values::{
     AbsolutePath, DurationIn, Flag, FromValue, Invalid, List, ListElement, MAX_DURATION_MS,
-    Positive, Value, deserialize_checked, quote,
+    PodSelector, Positive, Value, deserialize_checked, quote,
 };
 use super::{ConfigError, Source};
 use crate::reboot::window::{WEEK_MINUTES, Window};
@@ -55,6 +57,8 @@ pub struct RawReboot {
     pub update_engine: Option<Flag>,
     /// Default: "UTC".
     pub time_zone: Option<Spanned<ZoneName>>,
+    /// Default: none (no pod holds the reboot).
+    pub blocking_pod_selector: Option<Spanned<PodSelector>>,
     /// Default: no window (any time).
     #[serde(default)]
     pub window: Vec<Spanned<WindowEntry>>,
@@ -81,7 +85,7 @@ impl<'de> Deserialize<'de> for WindowEntry {
 
 impl Table for RawReboot {
     const EXPECTING: &'static str = "`reboot` to be a [reboot] table (keys sentinel_file, sentinel_command, \
-         check_interval, command_timeout, update_engine, time_zone, window)";
+         check_interval, command_timeout, update_engine, time_zone, blocking_pod_selector, window)";
 }
 
 impl Table for RawWindow {
@@ -266,6 +270,9 @@ pub struct RebootSettings {
     pub zone: Zone,
     /// One per configured day of every `[[reboot.window]]`; none means any time.
     pub windows: Vec<Window>,
+    /// While a pod it selects runs on this node, the reboot waits (kured's
+    /// `--blocking-pod-selector`); see [`crate::reboot::holds`].
+    pub blocking_pod_selector: Option<Selector>,
 }
 
 impl RebootSettings {
@@ -306,7 +313,8 @@ pub fn from_toml(src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
 }
 
 /// Applies the defaults and the checks that span several keys: timing only with a command, a
-/// timeout below the interval, windows and a zone only with a trigger, every window key given.
+/// timeout below the interval, windows, a zone and a blocking pod selector only with a trigger,
+/// every window key given.
 pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
     let sentinel_command = match raw.sentinel_command {
         None => {
@@ -378,6 +386,10 @@ pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, Conf
             Some(ZoneName::Named(n)) => Zone::Named(n.clone()),
         },
         windows,
+        blocking_pod_selector: raw
+            .blocking_pod_selector
+            .as_ref()
+            .map(|s| s.get_ref().0.clone()),
     };
     if !settings.enabled() {
         let unused = raw
@@ -395,13 +407,27 @@ pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, Conf
                 key,
                 Invalid::new(
                     "windows without a trigger never apply: the node never asks for a reboot",
-                    "sentinel_file, sentinel_command or update_engine = true in [reboot]",
+                    NEEDS_A_TRIGGER,
+                ),
+            ));
+        }
+        if let Some(selector) = &raw.blocking_pod_selector {
+            return Err(src.invalid(
+                selector.span(),
+                "reboot.blocking_pod_selector",
+                Invalid::new(
+                    "a blocking pod selector without a trigger never applies: the node never \
+                     asks for a reboot",
+                    NEEDS_A_TRIGGER,
                 ),
             ));
         }
     }
     Ok(settings)
 }
+
+/// What a `[reboot]` without a trigger lacks.
+const NEEDS_A_TRIGGER: &str = "sentinel_file, sentinel_command or update_engine = true in [reboot]";
 
 /// `reboot.window[i]`: one [`Window`] per day.
 fn window(

@@ -91,6 +91,30 @@ length_minutes = 10080
     assert_eq!(s.zone, Zone::Local);
 }
 
+/// kured's `--blocking-pod-selector`: a selector in the string form of `kubectl -l`, parsed by
+/// the selector the rest of the file uses; none by default.
+#[test]
+fn a_blocking_pod_selector_is_read_as_a_label_selector() {
+    let s = parse("[reboot]\nupdate_engine = true").unwrap();
+    assert_eq!(s.blocking_pod_selector, None);
+    let s = parse(
+        "[reboot]\nsentinel_file = \"/run/reboot-required\"\n\
+         blocking_pod_selector = \"app in (backup, restore),!canary\"",
+    )
+    .unwrap();
+    let selector = s.blocking_pod_selector.expect("a selector");
+    assert_eq!(selector.to_string(), "app in (backup, restore),!canary");
+    let labels = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert!(selector.matches(&labels(&[("app", "backup")])));
+    assert!(!selector.matches(&labels(&[("app", "backup"), ("canary", "")])));
+    assert!(!selector.matches(&labels(&[("app", "web")])));
+}
+
 /// Every refusal: (text, line, column, key, the problem and what is allowed).
 const BAD: &[(&str, usize, usize, &str, &str)] = &[
     (
@@ -249,6 +273,35 @@ const BAD: &[(&str, usize, usize, &str, &str)] = &[
         "reboot.time_zone",
         "windows without a trigger never apply",
     ),
+    (
+        "[reboot]\nupdate_engine = true\nblocking_pod_selector = \"app in (a\"",
+        3,
+        25,
+        "reboot.blocking_pod_selector",
+        "invalid label selector \"app in (a\": missing ')'; allowed: a label selector such as",
+    ),
+    (
+        "[reboot]\nupdate_engine = true\nblocking_pod_selector = \" \"",
+        3,
+        25,
+        "reboot.blocking_pod_selector",
+        "an empty selector matches every pod; allowed: a non-empty label selector",
+    ),
+    (
+        "[reboot]\nupdate_engine = true\nblocking_pod_selector = [\"app=backup\"]",
+        3,
+        25,
+        "reboot.blocking_pod_selector",
+        "expected a string, found an array",
+    ),
+    (
+        "[reboot]\nblocking_pod_selector = \"app=backup\"",
+        2,
+        25,
+        "reboot.blocking_pod_selector",
+        "a blocking pod selector without a trigger never applies: the node never asks for a \
+         reboot; allowed: sentinel_file, sentinel_command or update_engine = true in [reboot]",
+    ),
 ];
 
 #[test]
@@ -285,6 +338,7 @@ fn the_config_file_still_refuses_a_reboot_table() {
     for text in [
         "[reboot]\nsentinel_file = \"/var/run/reboot-required\"",
         "[[reboot.window]]\ndays = [\"Sat\"]\nstart_time = \"22:30\"\nlength_minutes = 60",
+        "[reboot]\nupdate_engine = true\nblocking_pod_selector = \"app=backup\"",
     ] {
         let src = Source {
             path: Path::new("/etc/x.toml"),

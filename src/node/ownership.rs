@@ -128,6 +128,15 @@ pub fn taint_owners(node: &Node) -> Vec<String> {
     owners(node, TAINTS_POINTER).1
 }
 
+/// The field managers other than ours that own the annotation `key` on `node` (the last to set
+/// it, and any who set the same value with server-side apply), for people: who put a hold on
+/// the node. None when the server sends no managedFields.
+pub fn annotation_owners(node: &Node, key: &str) -> Vec<String> {
+    // A JSON pointer escapes `~` and `/` in a segment (RFC 6901).
+    let segment = key.replace('~', "~0").replace('/', "~1");
+    owners(node, &format!("/f:metadata/f:annotations/f:{segment}")).1
+}
+
 const TAINTS_POINTER: &str = "/f:spec/f:taints";
 
 /// Whether our field manager (operation Update, the only one we send) owns the field at

@@ -1,0 +1,58 @@
+//! The reads behind [`super::holds::judge`]: the Node (its hold annotation), the pause Lease in
+//! `[fleet] lease_namespace`, and, only with `[reboot] blocking_pod_selector`, the node's pods
+//! (the drain's own paged list by `spec.nodeName`; the selector is matched by the judge). At
+//! most three requests, sent at once, each retried until `deadline`, nothing written; a read
+//! that fails is kept as its error, which the judge turns into an `unknown` reason. Under the
+//! shipped RBAC the node identity may do all three: `get` Nodes, `list` pods and `get` Leases
+//! (the ClusterRole). The kubelet's credentials may read the Node and the node's pods, not the
+//! pause Lease (see [`super::holds`]).
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use tokio::time::Instant;
+
+use super::holds::{Context, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge};
+use crate::api::Clients;
+
+/// What holds the node now: reads (until `deadline` at most) and judges at the instant the
+/// reads are done. The one call the reboot loop makes before it takes a slot and again before
+/// the reboot; an empty answer means the node may go.
+#[tracing::instrument(skip_all, fields(node = %cx.node))]
+pub async fn holds(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> Holds {
+    let seen = read(clients, cx, deadline).await;
+    let holds = judge(cx, &seen, jiff::Timestamp::now());
+    tracing::debug!("{holds}");
+    holds
+}
+
+/// Reads what [`judge`] weighs; each failure is kept, none stops the others.
+pub async fn read(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> Seen {
+    let nodes: Api<Node> = Api::all(clients.api.clone());
+    let leases: Api<Lease> = Api::namespaced(clients.api.clone(), cx.lease_namespace);
+    let node_object = format!("node {}", cx.node);
+    let pause_object = format!("Lease {}/{PAUSE_LEASE}", cx.lease_namespace);
+    let node = clients.retry(deadline, &node_object, || nodes.get(cx.node));
+    let pause = async {
+        match clients
+            .retry(deadline, &pause_object, || leases.get(PAUSE_LEASE))
+            .await
+        {
+            Ok(lease) => Pause::Present(Box::new(lease)),
+            // The API server's own NotFound (a Status body), not a proxy's 404.
+            Err(e) if e.is_not_found() => Pause::Absent,
+            Err(e) => Pause::Unreadable(e),
+        }
+    };
+    let pods = async {
+        if cx.blocking_pod_selector.is_none() {
+            return Pods::NotAsked;
+        }
+        match crate::drain::list_node_pods(clients, cx.node, deadline).await {
+            Ok(pods) => Pods::Listed(pods),
+            Err(e) => Pods::Unreadable(e),
+        }
+    };
+    let (node, pause, pods) = tokio::join!(node, pause, pods);
+    Seen { node, pause, pods }
+}
