@@ -44,10 +44,7 @@ impl Daemon {
                 announced_now,
             } => self.start_drain(kind, announced_now, logind).await,
             Effect::AbortDrain => {
-                if let Some(running) = self.drain.take() {
-                    running.task.abort();
-                }
-                self.finished = None;
+                self.work.abort();
                 // The lock stays for the next shutdown: its deadline is gone with this one.
                 self.inhibitor.disarm();
             }
@@ -94,7 +91,7 @@ impl Daemon {
             Effect::DropGate { because } => self.drop_gate(because),
             Effect::SayPassEnded => self.say_pass_ended(),
             Effect::SayOutcome => {
-                if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
+                if let (Some(finished), Some(s)) = (self.work.take_over(), before.shutdown()) {
                     crate::daemon::outcome::say(
                         &self.engine,
                         &self.settings,
@@ -112,7 +109,7 @@ impl Daemon {
     /// How the drain ended goes into the boot record before the lock goes; the write is waited
     /// for briefly (it runs off this path: a stalled disk costs at most the allowance).
     async fn record_end(&mut self) {
-        let Some(finished) = &self.finished else {
+        let Some(finished) = self.work.over() else {
             return;
         };
         let (end, detail) = crate::daemon::outcome::end_of(&finished.outcome);

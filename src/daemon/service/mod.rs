@@ -24,7 +24,6 @@ use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::outcome::Finished;
 use crate::daemon::phase::{Event, Phase, State};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
@@ -74,11 +73,6 @@ struct Connection {
     lock: Option<InhibitorLock>,
 }
 
-/// The running drain of a shutdown.
-pub(crate) struct Running {
-    task: JoinHandle<Finished>,
-}
-
 /// The loop's state across bus connections.
 pub(crate) struct Daemon {
     settings: Arc<Settings>,
@@ -94,10 +88,8 @@ pub(crate) struct Daemon {
     boot_log_opened: bool,
     /// The budget as last read from logind.
     limit: Option<TimeLimit>,
-    /// The drain of the shutdown being drained, while it runs.
-    drain: Option<Running>,
-    /// How the last drain ended, until it is recorded and said.
-    finished: Option<Finished>,
+    /// The shutdown's work: while it runs, then how it ended until that is recorded and said.
+    work: work::Slot,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
@@ -151,8 +143,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         metrics,
         boot_log_opened: false,
         limit: None,
-        drain: None,
-        finished: None,
+        work: work::Slot::Empty,
         restore: None,
         quiet: watch::Sender::new(false),
         ready_sent: false,
@@ -280,10 +271,8 @@ impl Daemon {
                     self.gate_taken(why, taken);
                     continue;
                 }
-                finished = drain_end(&mut self.drain) => {
-                    self.drain = None;
-                    self.left_work = finished.outcome.leaves_work();
-                    self.finished = Some(finished);
+                left_work = self.work.end() => {
+                    self.left_work = left_work;
                     Event::Ended
                 }
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
@@ -405,17 +394,6 @@ impl Daemon {
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The drain's end, once it ends; never while none runs.
-async fn drain_end(drain: &mut Option<Running>) -> Finished {
-    match drain {
-        Some(running) => match (&mut running.task).await {
-            Ok(finished) => finished,
-            Err(e) => Finished::failed(format!("the drain task ended: {e}")),
-        },
         None => std::future::pending().await,
     }
 }

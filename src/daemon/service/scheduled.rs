@@ -16,12 +16,11 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::work;
-use super::{Daemon, Running};
+use super::Daemon;
+use super::work::{Stage, Work};
 use crate::config::ShutdownPolicy;
-use crate::daemon::outcome::{DrainOutcome, Finished};
+use crate::daemon::outcome::DrainOutcome;
 use crate::daemon::phase::{Event, Phase};
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
@@ -222,37 +221,26 @@ impl Daemon {
         );
         self.status
             .set(format!("{doing} node {node} ahead of the {reason}"));
-        let (access, status) = (self.access.clone(), self.status.clone());
         // Kept for the drain of logind's window: its client is connected by then.
-        let warm = access
-            .engine()
-            .ok()
-            .map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
+        let warm =
+            (self.access.engine().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
         self.warm = warm.clone();
-        let task = async move {
-            let outcome = match policy {
-                ShutdownPolicy::None => DrainOutcome::LeftAsIs,
-                ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
-                ShutdownPolicy::Drain => {
-                    let ends = work::Ends::at(deadline);
-                    work::drain_node(access, status, kind, ends, reason, None, warm).await
-                }
-            };
-            Finished {
-                outcome,
-                took: started.elapsed(),
-            }
-        }
-        .instrument(tracing::info_span!("scheduled", shutdown_kind = %kind));
-        self.drain = Some(Running {
-            task: self.engine.spawn(task),
+        self.spawn_work(Work {
+            kind,
+            stage: Stage::Early,
+            policy,
+            started,
+            deadline,
+            reason,
+            warm,
+            ended_before: None,
         });
     }
 
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.
     pub(super) fn say_early(&mut self) {
         let node = &self.settings.node_name;
-        let (Some(finished), Some(s)) = (self.finished.take(), &self.scheduled.schedule) else {
+        let (Some(finished), Some(s)) = (self.work.take_over(), &self.scheduled.schedule) else {
             return;
         };
         let reason = s.reason();

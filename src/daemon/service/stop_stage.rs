@@ -15,12 +15,9 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::work;
-use super::{Daemon, Running};
-use crate::config::ShutdownPolicy;
-use crate::daemon::outcome::{DrainOutcome, Finished};
+use super::Daemon;
+use super::work::{Stage, Work};
 use crate::daemon::phase::{Event, Phase};
 use crate::drain::GraceTo;
 use crate::host::boot_record;
@@ -160,39 +157,26 @@ impl Daemon {
             "draining node {node} in the stop phase of the {what} (budget {})",
             seconds(stage)
         ));
-        let reason = format!("{what} of the host, stop phase");
-        let (access, status) = (self.access.clone(), self.status.clone());
-        let task = async move {
-            let outcome = match policy {
-                ShutdownPolicy::None => DrainOutcome::LeftAsIs,
-                ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
-                ShutdownPolicy::Drain => {
-                    // Nothing comes after the stop phase: its end is the drain's.
-                    let grace_to = GraceTo {
-                        at: deadline,
-                        end: GraceEnd::StopPhase,
-                        why: format!(
-                            "the stop phase is the drain's last time: {} from systemd's SIGTERM \
-                             (the unit's TimeoutStopSec less [daemon] release_margin, within what \
-                             is left of [drain] timeout)",
-                            seconds(stage)
-                        ),
-                    };
-                    let ends = work::Ends {
-                        deadline,
-                        grace_to: Some(grace_to),
-                    };
-                    work::drain_node(access, status, kind, ends, reason, None, None).await
-                }
-            };
-            Finished {
-                outcome,
-                took: started.elapsed(),
-            }
-        }
-        .instrument(tracing::info_span!("stop_phase", shutdown_kind = %kind));
-        self.drain = Some(Running {
-            task: self.engine.spawn(task),
+        // Nothing comes after the stop phase: its end is the drain's.
+        let grace_to = GraceTo {
+            at: deadline,
+            end: GraceEnd::StopPhase,
+            why: format!(
+                "the stop phase is the drain's last time: {} from systemd's SIGTERM (the unit's \
+                 TimeoutStopSec less [daemon] release_margin, within what is left of [drain] \
+                 timeout)",
+                seconds(stage)
+            ),
+        };
+        self.spawn_work(Work {
+            kind,
+            stage: Stage::StopPhase { grace_to },
+            policy,
+            started,
+            deadline,
+            reason: format!("{what} of the host, stop phase"),
+            warm: None,
+            ended_before: None,
         });
     }
 }
