@@ -5,6 +5,27 @@ use super::Effect::*;
 use super::*;
 
 const REBOOT: ShutdownKind = ShutdownKind::Reboot;
+/// A work's end that left pods (the rows that do not care).
+const ENDED: Event = Event::Ended { left_work: true };
+const STOP: Event = Event::Stop {
+    signal: StopSignal::Term,
+};
+
+/// What a stop on SIGTERM says first, `during` what.
+fn say_stop(during: During) -> Effect {
+    SayStop {
+        signal: StopSignal::Term,
+        during,
+    }
+}
+
+/// What a heard cancel of the reboot says first, `during` what.
+fn say_cancelled(during: During) -> Effect {
+    SayCancelled {
+        kind: REBOOT,
+        during,
+    }
+}
 
 fn connected(under_way: Option<ShutdownKind>, locked: bool) -> Event {
     Event::Connected { under_way, locked }
@@ -87,7 +108,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
         ),
         (
             draining(true),
-            Event::Ended,
+            ENDED,
             released(true),
             vec![RecordEnd, ReleaseLock, SayOutcome],
         ),
@@ -96,6 +117,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::Drain),
                 AbortDrain,
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
@@ -108,6 +130,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::Drain),
                 AbortDrain,
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
@@ -132,6 +155,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::AfterDrain),
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
                 TakeLock,
@@ -167,23 +191,28 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
         (released(true), announced, released(true), vec![]),
         (
             Phase::Waiting,
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
         (
             Phase::Starting,
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
         (
             draining(true),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![AbortDrain, ReleaseLock],
+            vec![say_stop(During::Drain), AbortDrain, ReleaseLock],
         ),
-        (released(true), Event::Stop, Phase::Stopped, vec![]),
+        (
+            released(true),
+            STOP,
+            Phase::Stopped,
+            vec![say_stop(During::AfterDrain)],
+        ),
     ];
     for (from, event, to, effects) in cases {
         let (next, did) = step(from.clone(), event);
@@ -194,9 +223,9 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
 #[test]
 fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
     let refused = [
-        (Phase::Starting, Event::Ended),
-        (Phase::Waiting, Event::Ended),
-        (released(true), Event::Ended),
+        (Phase::Starting, ENDED),
+        (Phase::Waiting, ENDED),
+        (released(true), ENDED),
         (Phase::Starting, Event::Cancelled),
         (
             Phase::Starting,
@@ -205,7 +234,7 @@ fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
                 locked: true,
             },
         ),
-        (Phase::Stopped, Event::Stop),
+        (Phase::Stopped, STOP),
         (Phase::Stopped, connected(None, true)),
     ];
     for (from, event) in refused {
@@ -223,14 +252,14 @@ fn the_lock_goes_exactly_once_per_shutdown_and_after_its_end_is_recorded() {
             kind: REBOOT,
             locked: true,
         },
-        Event::Ended,
+        ENDED,
         Event::Cancelled,
         Event::Announced {
             kind: ShutdownKind::PowerOff,
             locked: true,
         },
-        Event::Ended,
-        Event::Stop,
+        ENDED,
+        STOP,
     ];
     let mut phase = Phase::Starting;
     let mut all = Vec::new();
@@ -304,12 +333,12 @@ fn a_stop_in_a_shutdown_drains_in_the_stop_phase_without_the_lock() {
     }
     // The stage's end is recorded and said; a second stop aborts it; logind is not heard.
     assert_eq!(
-        step(stopping(REBOOT), Event::Ended),
+        step(stopping(REBOOT), ENDED),
         (Phase::Stopped, vec![RecordEnd, SayOutcome])
     );
     assert_eq!(
-        step(stopping(REBOOT), Event::Stop),
-        (Phase::Stopped, vec![AbortDrain])
+        step(stopping(REBOOT), STOP),
+        (Phase::Stopped, vec![say_stop(During::Waiting), AbortDrain])
     );
     assert_eq!(
         step(stopping(REBOOT), Event::Cancelled),
@@ -414,7 +443,7 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
         ),
         (
             on(Phase::Early, false),
-            Event::Ended,
+            ENDED,
             on(Phase::Ready, false),
             vec![SayEarly],
         ),
@@ -498,15 +527,20 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
         ),
         (
             on(Phase::Early, false),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![AbortDrain, RecordStopped, ReleaseLock],
+            vec![
+                say_stop(During::Waiting),
+                AbortDrain,
+                RecordStopped,
+                ReleaseLock,
+            ],
         ),
         (
             on(Phase::Scheduled, false),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
         (
             Phase::Waiting,
@@ -544,8 +578,8 @@ fn a_schedule_s_timers_out_of_their_phase_are_refused() {
         (Phase::Stopped, Event::Unscheduled { fired: false }),
         (Phase::Early(planned(false)), Event::Due),
         (Phase::Ready(planned(false)), Event::Overdue),
-        (Phase::Ready(planned(false)), Event::Ended),
-        (Phase::Scheduled(planned(false)), Event::Ended),
+        (Phase::Ready(planned(false)), ENDED),
+        (Phase::Scheduled(planned(false)), ENDED),
     ];
     for (from, event) in refused {
         let err = from.on(event).expect_err("refused");
@@ -559,13 +593,13 @@ fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown(
         connected(None, true),
         scheduled(ShutdownPolicy::Drain),
         Event::Due,
-        Event::Ended,
+        ENDED,
         Event::Unscheduled { fired: true },
         Event::Announced {
             kind: REBOOT,
             locked: true,
         },
-        Event::Ended,
+        ENDED,
     ];
     let mut phase = Phase::Starting;
     let mut all = Vec::new();
@@ -592,6 +626,7 @@ fn state(phase: Phase, full: bool, pass: bool) -> State {
     State {
         phase,
         gate: Gate { full, pass },
+        left_work: true,
     }
 }
 
@@ -738,9 +773,10 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
         ),
         (
             waiting(true, false),
-            Event::Stop,
+            STOP,
             state(Phase::Stopped, true, false),
             vec![
+                say_stop(During::Waiting),
                 RecordStopped,
                 ReleaseLock,
                 opened(GateOpened::NoLongerWaits),
@@ -759,6 +795,7 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             Event::Cancelled,
             waiting(true, false),
             vec![
+                say_cancelled(During::AfterDrain),
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
                 TakeLock,
@@ -810,4 +847,134 @@ fn the_gate_s_events_move_no_phase_and_are_refused_after_the_stop() {
         let err = Phase::Stopped.on(event).expect_err("refused");
         assert_eq!((err.phase, err.event), (Phase::Stopped, event));
     }
+}
+
+#[test]
+fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_asked() {
+    let asked = Event::StopAsked {
+        signal: StopSignal::Int,
+    };
+    let ask = vec![AskSystemd {
+        signal: StopSignal::Int,
+    }];
+    let stopping = Phase::Stopping(Shutdown {
+        kind: REBOOT,
+        guarded: false,
+    });
+    let said = |during| SayStop {
+        signal: StopSignal::Int,
+        during,
+    };
+    let with_work = |phase, left_work| State {
+        phase,
+        gate: Gate::default(),
+        left_work,
+    };
+    let stopped = |left_work| with_work(Phase::Stopped, left_work);
+    let cases: Vec<(State, State, Vec<Effect>)> = vec![
+        // Something may be left to drain: systemd says whether the system shuts down.
+        (
+            with_work(Phase::Waiting, false),
+            with_work(Phase::Waiting, false),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Starting, true),
+            with_work(Phase::Starting, true),
+            ask.clone(),
+        ),
+        (
+            with_work(draining(true), false),
+            with_work(draining(true), false),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Early(planned(false)), false),
+            with_work(Phase::Early(planned(false)), false),
+            ask.clone(),
+        ),
+        (
+            with_work(released(true), true),
+            with_work(released(true), true),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Ready(planned(true)), true),
+            with_work(Phase::Ready(planned(true)), true),
+            ask.clone(),
+        ),
+        // Drained, or in the stop phase already: a plain stop.
+        (
+            with_work(released(true), false),
+            stopped(false),
+            vec![said(During::AfterDrain)],
+        ),
+        (
+            with_work(Phase::Ready(planned(false)), false),
+            stopped(false),
+            vec![said(During::Waiting), RecordStopped, ReleaseLock],
+        ),
+        (
+            with_work(stopping, true),
+            stopped(true),
+            vec![said(During::Waiting), AbortDrain],
+        ),
+    ];
+    for (from, to, effects) in cases {
+        let (next, did) = state_step(&from, asked);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?}");
+    }
+    // After the stop: refused, by the state and by the phase alone.
+    let err = stopped(true).on(asked).expect_err("refused");
+    assert_eq!((err.phase, err.event), (Phase::Stopped, asked));
+    assert!(Phase::Waiting.on(asked).is_err());
+}
+
+#[test]
+fn a_work_s_end_says_whether_it_left_pods_for_the_stop_phase() {
+    let from = state(draining(true), false, false);
+    for left_work in [false, true] {
+        let (next, did) = state_step(&from, Event::Ended { left_work });
+        assert_eq!(next.left_work, left_work);
+        assert_eq!(next.phase, released(true));
+        assert_eq!(did, vec![RecordEnd, ReleaseLock, SayOutcome]);
+    }
+    let early = state(Phase::Early(planned(false)), false, false);
+    let (next, _) = state_step(&early, Event::Ended { left_work: false });
+    assert_eq!(
+        (next.phase, next.left_work),
+        (Phase::Ready(planned(false)), false)
+    );
+    assert!(State::starting().left_work, "none ran yet: work is left");
+}
+
+#[test]
+fn only_a_scheduled_shutdown_s_phases_run_a_timer() {
+    let shutdown = Shutdown {
+        kind: REBOOT,
+        guarded: true,
+    };
+    let timers: Vec<Option<Event>> = [
+        Phase::Starting,
+        Phase::Waiting,
+        Phase::Scheduled(planned(false)),
+        Phase::Early(planned(false)),
+        Phase::Early(planned(true)),
+        Phase::Ready(planned(false)),
+        Phase::Ready(planned(true)),
+        Phase::Draining(shutdown),
+        Phase::Released(shutdown),
+        Phase::Stopping(shutdown),
+        Phase::Stopped,
+    ]
+    .iter()
+    .map(Phase::timer)
+    .collect();
+    let (due, overdue) = (Some(Event::Due), Some(Event::Overdue));
+    assert_eq!(
+        timers,
+        [
+            None, None, due, None, overdue, None, overdue, None, None, None, None
+        ]
+    );
 }

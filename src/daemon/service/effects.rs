@@ -12,29 +12,43 @@ use crate::host::logind::{Logind, LogindError};
 const BOOT_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Daemon {
-    /// Applies `event`: the phase moves on and its effects are carried out, in order. A refused
-    /// event is logged and changes nothing.
+    /// Applies `event`: the phase moves on and its effects are carried out, in order; an
+    /// effect's answer (systemd's, to `AskSystemd`) is applied next. A refused event is logged and
+    /// changes nothing.
     pub(super) async fn apply(&mut self, event: Event, logind: Option<&Logind>) {
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            next = self.apply_one(event, logind).await;
+        }
+    }
+
+    /// One step of the table; the event an effect answered with, if any.
+    async fn apply_one(&mut self, event: Event, logind: Option<&Logind>) -> Option<Event> {
         let (next, effects) = match self.state.on(event) {
             Ok(step) => step,
             Err(refused) => {
                 tracing::warn!("ignored on node {}: {refused}", self.settings.node_name);
-                return;
+                return None;
             }
         };
         let before = std::mem::replace(&mut self.state, next).phase;
+        let mut answer = None;
         for effect in effects {
-            self.carry_out(effect, &before, logind).await;
+            if let Effect::AskSystemd { signal } = effect {
+                answer = Some(self.stop_answer(signal, logind).await);
+            } else {
+                self.carry_out(effect, &before, logind).await;
+            }
         }
         self.metrics.lock_held(self.inhibitor.is_held());
         let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
         self.idle
             .send_if_modified(|was| std::mem::replace(was, idle) != idle);
         self.gate.want(self.state.phase.may_gate());
+        answer
     }
 
     async fn carry_out(&mut self, effect: Effect, before: &Phase, logind: Option<&Logind>) {
-        let node = self.settings.node_name.clone();
         match effect {
             Effect::Quiet(quiet) => {
                 self.quiet.send_replace(quiet);
@@ -56,31 +70,7 @@ impl Daemon {
                 self.metrics.lock_held(self.inhibitor.is_held());
             }
             Effect::TakeLock => self.take_lock(logind).await,
-            Effect::ForgetShutdown { undo } => {
-                self.warm = None;
-                let recorded = self.boot_log.shutdown_over();
-                let restore = match undo {
-                    Undo::Heard => true,
-                    Undo::Missed => true,
-                    Undo::IfRecorded => recorded,
-                    Undo::Nothing => {
-                        tracing::info!(
-                            "logind cancelled a shutdown that never started here; nothing to undo \
-                             on node {node}"
-                        );
-                        false
-                    }
-                };
-                if undo == Undo::Missed || (undo == Undo::IfRecorded && recorded) {
-                    tracing::info!(
-                        "the recorded shutdown of node {node} ended without a reboot while the \
-                         daemon was away; restoring the node"
-                    );
-                }
-                if restore {
-                    self.spawn_restore(Trigger::Cancel);
-                }
-            }
+            Effect::ForgetShutdown { undo } => self.forget_shutdown(undo),
             Effect::RecordStopped => self.boot_log.stopped(),
             Effect::ShowWaiting => self.show_waiting(),
             Effect::ShowScheduled => self.show_scheduled(),
@@ -90,6 +80,10 @@ impl Daemon {
             Effect::HoldGate => self.hold_gate(logind),
             Effect::DropGate { because } => self.drop_gate(because),
             Effect::SayPassEnded => self.say_pass_ended(),
+            Effect::SayStop { signal, during } => self.say_stop(signal, during),
+            Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
+            // Carried out by `apply_one`, whose next event is its answer.
+            Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.work.take_over(), before.shutdown()) {
                     crate::daemon::outcome::say(
@@ -103,6 +97,35 @@ impl Daemon {
                     );
                 }
             }
+        }
+    }
+
+    /// `ForgetShutdown`: the boot record forgets the shutdown; the node is restored as `undo`
+    /// says.
+    fn forget_shutdown(&mut self, undo: Undo) {
+        let node = self.settings.node_name.clone();
+        self.warm = None;
+        let recorded = self.boot_log.shutdown_over();
+        let restore = match undo {
+            Undo::Heard => true,
+            Undo::Missed => true,
+            Undo::IfRecorded => recorded,
+            Undo::Nothing => {
+                tracing::info!(
+                    "logind cancelled a shutdown that never started here; nothing to undo on \
+                     node {node}"
+                );
+                false
+            }
+        };
+        if undo == Undo::Missed || (undo == Undo::IfRecorded && recorded) {
+            tracing::info!(
+                "the recorded shutdown of node {node} ended without a reboot while the daemon was \
+                 away; restoring the node"
+            );
+        }
+        if restore {
+            self.spawn_restore(Trigger::Cancel);
         }
     }
 

@@ -24,7 +24,7 @@ use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::phase::{Event, Phase, State};
+use crate::daemon::phase::{During, Event, Phase, State, StopSignal};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
 use crate::daemon::status::Status;
@@ -106,9 +106,6 @@ pub(crate) struct Daemon {
     idle: watch::Sender<bool>,
     /// The budget as last read from logind, for the forecast.
     forecast_time_limit: watch::Sender<Option<TimeLimit>>,
-    /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
-    /// them in the stop phase.
-    left_work: bool,
     /// The reboot gate (`[fleet] gate`).
     gate: gate::Gate,
 }
@@ -133,10 +130,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         writer.clone(),
     );
     let mut daemon = Daemon {
-        state: State {
-            phase: Phase::Starting,
-            gate: Default::default(),
-        },
+        state: State::starting(),
         status,
         inhibitor,
         boot_log: BootLog::with_writer(writer.clone()),
@@ -153,7 +147,6 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         scheduled: scheduled::Tracked::open(&settings),
         idle: watch::Sender::new(true),
         forecast_time_limit: watch::Sender::new(None),
-        left_work: true,
         gate: gate::Gate::new(settings.fleet.gate),
         settings,
     };
@@ -229,13 +222,7 @@ impl Daemon {
                 .map_or((None, Event::Due), |(at, e)| (Some(at), e));
             let event = tokio::select! {
                 asked = signals.recv() => match asked {
-                    Asked::Stop(name) => {
-                        let event = self.stop_event(connection.as_ref().map(|c| &c.logind)).await;
-                        if event == Event::Stop {
-                            self.say_stop(name);
-                        }
-                        event
-                    }
+                    Asked::Stop(signal) => Event::StopAsked { signal },
                     Asked::Pass => match self.pass_gate() {
                         Some(event) => event,
                         None => continue,
@@ -271,10 +258,7 @@ impl Daemon {
                     self.gate_taken(why, taken);
                     continue;
                 }
-                left_work = self.work.end() => {
-                    self.left_work = left_work;
-                    Event::Ended
-                }
+                left_work = self.work.end() => Event::Ended { left_work },
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);
@@ -285,10 +269,7 @@ impl Daemon {
                         kind,
                         locked: self.inhibitor.is_held(),
                     },
-                    Ok(ShutdownSignal::Cancelled) => {
-                        self.say_cancel();
-                        Event::Cancelled
-                    }
+                    Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
                     Err(e) => {
                         self.lost(&e);
                         connection = None;
@@ -357,33 +338,36 @@ impl Daemon {
             .set_degraded(Some(format!("logind unreachable: {e}")));
     }
 
-    fn say_cancel(&self) {
+    /// `SayCancelled`: logind cancelled the shutdown of `kind`, `during` its drain or after.
+    fn say_cancelled(&self, kind: ShutdownKind, during: During) {
         let node = &self.settings.node_name;
-        match &self.state.phase {
-            Phase::Draining(s) => tracing::info!(
+        match during {
+            During::Drain => tracing::info!(
                 "logind cancelled the {} during the drain of node {node}; stopping the drain and \
                  restoring the node",
-                s.kind.noun()
+                kind.noun()
             ),
-            Phase::Released(s) => tracing::info!(
+            During::AfterDrain => tracing::info!(
                 "logind cancelled the {}; restoring node {node} and taking the inhibitor again",
-                s.kind.noun()
+                kind.noun()
             ),
-            _ => {}
+            During::Waiting => {}
         }
     }
 
-    fn say_stop(&self, name: &str) {
+    /// `SayStop`: the daemon stops on `signal`, `during` what.
+    fn say_stop(&self, signal: StopSignal, during: During) {
         let node = &self.settings.node_name;
-        match &self.state.phase {
-            Phase::Draining(_) => tracing::warn!(
+        let name = signal.name();
+        match during {
+            During::Drain => tracing::warn!(
                 "{name} during the drain of node {node}; stopping the drain and releasing the \
                  inhibitor (the node stays cordoned until it is restored)"
             ),
-            Phase::Released(_) => {
+            During::AfterDrain => {
                 tracing::info!("{name} after the drain of node {node}; stopping")
             }
-            _ => tracing::info!(
+            During::Waiting => tracing::info!(
                 "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
             ),
         }

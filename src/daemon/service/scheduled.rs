@@ -21,7 +21,7 @@ use super::Daemon;
 use super::work::{Stage, Work};
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::DrainOutcome;
-use crate::daemon::phase::{Event, Phase};
+use crate::daemon::phase::Event;
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::seconds;
@@ -138,17 +138,15 @@ impl Daemon {
         })
     }
 
-    /// The one timer the phase needs, and its event: the lead of a scheduled shutdown, or the
-    /// wait for the announcement of one that fired.
+    /// When the one timer the phase needs ([`crate::daemon::phase::Phase::timer`]) rings, and its event: the lead of
+    /// a scheduled shutdown, or the wait for the announcement of one that fired.
     pub(super) fn timer(&self) -> Option<(Instant, Event)> {
-        match &self.state.phase {
-            Phase::Scheduled(_) => self.scheduled.due_at.map(|at| (at, Event::Due)),
-            Phase::Early(p) | Phase::Ready(p) if p.fired => self
-                .scheduled
-                .gone_at
-                .map(|at| (at + ANNOUNCE_WINDOW, Event::Overdue)),
-            _ => None,
-        }
+        let event = self.state.phase.timer()?;
+        let at = match event {
+            Event::Due => self.scheduled.due_at,
+            _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
+        };
+        at.map(|at| (at, event))
     }
 
     /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::Daemon;
 use super::work::{Stage, Work};
-use crate::daemon::phase::{Event, Phase};
+use crate::daemon::phase::{Event, StopSignal};
 use crate::drain::GraceTo;
 use crate::host::boot_record;
 use crate::host::logind::Logind;
@@ -36,20 +36,17 @@ pub(super) const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
 const STAGE_MIN: Duration = Duration::from_secs(5);
 
 impl Daemon {
-    /// The event for SIGTERM or SIGINT: the second stage when the system shuts down and this
-    /// shutdown is not drained yet, else a plain stop.
-    pub(super) async fn stop_event(&mut self, logind: Option<&Logind>) -> Event {
+    /// `AskSystemd`, for SIGTERM or SIGINT (`signal`) when work may be left: the second stage
+    /// when the system shuts down, else a plain stop.
+    pub(super) async fn stop_answer(
+        &mut self,
+        signal: StopSignal,
+        logind: Option<&Logind>,
+    ) -> Event {
         let node = self.settings.node_name.clone();
-        let drained = match self.state.phase {
-            Phase::Released(_) | Phase::Ready(_) => !self.left_work,
-            Phase::Stopped | Phase::Stopping(_) => return Event::Stop,
-            _ => false,
-        };
-        if drained {
-            return Event::Stop;
-        }
+        let stop = Event::Stop { signal };
         let Some(conn) = logind.map(Logind::connection) else {
-            return Event::Stop;
+            return stop;
         };
         let asked = async {
             if !systemd::shutting_down(conn).await? {
@@ -59,13 +56,13 @@ impl Daemon {
         };
         let timeout = match tokio::time::timeout(ASK_SYSTEMD_MAX, asked).await {
             Ok(Ok(Some(timeout))) => timeout,
-            Ok(Ok(None)) => return Event::Stop,
+            Ok(Ok(None)) => return stop,
             Ok(Err(e)) => {
                 tracing::info!(
                     "cannot ask systemd whether the system shuts down ({e}); stopping the daemon \
                      of node {node} at once"
                 );
-                return Event::Stop;
+                return stop;
             }
             Err(_) => {
                 tracing::warn!(
@@ -73,7 +70,7 @@ impl Daemon {
                      the daemon of node {node} at once",
                     ASK_SYSTEMD_MAX.as_millis()
                 );
-                return Event::Stop;
+                return stop;
             }
         };
         let margin = self.settings.daemon.release_margin;
@@ -85,7 +82,7 @@ impl Daemon {
                 seconds(self.settings.drain.timeout),
                 seconds(left)
             );
-            return Event::Stop;
+            return stop;
         }
         let Some(stage) = systemd::stage_time(timeout, margin, left) else {
             tracing::warn!(
@@ -94,7 +91,7 @@ impl Daemon {
                 timeout.map_or_else(|| "infinity".to_owned(), seconds),
                 seconds(margin)
             );
-            return Event::Stop;
+            return stop;
         };
         tracing::warn!(
             "systemd stops the daemon of node {node} while the system shuts down (the kubelet \
@@ -185,7 +182,7 @@ impl Daemon {
 /// that is, and why. `window`: the time left to the window's deadline; `drain_left`: what is
 /// left of `[drain] timeout`; `stop_timeout`: the unit's `TimeoutStopSec` as systemd said it.
 ///
-/// The drain goes on in the stop phase when it is cut at the window's end ([`Daemon::stop_event`]):
+/// The drain goes on in the stop phase when it is cut at the window's end ([`Daemon::stop_answer`]):
 /// systemd stops the unit no earlier than the lock goes, and gives the stage
 /// [`systemd::stage_time`] of what is left of `[drain] timeout` then, so the stage ends no earlier
 /// than the window's end plus that time counted at the window's end. When that is at least
