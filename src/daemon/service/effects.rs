@@ -42,7 +42,8 @@ impl Daemon {
         }
         self.metrics.lock_held(self.inhibitor.is_held());
         let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
-        self.idle
+        self.watches
+            .idle
             .send_if_modified(|was| std::mem::replace(was, idle) != idle);
         self.gate.want(self.state.phase.may_gate());
         answer
@@ -51,7 +52,7 @@ impl Daemon {
     async fn carry_out(&mut self, effect: Effect, before: &Phase, logind: Option<&Logind>) {
         match effect {
             Effect::Quiet(quiet) => {
-                self.quiet.send_replace(quiet);
+                self.watches.quiet.send_replace(quiet);
             }
             Effect::StartDrain {
                 kind,
@@ -71,7 +72,7 @@ impl Daemon {
             }
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => self.forget_shutdown(undo),
-            Effect::RecordStopped => self.boot_log.stopped(),
+            Effect::RecordStopped => self.boot.log.stopped(),
             Effect::ShowWaiting => self.show_waiting(),
             Effect::ShowScheduled => self.show_scheduled(),
             Effect::StartEarly { kind } => self.start_early(kind),
@@ -104,8 +105,8 @@ impl Daemon {
     /// says.
     fn forget_shutdown(&mut self, undo: Undo) {
         let node = self.settings.node_name.clone();
-        self.warm = None;
-        let recorded = self.boot_log.shutdown_over();
+        self.scheduled.warm = None;
+        let recorded = self.boot.log.shutdown_over();
         let restore = match undo {
             Undo::Heard => true,
             Undo::Missed => true,
@@ -138,12 +139,12 @@ impl Daemon {
         let (end, detail) = crate::daemon::outcome::end_of(&finished.outcome);
         // A daemon started too late for this shutdown's budget keeps an earlier daemon's end.
         let ticket = if finished.outcome.is_spent() {
-            self.boot_log.shutdown_ended_unless_recorded(end, detail)
+            self.boot.log.shutdown_ended_unless_recorded(end, detail)
         } else {
-            self.boot_log.shutdown_ended(end, detail)
+            self.boot.log.shutdown_ended(end, detail)
         };
         let by = tokio::time::Instant::now() + crate::time_limit::WRITE_ALLOWANCE;
-        if !self.boot_log.written(ticket, by).await {
+        if !self.boot.log.written(ticket, by).await {
             tracing::warn!(
                 "{} is still being written after {} ms; releasing the inhibitor for node {} first",
                 self.settings.state_dir.join(boot_record::FILE).display(),
@@ -193,9 +194,7 @@ impl Daemon {
     }
 
     fn show_waiting(&self) {
-        let (drain, max) = self
-            .limit
-            .as_ref()
+        let (drain, max) = (self.watches.time_limit.borrow().as_ref())
             .map_or((None, None), |b| (Some(b.drain), Some(b.logind_max)));
         let secs = |d: Option<std::time::Duration>| {
             d.map_or_else(|| "unknown".to_owned(), crate::time_limit::seconds)
@@ -211,15 +210,15 @@ impl Daemon {
     /// Reads the record of the previous boot, starts this boot's, and posts the Event about an
     /// unclean end (retried in its own task until written).
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
-        if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
+        if let Some(previous) = self.boot.log.open(&self.settings, under_way) {
             self.engine
                 .spawn(crate::daemon::boot_event::post_until_done(
                     self.access.clone(),
-                    self.boot_log.clone(),
+                    self.boot.log.clone(),
                     previous,
                 ));
         }
-        if let Some(record) = self.boot_log.record() {
+        if let Some(record) = self.boot.log.record() {
             self.metrics.unclean(record.unclean);
         }
     }
@@ -230,12 +229,12 @@ impl Daemon {
     /// Then the kubelet check, beside the loop (a slow ListInhibitors must not delay a shutdown
     /// signal).
     pub(super) async fn ready_once(&mut self, logind: Option<&Logind>) {
-        if self.ready_sent {
+        if self.boot.ready_sent {
             return;
         }
-        self.ready_sent = true;
+        self.boot.ready_sent = true;
         let by = tokio::time::Instant::now() + BOOT_RECORD_WAIT;
-        if !self.boot_log.settled(by).await {
+        if !self.boot.log.settled(by).await {
             tracing::warn!(
                 "{} is not written after {} s; telling systemd the daemon for node {} is ready \
                  all the same",
@@ -263,7 +262,7 @@ impl Daemon {
             self.status.clone(),
             self.metrics.clone(),
             trigger,
-            self.quiet.subscribe(),
+            self.watches.quiet.subscribe(),
         )));
     }
 

@@ -83,31 +83,40 @@ pub(crate) struct Daemon {
     status: Status,
     inhibitor: Inhibitor,
     metrics: Metrics,
-    /// This boot's record (`boot-record`), opened at the first connection to logind.
-    boot_log: BootLog,
-    boot_log_opened: bool,
-    /// The budget as last read from logind.
-    limit: Option<TimeLimit>,
+    /// This boot's record and the start's once-only steps.
+    boot: Boot,
     /// The shutdown's work: while it runs, then how it ended until that is recorded and said.
     work: work::Slot,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
+    /// What the tasks on the engine runtime follow.
+    watches: Watches,
+    /// The runtime every API call runs on.
+    engine: tokio::runtime::Handle,
+    /// logind's schedule file and the timer it needs.
+    scheduled: scheduled::Tracked,
+    /// The reboot gate (`[fleet] gate`).
+    gate: gate::Gate,
+}
+
+/// This boot's record (`boot-record`), opened at the first connection to logind, and READY=1,
+/// sent once after it.
+struct Boot {
+    log: BootLog,
+    opened: bool,
+    ready_sent: bool,
+}
+
+/// The values the tasks on the engine runtime follow.
+struct Watches {
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
     /// soft-reboot's marker waits for it (`restore::attempt`).
     quiet: watch::Sender<bool>,
-    ready_sent: bool,
-    /// The runtime every API call runs on.
-    engine: tokio::runtime::Handle,
-    /// The early drain's engine, kept for the drain of the shutdown it was for.
-    warm: Option<Arc<crate::engine::Engine>>,
-    /// logind's schedule file and the timer it needs.
-    scheduled: scheduled::Tracked,
     /// True while no drain runs and none is due: the forecast runs only then.
     idle: watch::Sender<bool>,
-    /// The budget as last read from logind, for the forecast.
-    forecast_time_limit: watch::Sender<Option<TimeLimit>>,
-    /// The reboot gate (`[fleet] gate`).
-    gate: gate::Gate,
+    /// logind's budget as last read (at the last connection): the forecast's, and the one a
+    /// shutdown uses when logind does not say it again.
+    time_limit: watch::Sender<Option<TimeLimit>>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
@@ -133,20 +142,22 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         state: State::starting(),
         status,
         inhibitor,
-        boot_log: BootLog::with_writer(writer.clone()),
+        boot: Boot {
+            log: BootLog::with_writer(writer.clone()),
+            opened: false,
+            ready_sent: false,
+        },
         metrics,
-        boot_log_opened: false,
-        limit: None,
         work: work::Slot::Empty,
         restore: None,
-        quiet: watch::Sender::new(false),
-        ready_sent: false,
+        watches: Watches {
+            quiet: watch::Sender::new(false),
+            idle: watch::Sender::new(true),
+            time_limit: watch::Sender::new(None),
+        },
         engine: tokio::runtime::Handle::current(),
         access: Access::new(settings.clone()),
-        warm: None,
         scheduled: scheduled::Tracked::open(&settings),
-        idle: watch::Sender::new(true),
-        forecast_time_limit: watch::Sender::new(None),
         gate: gate::Gate::new(settings.fleet.gate),
         settings,
     };
@@ -188,8 +199,8 @@ impl Daemon {
             self.access.clone(),
             interval,
             self.metrics.clone(),
-            self.idle.subscribe(),
-            self.forecast_time_limit.subscribe(),
+            self.watches.idle.subscribe(),
+            self.watches.time_limit.subscribe(),
             self.gate.forecast_blocked.clone(),
         ));
     }
@@ -295,8 +306,8 @@ impl Daemon {
             // Only now is an old lock (from before a reconnect) released.
             self.inhibitor.hold(lock);
         }
-        self.limit = Some(made.limit.clone());
-        self.forecast_time_limit
+        self.watches
+            .time_limit
             .send_replace(Some(made.limit.clone()));
         self.metrics
             .time_limit(made.limit.drain, made.limit.logind_max);
@@ -310,8 +321,8 @@ impl Daemon {
             )
         }));
         // The previous boot is judged (and this boot's record started) before READY=1.
-        if !self.boot_log_opened {
-            self.boot_log_opened = true;
+        if !self.boot.opened {
+            self.boot.opened = true;
             self.open_boot_log(made.under_way.is_some());
         }
         Event::Connected {

@@ -44,6 +44,8 @@ pub(super) struct Tracked {
     due_at: Option<Instant>,
     /// When its file went at its time.
     gone_at: Option<Instant>,
+    /// The early drain's engine, kept for the drain of logind's window for the same shutdown.
+    pub(super) warm: Option<std::sync::Arc<crate::engine::Engine>>,
 }
 
 impl Tracked {
@@ -222,7 +224,7 @@ impl Daemon {
         // Kept for the drain of logind's window: its client is connected by then.
         let warm =
             (self.access.engine().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
-        self.warm = warm.clone();
+        self.scheduled.warm = warm.clone();
         self.spawn_work(Work {
             kind,
             stage: Stage::Early,

@@ -33,8 +33,8 @@ impl Daemon {
         self.abort_restore("a shutdown starts");
         // logind's one timer started when it sent the signal; a shutdown found under way counts
         // from its recorded start.
-        let counted_from = self.boot_log.shutdown_started(kind, announced_now);
-        let connect_budget = self.limit.clone();
+        let counted_from = self.boot.log.shutdown_started(kind, announced_now);
+        let connect_budget = self.watches.time_limit.borrow().clone();
         // Armed at once with what is known, before anything here can wait.
         if let Some(b) = &connect_budget {
             self.inhibitor.release_by(
@@ -73,7 +73,7 @@ impl Daemon {
             started,
             deadline,
             reason: format!("{} of the host", kind.noun()),
-            warm: self.warm.take(),
+            warm: self.scheduled.warm.take(),
             ended_before,
         };
         self.spawn_work(work);

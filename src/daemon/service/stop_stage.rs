@@ -107,7 +107,8 @@ impl Daemon {
     pub(super) fn drain_time_left(&self) -> Duration {
         let timeout = self.settings.drain.timeout;
         let started = self
-            .boot_log
+            .boot
+            .log
             .record()
             .and_then(|r| r.shutdown)
             .and_then(|s| s.boottime_ns)
@@ -146,7 +147,7 @@ impl Daemon {
         let started = Instant::now();
         let node = self.settings.node_name.clone();
         self.abort_restore("the system shuts down");
-        let _ = self.boot_log.shutdown_started(kind, false);
+        let _ = self.boot.log.shutdown_started(kind, false);
         let deadline = started + stage;
         let policy = self.settings.shutdown.policy(kind);
         let what = kind.noun();
