@@ -49,20 +49,37 @@ fn step(from: Phase, event: Event) -> (Phase, Vec<Effect>) {
     from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
 }
 
+/// Each row: `from` on `event` leads `to`, with `effects`.
+fn assert_steps(cases: Vec<(Phase, Event, Phase, Vec<Effect>)>) {
+    for (from, event, to, effects) in cases {
+        let (next, did) = step(from.clone(), event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+/// Each row, with the whole state (phase and gate).
+fn assert_state_steps(cases: Vec<(State, Event, State, Vec<Effect>)>) {
+    for (from, event, to, effects) in cases {
+        let (next, did) = state_step(&from, event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+const ANNOUNCED: Event = Event::Announced {
+    kind: REBOOT,
+    locked: true,
+};
+const START_NOW: Effect = StartDrain {
+    kind: REBOOT,
+    announced_now: true,
+};
+const START_UNDER_WAY: Effect = StartDrain {
+    kind: REBOOT,
+    announced_now: false,
+};
+
 #[test]
-fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let start_under_way = StartDrain {
-        kind: REBOOT,
-        announced_now: false,
-    };
+fn a_connection_or_an_announcement_starts_a_drain_or_finds_none() {
     let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             Phase::Starting,
@@ -92,20 +109,35 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Phase::Starting,
             connected(Some(REBOOT), false),
             draining(false),
-            vec![Quiet(false), start_under_way],
+            vec![Quiet(false), START_UNDER_WAY],
         ),
         (
             released(true),
             connected(Some(REBOOT), false),
             draining(false),
-            vec![Quiet(false), start_under_way],
+            vec![Quiet(false), START_UNDER_WAY],
         ),
         (
             Phase::Waiting,
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
+        (
+            draining(true),
+            connected(Some(REBOOT), false),
+            draining(true),
+            vec![],
+        ),
+        (draining(true), ANNOUNCED, draining(true), vec![]),
+        (released(true), ANNOUNCED, released(true), vec![]),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn a_drain_ends_or_is_cancelled_and_the_daemon_waits_again() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             draining(true),
             ENDED,
@@ -171,12 +203,6 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             }],
         ),
         (
-            draining(true),
-            connected(Some(REBOOT), false),
-            draining(true),
-            vec![],
-        ),
-        (
             released(true),
             connected(None, true),
             Phase::Waiting,
@@ -187,8 +213,13 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
                 ShowWaiting,
             ],
         ),
-        (draining(true), announced, draining(true), vec![]),
-        (released(true), announced, released(true), vec![]),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn a_plain_stop_releases_the_lock_unless_it_is_gone() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             Phase::Waiting,
             STOP,
@@ -214,10 +245,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             vec![say_stop(During::AfterDrain)],
         ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = step(from.clone(), event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_steps(cases);
 }
 
 #[test]
@@ -387,24 +415,36 @@ fn scheduled(policy: ShutdownPolicy) -> Event {
     }
 }
 
+const DRAIN: Event = Event::Scheduled {
+    kind: REBOOT,
+    policy: ShutdownPolicy::Drain,
+};
+const NONE: Event = Event::Scheduled {
+    kind: REBOOT,
+    policy: ShutdownPolicy::None,
+};
+
+/// The phase `p` of the planned reboot.
+fn on(p: fn(Planned) -> Phase, fired: bool) -> Phase {
+    p(planned(fired))
+}
+
+/// A schedule gone before its time (or overdue): the node is restored.
+fn restore() -> Vec<Effect> {
+    vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting]
+}
+
+/// The same while the early drain runs: it stops first.
+fn abort_restore() -> Vec<Effect> {
+    let mut effects = vec![AbortDrain];
+    effects.extend(restore());
+    effects
+}
+
 #[test]
-fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
-    let drain = scheduled(ShutdownPolicy::Drain);
-    let none = scheduled(ShutdownPolicy::None);
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let restore = vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting];
-    let mut abort_restore = vec![AbortDrain];
-    abort_restore.extend(restore.clone());
-    let on = |p: fn(Planned) -> Phase, fired| p(planned(fired));
+fn a_schedule_is_followed_until_its_lead() {
     let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
-        (Phase::Waiting, none, Phase::Waiting, vec![ShowScheduled]),
+        (Phase::Waiting, NONE, Phase::Waiting, vec![ShowScheduled]),
         (
             Phase::Waiting,
             scheduled(ShutdownPolicy::Cordon),
@@ -413,19 +453,19 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
         ),
         (
             Phase::Waiting,
-            drain,
+            DRAIN,
             on(Phase::Scheduled, false),
             vec![ShowScheduled],
         ),
         (
             on(Phase::Scheduled, false),
-            drain,
+            DRAIN,
             on(Phase::Scheduled, false),
             vec![ShowScheduled],
         ),
         (
             on(Phase::Scheduled, false),
-            none,
+            NONE,
             Phase::Waiting,
             vec![ShowScheduled],
         ),
@@ -442,6 +482,19 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             vec![ShowWaiting],
         ),
         (
+            Phase::Waiting,
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            vec![],
+        ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn an_early_drain_waits_ready_or_is_undone_when_the_schedule_goes() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+        (
             on(Phase::Early, false),
             ENDED,
             on(Phase::Ready, false),
@@ -451,13 +504,13 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             on(Phase::Early, false),
             Event::Unscheduled { fired: false },
             Phase::Waiting,
-            abort_restore.clone(),
+            abort_restore(),
         ),
         (
             on(Phase::Ready, false),
             Event::Unscheduled { fired: false },
             Phase::Waiting,
-            restore.clone(),
+            restore(),
         ),
         (
             on(Phase::Ready, false),
@@ -475,31 +528,38 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             on(Phase::Ready, true),
             Event::Overdue,
             Phase::Waiting,
-            restore.clone(),
+            restore(),
         ),
         (
             on(Phase::Ready, false),
-            drain,
+            DRAIN,
             on(Phase::Ready, false),
             vec![],
         ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn logind_s_announcement_or_a_stop_ends_a_schedule_s_phases() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             on(Phase::Ready, true),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
         (
             on(Phase::Scheduled, false),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
         (
             on(Phase::Early, false),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![AbortDrain, Quiet(false), start_now],
+            vec![AbortDrain, Quiet(false), START_NOW],
         ),
         (
             on(Phase::Ready, false),
@@ -542,12 +602,13 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             Phase::Stopped,
             vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
-        (
-            Phase::Waiting,
-            Event::Unscheduled { fired: false },
-            Phase::Waiting,
-            vec![],
-        ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn logind_s_window_owns_the_node_whatever_the_schedule_does() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         // logind's window owns the node: the schedule's file going as it fires changes nothing.
         (
             draining(true),
@@ -555,7 +616,7 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             draining(true),
             vec![],
         ),
-        (draining(true), drain, draining(true), vec![]),
+        (draining(true), DRAIN, draining(true), vec![]),
         (
             released(true),
             Event::Unscheduled { fired: false },
@@ -563,10 +624,7 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             vec![],
         ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = step(from.clone(), event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_steps(cases);
 }
 
 #[test]
@@ -634,27 +692,32 @@ fn state_step(from: &State, event: Event) -> (State, Vec<Effect>) {
     from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
 }
 
-#[test]
-fn the_reboot_gate_closes_and_opens_as_its_table_says() {
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let waiting = |full, pass| state(Phase::Waiting, full, pass);
-    let scheduled_at = |full, pass| state(Phase::Scheduled(planned(false)), full, pass);
-    let opened = |because| DropGate { because };
-    let connected_closed = vec![
+fn waiting(full: bool, pass: bool) -> State {
+    state(Phase::Waiting, full, pass)
+}
+
+fn scheduled_at(full: bool, pass: bool) -> State {
+    state(Phase::Scheduled(planned(false)), full, pass)
+}
+
+fn opened(because: GateOpened) -> Effect {
+    DropGate { because }
+}
+
+/// A connection with no shutdown under way, the gate closed: held again.
+fn connected_closed() -> Vec<Effect> {
+    vec![
         Quiet(true),
         ForgetShutdown {
             undo: Undo::IfRecorded,
         },
         ShowWaiting,
         HoldGate,
-    ];
+    ]
+}
+
+#[test]
+fn the_slots_close_and_open_the_gate_while_the_daemon_waits() {
     let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // The slots fill while the daemon waits: closed; a new reason is held again.
         (
@@ -688,6 +751,47 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             waiting(false, false),
             vec![],
         ),
+        // The slots fill before the first connection: closed once the daemon waits.
+        (
+            state(Phase::Starting, false, false),
+            Event::SlotsFull,
+            state(Phase::Starting, true, false),
+            vec![],
+        ),
+        (
+            state(Phase::Starting, true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed(),
+        ),
+        // A reconnect while closed asks again (the ask may have had no bus).
+        (
+            waiting(true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed(),
+        ),
+        // The slots change during a drain: nothing.
+        (
+            state(draining(true), false, false),
+            Event::SlotsFull,
+            state(draining(true), true, false),
+            vec![],
+        ),
+        // A schedule leaves the gate as it is.
+        (
+            waiting(true, false),
+            scheduled(ShutdownPolicy::Drain),
+            scheduled_at(true, false),
+            vec![ShowScheduled],
+        ),
+    ];
+    assert_state_steps(cases);
+}
+
+#[test]
+fn a_pass_opens_the_gate_until_it_expires() {
+    let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // A pass opens a closed gate; a second pass changes nothing.
         (
             waiting(true, false),
@@ -734,32 +838,19 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             state(draining(true), true, false),
             vec![],
         ),
-        // The slots fill before the first connection: closed once the daemon waits.
-        (
-            state(Phase::Starting, false, false),
-            Event::SlotsFull,
-            state(Phase::Starting, true, false),
-            vec![],
-        ),
-        (
-            state(Phase::Starting, true, false),
-            connected(None, true),
-            waiting(true, false),
-            connected_closed.clone(),
-        ),
-        // A reconnect while closed asks again (the ask may have had no bus).
-        (
-            waiting(true, false),
-            connected(None, true),
-            waiting(true, false),
-            connected_closed.clone(),
-        ),
+    ];
+    assert_state_steps(cases);
+}
+
+#[test]
+fn the_gate_opens_when_the_daemon_no_longer_waits() {
+    let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // An announcement opens it, after the drain's start.
         (
             waiting(true, false),
-            announced,
+            ANNOUNCED,
             state(draining(true), true, false),
-            vec![Quiet(false), start_now, opened(GateOpened::NoLongerWaits)],
+            vec![Quiet(false), START_NOW, opened(GateOpened::NoLongerWaits)],
         ),
         // So does the early drain of a scheduled shutdown, and the stop.
         (
@@ -782,13 +873,6 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
                 opened(GateOpened::NoLongerWaits),
             ],
         ),
-        // The slots change during a drain: nothing.
-        (
-            state(draining(true), false, false),
-            Event::SlotsFull,
-            state(draining(true), true, false),
-            vec![],
-        ),
         // The shutdown is cancelled with the slots full: closed again.
         (
             state(released(true), true, false),
@@ -803,18 +887,8 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
                 HoldGate,
             ],
         ),
-        // A schedule leaves the gate as it is.
-        (
-            waiting(true, false),
-            scheduled(ShutdownPolicy::Drain),
-            scheduled_at(true, false),
-            vec![ShowScheduled],
-        ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = state_step(&from, event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_state_steps(cases);
 }
 
 #[test]

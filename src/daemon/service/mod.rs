@@ -232,20 +232,9 @@ impl Daemon {
                 .timer()
                 .map_or((None, Event::Due), |(at, e)| (Some(at), e));
             let event = tokio::select! {
-                asked = signals.recv() => match asked {
-                    Asked::Stop(signal) => Event::StopAsked { signal },
-                    Asked::Pass => match self.pass_gate() {
-                        Some(event) => event,
-                        None => continue,
-                    },
-                    Asked::Hangup => {
-                        tracing::info!(
-                            "sighup: ignored; node {} keeps its configuration until the unit \
-                             restarts (logind's maximum is read again at every shutdown)",
-                            self.settings.node_name
-                        );
-                        continue;
-                    }
+                asked = signals.recv() => match self.asked(asked) {
+                    Some(event) => event,
+                    None => continue,
                 },
                 // Read once logind was: a schedule there at start waits for the first connection.
                 read = scheduled::next_schedule(&mut self.scheduled), if self.state.phase != Phase::Starting => {
@@ -295,6 +284,22 @@ impl Daemon {
             }
             if self.state.phase == Phase::Stopped {
                 return;
+            }
+        }
+    }
+
+    /// What a signal asks of the table, if anything.
+    fn asked(&mut self, asked: Asked) -> Option<Event> {
+        match asked {
+            Asked::Stop(signal) => Some(Event::StopAsked { signal }),
+            Asked::Pass => self.pass_gate(),
+            Asked::Hangup => {
+                tracing::info!(
+                    "sighup: ignored; node {} keeps its configuration until the unit restarts \
+                     (logind's maximum is read again at every shutdown)",
+                    self.settings.node_name
+                );
+                None
             }
         }
     }
