@@ -121,42 +121,7 @@ pub(crate) fn say(
     match finished.outcome {
         DrainOutcome::Drained(report) => {
             metrics.drained(&report);
-            if report.complete {
-                tracing::info!(
-                    node = %node,
-                    shutdown_kind = %kind,
-                    outcome = "drained",
-                    "drained node {node} for the {what} in {ms} ms; {released}: {}",
-                    report.summary()
-                );
-            } else {
-                tracing::error!(
-                    node = %node,
-                    shutdown_kind = %kind,
-                    outcome = "incomplete",
-                    "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
-                     {released}: {}",
-                    report.summary()
-                );
-            }
-            for error in &report.errors {
-                tracing::error!("drain of node {node}: {error}");
-            }
-            // The one thing an admin must act on after an incomplete drain: which budget
-            // kept which pods (the whole table is in the report file).
-            for b in &report.blocked_by {
-                tracing::warn!(
-                    budget = %b.budget,
-                    "drain of node {node}: blocked by budget {}: {} ({})",
-                    b.budget,
-                    b.pods.join(", "),
-                    b.message
-                );
-            }
-            status.set(format!(
-                "node {node} drained for the {what}; {released}: {}",
-                report.summary()
-            ));
+            say_drained(status, node, kind, ms, released, &report);
         }
         DrainOutcome::Cordoned => {
             tracing::info!(
@@ -171,22 +136,7 @@ pub(crate) fn say(
             ));
         }
         DrainOutcome::LeftAsIs => {
-            let key = kind.config_key();
-            let released = if held {
-                "released the inhibitor at once"
-            } else {
-                "holding no inhibitor"
-            };
-            tracing::info!(
-                node = %node,
-                shutdown_kind = %kind,
-                "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as \
-                 it is; {released}"
-            );
-            status.set(format!(
-                "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; \
-                 {released}"
-            ));
+            say_left_as_is(status, node, kind, held);
             engine.spawn(post_skipped(settings.clone(), kind));
         }
         DrainOutcome::Spent { budget } => {
@@ -228,6 +178,73 @@ pub(crate) fn say(
             ));
         }
     }
+}
+
+/// A drain's end: complete or not, its errors, and the budgets that kept pods.
+fn say_drained(
+    status: &Status,
+    node: &str,
+    kind: ShutdownKind,
+    ms: u128,
+    released: &str,
+    report: &Report,
+) {
+    let what = kind.noun();
+    if report.complete {
+        tracing::info!(
+            node = %node,
+            shutdown_kind = %kind,
+            outcome = "drained",
+            "drained node {node} for the {what} in {ms} ms; {released}: {}",
+            report.summary()
+        );
+    } else {
+        tracing::error!(
+            node = %node,
+            shutdown_kind = %kind,
+            outcome = "incomplete",
+            "the drain of node {node} for the {what} ended incomplete after {ms} ms; \
+             {released}: {}",
+            report.summary()
+        );
+    }
+    for error in &report.errors {
+        tracing::error!("drain of node {node}: {error}");
+    }
+    // The one thing an admin must act on after an incomplete drain: which budget kept which
+    // pods (the whole table is in the report file).
+    for b in &report.blocked_by {
+        tracing::warn!(
+            budget = %b.budget,
+            "drain of node {node}: blocked by budget {}: {} ({})",
+            b.budget,
+            b.pods.join(", "),
+            b.message
+        );
+    }
+    status.set(format!(
+        "node {node} drained for the {what}; {released}: {}",
+        report.summary()
+    ));
+}
+
+/// `[shutdown]` policy "none": the node was left as it is.
+fn say_left_as_is(status: &Status, node: &str, kind: ShutdownKind, held: bool) {
+    let (what, key) = (kind.noun(), kind.config_key());
+    let released = if held {
+        "released the inhibitor at once"
+    } else {
+        "holding no inhibitor"
+    };
+    tracing::info!(
+        node = %node,
+        shutdown_kind = %kind,
+        "logind announced a {what}; [shutdown] {key} = \"none\": leaving node {node} as it is; \
+         {released}"
+    );
+    status.set(format!(
+        "{what} announced; [shutdown] {key} = \"none\": node {node} left as it is; {released}"
+    ));
 }
 
 /// `[shutdown]` policy "none": a `DrainSkipped` Event, bounded by the request timeout; posted

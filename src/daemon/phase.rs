@@ -10,14 +10,16 @@
 //! | Starting, Waiting, Released | Connected, a shutdown under way | Draining (no lock unless kept from before) | StartDrain (counted from its recorded start) |
 //! | Waiting | Announced | Draining | StartDrain (counted from now) |
 //! | Draining | Ended | Released | RecordEnd, ReleaseLock, SayOutcome |
-//! | Draining | Cancelled (heard), or Connected with none under way (missed) | Waiting | AbortDrain, ForgetShutdown + restore, TakeLock if none is held, ShowWaiting |
-//! | Released | Cancelled (heard), or Connected with none under way (missed) | Waiting | ForgetShutdown + restore, TakeLock (unless one is held), ShowWaiting |
+//! | Draining | Cancelled (heard), or Connected with none under way (missed) | Waiting | SayCancelled (heard), AbortDrain, ForgetShutdown + restore, TakeLock if none is held, ShowWaiting |
+//! | Released | Cancelled (heard), or Connected with none under way (missed) | Waiting | SayCancelled (heard), ForgetShutdown + restore, TakeLock (unless one is held), ShowWaiting |
 //! | Waiting | Cancelled | Waiting | ForgetShutdown (nothing to undo) |
 //! | Draining | Connected, a shutdown under way | Draining | (the drain went on while the bus was away) |
 //! | Draining, Released | Announced | unchanged | (logind announces once per shutdown) |
-//! | Starting, Waiting | Stop | Stopped | RecordStopped, ReleaseLock |
-//! | Draining | Stop | Stopped | AbortDrain, ReleaseLock |
-//! | Released | Stop | Stopped | (the lock is already gone) |
+//! | any but Stopped | StopAsked, nothing left to drain (Stopping; Released, Ready after an Ended that left no pods) | as Stop | as Stop |
+//! | any other but Stopped | StopAsked | unchanged | AskSystemd (its answer is the next event: Stop, or StopInShutdown while the system shuts down) |
+//! | Starting, Waiting | Stop | Stopped | SayStop, RecordStopped, ReleaseLock |
+//! | Draining | Stop | Stopped | SayStop, AbortDrain, ReleaseLock |
+//! | Released | Stop | Stopped | SayStop (the lock is already gone) |
 //! | Waiting | Scheduled, policy "none" | Waiting | ShowScheduled (nothing is done for it) |
 //! | Waiting, Scheduled | Scheduled, policy "drain"/"cordon" | Scheduled | ShowScheduled (the lead's timer follows the phase) |
 //! | Scheduled | Scheduled, policy "none" | Waiting | ShowScheduled |
@@ -31,14 +33,14 @@
 //! | Early | Announced | Draining | AbortDrain, Quiet(false), StartDrain |
 //! | Scheduled, Early, Ready | Connected, a shutdown under way | Draining | as Announced, counted from its recorded start |
 //! | Scheduled, Early, Ready | Connected, none under way; Cancelled | unchanged | (the schedule stands) |
-//! | Scheduled, Ready | Stop | Stopped | RecordStopped, ReleaseLock |
-//! | Early | Stop | Stopped | AbortDrain, RecordStopped, ReleaseLock |
+//! | Scheduled, Ready | Stop | Stopped | SayStop, RecordStopped, ReleaseLock |
+//! | Early | Stop | Stopped | SayStop, AbortDrain, RecordStopped, ReleaseLock |
 //! | Draining, Released | Scheduled, Unscheduled, Due, Overdue | unchanged | (logind's window owns the node) |
 //! | Starting, Waiting, Scheduled, Ready | StopInShutdown | Stopping | Quiet(false), ReleaseLock, StartStopStage |
 //! | Draining, Early | StopInShutdown | Stopping | AbortDrain, Quiet(false), ReleaseLock, StartStopStage |
 //! | Released | StopInShutdown | Stopping | StartStopStage (the lock is already gone) |
 //! | Stopping | Ended | Stopped | RecordEnd, SayOutcome |
-//! | Stopping | Stop | Stopped | AbortDrain |
+//! | Stopping | Stop | Stopped | SayStop, AbortDrain |
 //! | Stopping | anything else | unchanged | (the system goes down: nothing else matters) |
 //! | Waiting | Unscheduled | Waiting | (nothing was scheduled for us) |
 //! | any but Stopped | SlotsFull, SlotsOpen, PassGiven, PassExpired | unchanged | (the gate's, below) |
@@ -63,8 +65,10 @@
 //! `SystemState` is `stopping`: a shutdown past logind's window, or one that never went through
 //! logind) drains what is left within the unit's stop timeout, while the kubelet, the container
 //! runtime and the network still run (the unit is ordered after them, so systemd stops it
-//! first). It never holds logind: the lock goes at once. The service sends `StopInShutdown` only
-//! when there is something to drain (not after a complete drain of this shutdown).
+//! first). It never holds logind: the lock goes at once. SIGTERM or SIGINT is `StopAsked`: a
+//! plain stop when nothing is left to drain ([`State::left_work`]: not after a complete drain of
+//! this shutdown, nor during the stop phase), else the service asks systemd (`AskSystemd`) and
+//! its answer is `StopInShutdown` or `Stop`.
 //!
 //! Anything else is refused ([`Refused`]): a drain ending while none runs, an event after the
 //! stop. The daemon logs a refusal and stays where it was.
@@ -124,12 +128,17 @@ pub enum Event {
     },
     /// `PrepareForShutdown(true)`; `locked`: a lock of ours is held.
     Announced { kind: ShutdownKind, locked: bool },
-    /// The drain (or the cordon, or nothing, as `[shutdown]` says) for the shutdown ended.
-    Ended,
+    /// The drain (or the cordon, or nothing, as `[shutdown]` says) for the shutdown ended;
+    /// `left_work`: it left pods to drain (incomplete, or none ran).
+    Ended { left_work: bool },
     /// `PrepareForShutdown(false)`.
     Cancelled,
-    /// SIGTERM or SIGINT.
-    Stop,
+    /// SIGTERM or SIGINT was received: the table says whether it is a plain stop or systemd is
+    /// asked whether the system shuts down.
+    StopAsked { signal: StopSignal },
+    /// A plain stop, on `signal`: nothing left to drain, or the system runs on (or systemd could
+    /// not say, or leaves no stage worth starting).
+    Stop { signal: StopSignal },
     /// SIGTERM while the system shuts down (systemd's `SystemState` is `stopping`) and this
     /// shutdown is not drained yet: the stop phase's second stage, `within` this long (the unit's
     /// stop timeout and what is left of the drain's).
@@ -167,6 +176,35 @@ impl Event {
             Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired
         )
     }
+}
+
+/// The signal that stops the daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Term,
+    Int,
+}
+
+impl StopSignal {
+    /// Its name, as the log says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopSignal::Term => "sigterm",
+            StopSignal::Int => "sigint",
+        }
+    }
+}
+
+/// Where a shutdown was when it was cancelled or the daemon was stopped, for what is said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum During {
+    /// Its drain ran.
+    Drain,
+    /// Its drain was over and the lock released.
+    AfterDrain,
+    /// No drain of logind's window ran (the daemon waited, or drained ahead of a schedule, or
+    /// was in the stop phase).
+    Waiting,
 }
 
 /// What the daemon does on a transition, in the order given.
@@ -220,6 +258,13 @@ pub enum Effect {
     DropGate { because: GateOpened },
     /// Say that the pass of the reboot gate ended with no shutdown.
     SayPassEnded,
+    /// Ask systemd whether the system shuts down and how long the unit's stop may take; the
+    /// answer is the next event: `StopInShutdown`, or `Stop` on `signal`.
+    AskSystemd { signal: StopSignal },
+    /// Say the daemon stops on `signal`, `during` what.
+    SayStop { signal: StopSignal, during: During },
+    /// Say logind cancelled the shutdown of `kind` `during` its drain or after it.
+    SayCancelled { kind: ShutdownKind, during: During },
 }
 
 /// Why the reboot gate opens.
@@ -249,20 +294,37 @@ impl Gate {
     }
 }
 
-/// The daemon's whole state: its phase and the reboot gate.
+/// The daemon's whole state: its phase, the reboot gate, and what the last work left.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
     pub phase: Phase,
     pub gate: Gate,
+    /// The last shutdown work left pods to drain (incomplete, or none ran yet): a stop in a
+    /// shutdown drains them in the stop phase.
+    pub left_work: bool,
 }
 
 impl State {
+    /// A state at start: no phase yet, the gate open, work left (none ran).
+    pub fn starting() -> State {
+        State {
+            phase: Phase::Starting,
+            gate: Gate::default(),
+            left_work: true,
+        }
+    }
+
     /// The state after `event`, and what to do on the way there: the phase's step, then the
     /// gate's (the module doc's second table).
     pub fn on(&self, event: Event) -> Result<(State, Vec<Effect>), Refused> {
+        if let Event::StopAsked { signal } = event {
+            return self.on_stop_asked(signal);
+        }
         let (phase, mut effects) = self.phase.on(event)?;
         let mut gate = self.gate;
+        let mut left_work = self.left_work;
         match event {
+            Event::Ended { left_work: left } => left_work = left,
             Event::SlotsFull => gate.full = true,
             Event::SlotsOpen => gate.full = false,
             Event::PassGiven => gate.pass = true,
@@ -288,8 +350,91 @@ impl State {
             };
             effects.push(Effect::DropGate { because });
         }
-        Ok((State { phase, gate }, effects))
+        Ok((
+            State {
+                phase,
+                gate,
+                left_work,
+            },
+            effects,
+        ))
     }
+
+    /// SIGTERM or SIGINT: a plain stop when nothing is left to drain (during the stop phase, or
+    /// after a shutdown's complete drain), else systemd is asked.
+    fn on_stop_asked(&self, signal: StopSignal) -> Result<(State, Vec<Effect>), Refused> {
+        let drained = match self.phase {
+            Phase::Stopped => {
+                return Err(Refused {
+                    phase: self.phase.clone(),
+                    event: Event::StopAsked { signal },
+                });
+            }
+            Phase::Stopping(_) => true,
+            Phase::Released(_) | Phase::Ready(_) => !self.left_work,
+            _ => false,
+        };
+        if drained {
+            self.on(Event::Stop { signal })
+        } else {
+            Ok((self.clone(), vec![Effect::AskSystemd { signal }]))
+        }
+    }
+}
+
+/// The step back to waiting once a shutdown is over: the drain (if `drained` runs) stops, the
+/// shutdown is forgotten as `undo` says, and the lock is asked for again unless one is held.
+fn to_waiting(drained: Option<Shutdown>, undo: Undo) -> (Phase, Vec<Effect>) {
+    use Effect::*;
+    let mut effects = Vec::new();
+    if drained.is_some() {
+        effects.push(AbortDrain);
+    }
+    effects.extend([Quiet(true), ForgetShutdown { undo }]);
+    // A lock is held unless the drain ran without one or it was released after it.
+    if drained.is_none_or(|s| !s.guarded) {
+        effects.push(TakeLock);
+    }
+    effects.push(ShowWaiting);
+    (Phase::Waiting, effects)
+}
+
+/// The step into a drain of logind's window for `kind` (`guarded`: a lock of ours holds it).
+fn start(kind: ShutdownKind, guarded: bool, announced_now: bool) -> (Phase, Vec<Effect>) {
+    (
+        Phase::Draining(Shutdown { kind, guarded }),
+        vec![
+            Effect::Quiet(false),
+            Effect::StartDrain {
+                kind,
+                announced_now,
+            },
+        ],
+    )
+}
+
+/// Any event in the stop phase: its end and a second stop end it; nothing else matters.
+fn stopping_on(s: Shutdown, event: Event) -> (Phase, Vec<Effect>) {
+    use Effect::*;
+    match event {
+        Event::Ended { .. } => (Phase::Stopped, vec![RecordEnd, SayOutcome]),
+        Event::Stop { signal } => {
+            let during = During::Waiting;
+            (Phase::Stopped, vec![SayStop { signal, during }, AbortDrain])
+        }
+        _ => (Phase::Stopping(s), vec![]),
+    }
+}
+
+/// A step to waiting after a heard cancel, with the cancel said first.
+fn said_cancelled(
+    kind: ShutdownKind,
+    during: During,
+    (phase, effects): (Phase, Vec<Effect>),
+) -> (Phase, Vec<Effect>) {
+    let mut said = vec![Effect::SayCancelled { kind, during }];
+    said.extend(effects);
+    (phase, said)
 }
 
 /// Whether a shutdown that is over gets its prepare undone.
@@ -328,35 +473,9 @@ pub struct Refused {
 impl Phase {
     /// The phase after `event`, and what to do on the way there.
     pub fn on(&self, event: Event) -> Result<(Phase, Vec<Effect>), Refused> {
-        use Effect::*;
         let refused = || Refused {
             phase: self.clone(),
             event,
-        };
-        let to_waiting = |drained: Option<Shutdown>, undo: Undo| {
-            let mut effects = Vec::new();
-            if drained.is_some() {
-                effects.push(AbortDrain);
-            }
-            effects.extend([Quiet(true), ForgetShutdown { undo }]);
-            // A lock is held unless the drain ran without one or it was released after it.
-            if drained.is_none_or(|s| !s.guarded) {
-                effects.push(TakeLock);
-            }
-            effects.push(ShowWaiting);
-            (Phase::Waiting, effects)
-        };
-        let start = |kind, guarded, announced_now| {
-            (
-                Phase::Draining(Shutdown { kind, guarded }),
-                vec![
-                    Quiet(false),
-                    StartDrain {
-                        kind,
-                        announced_now,
-                    },
-                ],
-            )
         };
         if event.is_gate() {
             return match self {
@@ -367,27 +486,43 @@ impl Phase {
         if let Event::StopInShutdown { within } = event {
             return self.on_stop_in_shutdown(within).ok_or_else(refused);
         }
+        if let Event::StopAsked { .. } = event {
+            // Whether anything is left to drain is the state's to say ([`State::on`]).
+            return Err(refused());
+        }
         if let Phase::Stopping(s) = self {
-            return Ok(match event {
-                Event::Ended => (Phase::Stopped, vec![RecordEnd, SayOutcome]),
-                Event::Stop => (Phase::Stopped, vec![AbortDrain]),
-                _ => (Phase::Stopping(*s), vec![]),
-            });
+            return Ok(stopping_on(*s, event));
         }
         match self.on_schedule(event) {
             Part::Step(phase, effects) => return Ok((phase, effects)),
             Part::Refused => return Err(refused()),
             Part::NotMine => {}
         }
-        Ok(match (self, event) {
-            (Phase::Stopped, _) => return Err(refused()),
-            (_, Event::Stop) => match self {
-                Phase::Starting | Phase::Waiting => {
-                    (Phase::Stopped, vec![RecordStopped, ReleaseLock])
-                }
-                Phase::Draining(_) => (Phase::Stopped, vec![AbortDrain, ReleaseLock]),
-                _ => (Phase::Stopped, vec![]),
-            },
+        match (self, event) {
+            (Phase::Stopped, _) => Err(refused()),
+            (_, Event::Stop { signal }) => Ok(self.stopped(signal)),
+            _ => self.window_on(event).ok_or_else(refused),
+        }
+    }
+
+    /// A plain stop on `signal`, said first.
+    fn stopped(&self, signal: StopSignal) -> (Phase, Vec<Effect>) {
+        use Effect::*;
+        let (during, then): (During, &[Effect]) = match self {
+            Phase::Draining(_) => (During::Drain, &[AbortDrain, ReleaseLock]),
+            Phase::Released(_) => (During::AfterDrain, &[]),
+            _ => (During::Waiting, &[RecordStopped, ReleaseLock]),
+        };
+        let mut effects = vec![SayStop { signal, during }];
+        effects.extend_from_slice(then);
+        (Phase::Stopped, effects)
+    }
+
+    /// logind's events (and a drain's end) in the phases of a shutdown it announces: Starting,
+    /// Waiting, Draining, Released. `None`: refused.
+    fn window_on(&self, event: Event) -> Option<(Phase, Vec<Effect>)> {
+        use Effect::*;
+        Some(match (self, event) {
             (
                 Phase::Starting | Phase::Waiting,
                 Event::Connected {
@@ -411,18 +546,22 @@ impl Phase {
                 },
             ) => start(kind, locked, false),
             (Phase::Waiting, Event::Announced { kind, locked }) => start(kind, locked, true),
-            (Phase::Draining(s), Event::Ended) => (
+            (Phase::Draining(s), Event::Ended { .. }) => (
                 Phase::Released(*s),
                 vec![RecordEnd, ReleaseLock, SayOutcome],
             ),
-            (Phase::Draining(s), Event::Cancelled) => to_waiting(Some(*s), Undo::Heard),
+            (Phase::Draining(s), Event::Cancelled) => {
+                said_cancelled(s.kind, During::Drain, to_waiting(Some(*s), Undo::Heard))
+            }
             (
                 Phase::Draining(s),
                 Event::Connected {
                     under_way: None, ..
                 },
             ) => to_waiting(Some(*s), Undo::Missed),
-            (Phase::Released(_), Event::Cancelled) => to_waiting(None, Undo::Heard),
+            (Phase::Released(s), Event::Cancelled) => {
+                said_cancelled(s.kind, During::AfterDrain, to_waiting(None, Undo::Heard))
+            }
             (
                 Phase::Released(_),
                 Event::Connected {
@@ -444,7 +583,7 @@ impl Phase {
             | (Phase::Draining(_) | Phase::Released(_), Event::Announced { .. }) => {
                 (self.clone(), vec![])
             }
-            _ => return Err(refused()),
+            _ => return None,
         })
     }
 
@@ -555,8 +694,12 @@ impl Phase {
             }
             Event::Unscheduled { fired: false } => restored(),
             Event::Overdue if planned.fired => restored(),
-            Event::Ended if early => (Phase::Ready(planned), vec![SayEarly]),
-            Event::Due | Event::Overdue | Event::Ended | Event::StopInShutdown { .. } => {
+            Event::Ended { .. } if early => (Phase::Ready(planned), vec![SayEarly]),
+            Event::Due
+            | Event::Overdue
+            | Event::Ended { .. }
+            | Event::StopInShutdown { .. }
+            | Event::StopAsked { .. } => {
                 return None;
             }
             Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired => {
@@ -570,7 +713,13 @@ impl Phase {
             Event::Scheduled { .. } | Event::Connected { .. } | Event::Cancelled => {
                 (self.clone(), vec![])
             }
-            Event::Stop => then(Phase::Stopped, &[RecordStopped, ReleaseLock]),
+            Event::Stop { signal } => {
+                let (phase, effects) = then(Phase::Stopped, &[RecordStopped, ReleaseLock]);
+                let during = During::Waiting;
+                let mut said = vec![SayStop { signal, during }];
+                said.extend(effects);
+                (phase, said)
+            }
         })
     }
 
@@ -596,6 +745,17 @@ impl Phase {
     /// is released or the daemon stops.
     pub fn may_gate(&self) -> bool {
         matches!(self, Phase::Waiting | Phase::Scheduled(_))
+    }
+
+    /// The timer the phase needs, as the event it sends when it rings: a scheduled shutdown's
+    /// lead (`Due`), or, once its file went at its time, the wait for logind's announcement
+    /// (`Overdue`). No other phase runs a timer.
+    pub fn timer(&self) -> Option<Event> {
+        match self {
+            Phase::Scheduled(_) => Some(Event::Due),
+            Phase::Early(p) | Phase::Ready(p) if p.fired => Some(Event::Overdue),
+            _ => None,
+        }
     }
 
     /// The scheduled shutdown the daemon waits for or drains ahead of, if any.

@@ -5,6 +5,27 @@ use super::Effect::*;
 use super::*;
 
 const REBOOT: ShutdownKind = ShutdownKind::Reboot;
+/// A work's end that left pods (the rows that do not care).
+const ENDED: Event = Event::Ended { left_work: true };
+const STOP: Event = Event::Stop {
+    signal: StopSignal::Term,
+};
+
+/// What a stop on SIGTERM says first, `during` what.
+fn say_stop(during: During) -> Effect {
+    SayStop {
+        signal: StopSignal::Term,
+        during,
+    }
+}
+
+/// What a heard cancel of the reboot says first, `during` what.
+fn say_cancelled(during: During) -> Effect {
+    SayCancelled {
+        kind: REBOOT,
+        during,
+    }
+}
 
 fn connected(under_way: Option<ShutdownKind>, locked: bool) -> Event {
     Event::Connected { under_way, locked }
@@ -28,20 +49,37 @@ fn step(from: Phase, event: Event) -> (Phase, Vec<Effect>) {
     from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
 }
 
+/// Each row: `from` on `event` leads `to`, with `effects`.
+fn assert_steps(cases: Vec<(Phase, Event, Phase, Vec<Effect>)>) {
+    for (from, event, to, effects) in cases {
+        let (next, did) = step(from.clone(), event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+/// Each row, with the whole state (phase and gate).
+fn assert_state_steps(cases: Vec<(State, Event, State, Vec<Effect>)>) {
+    for (from, event, to, effects) in cases {
+        let (next, did) = state_step(&from, event);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
+    }
+}
+
+const ANNOUNCED: Event = Event::Announced {
+    kind: REBOOT,
+    locked: true,
+};
+const START_NOW: Effect = StartDrain {
+    kind: REBOOT,
+    announced_now: true,
+};
+const START_UNDER_WAY: Effect = StartDrain {
+    kind: REBOOT,
+    announced_now: false,
+};
+
 #[test]
-fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let start_under_way = StartDrain {
-        kind: REBOOT,
-        announced_now: false,
-    };
+fn a_connection_or_an_announcement_starts_a_drain_or_finds_none() {
     let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             Phase::Starting,
@@ -71,23 +109,38 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Phase::Starting,
             connected(Some(REBOOT), false),
             draining(false),
-            vec![Quiet(false), start_under_way],
+            vec![Quiet(false), START_UNDER_WAY],
         ),
         (
             released(true),
             connected(Some(REBOOT), false),
             draining(false),
-            vec![Quiet(false), start_under_way],
+            vec![Quiet(false), START_UNDER_WAY],
         ),
         (
             Phase::Waiting,
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
         (
             draining(true),
-            Event::Ended,
+            connected(Some(REBOOT), false),
+            draining(true),
+            vec![],
+        ),
+        (draining(true), ANNOUNCED, draining(true), vec![]),
+        (released(true), ANNOUNCED, released(true), vec![]),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn a_drain_ends_or_is_cancelled_and_the_daemon_waits_again() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+        (
+            draining(true),
+            ENDED,
             released(true),
             vec![RecordEnd, ReleaseLock, SayOutcome],
         ),
@@ -96,6 +149,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::Drain),
                 AbortDrain,
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
@@ -108,6 +162,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::Drain),
                 AbortDrain,
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
@@ -132,6 +187,7 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             Event::Cancelled,
             Phase::Waiting,
             vec![
+                say_cancelled(During::AfterDrain),
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
                 TakeLock,
@@ -147,12 +203,6 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
             }],
         ),
         (
-            draining(true),
-            connected(Some(REBOOT), false),
-            draining(true),
-            vec![],
-        ),
-        (
             released(true),
             connected(None, true),
             Phase::Waiting,
@@ -163,40 +213,47 @@ fn every_allowed_transition_leads_where_the_table_says_with_its_effects() {
                 ShowWaiting,
             ],
         ),
-        (draining(true), announced, draining(true), vec![]),
-        (released(true), announced, released(true), vec![]),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn a_plain_stop_releases_the_lock_unless_it_is_gone() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             Phase::Waiting,
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
         (
             Phase::Starting,
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
         (
             draining(true),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![AbortDrain, ReleaseLock],
+            vec![say_stop(During::Drain), AbortDrain, ReleaseLock],
         ),
-        (released(true), Event::Stop, Phase::Stopped, vec![]),
+        (
+            released(true),
+            STOP,
+            Phase::Stopped,
+            vec![say_stop(During::AfterDrain)],
+        ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = step(from.clone(), event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_steps(cases);
 }
 
 #[test]
 fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
     let refused = [
-        (Phase::Starting, Event::Ended),
-        (Phase::Waiting, Event::Ended),
-        (released(true), Event::Ended),
+        (Phase::Starting, ENDED),
+        (Phase::Waiting, ENDED),
+        (released(true), ENDED),
         (Phase::Starting, Event::Cancelled),
         (
             Phase::Starting,
@@ -205,7 +262,7 @@ fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
                 locked: true,
             },
         ),
-        (Phase::Stopped, Event::Stop),
+        (Phase::Stopped, STOP),
         (Phase::Stopped, connected(None, true)),
     ];
     for (from, event) in refused {
@@ -223,14 +280,14 @@ fn the_lock_goes_exactly_once_per_shutdown_and_after_its_end_is_recorded() {
             kind: REBOOT,
             locked: true,
         },
-        Event::Ended,
+        ENDED,
         Event::Cancelled,
         Event::Announced {
             kind: ShutdownKind::PowerOff,
             locked: true,
         },
-        Event::Ended,
-        Event::Stop,
+        ENDED,
+        STOP,
     ];
     let mut phase = Phase::Starting;
     let mut all = Vec::new();
@@ -304,12 +361,12 @@ fn a_stop_in_a_shutdown_drains_in_the_stop_phase_without_the_lock() {
     }
     // The stage's end is recorded and said; a second stop aborts it; logind is not heard.
     assert_eq!(
-        step(stopping(REBOOT), Event::Ended),
+        step(stopping(REBOOT), ENDED),
         (Phase::Stopped, vec![RecordEnd, SayOutcome])
     );
     assert_eq!(
-        step(stopping(REBOOT), Event::Stop),
-        (Phase::Stopped, vec![AbortDrain])
+        step(stopping(REBOOT), STOP),
+        (Phase::Stopped, vec![say_stop(During::Waiting), AbortDrain])
     );
     assert_eq!(
         step(stopping(REBOOT), Event::Cancelled),
@@ -358,24 +415,36 @@ fn scheduled(policy: ShutdownPolicy) -> Event {
     }
 }
 
+const DRAIN: Event = Event::Scheduled {
+    kind: REBOOT,
+    policy: ShutdownPolicy::Drain,
+};
+const NONE: Event = Event::Scheduled {
+    kind: REBOOT,
+    policy: ShutdownPolicy::None,
+};
+
+/// The phase `p` of the planned reboot.
+fn on(p: fn(Planned) -> Phase, fired: bool) -> Phase {
+    p(planned(fired))
+}
+
+/// A schedule gone before its time (or overdue): the node is restored.
+fn restore() -> Vec<Effect> {
+    vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting]
+}
+
+/// The same while the early drain runs: it stops first.
+fn abort_restore() -> Vec<Effect> {
+    let mut effects = vec![AbortDrain];
+    effects.extend(restore());
+    effects
+}
+
 #[test]
-fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
-    let drain = scheduled(ShutdownPolicy::Drain);
-    let none = scheduled(ShutdownPolicy::None);
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let restore = vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting];
-    let mut abort_restore = vec![AbortDrain];
-    abort_restore.extend(restore.clone());
-    let on = |p: fn(Planned) -> Phase, fired| p(planned(fired));
+fn a_schedule_is_followed_until_its_lead() {
     let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
-        (Phase::Waiting, none, Phase::Waiting, vec![ShowScheduled]),
+        (Phase::Waiting, NONE, Phase::Waiting, vec![ShowScheduled]),
         (
             Phase::Waiting,
             scheduled(ShutdownPolicy::Cordon),
@@ -384,19 +453,19 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
         ),
         (
             Phase::Waiting,
-            drain,
+            DRAIN,
             on(Phase::Scheduled, false),
             vec![ShowScheduled],
         ),
         (
             on(Phase::Scheduled, false),
-            drain,
+            DRAIN,
             on(Phase::Scheduled, false),
             vec![ShowScheduled],
         ),
         (
             on(Phase::Scheduled, false),
-            none,
+            NONE,
             Phase::Waiting,
             vec![ShowScheduled],
         ),
@@ -413,8 +482,21 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             vec![ShowWaiting],
         ),
         (
+            Phase::Waiting,
+            Event::Unscheduled { fired: false },
+            Phase::Waiting,
+            vec![],
+        ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn an_early_drain_waits_ready_or_is_undone_when_the_schedule_goes() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
+        (
             on(Phase::Early, false),
-            Event::Ended,
+            ENDED,
             on(Phase::Ready, false),
             vec![SayEarly],
         ),
@@ -422,13 +504,13 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             on(Phase::Early, false),
             Event::Unscheduled { fired: false },
             Phase::Waiting,
-            abort_restore.clone(),
+            abort_restore(),
         ),
         (
             on(Phase::Ready, false),
             Event::Unscheduled { fired: false },
             Phase::Waiting,
-            restore.clone(),
+            restore(),
         ),
         (
             on(Phase::Ready, false),
@@ -446,31 +528,38 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             on(Phase::Ready, true),
             Event::Overdue,
             Phase::Waiting,
-            restore.clone(),
+            restore(),
         ),
         (
             on(Phase::Ready, false),
-            drain,
+            DRAIN,
             on(Phase::Ready, false),
             vec![],
         ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn logind_s_announcement_or_a_stop_ends_a_schedule_s_phases() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         (
             on(Phase::Ready, true),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
         (
             on(Phase::Scheduled, false),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![Quiet(false), start_now],
+            vec![Quiet(false), START_NOW],
         ),
         (
             on(Phase::Early, false),
-            announced,
+            ANNOUNCED,
             draining(true),
-            vec![AbortDrain, Quiet(false), start_now],
+            vec![AbortDrain, Quiet(false), START_NOW],
         ),
         (
             on(Phase::Ready, false),
@@ -498,22 +587,28 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
         ),
         (
             on(Phase::Early, false),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![AbortDrain, RecordStopped, ReleaseLock],
+            vec![
+                say_stop(During::Waiting),
+                AbortDrain,
+                RecordStopped,
+                ReleaseLock,
+            ],
         ),
         (
             on(Phase::Scheduled, false),
-            Event::Stop,
+            STOP,
             Phase::Stopped,
-            vec![RecordStopped, ReleaseLock],
+            vec![say_stop(During::Waiting), RecordStopped, ReleaseLock],
         ),
-        (
-            Phase::Waiting,
-            Event::Unscheduled { fired: false },
-            Phase::Waiting,
-            vec![],
-        ),
+    ];
+    assert_steps(cases);
+}
+
+#[test]
+fn logind_s_window_owns_the_node_whatever_the_schedule_does() {
+    let cases: Vec<(Phase, Event, Phase, Vec<Effect>)> = vec![
         // logind's window owns the node: the schedule's file going as it fires changes nothing.
         (
             draining(true),
@@ -521,7 +616,7 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             draining(true),
             vec![],
         ),
-        (draining(true), drain, draining(true), vec![]),
+        (draining(true), DRAIN, draining(true), vec![]),
         (
             released(true),
             Event::Unscheduled { fired: false },
@@ -529,10 +624,7 @@ fn a_scheduled_shutdown_moves_through_its_phases_as_the_table_says() {
             vec![],
         ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = step(from.clone(), event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_steps(cases);
 }
 
 #[test]
@@ -544,8 +636,8 @@ fn a_schedule_s_timers_out_of_their_phase_are_refused() {
         (Phase::Stopped, Event::Unscheduled { fired: false }),
         (Phase::Early(planned(false)), Event::Due),
         (Phase::Ready(planned(false)), Event::Overdue),
-        (Phase::Ready(planned(false)), Event::Ended),
-        (Phase::Scheduled(planned(false)), Event::Ended),
+        (Phase::Ready(planned(false)), ENDED),
+        (Phase::Scheduled(planned(false)), ENDED),
     ];
     for (from, event) in refused {
         let err = from.on(event).expect_err("refused");
@@ -559,13 +651,13 @@ fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown(
         connected(None, true),
         scheduled(ShutdownPolicy::Drain),
         Event::Due,
-        Event::Ended,
+        ENDED,
         Event::Unscheduled { fired: true },
         Event::Announced {
             kind: REBOOT,
             locked: true,
         },
-        Event::Ended,
+        ENDED,
     ];
     let mut phase = Phase::Starting;
     let mut all = Vec::new();
@@ -592,6 +684,7 @@ fn state(phase: Phase, full: bool, pass: bool) -> State {
     State {
         phase,
         gate: Gate { full, pass },
+        left_work: true,
     }
 }
 
@@ -599,27 +692,32 @@ fn state_step(from: &State, event: Event) -> (State, Vec<Effect>) {
     from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
 }
 
-#[test]
-fn the_reboot_gate_closes_and_opens_as_its_table_says() {
-    let announced = Event::Announced {
-        kind: REBOOT,
-        locked: true,
-    };
-    let start_now = StartDrain {
-        kind: REBOOT,
-        announced_now: true,
-    };
-    let waiting = |full, pass| state(Phase::Waiting, full, pass);
-    let scheduled_at = |full, pass| state(Phase::Scheduled(planned(false)), full, pass);
-    let opened = |because| DropGate { because };
-    let connected_closed = vec![
+fn waiting(full: bool, pass: bool) -> State {
+    state(Phase::Waiting, full, pass)
+}
+
+fn scheduled_at(full: bool, pass: bool) -> State {
+    state(Phase::Scheduled(planned(false)), full, pass)
+}
+
+fn opened(because: GateOpened) -> Effect {
+    DropGate { because }
+}
+
+/// A connection with no shutdown under way, the gate closed: held again.
+fn connected_closed() -> Vec<Effect> {
+    vec![
         Quiet(true),
         ForgetShutdown {
             undo: Undo::IfRecorded,
         },
         ShowWaiting,
         HoldGate,
-    ];
+    ]
+}
+
+#[test]
+fn the_slots_close_and_open_the_gate_while_the_daemon_waits() {
     let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // The slots fill while the daemon waits: closed; a new reason is held again.
         (
@@ -653,6 +751,47 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             waiting(false, false),
             vec![],
         ),
+        // The slots fill before the first connection: closed once the daemon waits.
+        (
+            state(Phase::Starting, false, false),
+            Event::SlotsFull,
+            state(Phase::Starting, true, false),
+            vec![],
+        ),
+        (
+            state(Phase::Starting, true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed(),
+        ),
+        // A reconnect while closed asks again (the ask may have had no bus).
+        (
+            waiting(true, false),
+            connected(None, true),
+            waiting(true, false),
+            connected_closed(),
+        ),
+        // The slots change during a drain: nothing.
+        (
+            state(draining(true), false, false),
+            Event::SlotsFull,
+            state(draining(true), true, false),
+            vec![],
+        ),
+        // A schedule leaves the gate as it is.
+        (
+            waiting(true, false),
+            scheduled(ShutdownPolicy::Drain),
+            scheduled_at(true, false),
+            vec![ShowScheduled],
+        ),
+    ];
+    assert_state_steps(cases);
+}
+
+#[test]
+fn a_pass_opens_the_gate_until_it_expires() {
+    let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // A pass opens a closed gate; a second pass changes nothing.
         (
             waiting(true, false),
@@ -699,32 +838,19 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             state(draining(true), true, false),
             vec![],
         ),
-        // The slots fill before the first connection: closed once the daemon waits.
-        (
-            state(Phase::Starting, false, false),
-            Event::SlotsFull,
-            state(Phase::Starting, true, false),
-            vec![],
-        ),
-        (
-            state(Phase::Starting, true, false),
-            connected(None, true),
-            waiting(true, false),
-            connected_closed.clone(),
-        ),
-        // A reconnect while closed asks again (the ask may have had no bus).
-        (
-            waiting(true, false),
-            connected(None, true),
-            waiting(true, false),
-            connected_closed.clone(),
-        ),
+    ];
+    assert_state_steps(cases);
+}
+
+#[test]
+fn the_gate_opens_when_the_daemon_no_longer_waits() {
+    let cases: Vec<(State, Event, State, Vec<Effect>)> = vec![
         // An announcement opens it, after the drain's start.
         (
             waiting(true, false),
-            announced,
+            ANNOUNCED,
             state(draining(true), true, false),
-            vec![Quiet(false), start_now, opened(GateOpened::NoLongerWaits)],
+            vec![Quiet(false), START_NOW, opened(GateOpened::NoLongerWaits)],
         ),
         // So does the early drain of a scheduled shutdown, and the stop.
         (
@@ -738,20 +864,14 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
         ),
         (
             waiting(true, false),
-            Event::Stop,
+            STOP,
             state(Phase::Stopped, true, false),
             vec![
+                say_stop(During::Waiting),
                 RecordStopped,
                 ReleaseLock,
                 opened(GateOpened::NoLongerWaits),
             ],
-        ),
-        // The slots change during a drain: nothing.
-        (
-            state(draining(true), false, false),
-            Event::SlotsFull,
-            state(draining(true), true, false),
-            vec![],
         ),
         // The shutdown is cancelled with the slots full: closed again.
         (
@@ -759,6 +879,7 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
             Event::Cancelled,
             waiting(true, false),
             vec![
+                say_cancelled(During::AfterDrain),
                 Quiet(true),
                 ForgetShutdown { undo: Undo::Heard },
                 TakeLock,
@@ -766,18 +887,8 @@ fn the_reboot_gate_closes_and_opens_as_its_table_says() {
                 HoldGate,
             ],
         ),
-        // A schedule leaves the gate as it is.
-        (
-            waiting(true, false),
-            scheduled(ShutdownPolicy::Drain),
-            scheduled_at(true, false),
-            vec![ShowScheduled],
-        ),
     ];
-    for (from, event, to, effects) in cases {
-        let (next, did) = state_step(&from, event);
-        assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
-    }
+    assert_state_steps(cases);
 }
 
 #[test]
@@ -810,4 +921,134 @@ fn the_gate_s_events_move_no_phase_and_are_refused_after_the_stop() {
         let err = Phase::Stopped.on(event).expect_err("refused");
         assert_eq!((err.phase, err.event), (Phase::Stopped, event));
     }
+}
+
+#[test]
+fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_asked() {
+    let asked = Event::StopAsked {
+        signal: StopSignal::Int,
+    };
+    let ask = vec![AskSystemd {
+        signal: StopSignal::Int,
+    }];
+    let stopping = Phase::Stopping(Shutdown {
+        kind: REBOOT,
+        guarded: false,
+    });
+    let said = |during| SayStop {
+        signal: StopSignal::Int,
+        during,
+    };
+    let with_work = |phase, left_work| State {
+        phase,
+        gate: Gate::default(),
+        left_work,
+    };
+    let stopped = |left_work| with_work(Phase::Stopped, left_work);
+    let cases: Vec<(State, State, Vec<Effect>)> = vec![
+        // Something may be left to drain: systemd says whether the system shuts down.
+        (
+            with_work(Phase::Waiting, false),
+            with_work(Phase::Waiting, false),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Starting, true),
+            with_work(Phase::Starting, true),
+            ask.clone(),
+        ),
+        (
+            with_work(draining(true), false),
+            with_work(draining(true), false),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Early(planned(false)), false),
+            with_work(Phase::Early(planned(false)), false),
+            ask.clone(),
+        ),
+        (
+            with_work(released(true), true),
+            with_work(released(true), true),
+            ask.clone(),
+        ),
+        (
+            with_work(Phase::Ready(planned(true)), true),
+            with_work(Phase::Ready(planned(true)), true),
+            ask.clone(),
+        ),
+        // Drained, or in the stop phase already: a plain stop.
+        (
+            with_work(released(true), false),
+            stopped(false),
+            vec![said(During::AfterDrain)],
+        ),
+        (
+            with_work(Phase::Ready(planned(false)), false),
+            stopped(false),
+            vec![said(During::Waiting), RecordStopped, ReleaseLock],
+        ),
+        (
+            with_work(stopping, true),
+            stopped(true),
+            vec![said(During::Waiting), AbortDrain],
+        ),
+    ];
+    for (from, to, effects) in cases {
+        let (next, did) = state_step(&from, asked);
+        assert_eq!((&next, &did), (&to, &effects), "{from:?}");
+    }
+    // After the stop: refused, by the state and by the phase alone.
+    let err = stopped(true).on(asked).expect_err("refused");
+    assert_eq!((err.phase, err.event), (Phase::Stopped, asked));
+    assert!(Phase::Waiting.on(asked).is_err());
+}
+
+#[test]
+fn a_work_s_end_says_whether_it_left_pods_for_the_stop_phase() {
+    let from = state(draining(true), false, false);
+    for left_work in [false, true] {
+        let (next, did) = state_step(&from, Event::Ended { left_work });
+        assert_eq!(next.left_work, left_work);
+        assert_eq!(next.phase, released(true));
+        assert_eq!(did, vec![RecordEnd, ReleaseLock, SayOutcome]);
+    }
+    let early = state(Phase::Early(planned(false)), false, false);
+    let (next, _) = state_step(&early, Event::Ended { left_work: false });
+    assert_eq!(
+        (next.phase, next.left_work),
+        (Phase::Ready(planned(false)), false)
+    );
+    assert!(State::starting().left_work, "none ran yet: work is left");
+}
+
+#[test]
+fn only_a_scheduled_shutdown_s_phases_run_a_timer() {
+    let shutdown = Shutdown {
+        kind: REBOOT,
+        guarded: true,
+    };
+    let timers: Vec<Option<Event>> = [
+        Phase::Starting,
+        Phase::Waiting,
+        Phase::Scheduled(planned(false)),
+        Phase::Early(planned(false)),
+        Phase::Early(planned(true)),
+        Phase::Ready(planned(false)),
+        Phase::Ready(planned(true)),
+        Phase::Draining(shutdown),
+        Phase::Released(shutdown),
+        Phase::Stopping(shutdown),
+        Phase::Stopped,
+    ]
+    .iter()
+    .map(Phase::timer)
+    .collect();
+    let (due, overdue) = (Some(Event::Due), Some(Event::Overdue));
+    assert_eq!(
+        timers,
+        [
+            None, None, due, None, overdue, None, overdue, None, None, None, None
+        ]
+    );
 }

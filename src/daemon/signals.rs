@@ -10,11 +10,13 @@
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::daemon::phase::StopSignal;
+
 /// What a signal asks of the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Asked {
-    /// SIGTERM or SIGINT, by name.
-    Stop(&'static str),
+    /// SIGTERM or SIGINT.
+    Stop(StopSignal),
     /// SIGHUP.
     Hangup,
     /// SIGUSR1: `kube-shutdown-drain reboot` asks the reboot gate to open (`daemon::gate`).
@@ -42,8 +44,8 @@ impl Signals {
     /// The next signal.
     pub(crate) async fn recv(&mut self) -> Asked {
         tokio::select! {
-            _ = self.term.recv() => Asked::Stop("sigterm"),
-            _ = self.int.recv() => Asked::Stop("sigint"),
+            _ = self.term.recv() => Asked::Stop(StopSignal::Term),
+            _ = self.int.recv() => Asked::Stop(StopSignal::Int),
             _ = self.hup.recv() => Asked::Hangup,
             _ = self.usr1.recv() => Asked::Pass,
         }

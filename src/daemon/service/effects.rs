@@ -12,42 +12,54 @@ use crate::host::logind::{Logind, LogindError};
 const BOOT_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Daemon {
-    /// Applies `event`: the phase moves on and its effects are carried out, in order. A refused
-    /// event is logged and changes nothing.
+    /// Applies `event`: the phase moves on and its effects are carried out, in order; an
+    /// effect's answer (systemd's, to `AskSystemd`) is applied next. A refused event is logged and
+    /// changes nothing.
     pub(super) async fn apply(&mut self, event: Event, logind: Option<&Logind>) {
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            next = self.apply_one(event, logind).await;
+        }
+    }
+
+    /// One step of the table; the event an effect answered with, if any.
+    async fn apply_one(&mut self, event: Event, logind: Option<&Logind>) -> Option<Event> {
         let (next, effects) = match self.state.on(event) {
             Ok(step) => step,
             Err(refused) => {
                 tracing::warn!("ignored on node {}: {refused}", self.settings.node_name);
-                return;
+                return None;
             }
         };
         let before = std::mem::replace(&mut self.state, next).phase;
+        let mut answer = None;
         for effect in effects {
-            self.carry_out(effect, &before, logind).await;
+            if let Effect::AskSystemd { signal } = effect {
+                answer = Some(self.stop_answer(signal, logind).await);
+            } else {
+                self.carry_out(effect, &before, logind).await;
+            }
         }
         self.metrics.lock_held(self.inhibitor.is_held());
         let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
-        self.idle
+        self.watches
+            .idle
             .send_if_modified(|was| std::mem::replace(was, idle) != idle);
         self.gate.want(self.state.phase.may_gate());
+        answer
     }
 
     async fn carry_out(&mut self, effect: Effect, before: &Phase, logind: Option<&Logind>) {
-        let node = self.settings.node_name.clone();
         match effect {
             Effect::Quiet(quiet) => {
-                self.quiet.send_replace(quiet);
+                self.watches.quiet.send_replace(quiet);
             }
             Effect::StartDrain {
                 kind,
                 announced_now,
             } => self.start_drain(kind, announced_now, logind).await,
             Effect::AbortDrain => {
-                if let Some(running) = self.drain.take() {
-                    running.task.abort();
-                }
-                self.finished = None;
+                self.work.abort();
                 // The lock stays for the next shutdown: its deadline is gone with this one.
                 self.inhibitor.disarm();
             }
@@ -59,32 +71,8 @@ impl Daemon {
                 self.metrics.lock_held(self.inhibitor.is_held());
             }
             Effect::TakeLock => self.take_lock(logind).await,
-            Effect::ForgetShutdown { undo } => {
-                self.warm = None;
-                let recorded = self.boot_log.shutdown_over();
-                let restore = match undo {
-                    Undo::Heard => true,
-                    Undo::Missed => true,
-                    Undo::IfRecorded => recorded,
-                    Undo::Nothing => {
-                        tracing::info!(
-                            "logind cancelled a shutdown that never started here; nothing to undo \
-                             on node {node}"
-                        );
-                        false
-                    }
-                };
-                if undo == Undo::Missed || (undo == Undo::IfRecorded && recorded) {
-                    tracing::info!(
-                        "the recorded shutdown of node {node} ended without a reboot while the \
-                         daemon was away; restoring the node"
-                    );
-                }
-                if restore {
-                    self.spawn_restore(Trigger::Cancel);
-                }
-            }
-            Effect::RecordStopped => self.boot_log.stopped(),
+            Effect::ForgetShutdown { undo } => self.forget_shutdown(undo),
+            Effect::RecordStopped => self.boot.log.stopped(),
             Effect::ShowWaiting => self.show_waiting(),
             Effect::ShowScheduled => self.show_scheduled(),
             Effect::StartEarly { kind } => self.start_early(kind),
@@ -93,8 +81,12 @@ impl Daemon {
             Effect::HoldGate => self.hold_gate(logind),
             Effect::DropGate { because } => self.drop_gate(because),
             Effect::SayPassEnded => self.say_pass_ended(),
+            Effect::SayStop { signal, during } => self.say_stop(signal, during),
+            Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
+            // Carried out by `apply_one`, whose next event is its answer.
+            Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {
-                if let (Some(finished), Some(s)) = (self.finished.take(), before.shutdown()) {
+                if let (Some(finished), Some(s)) = (self.work.take_over(), before.shutdown()) {
                     crate::daemon::outcome::say(
                         &self.engine,
                         &self.settings,
@@ -109,21 +101,50 @@ impl Daemon {
         }
     }
 
+    /// `ForgetShutdown`: the boot record forgets the shutdown; the node is restored as `undo`
+    /// says.
+    fn forget_shutdown(&mut self, undo: Undo) {
+        let node = self.settings.node_name.clone();
+        self.scheduled.warm = None;
+        let recorded = self.boot.log.shutdown_over();
+        let restore = match undo {
+            Undo::Heard => true,
+            Undo::Missed => true,
+            Undo::IfRecorded => recorded,
+            Undo::Nothing => {
+                tracing::info!(
+                    "logind cancelled a shutdown that never started here; nothing to undo on \
+                     node {node}"
+                );
+                false
+            }
+        };
+        if undo == Undo::Missed || (undo == Undo::IfRecorded && recorded) {
+            tracing::info!(
+                "the recorded shutdown of node {node} ended without a reboot while the daemon was \
+                 away; restoring the node"
+            );
+        }
+        if restore {
+            self.spawn_restore(Trigger::Cancel);
+        }
+    }
+
     /// How the drain ended goes into the boot record before the lock goes; the write is waited
     /// for briefly (it runs off this path: a stalled disk costs at most the allowance).
     async fn record_end(&mut self) {
-        let Some(finished) = &self.finished else {
+        let Some(finished) = self.work.over() else {
             return;
         };
         let (end, detail) = crate::daemon::outcome::end_of(&finished.outcome);
         // A daemon started too late for this shutdown's budget keeps an earlier daemon's end.
         let ticket = if finished.outcome.is_spent() {
-            self.boot_log.shutdown_ended_unless_recorded(end, detail)
+            self.boot.log.shutdown_ended_unless_recorded(end, detail)
         } else {
-            self.boot_log.shutdown_ended(end, detail)
+            self.boot.log.shutdown_ended(end, detail)
         };
         let by = tokio::time::Instant::now() + crate::time_limit::WRITE_ALLOWANCE;
-        if !self.boot_log.written(ticket, by).await {
+        if !self.boot.log.written(ticket, by).await {
             tracing::warn!(
                 "{} is still being written after {} ms; releasing the inhibitor for node {} first",
                 self.settings.state_dir.join(boot_record::FILE).display(),
@@ -173,9 +194,7 @@ impl Daemon {
     }
 
     fn show_waiting(&self) {
-        let (drain, max) = self
-            .limit
-            .as_ref()
+        let (drain, max) = (self.watches.time_limit.borrow().as_ref())
             .map_or((None, None), |b| (Some(b.drain), Some(b.logind_max)));
         let secs = |d: Option<std::time::Duration>| {
             d.map_or_else(|| "unknown".to_owned(), crate::time_limit::seconds)
@@ -191,15 +210,15 @@ impl Daemon {
     /// Reads the record of the previous boot, starts this boot's, and posts the Event about an
     /// unclean end (retried in its own task until written).
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
-        if let Some(previous) = self.boot_log.open(&self.settings, under_way) {
+        if let Some(previous) = self.boot.log.open(&self.settings, under_way) {
             self.engine
                 .spawn(crate::daemon::boot_event::post_until_done(
                     self.access.clone(),
-                    self.boot_log.clone(),
+                    self.boot.log.clone(),
                     previous,
                 ));
         }
-        if let Some(record) = self.boot_log.record() {
+        if let Some(record) = self.boot.log.record() {
             self.metrics.unclean(record.unclean);
         }
     }
@@ -210,12 +229,12 @@ impl Daemon {
     /// Then the kubelet check, beside the loop (a slow ListInhibitors must not delay a shutdown
     /// signal).
     pub(super) async fn ready_once(&mut self, logind: Option<&Logind>) {
-        if self.ready_sent {
+        if self.boot.ready_sent {
             return;
         }
-        self.ready_sent = true;
+        self.boot.ready_sent = true;
         let by = tokio::time::Instant::now() + BOOT_RECORD_WAIT;
-        if !self.boot_log.settled(by).await {
+        if !self.boot.log.settled(by).await {
             tracing::warn!(
                 "{} is not written after {} s; telling systemd the daemon for node {} is ready \
                  all the same",
@@ -243,7 +262,7 @@ impl Daemon {
             self.status.clone(),
             self.metrics.clone(),
             trigger,
-            self.quiet.subscribe(),
+            self.watches.quiet.subscribe(),
         )));
     }
 

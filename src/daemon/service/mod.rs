@@ -24,8 +24,7 @@ use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::outcome::Finished;
-use crate::daemon::phase::{Event, Phase, State};
+use crate::daemon::phase::{During, Event, Phase, State, StopSignal};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
 use crate::daemon::status::Status;
@@ -74,11 +73,6 @@ struct Connection {
     lock: Option<InhibitorLock>,
 }
 
-/// The running drain of a shutdown.
-pub(crate) struct Running {
-    task: JoinHandle<Finished>,
-}
-
 /// The loop's state across bus connections.
 pub(crate) struct Daemon {
     settings: Arc<Settings>,
@@ -89,36 +83,40 @@ pub(crate) struct Daemon {
     status: Status,
     inhibitor: Inhibitor,
     metrics: Metrics,
-    /// This boot's record (`boot-record`), opened at the first connection to logind.
-    boot_log: BootLog,
-    boot_log_opened: bool,
-    /// The budget as last read from logind.
-    limit: Option<TimeLimit>,
-    /// The drain of the shutdown being drained, while it runs.
-    drain: Option<Running>,
-    /// How the last drain ended, until it is recorded and said.
-    finished: Option<Finished>,
+    /// This boot's record and the start's once-only steps.
+    boot: Boot,
+    /// The shutdown's work: while it runs, then how it ended until that is recorded and said.
+    work: work::Slot,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
+    /// What the tasks on the engine runtime follow.
+    watches: Watches,
+    /// The runtime every API call runs on.
+    engine: tokio::runtime::Handle,
+    /// logind's schedule file and the timer it needs.
+    scheduled: scheduled::Tracked,
+    /// The reboot gate (`[fleet] gate`).
+    gate: gate::Gate,
+}
+
+/// This boot's record (`boot-record`), opened at the first connection to logind, and READY=1,
+/// sent once after it.
+struct Boot {
+    log: BootLog,
+    opened: bool,
+    ready_sent: bool,
+}
+
+/// The values the tasks on the engine runtime follow.
+struct Watches {
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
     /// soft-reboot's marker waits for it (`restore::attempt`).
     quiet: watch::Sender<bool>,
-    ready_sent: bool,
-    /// The runtime every API call runs on.
-    engine: tokio::runtime::Handle,
-    /// The early drain's engine, kept for the drain of the shutdown it was for.
-    warm: Option<Arc<crate::engine::Engine>>,
-    /// logind's schedule file and the timer it needs.
-    scheduled: scheduled::Tracked,
     /// True while no drain runs and none is due: the forecast runs only then.
     idle: watch::Sender<bool>,
-    /// The budget as last read from logind, for the forecast.
-    forecast_time_limit: watch::Sender<Option<TimeLimit>>,
-    /// The last drain left pods (incomplete, or none ran): a stop during the shutdown drains
-    /// them in the stop phase.
-    left_work: bool,
-    /// The reboot gate (`[fleet] gate`).
-    gate: gate::Gate,
+    /// logind's budget as last read (at the last connection): the forecast's, and the one a
+    /// shutdown uses when logind does not say it again.
+    time_limit: watch::Sender<Option<TimeLimit>>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
@@ -141,28 +139,25 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         writer.clone(),
     );
     let mut daemon = Daemon {
-        state: State {
-            phase: Phase::Starting,
-            gate: Default::default(),
-        },
+        state: State::starting(),
         status,
         inhibitor,
-        boot_log: BootLog::with_writer(writer.clone()),
+        boot: Boot {
+            log: BootLog::with_writer(writer.clone()),
+            opened: false,
+            ready_sent: false,
+        },
         metrics,
-        boot_log_opened: false,
-        limit: None,
-        drain: None,
-        finished: None,
+        work: work::Slot::Empty,
         restore: None,
-        quiet: watch::Sender::new(false),
-        ready_sent: false,
+        watches: Watches {
+            quiet: watch::Sender::new(false),
+            idle: watch::Sender::new(true),
+            time_limit: watch::Sender::new(None),
+        },
         engine: tokio::runtime::Handle::current(),
         access: Access::new(settings.clone()),
-        warm: None,
         scheduled: scheduled::Tracked::open(&settings),
-        idle: watch::Sender::new(true),
-        forecast_time_limit: watch::Sender::new(None),
-        left_work: true,
         gate: gate::Gate::new(settings.fleet.gate),
         settings,
     };
@@ -204,8 +199,8 @@ impl Daemon {
             self.access.clone(),
             interval,
             self.metrics.clone(),
-            self.idle.subscribe(),
-            self.forecast_time_limit.subscribe(),
+            self.watches.idle.subscribe(),
+            self.watches.time_limit.subscribe(),
             self.gate.forecast_blocked.clone(),
         ));
     }
@@ -237,26 +232,9 @@ impl Daemon {
                 .timer()
                 .map_or((None, Event::Due), |(at, e)| (Some(at), e));
             let event = tokio::select! {
-                asked = signals.recv() => match asked {
-                    Asked::Stop(name) => {
-                        let event = self.stop_event(connection.as_ref().map(|c| &c.logind)).await;
-                        if event == Event::Stop {
-                            self.say_stop(name);
-                        }
-                        event
-                    }
-                    Asked::Pass => match self.pass_gate() {
-                        Some(event) => event,
-                        None => continue,
-                    },
-                    Asked::Hangup => {
-                        tracing::info!(
-                            "sighup: ignored; node {} keeps its configuration until the unit \
-                             restarts (logind's maximum is read again at every shutdown)",
-                            self.settings.node_name
-                        );
-                        continue;
-                    }
+                asked = signals.recv() => match self.asked(asked) {
+                    Some(event) => event,
+                    None => continue,
                 },
                 // Read once logind was: a schedule there at start waits for the first connection.
                 read = scheduled::next_schedule(&mut self.scheduled), if self.state.phase != Phase::Starting => {
@@ -280,12 +258,7 @@ impl Daemon {
                     self.gate_taken(why, taken);
                     continue;
                 }
-                finished = drain_end(&mut self.drain) => {
-                    self.drain = None;
-                    self.left_work = finished.outcome.leaves_work();
-                    self.finished = Some(finished);
-                    Event::Ended
-                }
+                left_work = self.work.end() => Event::Ended { left_work },
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);
@@ -296,10 +269,7 @@ impl Daemon {
                         kind,
                         locked: self.inhibitor.is_held(),
                     },
-                    Ok(ShutdownSignal::Cancelled) => {
-                        self.say_cancel();
-                        Event::Cancelled
-                    }
+                    Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
                     Err(e) => {
                         self.lost(&e);
                         connection = None;
@@ -318,6 +288,22 @@ impl Daemon {
         }
     }
 
+    /// What a signal asks of the table, if anything.
+    fn asked(&mut self, asked: Asked) -> Option<Event> {
+        match asked {
+            Asked::Stop(signal) => Some(Event::StopAsked { signal }),
+            Asked::Pass => self.pass_gate(),
+            Asked::Hangup => {
+                tracing::info!(
+                    "sighup: ignored; node {} keeps its configuration until the unit restarts \
+                     (logind's maximum is read again at every shutdown)",
+                    self.settings.node_name
+                );
+                None
+            }
+        }
+    }
+
     /// A connection is made: the lock it took is held (an old one from before a reconnect is
     /// closed after), the boot record opened once, READY=1 sent once. The event to apply.
     fn connected(&mut self, made: &mut Connection) -> Event {
@@ -325,8 +311,8 @@ impl Daemon {
             // Only now is an old lock (from before a reconnect) released.
             self.inhibitor.hold(lock);
         }
-        self.limit = Some(made.limit.clone());
-        self.forecast_time_limit
+        self.watches
+            .time_limit
             .send_replace(Some(made.limit.clone()));
         self.metrics
             .time_limit(made.limit.drain, made.limit.logind_max);
@@ -340,8 +326,8 @@ impl Daemon {
             )
         }));
         // The previous boot is judged (and this boot's record started) before READY=1.
-        if !self.boot_log_opened {
-            self.boot_log_opened = true;
+        if !self.boot.opened {
+            self.boot.opened = true;
             self.open_boot_log(made.under_way.is_some());
         }
         Event::Connected {
@@ -368,33 +354,36 @@ impl Daemon {
             .set_degraded(Some(format!("logind unreachable: {e}")));
     }
 
-    fn say_cancel(&self) {
+    /// `SayCancelled`: logind cancelled the shutdown of `kind`, `during` its drain or after.
+    fn say_cancelled(&self, kind: ShutdownKind, during: During) {
         let node = &self.settings.node_name;
-        match &self.state.phase {
-            Phase::Draining(s) => tracing::info!(
+        match during {
+            During::Drain => tracing::info!(
                 "logind cancelled the {} during the drain of node {node}; stopping the drain and \
                  restoring the node",
-                s.kind.noun()
+                kind.noun()
             ),
-            Phase::Released(s) => tracing::info!(
+            During::AfterDrain => tracing::info!(
                 "logind cancelled the {}; restoring node {node} and taking the inhibitor again",
-                s.kind.noun()
+                kind.noun()
             ),
-            _ => {}
+            During::Waiting => {}
         }
     }
 
-    fn say_stop(&self, name: &str) {
+    /// `SayStop`: the daemon stops on `signal`, `during` what.
+    fn say_stop(&self, signal: StopSignal, during: During) {
         let node = &self.settings.node_name;
-        match &self.state.phase {
-            Phase::Draining(_) => tracing::warn!(
+        let name = signal.name();
+        match during {
+            During::Drain => tracing::warn!(
                 "{name} during the drain of node {node}; stopping the drain and releasing the \
                  inhibitor (the node stays cordoned until it is restored)"
             ),
-            Phase::Released(_) => {
+            During::AfterDrain => {
                 tracing::info!("{name} after the drain of node {node}; stopping")
             }
-            _ => tracing::info!(
+            During::Waiting => tracing::info!(
                 "{name} while waiting for a shutdown; releasing the inhibitor for node {node}"
             ),
         }
@@ -405,17 +394,6 @@ impl Daemon {
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The drain's end, once it ends; never while none runs.
-async fn drain_end(drain: &mut Option<Running>) -> Finished {
-    match drain {
-        Some(running) => match (&mut running.task).await {
-            Ok(finished) => finished,
-            Err(e) => Finished::failed(format!("the drain task ended: {e}")),
-        },
         None => std::future::pending().await,
     }
 }

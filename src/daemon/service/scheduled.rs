@@ -16,13 +16,12 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::work;
-use super::{Daemon, Running};
+use super::Daemon;
+use super::work::{Stage, Work};
 use crate::config::ShutdownPolicy;
-use crate::daemon::outcome::{DrainOutcome, Finished};
-use crate::daemon::phase::{Event, Phase};
+use crate::daemon::outcome::DrainOutcome;
+use crate::daemon::phase::Event;
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::seconds;
@@ -45,6 +44,8 @@ pub(super) struct Tracked {
     due_at: Option<Instant>,
     /// When its file went at its time.
     gone_at: Option<Instant>,
+    /// The early drain's engine, kept for the drain of logind's window for the same shutdown.
+    pub(super) warm: Option<std::sync::Arc<crate::engine::Engine>>,
 }
 
 impl Tracked {
@@ -139,17 +140,15 @@ impl Daemon {
         })
     }
 
-    /// The one timer the phase needs, and its event: the lead of a scheduled shutdown, or the
-    /// wait for the announcement of one that fired.
+    /// When the one timer the phase needs ([`crate::daemon::phase::Phase::timer`]) rings, and its event: the lead of
+    /// a scheduled shutdown, or the wait for the announcement of one that fired.
     pub(super) fn timer(&self) -> Option<(Instant, Event)> {
-        match &self.state.phase {
-            Phase::Scheduled(_) => self.scheduled.due_at.map(|at| (at, Event::Due)),
-            Phase::Early(p) | Phase::Ready(p) if p.fired => self
-                .scheduled
-                .gone_at
-                .map(|at| (at + ANNOUNCE_WINDOW, Event::Overdue)),
-            _ => None,
-        }
+        let event = self.state.phase.timer()?;
+        let at = match event {
+            Event::Due => self.scheduled.due_at,
+            _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
+        };
+        at.map(|at| (at, event))
     }
 
     /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so
@@ -222,37 +221,26 @@ impl Daemon {
         );
         self.status
             .set(format!("{doing} node {node} ahead of the {reason}"));
-        let (access, status) = (self.access.clone(), self.status.clone());
         // Kept for the drain of logind's window: its client is connected by then.
-        let warm = access
-            .engine()
-            .ok()
-            .map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
-        self.warm = warm.clone();
-        let task = async move {
-            let outcome = match policy {
-                ShutdownPolicy::None => DrainOutcome::LeftAsIs,
-                ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
-                ShutdownPolicy::Drain => {
-                    let ends = work::Ends::at(deadline);
-                    work::drain_node(access, status, kind, ends, reason, None, warm).await
-                }
-            };
-            Finished {
-                outcome,
-                took: started.elapsed(),
-            }
-        }
-        .instrument(tracing::info_span!("scheduled", shutdown_kind = %kind));
-        self.drain = Some(Running {
-            task: self.engine.spawn(task),
+        let warm =
+            (self.access.engine().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
+        self.scheduled.warm = warm.clone();
+        self.spawn_work(Work {
+            kind,
+            stage: Stage::Early,
+            policy,
+            started,
+            deadline,
+            reason,
+            warm,
+            ended_before: None,
         });
     }
 
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.
     pub(super) fn say_early(&mut self) {
         let node = &self.settings.node_name;
-        let (Some(finished), Some(s)) = (self.finished.take(), &self.scheduled.schedule) else {
+        let (Some(finished), Some(s)) = (self.work.take_over(), &self.scheduled.schedule) else {
             return;
         };
         let reason = s.reason();

@@ -5,13 +5,12 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
+use super::Daemon;
 use super::stop_stage::ASK_SYSTEMD_MAX;
-use super::work;
-use super::{Daemon, Running};
+use super::work::{Stage, Work};
 use crate::config::ShutdownPolicy;
-use crate::daemon::outcome::{DrainOutcome, Finished};
+use crate::daemon::outcome::DrainOutcome;
 use crate::host::logind::Logind;
 use crate::host::systemd;
 use crate::shutdown_kind::ShutdownKind;
@@ -34,8 +33,8 @@ impl Daemon {
         self.abort_restore("a shutdown starts");
         // logind's one timer started when it sent the signal; a shutdown found under way counts
         // from its recorded start.
-        let counted_from = self.boot_log.shutdown_started(kind, announced_now);
-        let connect_budget = self.limit.clone();
+        let counted_from = self.boot.log.shutdown_started(kind, announced_now);
+        let connect_budget = self.watches.time_limit.borrow().clone();
         // Armed at once with what is known, before anything here can wait.
         if let Some(b) = &connect_budget {
             self.inhibitor.release_by(
@@ -58,37 +57,26 @@ impl Daemon {
         if !announced_now {
             say_under_way(&node, kind, guarded);
         }
-        let why = self.what_is_done(kind, policy, &limit, left, guarded);
-        let reason = format!("{} of the host", kind.noun());
-        let warm = self.warm.take();
-        let access = self.access.clone();
-        let status = self.status.clone();
-        let no_time = no_time(&limit, left);
-        let grace_to = (policy == ShutdownPolicy::Drain && no_time.is_none()).then(|| {
+        let unguarded = self.what_is_done(kind, policy, &limit, left, guarded);
+        let ended_before = no_time(&limit, left);
+        let grace_to = (policy == ShutdownPolicy::Drain && ended_before.is_none()).then(|| {
             let window = deadline.saturating_duration_since(Instant::now());
             self.window_grace_to(window, &stop_timeout)
         });
-        let ends = work::Ends { deadline, grace_to };
-        let task = async move {
-            let outcome = match (no_time, policy) {
-                (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
-                (Some(outcome), _) => outcome,
-                (None, ShutdownPolicy::Cordon) => {
-                    work::cordon_node(access, kind, deadline, reason).await
-                }
-                (None, ShutdownPolicy::Drain) => {
-                    work::drain_node(access, status, kind, ends, reason, why, warm).await
-                }
-            };
-            Finished {
-                outcome,
-                took: started.elapsed(),
-            }
-        }
-        .instrument(tracing::info_span!("shutdown", shutdown_kind = %kind));
-        self.drain = Some(Running {
-            task: self.engine.spawn(task),
-        });
+        let work = Work {
+            kind,
+            stage: Stage::Window {
+                unguarded,
+                grace_to,
+            },
+            policy,
+            started,
+            deadline,
+            reason: format!("{} of the host", kind.noun()),
+            warm: self.scheduled.warm.take(),
+            ended_before,
+        };
+        self.spawn_work(work);
     }
 
     /// The budget for this shutdown: logind's maximum read again ([`Daemon::reread_budget`]),

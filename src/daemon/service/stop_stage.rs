@@ -15,13 +15,10 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::work;
-use super::{Daemon, Running};
-use crate::config::ShutdownPolicy;
-use crate::daemon::outcome::{DrainOutcome, Finished};
-use crate::daemon::phase::{Event, Phase};
+use super::Daemon;
+use super::work::{Stage, Work};
+use crate::daemon::phase::{Event, StopSignal};
 use crate::drain::GraceTo;
 use crate::host::boot_record;
 use crate::host::logind::Logind;
@@ -39,20 +36,17 @@ pub(super) const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
 const STAGE_MIN: Duration = Duration::from_secs(5);
 
 impl Daemon {
-    /// The event for SIGTERM or SIGINT: the second stage when the system shuts down and this
-    /// shutdown is not drained yet, else a plain stop.
-    pub(super) async fn stop_event(&mut self, logind: Option<&Logind>) -> Event {
+    /// `AskSystemd`, for SIGTERM or SIGINT (`signal`) when work may be left: the second stage
+    /// when the system shuts down, else a plain stop.
+    pub(super) async fn stop_answer(
+        &mut self,
+        signal: StopSignal,
+        logind: Option<&Logind>,
+    ) -> Event {
         let node = self.settings.node_name.clone();
-        let drained = match self.state.phase {
-            Phase::Released(_) | Phase::Ready(_) => !self.left_work,
-            Phase::Stopped | Phase::Stopping(_) => return Event::Stop,
-            _ => false,
-        };
-        if drained {
-            return Event::Stop;
-        }
+        let stop = Event::Stop { signal };
         let Some(conn) = logind.map(Logind::connection) else {
-            return Event::Stop;
+            return stop;
         };
         let asked = async {
             if !systemd::shutting_down(conn).await? {
@@ -62,13 +56,13 @@ impl Daemon {
         };
         let timeout = match tokio::time::timeout(ASK_SYSTEMD_MAX, asked).await {
             Ok(Ok(Some(timeout))) => timeout,
-            Ok(Ok(None)) => return Event::Stop,
+            Ok(Ok(None)) => return stop,
             Ok(Err(e)) => {
                 tracing::info!(
                     "cannot ask systemd whether the system shuts down ({e}); stopping the daemon \
                      of node {node} at once"
                 );
-                return Event::Stop;
+                return stop;
             }
             Err(_) => {
                 tracing::warn!(
@@ -76,7 +70,7 @@ impl Daemon {
                      the daemon of node {node} at once",
                     ASK_SYSTEMD_MAX.as_millis()
                 );
-                return Event::Stop;
+                return stop;
             }
         };
         let margin = self.settings.daemon.release_margin;
@@ -88,7 +82,7 @@ impl Daemon {
                 seconds(self.settings.drain.timeout),
                 seconds(left)
             );
-            return Event::Stop;
+            return stop;
         }
         let Some(stage) = systemd::stage_time(timeout, margin, left) else {
             tracing::warn!(
@@ -97,7 +91,7 @@ impl Daemon {
                 timeout.map_or_else(|| "infinity".to_owned(), seconds),
                 seconds(margin)
             );
-            return Event::Stop;
+            return stop;
         };
         tracing::warn!(
             "systemd stops the daemon of node {node} while the system shuts down (the kubelet \
@@ -113,7 +107,8 @@ impl Daemon {
     pub(super) fn drain_time_left(&self) -> Duration {
         let timeout = self.settings.drain.timeout;
         let started = self
-            .boot_log
+            .boot
+            .log
             .record()
             .and_then(|r| r.shutdown)
             .and_then(|s| s.boottime_ns)
@@ -152,7 +147,7 @@ impl Daemon {
         let started = Instant::now();
         let node = self.settings.node_name.clone();
         self.abort_restore("the system shuts down");
-        let _ = self.boot_log.shutdown_started(kind, false);
+        let _ = self.boot.log.shutdown_started(kind, false);
         let deadline = started + stage;
         let policy = self.settings.shutdown.policy(kind);
         let what = kind.noun();
@@ -160,39 +155,26 @@ impl Daemon {
             "draining node {node} in the stop phase of the {what} (budget {})",
             seconds(stage)
         ));
-        let reason = format!("{what} of the host, stop phase");
-        let (access, status) = (self.access.clone(), self.status.clone());
-        let task = async move {
-            let outcome = match policy {
-                ShutdownPolicy::None => DrainOutcome::LeftAsIs,
-                ShutdownPolicy::Cordon => work::cordon_node(access, kind, deadline, reason).await,
-                ShutdownPolicy::Drain => {
-                    // Nothing comes after the stop phase: its end is the drain's.
-                    let grace_to = GraceTo {
-                        at: deadline,
-                        end: GraceEnd::StopPhase,
-                        why: format!(
-                            "the stop phase is the drain's last time: {} from systemd's SIGTERM \
-                             (the unit's TimeoutStopSec less [daemon] release_margin, within what \
-                             is left of [drain] timeout)",
-                            seconds(stage)
-                        ),
-                    };
-                    let ends = work::Ends {
-                        deadline,
-                        grace_to: Some(grace_to),
-                    };
-                    work::drain_node(access, status, kind, ends, reason, None, None).await
-                }
-            };
-            Finished {
-                outcome,
-                took: started.elapsed(),
-            }
-        }
-        .instrument(tracing::info_span!("stop_phase", shutdown_kind = %kind));
-        self.drain = Some(Running {
-            task: self.engine.spawn(task),
+        // Nothing comes after the stop phase: its end is the drain's.
+        let grace_to = GraceTo {
+            at: deadline,
+            end: GraceEnd::StopPhase,
+            why: format!(
+                "the stop phase is the drain's last time: {} from systemd's SIGTERM (the unit's \
+                 TimeoutStopSec less [daemon] release_margin, within what is left of [drain] \
+                 timeout)",
+                seconds(stage)
+            ),
+        };
+        self.spawn_work(Work {
+            kind,
+            stage: Stage::StopPhase { grace_to },
+            policy,
+            started,
+            deadline,
+            reason: format!("{what} of the host, stop phase"),
+            warm: None,
+            ended_before: None,
         });
     }
 }
@@ -201,7 +183,7 @@ impl Daemon {
 /// that is, and why. `window`: the time left to the window's deadline; `drain_left`: what is
 /// left of `[drain] timeout`; `stop_timeout`: the unit's `TimeoutStopSec` as systemd said it.
 ///
-/// The drain goes on in the stop phase when it is cut at the window's end ([`Daemon::stop_event`]):
+/// The drain goes on in the stop phase when it is cut at the window's end ([`Daemon::stop_answer`]):
 /// systemd stops the unit no earlier than the lock goes, and gives the stage
 /// [`systemd::stage_time`] of what is left of `[drain] timeout` then, so the stage ends no earlier
 /// than the window's end plus that time counted at the window's end. When that is at least

@@ -1,13 +1,19 @@
-//! A shutdown's work within one deadline: prepare and drain at once, or the prepare alone
-//! (`[shutdown]` policy "cordon"), each bounded by the deadline plus the release guard, so that a
-//! fault in the engine ends the work by the time the lock's guard closes the lock anyway.
+//! A shutdown's work as one value ([`Work`]: which shutdown, which stage, what `[shutdown]` says,
+//! by when) and the one place it is spawned and its end awaited ([`Slot`]): prepare and drain at
+//! once, or the prepare alone (`[shutdown]` policy "cordon"), each bounded by the deadline plus
+//! the release guard, so that a fault in the engine ends the work by the time the lock's guard
+//! closes the lock anyway.
 
 use std::sync::Arc;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
+use super::Daemon;
+use crate::config::ShutdownPolicy;
 use crate::daemon::access::Access;
-use crate::daemon::outcome::DrainOutcome;
+use crate::daemon::outcome::{DrainOutcome, Finished};
 use crate::daemon::status::Status;
 use crate::drain::GraceTo;
 use crate::engine::Engine;
@@ -17,21 +23,152 @@ use crate::policy::plan::Plan;
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::RELEASE_GUARD;
 
-/// When a shutdown's drain must be over, and where its evictions' grace periods end.
-pub(crate) struct Ends {
-    pub deadline: Instant,
-    /// `None`: at `deadline` (a scheduled drain's).
-    pub grace_to: Option<GraceTo>,
+/// Which part of a shutdown a work is for: where its deadline comes from and what its drain
+/// carries besides.
+pub(crate) enum Stage {
+    /// logind's window (`StartDrain`): the deadline is what is left of the budget. `unguarded`:
+    /// no lock of ours holds logind (the Warning Event's message); `grace_to`: where the
+    /// evictions' grace periods end (`None`: at the deadline).
+    Window {
+        unguarded: Option<String>,
+        grace_to: Option<GraceTo>,
+    },
+    /// Ahead of a scheduled shutdown (`StartEarly`), by its scheduled time.
+    Early,
+    /// The unit's stop phase (`StartStopStage`): the drain's last time, where its grace periods
+    /// end too.
+    StopPhase { grace_to: GraceTo },
 }
 
-impl Ends {
-    /// Both at `deadline`.
-    pub fn at(deadline: Instant) -> Ends {
-        Ends {
+/// One shutdown's work: the shutdown, the stage, what `[shutdown]` says for it, and its end.
+pub(crate) struct Work {
+    pub kind: ShutdownKind,
+    pub stage: Stage,
+    pub policy: ShutdownPolicy,
+    /// When the work started (its outcome says how long it took from then).
+    pub started: Instant,
+    pub deadline: Instant,
+    /// The reason the marker and the Events give ("reboot of the host", "reboot scheduled for
+    /// TIME").
+    pub reason: String,
+    /// An engine already connected for this shutdown (the early drain's), used if it is for
+    /// `kind`.
+    pub warm: Option<Arc<Engine>>,
+    /// What ended the work before it could start (no time at all, or a budget already spent).
+    pub ended_before: Option<DrainOutcome>,
+}
+
+impl Work {
+    /// Does what `[shutdown]` says, by the deadline.
+    async fn run(self, access: Access, status: Status) -> Finished {
+        let Work {
+            kind,
+            stage,
+            policy,
+            started,
             deadline,
-            grace_to: None,
+            reason,
+            warm,
+            ended_before,
+        } = self;
+        let outcome = match (ended_before, policy) {
+            (_, ShutdownPolicy::None) => DrainOutcome::LeftAsIs,
+            (Some(outcome), _) => outcome,
+            (None, ShutdownPolicy::Cordon) => cordon_node(access, kind, deadline, reason).await,
+            (None, ShutdownPolicy::Drain) => {
+                let (unguarded, grace_to) = match stage {
+                    Stage::Window {
+                        unguarded,
+                        grace_to,
+                    } => (unguarded, grace_to),
+                    Stage::Early => (None, None),
+                    Stage::StopPhase { grace_to } => (None, Some(grace_to)),
+                };
+                let ends = Ends { deadline, grace_to };
+                drain_node(access, status, kind, ends, reason, unguarded, warm).await
+            }
+        };
+        Finished {
+            outcome,
+            took: started.elapsed(),
         }
     }
+}
+
+/// The daemon's one shutdown work: none, running, or over until its end is recorded and said.
+#[derive(Default)]
+pub(super) enum Slot {
+    #[default]
+    Empty,
+    Running(JoinHandle<Finished>),
+    Over(Finished),
+}
+
+impl Slot {
+    /// The running work's end, once it ends (the slot then holds it): whether it left pods to
+    /// drain. Never while none runs.
+    pub(super) async fn end(&mut self) -> bool {
+        let Slot::Running(task) = self else {
+            return std::future::pending().await;
+        };
+        let finished = match task.await {
+            Ok(finished) => finished,
+            Err(e) => Finished::failed(format!("the drain task ended: {e}")),
+        };
+        let left_work = finished.outcome.leaves_work();
+        *self = Slot::Over(finished);
+        left_work
+    }
+
+    /// Stops the running work, and forgets one that is over.
+    pub(super) fn abort(&mut self) {
+        if let Slot::Running(task) = std::mem::take(self) {
+            task.abort();
+        }
+    }
+
+    /// How the work ended, if it is over and not yet said.
+    pub(super) fn over(&self) -> Option<&Finished> {
+        match self {
+            Slot::Over(finished) => Some(finished),
+            _ => None,
+        }
+    }
+
+    /// Takes how the work ended, to say it.
+    pub(super) fn take_over(&mut self) -> Option<Finished> {
+        match std::mem::take(self) {
+            Slot::Over(finished) => Some(finished),
+            other => {
+                *self = other;
+                None
+            }
+        }
+    }
+}
+
+impl Daemon {
+    /// The one place a shutdown's work starts, on the engine runtime, in a span named for its
+    /// stage.
+    pub(super) fn spawn_work(&mut self, work: Work) {
+        let kind = work.kind;
+        let span = match work.stage {
+            Stage::Window { .. } => tracing::info_span!("shutdown", shutdown_kind = %kind),
+            Stage::Early => tracing::info_span!("scheduled", shutdown_kind = %kind),
+            Stage::StopPhase { .. } => tracing::info_span!("stop_phase", shutdown_kind = %kind),
+        };
+        let task = work
+            .run(self.access.clone(), self.status.clone())
+            .instrument(span);
+        self.work = Slot::Running(self.engine.spawn(task));
+    }
+}
+
+/// When a shutdown's drain must be over, and where its evictions' grace periods end.
+struct Ends {
+    deadline: Instant,
+    /// `None`: at `deadline` (a scheduled drain's).
+    grace_to: Option<GraceTo>,
 }
 
 /// Prepare and drain, both by `ends.deadline` (the drain lists while the prepare cordons, and
@@ -43,7 +180,7 @@ impl Ends {
 // The node field comes from the spans of the prepare and the drain inside; the shutdown kind
 // from the caller's `shutdown` span.
 #[tracing::instrument(skip_all)]
-pub(crate) async fn drain_node(
+async fn drain_node(
     access: Access,
     status: Status,
     kind: ShutdownKind,
@@ -113,7 +250,7 @@ pub(crate) fn engine_for(
 /// `deadline`, and a `DrainSkipped` Event saying why nothing is evicted (posted beside, not
 /// awaited). `why` as for [`drain_node`].
 #[tracing::instrument(skip_all)]
-pub(crate) async fn cordon_node(
+async fn cordon_node(
     access: Access,
     kind: ShutdownKind,
     deadline: Instant,
