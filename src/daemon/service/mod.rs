@@ -9,10 +9,12 @@
 //! `PreparingForShutdown` first and drains at once without a lock: best effort, and says so.
 //! A drain goes on while the bus is away (the lock's fd does not depend on the bus).
 //!
-//! Everything that talks to the API server (drains, restores, Events) runs on a runtime of its
-//! own (`engine` threads): code in the kube client that blocks a thread (a credential plugin
-//! that hangs, a DNS lookup) can starve those threads, never this loop, which keeps hearing
-//! logind and the stop signals.
+//! Everything that talks to the API server (drains, restores, Events) runs as tasks of its own
+//! (`engine`, a handle to the one multi-thread runtime of `main.rs`), never inside this loop:
+//! code in the kube client that blocks a worker thread (a credential plugin that hangs, a DNS
+//! lookup) leaves the other worker to this loop, which keeps hearing logind and the stop
+//! signals; and the lock's guard thread (`host::lock`) releases the inhibitor at its deadline
+//! whatever the runtime does.
 
 use std::sync::Arc;
 use std::time::Duration;
