@@ -571,6 +571,26 @@ async fn herd() {
     // Every taker has looked and found both slots held, and has waited long enough to join a
     // line if there is one (a node joins after 5 s, at its next look: at most 10 s).
     tokio::time::sleep(Duration::from_secs(12)).await;
+    // With a line, until every taker is in it (a loaded server answers late).
+    let in_line = || {
+        c.server
+            .store()
+            .list("Lease", Some("kube-shutdown-drain"))
+            .iter()
+            .filter(|l| {
+                l.pointer("/metadata/labels/kube-shutdown-drain~1waiting-in")
+                    .is_some()
+            })
+            .filter(|l| l.pointer("/spec/holderIdentity").is_some_and(|h| h != ""))
+            .count()
+    };
+    if in_line() > 0 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while in_line() < TAKERS && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("herd: {} of {TAKERS} takers in line", in_line());
+    }
     c.server.recorder().clear();
     let started = Instant::now();
     for h in &holders {
