@@ -487,11 +487,29 @@ impl Slots<'_> {
         let mut holders = Vec::new();
         // Each open slot as read (`None`: its Lease does not exist) and the holder judged stale.
         let mut open = Vec::new();
+        // Slots held by other nodes: their Nodes are read (is the holder stale?) only when no
+        // slot is free.
+        let mut others = Vec::new();
         for name in slot_names(fleet, group) {
             let Some(lease) = self.read(&name, deadline).await? else {
                 open.push((name, None, None));
                 continue;
             };
+            if identity(&lease).is_none() {
+                open.push((name, Some(lease), None));
+            } else if holder_of(&lease).is_some_and(|h| h.node == me.node) {
+                others.push((name, lease));
+                break;
+            } else {
+                others.push((name, lease));
+            }
+        }
+        for (name, lease) in others {
+            let ours = holder_of(&lease).is_some_and(|h| h.node == me.node);
+            if !open.is_empty() && !ours {
+                holders.push(identity(&lease).unwrap_or("?").to_string());
+                continue;
+            }
             match self.judge(&lease, me, deadline).await? {
                 Look::Free => open.push((name, Some(lease), None)),
                 Look::Ours(id) => match self
