@@ -19,15 +19,26 @@
 //! the node, to its restore PATCH), evictions the budget refused (429), the time until every node was restored, and
 //! the slot hand-off (a slot given back to the next node's take of it).
 //!
+//! A fourth run, the herd at a hand-off (issue 31), needs no machines: 200 slot takers
+//! ([`Slots::take`], each with its own node name and client) on one runtime against the fake API
+//! server wait for `[fleet] slots = 2`, held by two more takers. Each taker that gets a slot holds
+//! it 100 ms and gives it back; after 20 hand-offs the run stops. From the server's record: the
+//! Lease writes per hand-off (slot takes accepted and refused, give-backs, any other Lease write)
+//! and the hand-off latency (a slot given back to the next accepted take of it).
+//!
 //! Run: `cargo bench --bench fleet-figures` (a release build), or
-//! `cargo test --bench fleet-figures -- --bench` (debug). Figures, never assertions. Under
-//! `cargo test --all-targets` (no `--bench` argument) it only says how to run it.
+//! `cargo test --bench fleet-figures -- --bench` (debug); add `herd` after `--` (or after
+//! `--bench`) for the herd run alone. Figures, never assertions. Under `cargo test --all-targets`
+//! (no `--bench` argument) it only says how to run it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube_shutdown_drain::config::Settings;
+use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::fleet::slots::{GivenBack, Slots, Taken};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -408,10 +419,219 @@ fn line(label: &str, f: &Figures) {
     );
 }
 
+/// Waiting slot takers in the herd run.
+const TAKERS: usize = 200;
+/// Hand-offs measured in the herd run.
+const HANDOFFS: usize = 20;
+/// How long a taker holds the slot it got.
+const HOLD: Duration = Duration::from_millis(100);
+
+/// One slot taker of the herd run: a node name and its own client, as each node's daemon has.
+struct Taker {
+    settings: Arc<Settings>,
+    engine: Engine,
+    node: k8s_openapi::api::core::v1::Node,
+}
+
+impl Taker {
+    async fn new(c: &Cluster, name: &str) -> Taker {
+        let text = format!(
+            "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
+             request_timeout = \"5s\"\n[fleet]\nslots = 2\n",
+            c.kubeconfig(&identity_of(name)).display(),
+            c.dir.path().join(format!("state-{name}")).display()
+        );
+        let mut s = Settings::from_str_at(Path::new("/bench/config.toml"), &text)
+            .unwrap_or_else(|e| panic!("bench settings are valid: {e}"));
+        s.boot_id_path = c.dir.path().join("boot_id");
+        let settings = Arc::new(s);
+        let engine = Engine::new(settings.clone()).expect("an engine");
+        engine.clients().await.expect("a client");
+        let node = serde_json::from_value(c.node(name)).expect("a Node");
+        Taker {
+            settings,
+            engine,
+            node,
+        }
+    }
+
+    async fn slots(&self) -> Slots<'_> {
+        Slots {
+            clients: self.engine.clients().await.expect("a client"),
+            settings: &self.settings,
+        }
+    }
+
+    /// Waits for a slot (10 minutes at most); `None` when none came.
+    async fn take(&self) -> Option<String> {
+        let until = Instant::now() + Duration::from_secs(600);
+        let boot = "0b0e1d00-0000-4000-8000-000000000001";
+        match self
+            .slots()
+            .await
+            .take(&self.node, boot, until, until)
+            .await
+        {
+            Ok(Taken::Slot(name)) => Some(name),
+            Ok(Taken::Full(_)) => None,
+            Err(e) => panic!("{}: {e}", self.settings.node_name),
+        }
+    }
+
+    async fn give_back(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        match self.slots().await.give_back(deadline).await {
+            Ok(GivenBack::Slots(given)) if !given.is_empty() => {}
+            other => panic!("{}: gave back nothing: {other:?}", self.settings.node_name),
+        }
+    }
+}
+
+/// What the server saw of the herd run's Lease requests.
+struct Herd {
+    /// Slot takes the server accepted: the hand-offs.
+    taken: usize,
+    /// Slot takes refused (409 or 422: another node got there first).
+    lost: usize,
+    given_back: usize,
+    /// Every other Lease write (none without a queue).
+    other_writes: usize,
+    /// GETs and LISTs of Leases and Nodes.
+    reads: usize,
+    /// Slot given back to the next accepted take of it, ms.
+    handoffs: Vec<f64>,
+}
+
+fn herd_figures(c: &Cluster) -> Herd {
+    let requests = c.server.recorder().requests();
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-shutdown-drain/leases";
+    let writes: Vec<_> = requests
+        .iter()
+        .filter(|r| r.path.starts_with(leases) && r.method != "GET")
+        .collect();
+    let slot = |r: &&&fake_apiserver::RecordedRequest| r.path.contains("-slot-");
+    let take = |r: &&&fake_apiserver::RecordedRequest| {
+        slot(r) && (r.method == "POST" || r.body.contains("holderIdentity"))
+    };
+    let mut handoffs = Vec::new();
+    let accepted: Vec<_> = writes
+        .iter()
+        .filter(|r| slot(r) && r.status < 300)
+        .collect();
+    for (i, r) in accepted.iter().enumerate() {
+        if take(r) {
+            continue;
+        }
+        if let Some(next) = accepted[i + 1..]
+            .iter()
+            .find(|n| n.path == r.path && take(n))
+        {
+            handoffs.push((next.elapsed - r.elapsed) * 1000.0);
+        }
+    }
+    let takes: Vec<_> = writes.iter().filter(take).collect();
+    Herd {
+        taken: takes.iter().filter(|r| r.status < 300).count(),
+        lost: takes.iter().filter(|r| r.status >= 300).count(),
+        given_back: writes.iter().filter(|r| slot(r) && !take(r)).count(),
+        other_writes: writes.iter().filter(|r| !slot(r)).count(),
+        reads: requests
+            .iter()
+            .filter(|r| r.method == "GET" && !r.query.contains("watch=true"))
+            .count(),
+        handoffs,
+    }
+}
+
+/// The herd run: `TAKERS` takers wait on two held slots; `HANDOFFS` hand-offs are measured.
+async fn herd() {
+    let names: Vec<String> = (0..TAKERS + 2).map(|i| format!("herd-{i:03}")).collect();
+    let c = Arc::new(Cluster::start(names.iter().map(|n| node(n)).collect()).await);
+    let mut takers = Vec::new();
+    for name in &names {
+        takers.push(Arc::new(Taker::new(&c, name).await));
+    }
+    // The first two hold both slots before anyone waits.
+    let holders: Vec<Arc<Taker>> = takers.drain(..2).collect();
+    for h in &holders {
+        h.take().await.expect("a free slot");
+    }
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = tokio::task::JoinSet::new();
+    for t in takers {
+        let done_tx = done_tx.clone();
+        waiting.spawn(async move {
+            if t.take().await.is_some() {
+                let _ = done_tx.send(());
+                tokio::time::sleep(HOLD).await;
+                t.give_back().await;
+            }
+        });
+    }
+    // Every taker has looked and found both slots held, and has waited long enough to join a
+    // line if there is one (a node joins after 5 s, at its next look: at most 10 s).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    // With a line, until every taker is in it (a loaded server answers late).
+    let in_line = || {
+        c.server
+            .store()
+            .list("Lease", Some("kube-shutdown-drain"))
+            .iter()
+            .filter(|l| {
+                l.pointer("/metadata/labels/kube-shutdown-drain~1waiting-in")
+                    .is_some()
+            })
+            .filter(|l| l.pointer("/spec/holderIdentity").is_some_and(|h| h != ""))
+            .count()
+    };
+    if in_line() > 0 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while in_line() < TAKERS && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!("herd: {} of {TAKERS} takers in line", in_line());
+    }
+    c.server.recorder().clear();
+    let started = Instant::now();
+    for h in &holders {
+        h.give_back().await;
+    }
+    for _ in 0..HANDOFFS {
+        done.recv().await.expect("a taker got a slot");
+    }
+    let took = started.elapsed();
+    // The last hand-off's losers, if any, answered.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    waiting.abort_all();
+    let h = herd_figures(&c);
+    let mut ms = h.handoffs.clone();
+    ms.sort_by(f64::total_cmp);
+    let per = |n: usize| n as f64 / h.taken.max(1) as f64;
+    println!(
+        "herd: {TAKERS} takers on 2 slots, {} hand-offs in {:.1} s: {:.1} Lease writes per \
+         hand-off ({:.1} slot takes refused, {:.1} give-backs, {:.1} other Lease writes), {:.0} \
+         reads per hand-off; hand-off median {:.0} ms (min {:.0}, max {:.0})",
+        h.taken,
+        took.as_secs_f64(),
+        per(h.taken + h.lost + h.given_back + h.other_writes),
+        per(h.lost),
+        per(h.given_back),
+        per(h.other_writes),
+        per(h.reads),
+        ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN),
+        ms.first().copied().unwrap_or(f64::NAN),
+        ms.last().copied().unwrap_or(f64::NAN),
+    );
+}
+
 #[tokio::main]
 async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("run with: cargo bench --bench fleet-figures");
+        return;
+    }
+    herd().await;
+    if std::env::args().any(|a| a == "herd") {
         return;
     }
     let runs = [

@@ -16,6 +16,7 @@ use engine_support::*;
 use fake_apiserver::Route;
 use kube_shutdown_drain::config::Settings;
 use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::fleet::queue;
 use kube_shutdown_drain::fleet::slots::{Slots, Taken};
 use kube_shutdown_drain::report::Report;
 use serde_json::{Value, json};
@@ -550,4 +551,136 @@ async fn a_slot_this_node_already_holds_is_taken_again_at_once_not_waited_for() 
         "node-a's own fresh hold is no other holder's"
     );
     assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+}
+
+/// A waiting Lease of `node` (issue 31), in line since `since`, renewed at `renewed`.
+fn waiting_lease(node: &str, since: &str, renewed: &str) -> Value {
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": queue::wait_name(node), "namespace": "kube-shutdown-drain",
+                        "labels": {queue::WAITING_LABEL: "all"}},
+           "spec": {"holderIdentity": format!("{node}/{BOOT}"), "acquireTime": since,
+                    "renewTime": renewed, "leaseDurationSeconds": 1800}})
+}
+
+fn ago(seconds: i64) -> String {
+    (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds)).to_string()
+}
+
+/// The writes `node`'s identity sent to the one slot Lease (creates and patches).
+fn slot_writes_of(c: &Cluster, node: &str) -> usize {
+    c.server
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.user == identity_of(node))
+        .filter(|r| {
+            (r.method == "PATCH" && r.path == format!("{LEASES}/{SLOT}"))
+                || (r.method == "POST" && r.path == LEASES && r.body.contains(SLOT))
+        })
+        .count()
+}
+
+/// node-a waits ahead of node-b; the slot is given back while node-a's take is held at the
+/// fake's gate (the slot stays open meanwhile): node-b, second in line, writes nothing to the
+/// slot, and node-a gets it.
+#[tokio::test]
+async fn with_nodes_waiting_in_line_only_the_first_tries_a_slot_given_back() {
+    let c = cluster().await;
+    let store = c.server.store();
+    store.upsert(node("node-c")).unwrap();
+    store
+        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    store
+        .upsert(waiting_lease(NODE, &ago(60), &ago(1)))
+        .unwrap();
+    store
+        .upsert(waiting_lease(OTHER_NODE, &ago(30), &ago(1)))
+        .unwrap();
+    let route = Route::new("PATCH", &format!("{LEASES}/{SLOT}"));
+    // node-b's wait ends before a slot left open could pass node-a over.
+    let second = take(
+        &c,
+        OTHER_NODE,
+        queue::PASS_OVER - Duration::from_millis(200),
+    );
+    let first = take(&c, NODE, Duration::from_secs(10));
+    let give_back = async {
+        until("both nodes' first look", || {
+            [NODE, OTHER_NODE].iter().all(|n| {
+                c.server.recorder().requests().iter().any(|r| {
+                    r.user == identity_of(n)
+                        && r.method == "GET"
+                        && r.path == format!("{LEASES}/{SLOT}")
+                })
+            })
+        })
+        .await;
+        c.server.faults().gate(route.clone());
+        store
+            .upsert(lease("", &jiff::Timestamp::now().to_string()))
+            .unwrap();
+        c.until_held(&route, 1).await;
+        // node-b has seen the slot given back too; give it time to (wrongly) try.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        c.server.faults().ungate(&route);
+    };
+    let (second, first, ()) = tokio::join!(second, first, give_back);
+    assert_eq!(first, Taken::Slot(SLOT.into()));
+    assert!(matches!(second, Taken::Full(_)), "{second:?}");
+    assert_eq!(slot_writes_of(&c, OTHER_NODE), 0, "node-b waited its turn");
+    assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    // node-a's wait ended: its waiting Lease is given back.
+    let waited = store
+        .get(
+            "Lease",
+            Some("kube-shutdown-drain"),
+            &queue::wait_name(NODE),
+        )
+        .unwrap();
+    assert!(waited["spec"]["holderIdentity"].is_null(), "{waited}");
+}
+
+/// A waiter ahead that does not take an open slot is passed over after PASS_OVER; one whose
+/// waiting Lease was not renewed for STALE is not in line at all.
+#[tokio::test]
+async fn a_dead_waiter_ahead_is_passed_over_and_a_stale_one_is_not_in_line() {
+    let c = cluster().await;
+    let store = c.server.store();
+    let free = || {
+        store
+            .upsert(lease("", &jiff::Timestamp::now().to_string()))
+            .unwrap()
+    };
+    free();
+    // node-a says it waits, renewed a second ago, but no daemon of it runs.
+    store
+        .upsert(waiting_lease(NODE, &ago(60), &ago(1)))
+        .unwrap();
+    let started = Instant::now();
+    assert_eq!(
+        take(&c, OTHER_NODE, Duration::from_secs(8)).await,
+        Taken::Slot(SLOT.into())
+    );
+    assert!(
+        started.elapsed() >= queue::PASS_OVER,
+        "node-b took the slot only once node-a had left it open for PASS_OVER: {:?}",
+        started.elapsed()
+    );
+    // node-a's waiting Lease, last renewed longer than STALE ago: node-b takes the slot before
+    // PASS_OVER could pass anyone over.
+    free();
+    let stale = queue::STALE.as_secs() as i64 + 60;
+    store
+        .upsert(waiting_lease(NODE, &ago(stale + 60), &ago(stale)))
+        .unwrap();
+    assert_eq!(
+        take(
+            &c,
+            OTHER_NODE,
+            queue::PASS_OVER - Duration::from_millis(200)
+        )
+        .await,
+        Taken::Slot(SLOT.into())
+    );
 }

@@ -18,8 +18,12 @@
 //! holder again (a daemon restarted during the drain, the stop phase's second stage, the next
 //! boot).
 //!
+//! Nodes that wait for a slot wait in line ([`queue`]): only the first of them try a slot given
+//! back, so a hand-off draws a few writes however many wait.
+//!
 //! This module is pure; [`slots`] makes the calls.
 
+pub mod queue;
 pub mod slots;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};

@@ -1,8 +1,10 @@
 //! The slot calls: take one (trying again until a time), give it back. Every write is a create
 //! (409 when another node created that Lease first) or the guarded JSON patch of
 //! [`crate::api::guarded`], rebuilt from the Lease read again after a failed guard, so a race
-//! for one slot has one winner.
+//! for one slot has one winner. A node that waits does so in line ([`super::queue`]).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -11,9 +13,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
+use super::queue::{self, Line, WAITING_LABEL};
 use super::{
     GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
     renewed, slot_names, stale, take_patch,
@@ -36,6 +40,43 @@ async fn next_change(changes: &mut Changes) {
             Some(Ok(_)) => {}
             None => std::future::pending::<()>().await,
         }
+    }
+}
+
+/// Keeps the watch of `waits` polled (its store current); never resolves.
+async fn keep_watching(waits: &mut Changes) {
+    while waits.next().await.is_some() {}
+    std::future::pending::<()>().await
+}
+
+/// Polls `waits` until its watch has listed its Leases once (never, when it cannot list).
+async fn until_listed(waits: &mut Changes, seen: &Watched) {
+    while !seen.ready.load(Ordering::Relaxed) {
+        if waits.next().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// What a watch has seen of its Leases: `None` until it has listed them once.
+struct Watched {
+    store: reflector::Store<Lease>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Watched {
+    /// Whether a Lease seen is held by node `node`.
+    fn holds(&self, node: &str) -> bool {
+        self.leases().is_some_and(|l| {
+            l.iter()
+                .any(|l| holder_of(l).is_some_and(|h| h.node == node))
+        })
+    }
+
+    fn leases(&self) -> Option<Vec<Arc<Lease>>> {
+        self.ready
+            .load(Ordering::Relaxed)
+            .then(|| self.store.state())
     }
 }
 
@@ -68,11 +109,25 @@ pub enum Taken {
 enum Look {
     /// No one holds it.
     Free,
-    /// It may be taken from the identity it holds now: this node's (in any boot), or a holder
-    /// that will not give it back.
-    Open(String),
+    /// This node holds it (in any boot), by this identity.
+    Ours(String),
+    /// It may be taken from this identity: a holder that will not give it back, for this reason.
+    Open(String, String),
     /// Someone else holds it, by this identity.
     Held(String),
+}
+
+/// What a node that waits for a slot has written of its wait.
+#[derive(Debug)]
+struct Waiting {
+    /// When it started to wait.
+    started: Instant,
+    /// When it last wrote its waiting Lease; `None`: it has not.
+    renewed: Option<Instant>,
+    /// Its waiting Lease could not be written: it waits out of line.
+    failed: bool,
+    /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
+    listed: bool,
 }
 
 /// What a give-back came to.
@@ -126,7 +181,9 @@ impl Slots<'_> {
 
     /// Takes a slot of `node`'s group for boot `boot_id`, looking again at a pace until one is
     /// free or `until` (then [`Taken::Full`]); each look's requests end by `look_by` or `until`,
-    /// whichever is later (an `until` of now looks once). An answer that is an error for good (403 with
+    /// whichever is later (an `until` of now looks once, and takes any open slot). A node that
+    /// waits does so in line ([`super::queue`]): its waiting Lease is written when it starts to
+    /// wait and given back when the wait ends. An answer that is an error for good (403 with
     /// the kubelet's credentials, which may write Leases only in `kube-node-lease`) is returned
     /// at once.
     pub async fn take(
@@ -141,21 +198,70 @@ impl Slots<'_> {
             boot_id: boot_id.to_string(),
         };
         let group = super::group_of(&self.settings.fleet, node);
-        let mut changes = self.changes(&group);
+        let mut waiting = Waiting {
+            started: Instant::now(),
+            renewed: None,
+            failed: false,
+            listed: false,
+        };
+        let taken = self
+            .take_in_line(&me, &group, until, look_by, &mut waiting)
+            .await;
+        if waiting.renewed.is_some() || waiting.listed {
+            let deadline = Instant::now() + self.clients.request_timeout;
+            self.leave_line(&me, deadline).await;
+        }
+        taken
+    }
+
+    async fn take_in_line(
+        &self,
+        me: &Holder,
+        group: &str,
+        until: Instant,
+        look_by: Instant,
+        waiting: &mut Waiting,
+    ) -> Result<Taken, ApiError> {
+        let (mut changes, slots_seen) = self.watched(&format!("{GROUP_LABEL}={group}"));
+        let (mut waits, line_seen) = self.watched(&format!("{WAITING_LABEL}={group}"));
         let mut said = false;
         let mut holders = Vec::new();
         let by = look_by.max(until);
+        // One look of one moment takes any open slot, as it always did: it does not wait.
+        let mut line = (Instant::now() < until).then(Line::default);
+        let mut looked: Option<Instant> = None;
         loop {
-            holders = match self.try_take(&me, &group, by).await {
-                Ok(Taken::Full(now_held)) => now_held,
-                Ok(taken) => return Ok(taken),
-                // A look cut by its deadline is the wait's end, not an error of the server's;
-                // unless no look ever completed: then the error is all there is to say.
-                Err(_) if Instant::now() >= by && !holders.is_empty() => {
-                    return Ok(Taken::Full(holders));
-                }
-                Err(e) => return Err(e),
+            // A look reads the slots (and their holders' Nodes): at a pace set by the node's place
+            // in line, and at a change only when the watched slots and line say this node's turn
+            // may have come.
+            let every = match (&line, line_seen.leases()) {
+                (Some(_), Some(leases)) => queue::look_every(
+                    queue::place(&queue::order(&leases, jiff::Timestamp::now()), &me.node),
+                    slot_names(&self.settings.fleet, group).len(),
+                ),
+                _ => WAIT_MAX,
             };
+            let due = looked.is_none_or(|at| at.elapsed() >= every)
+                || line
+                    .as_mut()
+                    .is_none_or(|line| self.turn_as_seen(me, group, &slots_seen, &line_seen, line));
+            if due {
+                looked = Some(Instant::now());
+                let turn = line.as_mut().map(|line| (line, &mut waits, &line_seen));
+                holders = match self.try_take(me, group, by, turn).await {
+                    Ok(Taken::Full(now_held)) => now_held,
+                    Ok(taken) => {
+                        waiting.listed |= line_seen.holds(&me.node);
+                        return Ok(taken);
+                    }
+                    // A look cut by its deadline is the wait's end, not an error of the server's;
+                    // unless no look ever completed: then the error is all there is to say.
+                    Err(_) if Instant::now() >= by && !holders.is_empty() => {
+                        return Ok(Taken::Full(holders));
+                    }
+                    Err(e) => return Err(e),
+                };
+            }
             if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
             }
@@ -168,10 +274,165 @@ impl Slots<'_> {
                     me.node
                 );
             }
-            next_look(&mut changes, until, WAIT_MAX).await;
+            waiting.listed |= line_seen.holds(&me.node);
+            self.wait_in_line(me, group, waiting, by).await;
+            let every = line
+                .as_ref()
+                .and_then(Line::next_turn)
+                .map_or(WAIT_MAX, |t| t.saturating_duration_since(Instant::now()))
+                .min(WAIT_MAX);
+            tokio::select! {
+                () = next_look(&mut changes, until, every) => {}
+                () = keep_watching(&mut waits) => {}
+            }
             if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
             }
+        }
+    }
+
+    /// Whether, as the watches saw them, a slot is open to `me` and its turn in `line` has come
+    /// (a slot of a holder gone stale is not seen here: the look every [`WAIT_MAX`] finds it).
+    /// Before a watch has listed, yes.
+    fn turn_as_seen(
+        &self,
+        me: &Holder,
+        group: &str,
+        slots_seen: &Watched,
+        line_seen: &Watched,
+        line: &mut Line,
+    ) -> bool {
+        let (Some(slots), Some(leases)) = (slots_seen.leases(), line_seen.leases()) else {
+            return true;
+        };
+        let open = slot_names(&self.settings.fleet, group)
+            .iter()
+            .filter(|name| {
+                slots
+                    .iter()
+                    .find(|l| l.metadata.name.as_ref() == Some(*name))
+                    .is_none_or(|l| {
+                        identity(l).is_none() || holder_of(l).is_some_and(|h| h.node == me.node)
+                    })
+            })
+            .count();
+        line.turn(
+            &leases,
+            &me.node,
+            open,
+            jiff::Timestamp::now(),
+            Instant::now(),
+        )
+        .is_some()
+    }
+
+    /// A watch of this node's namespace's Leases labelled `labels`, and what it has seen.
+    fn watched(&self, labels: &str) -> (Changes, Watched) {
+        let (store, writer) = reflector::store();
+        let ready = Arc::new(AtomicBool::new(false));
+        let listed = ready.clone();
+        let config = watcher::Config::default()
+            .labels(labels)
+            .timeout(WATCH_SECONDS);
+        let watched: Api<Lease> = Api::namespaced(
+            self.clients.watch.clone(),
+            &self.settings.fleet.lease_namespace,
+        );
+        let changes = watcher::watcher(watched, config)
+            .backoff(retry::for_watches())
+            .reflect(writer)
+            .inspect(move |e| {
+                if matches!(e, Ok(Event::InitDone)) {
+                    listed.store(true, Ordering::Relaxed);
+                }
+            })
+            .boxed();
+        (changes, Watched { store, ready })
+    }
+
+    /// Writes this node's waiting Lease once it has waited [`queue::JOIN_AFTER`], and renews it
+    /// every [`queue::RENEW`]. A line that cannot
+    /// be written is no line: the node waits and tries as it would without one (said once).
+    async fn wait_in_line(
+        &self,
+        me: &Holder,
+        group: &str,
+        waiting: &mut Waiting,
+        deadline: Instant,
+    ) {
+        let due = match waiting.renewed {
+            None => waiting.started.elapsed() >= queue::JOIN_AFTER,
+            Some(at) => at.elapsed() >= queue::RENEW,
+        };
+        if !due || waiting.failed {
+            return;
+        }
+        let name = queue::wait_name(&me.node);
+        let object = self.object(&name);
+        let api = self.api();
+        let written = match self.read(&name, deadline).await {
+            Ok(None) => {
+                let now = jiff::Timestamp::now();
+                let lease = queue::new_wait(&self.settings.fleet, group, me, now);
+                let pp = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PostParams::default()
+                };
+                self.clients
+                    .retry(deadline, &object, || api.create(&pp, &lease))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+            Ok(Some(lease)) => {
+                let now = jiff::Timestamp::now();
+                let renewed =
+                    guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+                        queue::wait_patch(l, me, group, now)
+                    })
+                    .await;
+                match renewed {
+                    Ok(_) => Ok(()),
+                    Err(GuardedError::Api(e)) => Err(e.to_string()),
+                    Err(GuardedError::Contended) => Err("it keeps changing".to_string()),
+                    Err(GuardedError::Build(e)) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match written {
+            Ok(()) => waiting.renewed = Some(Instant::now()),
+            Err(e) => {
+                waiting.failed = true;
+                tracing::warn!(
+                    node = %me.node,
+                    "node {} waits for a drain slot out of line: cannot write {object}: {e}",
+                    me.node
+                );
+            }
+        }
+    }
+
+    /// Gives this node's waiting Lease back: its wait has ended. A failure is said and left: the
+    /// Lease drops out of the line once not renewed for [`queue::STALE`].
+    async fn leave_line(&self, me: &Holder, deadline: Instant) {
+        let name = queue::wait_name(&me.node);
+        let object = self.object(&name);
+        let api = self.api();
+        let lease = match self.read(&name, deadline).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
+                return;
+            }
+        };
+        let given = guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+            release_patch(l, &me.node)
+        })
+        .await;
+        if let Err(GuardedError::Api(e)) = given {
+            tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
         }
     }
 
@@ -203,101 +464,191 @@ impl Slots<'_> {
             let Some(lease) = self.read(&name, deadline).await? else {
                 return Ok(None);
             };
-            match self.judge(&lease, me, deadline, false).await? {
+            match self.judge(&lease, me, deadline).await? {
                 Look::Held(holder) => holders.push(holder),
-                Look::Free | Look::Open(_) => return Ok(None),
+                Look::Free | Look::Ours(_) | Look::Open(..) => return Ok(None),
             }
         }
         Ok(Some(holders))
     }
 
-    /// One look at every slot of `group`: the first free, stale or already ours is taken
-    /// ([`Taken::Slot`]); else the holders ([`Taken::Full`]).
+    /// One look at every slot of `group`: a slot already this node's is taken again at once;
+    /// else, when this node's turn has come in `line` (always without one), an open slot (free
+    /// or stale) is taken ([`Taken::Slot`]); else the holders ([`Taken::Full`]), an open slot
+    /// left for the nodes ahead in line named as such.
     async fn try_take(
         &self,
         me: &Holder,
         group: &str,
         deadline: Instant,
+        turn: Option<(&mut Line, &mut Changes, &Watched)>,
     ) -> Result<Taken, ApiError> {
         let fleet = &self.settings.fleet;
-        let api = self.api();
         let mut holders = Vec::new();
+        // Each open slot as read (`None`: its Lease does not exist) and the holder judged stale.
+        let mut open = Vec::new();
+        // Slots held by other nodes: their Nodes are read (is the holder stale?) only when no
+        // slot is free.
+        let mut others = Vec::new();
         for name in slot_names(fleet, group) {
-            let object = self.object(&name);
             let Some(lease) = self.read(&name, deadline).await? else {
-                let lease = new_lease(&name, fleet, group, me, jiff::Timestamp::now());
-                let pp = PostParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PostParams::default()
-                };
-                match self
-                    .clients
-                    .retry(deadline, &object, || api.create(&pp, &lease))
-                    .await
+                open.push((name, None, None));
+                continue;
+            };
+            if identity(&lease).is_none() {
+                open.push((name, Some(lease), None));
+            } else if holder_of(&lease).is_some_and(|h| h.node == me.node) {
+                others.push((name, lease));
+                break;
+            } else {
+                others.push((name, lease));
+            }
+        }
+        for (name, lease) in others {
+            let ours = holder_of(&lease).is_some_and(|h| h.node == me.node);
+            if !open.is_empty() && !ours {
+                holders.push(identity(&lease).unwrap_or("?").to_string());
+                continue;
+            }
+            match self.judge(&lease, me, deadline).await? {
+                Look::Free => open.push((name, Some(lease), None)),
+                Look::Ours(id) => match self
+                    .write_take(me, &name, lease, Some(id), deadline)
+                    .await?
                 {
-                    Ok(_) => {
-                        tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
-                        return Ok(Taken::Slot(name));
+                    Ok(()) => return Ok(Taken::Slot(name)),
+                    Err(holder) => holders.push(holder),
+                },
+                Look::Open(id, why) => open.push((name, Some(lease), Some((id, why)))),
+                Look::Held(holder) => holders.push(holder),
+            }
+        }
+        let first = match turn {
+            None => 0,
+            Some((line, waits, seen)) => {
+                // The line as its watch listed it: a node just come must not pass it by.
+                if !open.is_empty() {
+                    let by = deadline.min(Instant::now() + self.clients.request_timeout);
+                    let _ = tokio::time::timeout_at(by, until_listed(waits, seen)).await;
+                }
+                let leases = seen.leases().unwrap_or_default();
+                let now = jiff::Timestamp::now();
+                match line.turn(&leases, &me.node, open.len(), now, Instant::now()) {
+                    Some(place) => queue::first_slot(place, open.len()),
+                    None => {
+                        holders.extend(open.iter().map(|(name, _, _)| {
+                            format!("{name} (open, for the nodes ahead in line)")
+                        }));
+                        return Ok(Taken::Full(holders));
                     }
-                    // Another node created it first: it is theirs.
-                    Err(e) if e.is_conflict() => {
-                        holders.push(format!("{name} (just taken)"));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
                 }
+            }
+        };
+        open.rotate_left(first);
+        for (name, lease, stale) in open {
+            let expected = stale.map(|(id, why)| {
+                tracing::warn!(
+                    node = %me.node,
+                    "drain slot {name} is held by {id}, which will not give it back ({why}); node {} takes it",
+                    me.node
+                );
+                id
+            });
+            let taken = match lease {
+                Some(lease) => {
+                    self.write_take(me, &name, lease, expected, deadline)
+                        .await?
+                }
+                None => self.create(me, &name, group, deadline).await?,
             };
-            let expected = match self.judge(&lease, me, deadline, true).await? {
-                Look::Free => None,
-                Look::Open(id) => Some(id),
-                Look::Held(holder) => {
-                    holders.push(holder);
-                    continue;
-                }
-            };
-            let now = jiff::Timestamp::now();
-            let written =
-                guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
-                    take_patch(l, me, expected.as_deref(), now, fleet)
-                })
-                .await;
-            match written {
-                Ok(w) if w.applied.is_some() => {
-                    tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
-                    return Ok(Taken::Slot(name));
-                }
-                Ok(w) => holders.push(identity(&w.object).unwrap_or("?").to_string()),
-                Err(GuardedError::Contended) => holders.push(format!("{name} (contended)")),
-                Err(GuardedError::Api(e)) => return Err(e),
-                Err(GuardedError::Build(e)) => {
-                    return Err(self.clients.error(&object, kube::Error::SerdeError(e)));
-                }
+            match taken {
+                Ok(()) => return Ok(Taken::Slot(name)),
+                Err(holder) => holders.push(holder),
             }
         }
         Ok(Taken::Full(holders))
     }
 
-    /// Whether `lease` may be taken by `me`: [`Look::Free`] when no one holds it,
-    /// [`Look::Open`] when it is ours (this node in any boot) or stale, [`Look::Held`] when
-    /// someone else holds it. A holder
-    /// that is not `NODE/BOOT_ID` has no Node to look at: it is judged by the Lease's times
-    /// alone ([`held_too_long`]). `taking`: a stale holder is about to lose it (said in the
-    /// journal).
-    async fn judge(
+    /// Creates slot `name`, held by `me`: `Err(what to say)` when another node created it first.
+    async fn create(
         &self,
-        lease: &Lease,
         me: &Holder,
+        name: &str,
+        group: &str,
         deadline: Instant,
-        taking: bool,
-    ) -> Result<Look, ApiError> {
+    ) -> Result<Result<(), String>, ApiError> {
+        let api = self.api();
+        let lease = new_lease(
+            name,
+            &self.settings.fleet,
+            group,
+            me,
+            jiff::Timestamp::now(),
+        );
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PostParams::default()
+        };
+        match self
+            .clients
+            .retry(deadline, &self.object(name), || api.create(&pp, &lease))
+            .await
+        {
+            Ok(_) => {
+                tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
+                Ok(Ok(()))
+            }
+            // Another node created it first: it is theirs.
+            Err(e) if e.is_conflict() => Ok(Err(format!("{name} (just taken)"))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes slot `name` (`lease` as read) for `me` from holder `expected`: `Err(what to say)`
+    /// when another node got it first.
+    async fn write_take(
+        &self,
+        me: &Holder,
+        name: &str,
+        lease: Lease,
+        expected: Option<String>,
+        deadline: Instant,
+    ) -> Result<Result<(), String>, ApiError> {
+        let fleet = &self.settings.fleet;
+        let api = self.api();
+        let object = self.object(name);
+        let now = jiff::Timestamp::now();
+        let written = guarded::write(self.clients, &api, name, &object, deadline, lease, |l| {
+            take_patch(l, me, expected.as_deref(), now, fleet)
+        })
+        .await;
+        match written {
+            Ok(w) if w.applied.is_some() => {
+                tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
+                Ok(Ok(()))
+            }
+            Ok(w) => Ok(Err(identity(&w.object).unwrap_or("?").to_string())),
+            Err(GuardedError::Contended) => Ok(Err(format!("{name} (contended)"))),
+            Err(GuardedError::Api(e)) => Err(e),
+            Err(GuardedError::Build(e)) => {
+                Err(self.clients.error(&object, kube::Error::SerdeError(e)))
+            }
+        }
+    }
+
+    /// Whether `lease` may be taken by `me`: [`Look::Free`] when no one holds it,
+    /// [`Look::Ours`] when this node holds it (in any boot), [`Look::Open`] when its holder is
+    /// stale, [`Look::Held`] when someone else holds it. A holder that is not `NODE/BOOT_ID` has
+    /// no Node to look at: it is judged by the Lease's times alone ([`held_too_long`]).
+    async fn judge(&self, lease: &Lease, me: &Holder, deadline: Instant) -> Result<Look, ApiError> {
         let id = identity(lease).map(str::to_string);
         let Some(id) = id else {
             return Ok(Look::Free);
         };
         let now = jiff::Timestamp::now();
         let hold_max = self.settings.fleet.hold_max;
-        let (holder, why) = match holder_of(lease) {
-            Some(holder) if holder.node == me.node => return Ok(Look::Open(id)),
+        let why = match holder_of(lease) {
+            Some(holder) if holder.node == me.node => return Ok(Look::Ours(id)),
             Some(holder) => {
                 let nodes: Api<Node> = Api::all(self.clients.api.clone());
                 let object = format!("node {}", holder.node);
@@ -305,27 +656,15 @@ impl Slots<'_> {
                     .clients
                     .retry(deadline, &object, || nodes.get_opt(&holder.node))
                     .await?;
-                let why = stale(&holder, node.as_ref(), HeldTimes::of(lease), now, hold_max);
-                (holder.to_string(), why)
+                stale(&holder, node.as_ref(), HeldTimes::of(lease), now, hold_max)
             }
             // Not an identity we write: only its times can say it will never give it back.
-            None => (
-                format!("{id:?} (not NODE/BOOT_ID)"),
-                held_too_long(HeldTimes::of(lease), now, hold_max),
-            ),
+            None => held_too_long(HeldTimes::of(lease), now, hold_max),
         };
-        let Some(why) = why else {
-            return Ok(Look::Held(id));
-        };
-        if taking {
-            tracing::warn!(
-                node = %me.node,
-                "drain slot {} is held by {holder}, which will not give it back ({why}); node {} takes it",
-                lease.metadata.name.as_deref().unwrap_or("?"),
-                me.node
-            );
-        }
-        Ok(Look::Open(id))
+        Ok(match why {
+            Some(why) => Look::Open(id, why),
+            None => Look::Held(id),
+        })
     }
 
     /// Every slot of `node`'s group as it is now, for `status`: one GET each.

@@ -249,3 +249,144 @@ fn a_release_clears_only_this_nodes_hold() {
     );
     assert!(release_patch(&lease(None), "node-a").unwrap().is_none());
 }
+
+/// A waiting Lease of `node` (boot `boot-1`) for group `all`, waiting since `since`, renewed at
+/// `renewed`.
+fn waiting(node: &str, since: &str, renewed: &str) -> Lease {
+    serde_json::from_value(json!({
+        "metadata": {"name": queue::wait_name(node), "namespace": "kube-shutdown-drain",
+                     "resourceVersion": "3", "labels": {queue::WAITING_LABEL: "all"}},
+        "spec": {"holderIdentity": format!("{node}/boot-1"), "acquireTime": since,
+                 "renewTime": renewed, "leaseDurationSeconds": 1800},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_line_is_by_wait_start_then_node_name_and_leaves_out_the_stale_and_the_given_back() {
+    let now = t("2026-12-02T06:00:00Z");
+    let fresh = "2026-12-02T05:59:00Z";
+    let leases = [
+        waiting("node-c", "2026-12-02T05:10:00Z", fresh),
+        waiting("node-b", "2026-12-02T05:20:00Z", fresh),
+        waiting("node-a", "2026-12-02T05:20:00Z", fresh),
+        // Not renewed for 31 minutes: its daemon is gone.
+        waiting("node-d", "2026-12-02T05:00:00Z", "2026-12-02T05:29:00Z"),
+        // Renewed "in 2100": counts as now, so in line, by its start.
+        waiting("node-e", "2026-12-02T05:30:00Z", "2100-01-01T00:00:00Z"),
+        // Given back: no holder.
+        lease(None),
+    ];
+    let line = queue::order(&leases, now);
+    let names: Vec<&str> = line.iter().map(|w| w.node.as_str()).collect();
+    assert_eq!(names, ["node-c", "node-a", "node-b", "node-e"]);
+    assert_eq!(queue::place(&line, "node-a"), 1);
+    // A node not in line yet is behind all of it.
+    assert_eq!(queue::place(&line, "node-z"), 4);
+    assert_eq!(queue::place(&[], "node-z"), 0);
+    // The first nodes each start with a different open slot.
+    assert_eq!(
+        [0, 1, 2].map(|p| queue::first_slot(p, 2)),
+        [0, 1, 0],
+        "places 0 and 1 on slots 0 and 1"
+    );
+    assert_eq!(queue::first_slot(3, 0), 0);
+}
+
+#[test]
+fn only_the_first_of_the_line_try_an_open_slot_and_a_waiter_that_leaves_it_open_is_passed_over() {
+    let now = t("2026-12-02T06:00:00Z");
+    let fresh = "2026-12-02T05:59:00Z";
+    let leases = [
+        waiting("node-a", "2026-12-02T05:10:00Z", fresh),
+        waiting("node-b", "2026-12-02T05:20:00Z", fresh),
+        waiting("node-c", "2026-12-02T05:30:00Z", fresh),
+    ];
+    let at = tokio::time::Instant::now();
+    let turns = |open: usize, at: tokio::time::Instant| {
+        ["node-a", "node-b", "node-c", "node-new"].map(|n| {
+            let mut line = queue::Line::default();
+            line.turn(&leases, n, open, now, at)
+        })
+    };
+    assert_eq!(turns(1, at), [Some(0), None, None, None]);
+    assert_eq!(turns(2, at), [Some(0), Some(1), None, None]);
+    assert_eq!(turns(0, at), [None; 4]);
+
+    // node-c sees one slot open: node-a's turn. It stays open for PASS_OVER: node-a is passed
+    // over, node-b's turn; PASS_OVER more: node-b too, node-c's turn.
+    let mut c = queue::Line::default();
+    assert_eq!(c.turn(&leases, "node-c", 1, now, at), None);
+    assert_eq!(c.next_turn(), Some(at + queue::PASS_OVER));
+    let just_before = at + queue::PASS_OVER - Duration::from_millis(1);
+    assert_eq!(c.turn(&leases, "node-c", 1, now, just_before), None);
+    let later = at + queue::PASS_OVER;
+    assert_eq!(c.turn(&leases, "node-c", 1, now, later), None);
+    let later = later + queue::PASS_OVER;
+    assert_eq!(c.turn(&leases, "node-c", 1, now, later), Some(0));
+    // No slot open: the time starts again; node-a and node-b stay passed over...
+    assert_eq!(c.turn(&leases, "node-c", 0, now, later), None);
+    assert_eq!(c.next_turn(), None);
+    assert_eq!(c.turn(&leases, "node-c", 1, now, later), Some(0));
+    // ...until node-a renews its Lease: it is back in line, ahead.
+    let mut renewed = leases.clone();
+    renewed[0] = waiting("node-a", "2026-12-02T05:10:00Z", "2026-12-02T05:59:30Z");
+    assert_eq!(c.turn(&renewed, "node-c", 1, now, later), None);
+}
+
+#[test]
+fn a_renewed_wait_keeps_its_start_and_a_wait_of_another_boot_or_node_starts_again() {
+    let now = t("2026-12-02T06:00:00.5Z");
+    let mine = waiting("node-a", "2026-12-02T05:10:00Z", "2026-12-02T05:50:00Z");
+    let (patch, ()) = queue::wait_patch(&mine, &me(), "all", now)
+        .unwrap()
+        .expect("a write");
+    let v = serde_json::to_value(&patch).unwrap();
+    assert_eq!(
+        v[0],
+        json!({"op": "test", "path": "/metadata/resourceVersion", "value": "3"})
+    );
+    let renewed = apply(&mine, patch);
+    let times = HeldTimes::of(&renewed);
+    assert_eq!(times.acquired, Some(t("2026-12-02T05:10:00Z")));
+    assert_eq!(times.renewed, Some(now));
+    assert_eq!(holder_of(&renewed), Some(me()));
+    // Another boot's wait, a stale one, another node's: the wait starts now.
+    for old in [
+        waiting("node-a", "2026-12-02T05:10:00Z", "2026-12-02T05:50:00Z"),
+        waiting("node-a", "2026-12-02T04:10:00Z", "2026-12-02T05:20:00Z"),
+        waiting("node-b", "2026-12-02T05:10:00Z", "2026-12-02T05:50:00Z"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, mut l)| {
+        if i == 0 {
+            l.spec.as_mut().unwrap().holder_identity = Some("node-a/boot-0".into());
+        }
+        l
+    }) {
+        let (patch, ()) = queue::wait_patch(&old, &me(), "all", now).unwrap().unwrap();
+        assert_eq!(HeldTimes::of(&apply(&old, patch)).acquired, Some(now));
+    }
+    // The name never meets a slot's, and stays a valid object name.
+    assert_eq!(
+        queue::wait_name("node-a"),
+        "kube-shutdown-drain-waiting.node-a"
+    );
+    let long = "n".repeat(253);
+    assert!(queue::wait_name(&long).len() <= 253);
+    assert_ne!(
+        queue::wait_name(&long),
+        queue::wait_name(&format!("{}m", "n".repeat(252)))
+    );
+}
+
+#[test]
+fn the_first_of_the_line_look_every_five_seconds_the_last_every_minute() {
+    let every = |place| queue::look_every(place, 2).as_secs();
+    assert_eq!(
+        [0, 1, 2, 3, 4, 22, 199].map(every),
+        [5, 5, 10, 10, 15, 60, 60]
+    );
+    assert_eq!(queue::look_every(3, 0).as_secs(), 20);
+}
