@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `window.rs` | the maintenance windows: is a reboot allowed now, when it opens, when it closes |
 //! | `fleetlock.rs` | the FleetLock protocol's requests and error bodies (zincati's reboot slots) |
+//! | `server.rs` | the FleetLock HTTP server: checks the caller and the request, asks the daemon |
 //! | `peer.rs` | the uid owning a loopback connection's client socket (`/proc/net/tcp`) |
 //! | `zincati_id.rs` | the node id zincati sends, derived from `/etc/machine-id` |
 //! | `need.rs` | what a trigger says: a reboot needed, not needed, or unknown and why |
@@ -12,6 +13,7 @@
 pub mod fleetlock;
 pub mod need;
 pub mod peer;
+pub mod server;
 pub mod window;
 #[cfg(test)]
 mod window_tests;
