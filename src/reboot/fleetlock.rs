@@ -470,6 +470,18 @@ mod tests {
         }
     }
 
+    /// The head is judged before the body: a request wrong in both is refused for its head,
+    /// as the server refuses it before reading the body.
+    #[test]
+    fn the_head_is_checked_before_the_body() {
+        let refusal = read(&Method::GET, "/v1/x", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::NotFound);
+        let refusal = read(&Method::GET, "/v1/pre-reboot", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::MethodNotAllowed);
+        let refusal = read(&Method::POST, "/v1/pre-reboot", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::MissingProtocolHeader);
+    }
+
     #[test]
     fn the_error_body_is_the_protocols_json() {
         let refusal = Refusal::new(
