@@ -511,3 +511,31 @@ async fn a_listen_address_in_use_is_refused_naming_it() {
         "{err}"
     );
 }
+
+/// The zincati drop-in we ship points zincati at a base URL our `[fleetlock] listen` accepts,
+/// with the trailing `/` zincati's URL join needs, and selects the fleet_lock strategy.
+#[test]
+fn the_shipped_zincati_drop_in_points_at_an_accepted_listen_address() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/packaging/zincati/90-kube-shutdown-drain.toml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let dropin: toml::Table = toml::from_str(&text).unwrap();
+    let updates = dropin["updates"].as_table().unwrap();
+    assert_eq!(updates["strategy"].as_str(), Some("fleet_lock"));
+    let base_url = updates["fleet_lock"]["base_url"].as_str().unwrap();
+    let host_port = base_url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("{path}: {base_url:?} is not http://HOST:PORT/"));
+    let config = format!("[fleetlock]\nlisten = {host_port:?}");
+    let settings =
+        kube_shutdown_drain::config::fleetlock::from_toml(&kube_shutdown_drain::config::Source {
+            path: std::path::Path::new("/etc/kube-shutdown-drain/config.toml"),
+            text: &config,
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(settings.listen.to_string(), host_port);
+}
