@@ -207,9 +207,9 @@ impl Server {
                 let connection = builder.serve_connection(TokioIo::new(stream), service);
                 match tokio::time::timeout(limits.connection_timeout, connection).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::debug!("FleetLock connection from {client}: {e}"),
+                    Ok(Err(e)) => tracing::debug!("fleetlock connection from {client}: {e}"),
                     Err(_) => tracing::debug!(
-                        "FleetLock connection from {client} closed after {:?}",
+                        "fleetlock connection from {client} closed after {:?}",
                         limits.connection_timeout
                     ),
                 }
@@ -252,7 +252,7 @@ impl Caller {
 /// One request's response: the checks in order, then the question.
 async fn answer(request: http::Request<Incoming>, shared: &Shared, caller: &Caller) -> Reply {
     if let Caller::Other(why) = caller {
-        tracing::warn!("refused a FleetLock request: {why}");
+        tracing::warn!("refused a fleetlock request: {why}");
         return refused(&Refusal::new(StatusCode::FORBIDDEN, Kind::NotTheAgent, why));
     }
     let (head, body) = request.into_parts();
@@ -301,7 +301,7 @@ async fn answer(request: http::Request<Incoming>, shared: &Shared, caller: &Call
 
 /// Asks the daemon, within the answer timeout.
 async fn ask(request: Request, shared: &Shared) -> Reply {
-    let operation = request.operation;
+    let (operation, id) = (request.operation, request.id.clone());
     let (tx, rx) = oneshot::channel();
     let question = Question {
         request,
@@ -314,7 +314,10 @@ async fn ask(request: Request, shared: &Shared) -> Reply {
     let answer = tokio::time::timeout(shared.answer_timeout, asked).await;
     match answer {
         Ok(Some(Answer::Granted | Answer::Released)) => {
-            tracing::info!("FleetLock {}: answered 200", operation.path());
+            tracing::info!(
+                "fleetlock {} for node id {id}: answered 200",
+                operation.path()
+            );
             reply(StatusCode::OK, Bytes::new())
         }
         Ok(Some(Answer::Refused { kind, why })) => {
