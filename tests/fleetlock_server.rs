@@ -539,3 +539,24 @@ fn the_shipped_zincati_drop_in_points_at_an_accepted_listen_address() {
         .unwrap();
     assert_eq!(settings.listen.to_string(), host_port);
 }
+
+/// systemd as the oracle on a host that has it: the id the server answers for is `systemd-id128
+/// machine-id --app-specific=APP_ID` of zincati's application id. Here rather than beside the
+/// code, so its child process is not forked while the library's lock tests hold an fd that is
+/// not yet close-on-exec.
+#[test]
+fn zincatis_id_is_what_systemd_id128_says_for_this_host() {
+    use kube_shutdown_drain::reboot::zincati_id::{
+        MACHINE_ID_PATH, ZINCATI_APP_ID, lower_hex, read,
+    };
+    let path = std::path::Path::new(MACHINE_ID_PATH);
+    let out = std::process::Command::new("systemd-id128")
+        .args(["machine-id", "--app-specific", &lower_hex(&ZINCATI_APP_ID)])
+        .output();
+    let Some(out) = out.ok().filter(|o| o.status.success() && path.exists()) else {
+        eprintln!("no systemd-id128 or no {MACHINE_ID_PATH} on this host: nothing to compare");
+        return;
+    };
+    let systemd = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(read(path).unwrap(), systemd.trim());
+}
