@@ -14,6 +14,7 @@
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`, not yet read from the file (issue 31) |
+//! | `fleetlock.rs` | `[fleetlock]` (the FleetLock server for zincati), not yet read from the file |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -29,6 +30,9 @@ use selector::Selector;
 pub mod advice;
 pub mod duration;
 pub mod file;
+pub mod fleetlock;
+#[cfg(test)]
+mod fleetlock_tests;
 pub mod kubeconfig;
 pub mod names;
 mod raw;

@@ -1,7 +1,6 @@
 //! The FleetLock protocol zincati speaks before it reboots a Fedora CoreOS node
 //! (`coreos/zincati/docs/development/fleetlock/protocol.md`): a request read and checked into a
-//! typed value, and the protocol's error body, as pure functions. The server that answers is
-//! the next step; read by nothing yet, the daemon's reboot loop is issue 31.
+//! typed value, and the protocol's error body, as pure functions.
 //!
 //! The protocol: `POST` to `/v1/pre-reboot` (take a reboot slot; asked again by a holder, it
 //! is granted again) or `/v1/steady-state` (give back any slot held), relative to the base URL
@@ -10,6 +9,7 @@
 //! ...}}`, both non-empty strings, the group matching `^[a-zA-Z0-9.-]+$`; 200 for success, any
 //! other status a failure the client retries; errors as JSON `{"kind": ..., "value": ...}`,
 //! `kind` from a small fixed set (zincati counts it in its metrics), `value` for people.
+//! The server that answers over HTTP is `server.rs`.
 
 use http::{HeaderMap, Method, StatusCode};
 use serde::Deserialize;
@@ -72,6 +72,12 @@ pub enum Kind {
     Draining,
     /// The node's drain ended without emptying it.
     DrainIncomplete,
+    /// The caller is not the update agent (the server's own check, before anything is asked).
+    NotTheAgent,
+    /// `client_params.id` names another node than this one.
+    NotThisNode,
+    /// The daemon did not answer in time, or is not answering FleetLock requests now.
+    NoAnswer,
 }
 
 impl Kind {
@@ -87,6 +93,9 @@ impl Kind {
             Kind::Held => "reboot_held",
             Kind::Draining => "drain_in_progress",
             Kind::DrainIncomplete => "drain_incomplete",
+            Kind::NotTheAgent => "caller_not_update_agent",
+            Kind::NotThisNode => "not_this_node",
+            Kind::NoAnswer => "no_answer",
         }
     }
 }
@@ -100,7 +109,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(status: StatusCode, kind: Kind, value: impl Into<String>) -> Refusal {
+    pub fn new(status: StatusCode, kind: Kind, value: impl Into<String>) -> Refusal {
         Refusal {
             status,
             kind,
@@ -128,13 +137,20 @@ struct ClientParams {
 
 /// Reads one request: `path` is what follows the base URL. Checks, in order: the path, the
 /// method, the header, the body's size, its JSON, `client_params`, `id` and `group`; the
-/// first failure is the answer, with a 4xx status.
+/// first failure is the answer, with a 4xx status. [`head`] and [`body`] are its two halves,
+/// for a server that checks the head before it reads any of the body.
 pub fn read(
     method: &Method,
     path: &str,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Request, Refusal> {
+    let operation = head(method, path, headers)?;
+    self::body(operation, body)
+}
+
+/// The path, the method and the header: what can be checked before the body is read.
+pub fn head(method: &Method, path: &str, headers: &HeaderMap) -> Result<Operation, Refusal> {
     let operation = [Operation::PreReboot, Operation::SteadyState]
         .into_iter()
         .find(|op| op.path() == path)
@@ -166,13 +182,27 @@ pub fn read(
             format!("FleetLock requests carry the header `{HEADER}: {HEADER_VALUE}`"),
         ));
     }
+    Ok(operation)
+}
+
+/// A body larger than [`MAX_BODY`], refused with 413; `size` is the `Content-Length` when the
+/// body is refused unread.
+pub fn too_large(size: Option<u64>) -> Refusal {
+    Refusal::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Kind::BadBody,
+        match size {
+            Some(n) => format!("the body has {n} bytes; at most {MAX_BODY}"),
+            None => format!("the body has more than {MAX_BODY} bytes; at most {MAX_BODY}"),
+        },
+    )
+}
+
+/// The body of a request for `operation`: its size, its JSON, `client_params`, `id`, `group`.
+pub fn body(operation: Operation, body: &[u8]) -> Result<Request, Refusal> {
     let bad = |why: String| Refusal::new(StatusCode::BAD_REQUEST, Kind::BadBody, why);
     if body.len() > MAX_BODY {
-        return Err(Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            Kind::BadBody,
-            format!("the body has {} bytes; at most {MAX_BODY}", body.len()),
-        ));
+        return Err(too_large(Some(body.len() as u64)));
     }
     let parsed: Body = serde_json::from_slice(body)
         .map_err(|e| bad(format!("the body is not a JSON object: {e}")))?;
@@ -438,6 +468,18 @@ mod tests {
             );
             assert!(refusal.value.starts_with(value), "{refusal:?}");
         }
+    }
+
+    /// The head is judged before the body: a request wrong in both is refused for its head,
+    /// as the server refuses it before reading the body.
+    #[test]
+    fn the_head_is_checked_before_the_body() {
+        let refusal = read(&Method::GET, "/v1/x", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::NotFound);
+        let refusal = read(&Method::GET, "/v1/pre-reboot", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::MethodNotAllowed);
+        let refusal = read(&Method::POST, "/v1/pre-reboot", &headers(None), b"{").unwrap_err();
+        assert_eq!(refusal.kind, Kind::MissingProtocolHeader);
     }
 
     #[test]

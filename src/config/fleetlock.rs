@@ -1,0 +1,156 @@
+//! The `[fleetlock]` table: the raw serde type, its checked values and the validation into
+//! [`FleetLockSettings`]. Not part of the config file yet: until the daemon's loop answers the
+//! server's questions (issue 31), `[fleetlock]` stays an unknown key of the file, refused as any
+//! other, so no admin believes zincati's reboots already wait for a drain. Read by nothing yet.
+//!
+//! ```toml
+//! [fleetlock]
+//! listen = "127.0.0.1:9753"   # loopback only; zincati's base_url is "http://127.0.0.1:9753/"
+//! agent_user = "zincati"      # the only local user whose requests are answered
+//! ```
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::raw::{Table, table};
+use super::values::{FromValue, Invalid, Value, deserialize_checked, quote};
+use super::{ConfigError, Source};
+
+/// The user zincati runs as on Fedora CoreOS (`User=zincati` in zincati's
+/// `dist/systemd/system/zincati.service`).
+pub const DEFAULT_AGENT_USER: &str = "zincati";
+
+/// `[fleetlock]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFleetLock {
+    /// Default: none (no server).
+    pub listen: Option<Listen>,
+    /// Default: [`DEFAULT_AGENT_USER`]. Only with `listen`.
+    pub agent_user: Option<Spanned<UserName>>,
+}
+
+impl Table for RawFleetLock {
+    const EXPECTING: &'static str =
+        "`fleetlock` to be a [fleetlock] table (keys listen, agent_user)";
+}
+
+/// `listen`: a loopback address and a port other than 0. Loopback only because the server
+/// speaks plain HTTP and answers for this node alone: its one client runs on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen(pub SocketAddr);
+
+const LISTEN_ALLOWED: &str =
+    "a loopback address and a port, e.g. \"127.0.0.1:9753\" or \"[::1]:9753\"";
+
+impl FromValue for Listen {
+    fn from_value(value: Value) -> Result<Listen, Invalid> {
+        let text = match value {
+            Value::String(s) => s,
+            other => return Err(Invalid::wrong_type("a string", &other, LISTEN_ALLOWED)),
+        };
+        let addr: SocketAddr = text.parse().map_err(|_| {
+            Invalid::new(
+                format!("{} is not an address and port", quote(&text)),
+                LISTEN_ALLOWED,
+            )
+        })?;
+        if !addr.ip().is_loopback() {
+            return Err(Invalid::new(
+                format!(
+                    "{} is not a loopback address: the server would answer other hosts",
+                    quote(&text)
+                ),
+                LISTEN_ALLOWED,
+            ));
+        }
+        if addr.port() == 0 {
+            return Err(Invalid::new(
+                format!(
+                    "{} has port 0: the agent's base_url needs a fixed port",
+                    quote(&text)
+                ),
+                LISTEN_ALLOWED,
+            ));
+        }
+        Ok(Listen(addr))
+    }
+}
+
+/// `agent_user`: a user name as useradd accepts it (letters, digits, `_`, `-`, `.`, not
+/// starting with `-`, at most 32 bytes); looked up in the user database when the server starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserName(pub String);
+
+impl FromValue for UserName {
+    fn from_value(value: Value) -> Result<UserName, Invalid> {
+        const ALLOWED: &str = "a user name of the system, e.g. \"zincati\"";
+        let name = match value {
+            Value::String(s) => s,
+            other => return Err(Invalid::wrong_type("a string", &other, ALLOWED)),
+        };
+        let well_formed = !name.is_empty()
+            && name.len() <= 32
+            && !name.starts_with('-')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if well_formed {
+            Ok(UserName(name))
+        } else {
+            Err(Invalid::new(
+                format!("{} is not a user name", quote(&name)),
+                ALLOWED,
+            ))
+        }
+    }
+}
+
+deserialize_checked!(Listen, UserName);
+
+/// The validated `[fleetlock]` table: present only when `listen` is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetLockSettings {
+    /// Where the server listens (loopback).
+    pub listen: SocketAddr,
+    /// The only local user whose requests reach the daemon.
+    pub agent_user: String,
+}
+
+/// `[fleetlock]` of the file `src`, validated; `None` without `listen`. Used by the tests until
+/// the top-level config reads `[fleetlock]` (issue 31).
+pub fn from_toml(src: &Source<'_>) -> Result<Option<FleetLockSettings>, ConfigError> {
+    /// Only `[fleetlock]` of the file; the rest is the top-level config's.
+    #[derive(Deserialize)]
+    struct Only {
+        #[serde(default, deserialize_with = "table")]
+        fleetlock: RawFleetLock,
+    }
+    let only: Only = toml::from_str(src.text).map_err(|e| src.toml_error(&e))?;
+    settings(only.fleetlock, src)
+}
+
+/// Applies the default user; an `agent_user` without `listen` is refused, as it names the caller
+/// of a server that does not run.
+pub fn settings(
+    raw: RawFleetLock,
+    src: &Source<'_>,
+) -> Result<Option<FleetLockSettings>, ConfigError> {
+    match (raw.listen, raw.agent_user) {
+        (None, None) => Ok(None),
+        (None, Some(user)) => Err(src.invalid(
+            user.span(),
+            "fleetlock.agent_user",
+            Invalid::new(
+                "it names who may call the FleetLock server, and `listen` starts none",
+                "`listen = \"127.0.0.1:9753\"` in [fleetlock] together with it",
+            ),
+        )),
+        (Some(Listen(listen)), user) => Ok(Some(FleetLockSettings {
+            listen,
+            agent_user: user.map_or_else(|| DEFAULT_AGENT_USER.to_string(), |u| u.into_inner().0),
+        })),
+    }
+}
