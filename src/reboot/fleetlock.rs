@@ -209,8 +209,8 @@ pub fn body(operation: Operation, body: &[u8]) -> Result<Request, Refusal> {
     let params = parsed
         .client_params
         .ok_or_else(|| bad("the body has no `client_params` object".to_string()))?;
-    let id = param(params.id, "id").map_err(bad)?;
-    let group = param(params.group, "group").map_err(bad)?;
+    let id = param(params.id, "id")?;
+    let group = param(params.group, "group")?;
     if !group
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
@@ -226,20 +226,22 @@ pub fn body(operation: Operation, body: &[u8]) -> Result<Request, Refusal> {
     })
 }
 
-/// `client_params.NAME`: a non-empty string of at most [`MAX_PARAM`] bytes.
-fn param(value: Option<serde_json::Value>, name: &str) -> Result<String, String> {
-    match value {
-        None => Err(format!("`client_params.{name}` is missing")),
+/// `client_params.NAME`: a non-empty string of at most [`MAX_PARAM`] bytes, or the 400
+/// [`Kind::BadBody`] refusal that says what is wrong with it.
+fn param(value: Option<serde_json::Value>, name: &str) -> Result<String, Refusal> {
+    let why = match value {
+        None => format!("`client_params.{name}` is missing"),
         Some(serde_json::Value::String(s)) if s.is_empty() => {
-            Err(format!("`client_params.{name}` is empty"))
+            format!("`client_params.{name}` is empty")
         }
-        Some(serde_json::Value::String(s)) if s.len() > MAX_PARAM => Err(format!(
+        Some(serde_json::Value::String(s)) if s.len() > MAX_PARAM => format!(
             "`client_params.{name}` has {} bytes; at most {MAX_PARAM}",
             s.len()
-        )),
-        Some(serde_json::Value::String(s)) => Ok(s),
-        Some(_) => Err(format!("`client_params.{name}` is not a string")),
-    }
+        ),
+        Some(serde_json::Value::String(s)) => return Ok(s),
+        Some(_) => format!("`client_params.{name}` is not a string"),
+    };
+    Err(Refusal::new(StatusCode::BAD_REQUEST, Kind::BadBody, why))
 }
 
 #[cfg(test)]
