@@ -316,62 +316,12 @@ pub fn from_toml(src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
 /// timeout below the interval, windows, a zone and a blocking pod selector only with a trigger,
 /// every window key given.
 pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
-    let sentinel_command = match raw.sentinel_command {
-        None => {
-            let timing = [
-                raw.check_interval
-                    .as_ref()
-                    .map(|s| ("check_interval", s.span())),
-                raw.command_timeout
-                    .as_ref()
-                    .map(|s| ("command_timeout", s.span())),
-            ];
-            if let Some((key, span)) = timing.into_iter().flatten().next() {
-                return Err(src.invalid(
-                    span,
-                    &format!("reboot.{key}"),
-                    Invalid::new(
-                        "it times `sentinel_command`, and there is none",
-                        "`sentinel_command = [...]` in [reboot] together with it",
-                    ),
-                ));
-            }
-            None
-        }
-        Some(command) => {
-            let interval = raw
-                .check_interval
-                .as_ref()
-                .map_or(DEFAULT_CHECK_INTERVAL, |i| i.get_ref().0);
-            let timeout = raw
-                .command_timeout
-                .as_ref()
-                .map_or(DEFAULT_COMMAND_TIMEOUT, |t| t.get_ref().0);
-            if timeout >= interval {
-                let span = raw
-                    .command_timeout
-                    .as_ref()
-                    .map_or_else(|| command.span(), |t| t.span());
-                return Err(src.invalid(
-                    span,
-                    "reboot.command_timeout",
-                    Invalid::new(
-                        format!(
-                            "{:?} is not below check_interval {:?}",
-                            super::format_duration(timeout),
-                            super::format_duration(interval)
-                        ),
-                        "a command_timeout below check_interval, so one run ends before the next",
-                    ),
-                ));
-            }
-            Some(SentinelCommand {
-                argv: command.into_inner().0,
-                interval,
-                timeout,
-            })
-        }
-    };
+    let sentinel_command = sentinel_command(
+        raw.sentinel_command,
+        raw.check_interval.as_ref(),
+        raw.command_timeout.as_ref(),
+        src,
+    )?;
     let mut windows = Vec::new();
     for (i, entry) in raw.window.iter().enumerate() {
         windows.extend(window(src, i, entry)?);
@@ -392,38 +342,104 @@ pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, Conf
             .map(|s| s.get_ref().0.clone()),
     };
     if !settings.enabled() {
-        let unused = raw
-            .window
-            .first()
-            .map(|w| ("reboot.window[0]", w.span()))
-            .or_else(|| {
-                raw.time_zone
-                    .as_ref()
-                    .map(|z| ("reboot.time_zone", z.span()))
-            });
-        if let Some((key, span)) = unused {
-            return Err(src.invalid(
-                span,
-                key,
-                Invalid::new(
-                    "windows without a trigger never apply: the node never asks for a reboot",
-                    NEEDS_A_TRIGGER,
-                ),
-            ));
-        }
-        if let Some(selector) = &raw.blocking_pod_selector {
-            return Err(src.invalid(
-                selector.span(),
-                "reboot.blocking_pod_selector",
-                Invalid::new(
-                    "a blocking pod selector without a trigger never applies: the node never \
-                     asks for a reboot",
-                    NEEDS_A_TRIGGER,
-                ),
-            ));
-        }
+        only_with_a_trigger(
+            &raw.window,
+            raw.time_zone.as_ref(),
+            raw.blocking_pod_selector.as_ref(),
+            src,
+        )?;
     }
     Ok(settings)
+}
+
+/// `sentinel_command` with its timing: `check_interval` and `command_timeout` only with a
+/// command, and the timeout below the interval.
+fn sentinel_command(
+    command: Option<Spanned<Command>>,
+    check_interval: Option<&Spanned<CheckInterval>>,
+    command_timeout: Option<&Spanned<Positive>>,
+    src: &Source<'_>,
+) -> Result<Option<SentinelCommand>, ConfigError> {
+    let sentinel_command = match command {
+        None => {
+            let timing = [
+                check_interval.map(|s| ("check_interval", s.span())),
+                command_timeout.map(|s| ("command_timeout", s.span())),
+            ];
+            if let Some((key, span)) = timing.into_iter().flatten().next() {
+                return Err(src.invalid(
+                    span,
+                    &format!("reboot.{key}"),
+                    Invalid::new(
+                        "it times `sentinel_command`, and there is none",
+                        "`sentinel_command = [...]` in [reboot] together with it",
+                    ),
+                ));
+            }
+            None
+        }
+        Some(command) => {
+            let interval = check_interval.map_or(DEFAULT_CHECK_INTERVAL, |i| i.get_ref().0);
+            let timeout = command_timeout.map_or(DEFAULT_COMMAND_TIMEOUT, |t| t.get_ref().0);
+            if timeout >= interval {
+                let span = command_timeout.map_or_else(|| command.span(), |t| t.span());
+                return Err(src.invalid(
+                    span,
+                    "reboot.command_timeout",
+                    Invalid::new(
+                        format!(
+                            "{:?} is not below check_interval {:?}",
+                            super::format_duration(timeout),
+                            super::format_duration(interval)
+                        ),
+                        "a command_timeout below check_interval, so one run ends before the next",
+                    ),
+                ));
+            }
+            Some(SentinelCommand {
+                argv: command.into_inner().0,
+                interval,
+                timeout,
+            })
+        }
+    };
+    Ok(sentinel_command)
+}
+
+/// Windows, a zone and a blocking pod selector apply only to a node with a trigger: refused
+/// without one.
+fn only_with_a_trigger(
+    window: &[Spanned<WindowEntry>],
+    time_zone: Option<&Spanned<ZoneName>>,
+    blocking_pod_selector: Option<&Spanned<PodSelector>>,
+    src: &Source<'_>,
+) -> Result<(), ConfigError> {
+    let unused = window
+        .first()
+        .map(|w| ("reboot.window[0]", w.span()))
+        .or_else(|| time_zone.map(|z| ("reboot.time_zone", z.span())));
+    if let Some((key, span)) = unused {
+        return Err(src.invalid(
+            span,
+            key,
+            Invalid::new(
+                "windows without a trigger never apply: the node never asks for a reboot",
+                NEEDS_A_TRIGGER,
+            ),
+        ));
+    }
+    if let Some(selector) = blocking_pod_selector {
+        return Err(src.invalid(
+            selector.span(),
+            "reboot.blocking_pod_selector",
+            Invalid::new(
+                "a blocking pod selector without a trigger never applies: the node never \
+                 asks for a reboot",
+                NEEDS_A_TRIGGER,
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a `[reboot]` without a trigger lacks.

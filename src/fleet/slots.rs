@@ -104,6 +104,15 @@ pub enum Taken {
     Full(Vec<String>),
 }
 
+/// What one write of a free or stale slot came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Attempt {
+    /// The write was applied: this node holds the slot.
+    Won,
+    /// Another node got the slot first; what to list it as among the holders of a full group.
+    Lost(String),
+}
+
 /// What one look at a slot Lease found, for this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Look {
@@ -516,8 +525,8 @@ impl Slots<'_> {
                     .write_take(me, &name, lease, Some(id), deadline)
                     .await?
                 {
-                    Ok(()) => return Ok(Taken::Slot(name)),
-                    Err(holder) => holders.push(holder),
+                    Attempt::Won => return Ok(Taken::Slot(name)),
+                    Attempt::Lost(holder) => holders.push(holder),
                 },
                 Look::Open(id, why) => open.push((name, Some(lease), Some((id, why)))),
                 Look::Held(holder) => holders.push(holder),
@@ -562,21 +571,21 @@ impl Slots<'_> {
                 None => self.create(me, &name, group, deadline).await?,
             };
             match taken {
-                Ok(()) => return Ok(Taken::Slot(name)),
-                Err(holder) => holders.push(holder),
+                Attempt::Won => return Ok(Taken::Slot(name)),
+                Attempt::Lost(holder) => holders.push(holder),
             }
         }
         Ok(Taken::Full(holders))
     }
 
-    /// Creates slot `name`, held by `me`: `Err(what to say)` when another node created it first.
+    /// Creates slot `name`, held by `me`: [`Attempt::Lost`] when another node created it first.
     async fn create(
         &self,
         me: &Holder,
         name: &str,
         group: &str,
         deadline: Instant,
-    ) -> Result<Result<(), String>, ApiError> {
+    ) -> Result<Attempt, ApiError> {
         let api = self.api();
         let lease = new_lease(
             name,
@@ -596,15 +605,15 @@ impl Slots<'_> {
         {
             Ok(_) => {
                 tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
-                Ok(Ok(()))
+                Ok(Attempt::Won)
             }
             // Another node created it first: it is theirs.
-            Err(e) if e.is_conflict() => Ok(Err(format!("{name} (just taken)"))),
+            Err(e) if e.is_conflict() => Ok(Attempt::Lost(format!("{name} (just taken)"))),
             Err(e) => Err(e),
         }
     }
 
-    /// Takes slot `name` (`lease` as read) for `me` from holder `expected`: `Err(what to say)`
+    /// Takes slot `name` (`lease` as read) for `me` from holder `expected`: [`Attempt::Lost`]
     /// when another node got it first.
     async fn write_take(
         &self,
@@ -613,7 +622,7 @@ impl Slots<'_> {
         lease: Lease,
         expected: Option<String>,
         deadline: Instant,
-    ) -> Result<Result<(), String>, ApiError> {
+    ) -> Result<Attempt, ApiError> {
         let fleet = &self.settings.fleet;
         let api = self.api();
         let object = self.object(name);
@@ -625,10 +634,12 @@ impl Slots<'_> {
         match written {
             Ok(w) if w.applied.is_some() => {
                 tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
-                Ok(Ok(()))
+                Ok(Attempt::Won)
             }
-            Ok(w) => Ok(Err(identity(&w.object).unwrap_or("?").to_string())),
-            Err(GuardedError::Contended) => Ok(Err(format!("{name} (contended)"))),
+            Ok(w) => Ok(Attempt::Lost(
+                identity(&w.object).unwrap_or("?").to_string(),
+            )),
+            Err(GuardedError::Contended) => Ok(Attempt::Lost(format!("{name} (contended)"))),
             Err(GuardedError::Api(e)) => Err(e),
             Err(GuardedError::Build(e)) => {
                 Err(self.clients.error(&object, kube::Error::SerdeError(e)))

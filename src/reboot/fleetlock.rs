@@ -209,8 +209,8 @@ pub fn body(operation: Operation, body: &[u8]) -> Result<Request, Refusal> {
     let params = parsed
         .client_params
         .ok_or_else(|| bad("the body has no `client_params` object".to_string()))?;
-    let id = param(params.id, "id").map_err(bad)?;
-    let group = param(params.group, "group").map_err(bad)?;
+    let id = param(params.id, "id")?;
+    let group = param(params.group, "group")?;
     if !group
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
@@ -226,20 +226,22 @@ pub fn body(operation: Operation, body: &[u8]) -> Result<Request, Refusal> {
     })
 }
 
-/// `client_params.NAME`: a non-empty string of at most [`MAX_PARAM`] bytes.
-fn param(value: Option<serde_json::Value>, name: &str) -> Result<String, String> {
-    match value {
-        None => Err(format!("`client_params.{name}` is missing")),
+/// `client_params.NAME`: a non-empty string of at most [`MAX_PARAM`] bytes, or the 400
+/// [`Kind::BadBody`] refusal that says what is wrong with it.
+fn param(value: Option<serde_json::Value>, name: &str) -> Result<String, Refusal> {
+    let why = match value {
+        None => format!("`client_params.{name}` is missing"),
         Some(serde_json::Value::String(s)) if s.is_empty() => {
-            Err(format!("`client_params.{name}` is empty"))
+            format!("`client_params.{name}` is empty")
         }
-        Some(serde_json::Value::String(s)) if s.len() > MAX_PARAM => Err(format!(
+        Some(serde_json::Value::String(s)) if s.len() > MAX_PARAM => format!(
             "`client_params.{name}` has {} bytes; at most {MAX_PARAM}",
             s.len()
-        )),
-        Some(serde_json::Value::String(s)) => Ok(s),
-        Some(_) => Err(format!("`client_params.{name}` is not a string")),
-    }
+        ),
+        Some(serde_json::Value::String(s)) => return Ok(s),
+        Some(_) => format!("`client_params.{name}` is not a string"),
+    };
+    Err(Refusal::new(StatusCode::BAD_REQUEST, Kind::BadBody, why))
 }
 
 #[cfg(test)]
@@ -292,27 +294,35 @@ mod tests {
         assert_eq!(request.group, "workers.eu-1");
     }
 
+    /// (method, path, header, body, status, kind, the value's start)
+    type Case<'a> = (
+        Method,
+        &'a str,
+        Option<&'a str>,
+        &'a str,
+        u16,
+        Kind,
+        &'a str,
+    );
+
+    /// Each request is refused with its case's status and kind, and a value that starts so.
+    fn assert_refused(cases: Vec<Case<'_>>) {
+        for (method, path, header, body, status, kind, value) in cases {
+            let refusal = read(&method, path, &headers(header), body.as_bytes())
+                .expect_err(&format!("{method} {path} {header:?} {body}"));
+            assert_eq!(
+                (refusal.status.as_u16(), refusal.kind),
+                (status, kind),
+                "{method} {path} {header:?} {body}: {refusal:?}"
+            );
+            assert!(refusal.value.starts_with(value), "{refusal:?}");
+        }
+    }
+
+    /// A wrong path, method or protocol header is refused.
     #[test]
-    fn every_bad_request_is_refused_with_a_4xx_kind_and_value() {
-        let long = format!(
-            r#"{{"client_params": {{"id": "{}", "group": "g"}}}}"#,
-            "a".repeat(MAX_PARAM + 1)
-        );
-        let huge = format!(
-            r#"{{"client_params": {{"id": "a", "group": "g"}}, "pad": "{}"}}"#,
-            " ".repeat(MAX_BODY)
-        );
-        // (method, path, header, body, status, kind, the value's start)
-        type Case<'a> = (
-            Method,
-            &'a str,
-            Option<&'a str>,
-            &'a str,
-            u16,
-            Kind,
-            &'a str,
-        );
-        let cases: Vec<Case<'_>> = vec![
+    fn a_bad_path_method_or_header_is_refused_with_a_4xx_kind_and_value() {
+        assert_refused(vec![
             (
                 Method::POST,
                 "/v1/reboot",
@@ -349,6 +359,17 @@ mod tests {
                 Kind::MissingProtocolHeader,
                 "FleetLock requests carry",
             ),
+        ]);
+    }
+
+    /// A body that is not the protocol's JSON object, or is too large, is refused.
+    #[test]
+    fn a_body_that_is_not_the_protocols_json_is_refused_with_a_4xx_kind_and_value() {
+        let huge = format!(
+            r#"{{"client_params": {{"id": "a", "group": "g"}}, "pad": "{}"}}"#,
+            " ".repeat(MAX_BODY)
+        );
+        assert_refused(vec![
             (
                 Method::POST,
                 "/v1/pre-reboot",
@@ -376,6 +397,26 @@ mod tests {
                 Kind::BadBody,
                 "the body has no `client_params` object",
             ),
+            (
+                Method::POST,
+                "/v1/pre-reboot",
+                Some("true"),
+                &huge,
+                413,
+                Kind::BadBody,
+                "the body has 4",
+            ),
+        ]);
+    }
+
+    /// An `id` missing, empty, not a string or too long is refused.
+    #[test]
+    fn a_bad_id_is_refused_with_a_4xx_kind_and_value() {
+        let long = format!(
+            r#"{{"client_params": {{"id": "{}", "group": "g"}}}}"#,
+            "a".repeat(MAX_PARAM + 1)
+        );
+        assert_refused(vec![
             (
                 Method::POST,
                 "/v1/pre-reboot",
@@ -412,6 +453,13 @@ mod tests {
                 Kind::BadBody,
                 "`client_params.id` has 257 bytes; at most 256",
             ),
+        ]);
+    }
+
+    /// A `group` missing, empty or with characters outside `^[a-zA-Z0-9.-]+$` is refused.
+    #[test]
+    fn a_bad_group_is_refused_with_a_4xx_kind_and_value() {
+        assert_refused(vec![
             (
                 Method::POST,
                 "/v1/steady-state",
@@ -448,26 +496,7 @@ mod tests {
                 Kind::BadBody,
                 "`client_params.group` \"a/b\" has characters outside",
             ),
-            (
-                Method::POST,
-                "/v1/pre-reboot",
-                Some("true"),
-                &huge,
-                413,
-                Kind::BadBody,
-                "the body has 4",
-            ),
-        ];
-        for (method, path, header, body, status, kind, value) in cases {
-            let refusal = read(&method, path, &headers(header), body.as_bytes())
-                .expect_err(&format!("{method} {path} {header:?} {body}"));
-            assert_eq!(
-                (refusal.status.as_u16(), refusal.kind),
-                (status, kind),
-                "{method} {path} {header:?} {body}: {refusal:?}"
-            );
-            assert!(refusal.value.starts_with(value), "{refusal:?}");
-        }
+        ]);
     }
 
     /// The head is judged before the body: a request wrong in both is refused for its head,

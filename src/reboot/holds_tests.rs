@@ -217,7 +217,21 @@ const fn row(name: &'static str, seen: fn() -> Seen) -> Row {
     }
 }
 
+/// Every row of [`every_reason_alone`], theme by theme.
 fn rows() -> Vec<Row> {
+    [
+        hold_rows(),
+        pause_and_pod_rows(),
+        window_and_forecast_rows(),
+        unknown_rows(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The node held by its annotation, said by its field manager or by its value.
+fn hold_rows() -> Vec<Row> {
     vec![
         Row {
             keys: &["held"],
@@ -262,6 +276,12 @@ fn rows() -> Vec<Row> {
                 ..clear()
             })
         },
+    ]
+}
+
+/// The fleet paused, and the pods that block (or would, with a selector).
+fn pause_and_pod_rows() -> Vec<Row> {
+    vec![
         Row {
             keys: &["paused"],
             says: &[
@@ -291,6 +311,12 @@ fn rows() -> Vec<Row> {
                 ..clear()
             })
         },
+    ]
+}
+
+/// The maintenance window, the drain's estimate against it, and the forecast.
+fn window_and_forecast_rows() -> Vec<Row> {
+    vec![
         Row {
             now: CLOSED,
             keys: &["outside_window"],
@@ -336,6 +362,12 @@ fn rows() -> Vec<Row> {
             }),
             ..row("a forecast cut at the deadline holds nothing", clear)
         },
+    ]
+}
+
+/// What could not be read, or was not asked: each says so, as `unknown`.
+fn unknown_rows() -> Vec<Row> {
+    vec![
         Row {
             keys: &["unknown"],
             says: &[
