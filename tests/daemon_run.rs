@@ -821,6 +821,14 @@ async fn an_older_versions_shutdown_start_is_read_once_and_removed() {
             "the budget counts from the old version's record",
         )
         .await;
+    // The drain's announcement follows that line; a loaded machine can put time between them.
+    world
+        .expect_log(
+            "draining node demo-node-1 within ",
+            Duration::from_secs(10),
+            "the drain starts with what is left",
+        )
+        .await;
     let log = world.log();
     let within: f64 = log
         .lines()
