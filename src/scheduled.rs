@@ -20,15 +20,13 @@
 //! The directory exists from boot on systemd >= 257; older logind creates it with the first
 //! schedule, so the watch follows its parent until it appears (and again if it goes).
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDescriptor};
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 
+use crate::host::inotify::Events;
 use crate::shutdown_kind::ShutdownKind;
 
 /// Where logind keeps its schedule (logind-dbus.c `SHUTDOWN_SCHEDULE_FILE`'s directory).
@@ -194,20 +192,11 @@ enum On {
     Parent(WatchDescriptor),
 }
 
-/// The inotify instance as tokio's `AsyncFd` wants it.
-struct Fd(Inotify);
-
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
 /// The watch on logind's schedule directory. [`ScheduleWatch::next`] gives the schedule now on
 /// its first call and then each time it changes; in between it sleeps in the kernel (one
 /// inotify descriptor, no timer), so an idle daemon wakes only when the directory changes.
 pub struct ScheduleWatch {
-    fd: AsyncFd<Fd>,
+    events: Events,
     dir: PathBuf,
     on: On,
     /// What the last call returned.
@@ -247,16 +236,12 @@ impl ScheduleWatch {
         let inotify =
             Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(watch_error)?;
         let on = arm(&inotify, &dir, None).map_err(watch_error)?;
-        // SAFETY: `Fd` owns the inotify descriptor (nix's `Inotify` holds it as an `OwnedFd`)
-        // and only hands out its number, so it stays open, and is the same descriptor, until the
-        // `AsyncFd` that owns the `Fd` is dropped; nothing else can close or replace it.
-        let fd = unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
-            .map_err(|e| WatchError::Events {
-                dir: dir.clone(),
-                source: e.into(),
-            })?;
+        let events = Events::register(inotify).map_err(|source| WatchError::Events {
+            dir: dir.clone(),
+            source,
+        })?;
         Ok(ScheduleWatch {
-            fd,
+            events,
             dir,
             on,
             said: Said::NothingYet,
@@ -301,24 +286,14 @@ impl ScheduleWatch {
     /// is) arrives, re-arming the watch when the directory came or went.
     async fn wait_for_change(&mut self) -> Result<(), WatchError> {
         loop {
-            let mut guard = self.fd.readable().await.map_err(|e| WatchError::Events {
-                dir: self.dir.clone(),
-                source: e,
-            })?;
-            let events = match guard
-                .try_io(|fd| fd.get_ref().0.read_events().map_err(std::io::Error::from))
-            {
-                Ok(Ok(events)) => events,
-                Ok(Err(e)) => {
-                    return Err(WatchError::Events {
-                        dir: self.dir.clone(),
-                        source: e,
-                    });
-                }
-                // Not readable after all: wait again.
-                Err(_) => continue,
-            };
-            drop(guard);
+            let events = self
+                .events
+                .next()
+                .await
+                .map_err(|source| WatchError::Events {
+                    dir: self.dir.clone(),
+                    source,
+                })?;
             let mut changed = false;
             for event in &events {
                 changed |= self.handle(event)?;
@@ -332,7 +307,7 @@ impl ScheduleWatch {
     /// Whether `event` may have changed the schedule; re-arms when the directory came or went.
     fn handle(&mut self, event: &InotifyEvent) -> Result<bool, WatchError> {
         let rearm = |this: &mut ScheduleWatch| -> Result<bool, WatchError> {
-            let inotify = &this.fd.get_ref().0;
+            let inotify = this.events.inotify();
             this.on =
                 arm(inotify, &this.dir, Some(this.on)).map_err(|source| WatchError::Watch {
                     dir: this.dir.clone(),

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::raw::{Table, table};
-use super::values::{FromValue, Invalid, Value, deserialize_checked, quote};
+use super::values::{FromValue, Invalid, Value, deserialize_checked, quote, string};
 use super::{ConfigError, Source};
 
 /// The user zincati runs as on Fedora CoreOS (`User=zincati` in zincati's
@@ -47,10 +47,7 @@ const LISTEN_ALLOWED: &str =
 
 impl FromValue for Listen {
     fn from_value(value: Value) -> Result<Listen, Invalid> {
-        let text = match value {
-            Value::String(s) => s,
-            other => return Err(Invalid::wrong_type("a string", &other, LISTEN_ALLOWED)),
-        };
+        let text = string(value, LISTEN_ALLOWED)?;
         let addr: SocketAddr = text.parse().map_err(|_| {
             Invalid::new(
                 format!("{} is not an address and port", quote(&text)),
@@ -87,10 +84,7 @@ pub struct UserName(pub String);
 impl FromValue for UserName {
     fn from_value(value: Value) -> Result<UserName, Invalid> {
         const ALLOWED: &str = "a user name of the system, e.g. \"zincati\"";
-        let name = match value {
-            Value::String(s) => s,
-            other => return Err(Invalid::wrong_type("a string", &other, ALLOWED)),
-        };
+        let name = string(value, ALLOWED)?;
         let well_formed = !name.is_empty()
             && name.len() <= 32
             && !name.starts_with('-')

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::fleetlock::{DEFAULT_AGENT_USER, FleetLockSettings, from_toml};
+use super::test_cases::{Refusal, unexpected_refusals};
 use super::{ConfigError, Source};
 
 fn parse(text: &str) -> Result<Option<FleetLockSettings>, ConfigError> {
@@ -44,7 +45,7 @@ fn a_loopback_listen_starts_the_server_for_zincati_by_default() {
 }
 
 /// Every refusal: (text, line, column, key, the problem and what is allowed).
-const BAD: &[(&str, usize, usize, &str, &str)] = &[
+const BAD: &[Refusal<'_>] = &[
     (
         "[fleetlock]\nlisten = \"0.0.0.0:9753\"",
         2,
@@ -128,21 +129,7 @@ const BAD: &[(&str, usize, usize, &str, &str)] = &[
 
 #[test]
 fn every_bad_fleetlock_value_is_refused_at_its_place_with_what_is_allowed() {
-    let mut wrong = Vec::new();
-    for (text, line, column, key, problem) in BAD {
-        match parse(text) {
-            Err(ConfigError::Invalid {
-                path,
-                line: l,
-                column: c,
-                key: k,
-                problem: p,
-            }) if path == Path::new("/etc/x.toml")
-                && (l, c, k.as_str()) == (*line, *column, *key)
-                && p.starts_with(problem) => {}
-            other => wrong.push(format!("{text:?}: {other:?}")),
-        }
-    }
+    let wrong = unexpected_refusals(BAD, parse);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     let err = parse("[fleetlock]\nlisten = \"127.0.0.1:1\"\nuser = \"x\"").unwrap_err();
     assert!(

@@ -30,7 +30,7 @@ use super::raw::{Table, table};
 use super::selector::Selector;
 use super::values::{
     AbsolutePath, DurationIn, Flag, FromValue, Invalid, List, ListElement, MAX_DURATION_MS,
-    PodSelector, Positive, Value, deserialize_checked, quote,
+    PodSelector, Positive, Value, deserialize_checked, quote, string,
 };
 use super::{ConfigError, Source};
 use crate::reboot::window::{WEEK_MINUTES, Window};
@@ -156,10 +156,7 @@ pub enum ZoneName {
 impl FromValue for ZoneName {
     fn from_value(value: Value) -> Result<ZoneName, Invalid> {
         const ALLOWED: &str = "\"localtime\" or a name of the tz database, e.g. \"Europe/Berlin\"";
-        let name = match value {
-            Value::String(s) => s,
-            other => return Err(Invalid::wrong_type("a string", &other, ALLOWED)),
-        };
+        let name = string(value, ALLOWED)?;
         if name == "localtime" {
             return Ok(ZoneName::Local);
         }
@@ -191,10 +188,7 @@ const DAY_ALLOWED: &str = "weekdays as \"Mon\" or \"Monday\" (English, capitalis
 
 impl FromValue for Day {
     fn from_value(value: Value) -> Result<Day, Invalid> {
-        let name = match value {
-            Value::String(s) => s,
-            other => return Err(Invalid::wrong_type("a string", &other, DAY_ALLOWED)),
-        };
+        let name = string(value, DAY_ALLOWED)?;
         DAYS.iter()
             .find(|(full, _)| *full == name || full.get(..3) == Some(name.as_str()))
             .map(|(_, day)| Day(*day))
@@ -214,10 +208,7 @@ pub struct StartTime(pub u32);
 impl FromValue for StartTime {
     fn from_value(value: Value) -> Result<StartTime, Invalid> {
         const ALLOWED: &str = "\"hh:mm\" from \"00:00\" to \"23:59\", e.g. \"22:30\"";
-        let text = match value {
-            Value::String(s) => s,
-            other => return Err(Invalid::wrong_type("a string", &other, ALLOWED)),
-        };
+        let text = string(value, ALLOWED)?;
         let two_digits = |s: &str| {
             (s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit()))
                 .then(|| s.parse::<u32>().ok())

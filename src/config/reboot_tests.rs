@@ -11,6 +11,7 @@ use super::reboot::{
     DEFAULT_CHECK_INTERVAL, DEFAULT_COMMAND_TIMEOUT, RebootSettings, SentinelCommand, Zone,
     from_toml,
 };
+use super::test_cases::{Refusal, unexpected_refusals};
 use super::{ConfigError, Source};
 use crate::reboot::window::Window;
 
@@ -116,7 +117,7 @@ fn a_blocking_pod_selector_is_read_as_a_label_selector() {
 }
 
 /// Every refusal: (text, line, column, key, the problem and what is allowed).
-const BAD: &[(&str, usize, usize, &str, &str)] = &[
+const BAD: &[Refusal<'_>] = &[
     (
         "[reboot]\nsentinel_file = \"run/reboot-required\"",
         2,
@@ -306,21 +307,7 @@ const BAD: &[(&str, usize, usize, &str, &str)] = &[
 
 #[test]
 fn every_bad_reboot_value_is_refused_at_its_place_with_what_is_allowed() {
-    let mut wrong = Vec::new();
-    for (text, line, column, key, problem) in BAD {
-        match parse(text) {
-            Err(ConfigError::Invalid {
-                path,
-                line: l,
-                column: c,
-                key: k,
-                problem: p,
-            }) if path == Path::new("/etc/x.toml")
-                && (l, c, k.as_str()) == (*line, *column, *key)
-                && p.starts_with(problem) => {}
-            other => wrong.push(format!("{text:?}: {other:?}")),
-        }
-    }
+    let wrong = unexpected_refusals(BAD, parse);
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // A misspelt key is refused where it stands, as in every table of the file.
     let err = parse("[reboot]\nupdate_engine = true\nwindows = []").unwrap_err();

@@ -451,3 +451,31 @@ pub(super) const WRONG_TYPES: &[(&str, &str, &[&str])] = &[
         &["an empty selector"],
     ),
 ];
+
+/// A refusal a table's cases expect: (text, line, column, key, the start of the problem).
+pub(super) type Refusal<'a> = (&'a str, usize, usize, &'a str, &'a str);
+
+/// The cases of `bad` that `parse` did not refuse as expected (in `/etc/x.toml`, at the line
+/// and column, under the key, with a problem starting as given), one line each: empty when
+/// every case holds.
+pub(super) fn unexpected_refusals<T: std::fmt::Debug>(
+    bad: &[Refusal<'_>],
+    parse: impl Fn(&str) -> Result<T, super::ConfigError>,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (text, line, column, key, problem) in bad {
+        match parse(text) {
+            Err(super::ConfigError::Invalid {
+                path,
+                line: l,
+                column: c,
+                key: k,
+                problem: p,
+            }) if path == std::path::Path::new("/etc/x.toml")
+                && (l, c, k.as_str()) == (*line, *column, *key)
+                && p.starts_with(problem) => {}
+            other => wrong.push(format!("{text:?}: {other:?}")),
+        }
+    }
+    wrong
+}

@@ -156,7 +156,8 @@ macro_rules! deserialize_checked {
 pub(crate) use deserialize_checked;
 
 /// A string value, or the wrong-type error naming what `allowed` says.
-fn string(value: Value, allowed: &str) -> Result<String, Invalid> {
+/// The value as a string, or the wrong-type error that lists `allowed`.
+pub(super) fn string(value: Value, allowed: &str) -> Result<String, Invalid> {
     match value {
         Value::String(s) => Ok(s),
         other => Err(Invalid::wrong_type("a string", &other, allowed)),

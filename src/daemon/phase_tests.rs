@@ -945,38 +945,19 @@ fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_a
         left_work,
     };
     let stopped = |left_work| with_work(Phase::Stopped, left_work);
+    // The state stays as it is; systemd is asked.
+    let asks = |phase: Phase, left_work| {
+        let state = with_work(phase, left_work);
+        (state.clone(), state, ask.clone())
+    };
     let cases: Vec<(State, State, Vec<Effect>)> = vec![
         // Something may be left to drain: systemd says whether the system shuts down.
-        (
-            with_work(Phase::Waiting, false),
-            with_work(Phase::Waiting, false),
-            ask.clone(),
-        ),
-        (
-            with_work(Phase::Starting, true),
-            with_work(Phase::Starting, true),
-            ask.clone(),
-        ),
-        (
-            with_work(draining(true), false),
-            with_work(draining(true), false),
-            ask.clone(),
-        ),
-        (
-            with_work(Phase::Early(planned(false)), false),
-            with_work(Phase::Early(planned(false)), false),
-            ask.clone(),
-        ),
-        (
-            with_work(released(true), true),
-            with_work(released(true), true),
-            ask.clone(),
-        ),
-        (
-            with_work(Phase::Ready(planned(true)), true),
-            with_work(Phase::Ready(planned(true)), true),
-            ask.clone(),
-        ),
+        asks(Phase::Waiting, false),
+        asks(Phase::Starting, true),
+        asks(draining(true), false),
+        asks(Phase::Early(planned(false)), false),
+        asks(released(true), true),
+        asks(Phase::Ready(planned(true)), true),
         // Drained, or in the stop phase already: a plain stop.
         (
             with_work(released(true), false),

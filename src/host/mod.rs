@@ -6,6 +6,7 @@
 //! command, Flatcar's update_engine) and the local time zone. Nothing here knows the daemon.
 
 pub mod boot_record;
+pub mod inotify;
 pub mod kubelet;
 pub mod localtime;
 pub mod lock;

@@ -9,14 +9,12 @@
 //! watch (directories come and go); [`SentinelFile::next`] returns only when the answer changed.
 
 use std::io::ErrorKind;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 
+use crate::host::inotify::Events;
 use crate::reboot::need::Need;
 
 /// The watch could not be set up or read; names the sentinel file.
@@ -47,18 +45,9 @@ fn mask() -> AddWatchFlags {
         | AddWatchFlags::IN_ONLYDIR
 }
 
-/// The inotify instance as tokio's `AsyncFd` wants it.
-struct Fd(Inotify);
-
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
-}
-
 /// The watch on one sentinel file.
 pub struct SentinelFile {
-    fd: AsyncFd<Fd>,
+    events: Events,
     file: PathBuf,
     /// The directory watched now and its watch.
     watched: (PathBuf, WatchDescriptor),
@@ -77,16 +66,12 @@ impl SentinelFile {
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(watch_error(&file))?;
         let watched = arm(&inotify, &file, None).map_err(|(dir, e)| watch_error(&dir)(e))?;
-        // SAFETY: `Fd` owns the inotify descriptor (nix's `Inotify` holds it as an `OwnedFd`)
-        // and hands out only its number, so the descriptor stays open and the same until the
-        // `AsyncFd` owning the `Fd` is dropped; nothing else can close or replace it.
-        let fd = unsafe { AsyncFd::register_with_interest(Fd(inotify), Interest::READABLE) }
-            .map_err(|e| SentinelFileError::Events {
-                file: file.clone(),
-                source: e.into(),
-            })?;
+        let events = Events::register(inotify).map_err(|source| SentinelFileError::Events {
+            file: file.clone(),
+            source,
+        })?;
         Ok(SentinelFile {
-            fd,
+            events,
             file,
             watched,
             said: None,
@@ -109,24 +94,14 @@ impl SentinelFile {
     /// Sleeps until the watched directory reports anything, then re-arms the watch where it
     /// belongs now.
     async fn wait_for_event(&mut self) -> Result<(), SentinelFileError> {
-        let events_error = |file: &Path, source| SentinelFileError::Events {
-            file: file.to_path_buf(),
-            source,
-        };
-        loop {
-            let mut guard = self
-                .fd
-                .readable()
-                .await
-                .map_err(|e| events_error(&self.file, e))?;
-            match guard.try_io(|fd| fd.get_ref().0.read_events().map_err(std::io::Error::from)) {
-                Ok(Ok(_)) => break,
-                Ok(Err(e)) => return Err(events_error(&self.file, e)),
-                // Not readable after all: wait again.
-                Err(_) => continue,
-            }
-        }
-        let inotify = &self.fd.get_ref().0;
+        self.events
+            .next()
+            .await
+            .map_err(|source| SentinelFileError::Events {
+                file: self.file.clone(),
+                source,
+            })?;
+        let inotify = self.events.inotify();
         self.watched = arm(inotify, &self.file, Some(&self.watched)).map_err(|(dir, source)| {
             SentinelFileError::Watch {
                 dir,
