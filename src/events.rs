@@ -52,6 +52,13 @@ pub enum Reason {
     SlotReleased,
     /// No drain slot came in time; `[fleet] on_no_slot` decided.
     SlotUnavailable,
+    /// A `[reboot]` trigger says the node needs a reboot.
+    RebootRequired,
+    /// The needed reboot waits: a hold, the fleet's pause, a blocking pod, no window (once per
+    /// set of reasons).
+    RebootWaiting,
+    /// Nothing holds the needed reboot: the daemon drains the node and reboots it.
+    RebootStarted,
 }
 
 impl Reason {
@@ -76,6 +83,9 @@ impl Reason {
             Reason::SlotTaken => "DrainSlotTaken",
             Reason::SlotReleased => "DrainSlotReleased",
             Reason::SlotUnavailable => "DrainSlotUnavailable",
+            Reason::RebootRequired => "RebootRequired",
+            Reason::RebootWaiting => "RebootWaiting",
+            Reason::RebootStarted => "RebootStarted",
         }
     }
 

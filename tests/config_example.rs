@@ -20,7 +20,8 @@ fn the_example_parses_and_states_the_defaults() {
     );
 }
 
-/// Uncomment every `# key = value` and `# [[rules]]` line: the examples in comments must be valid.
+/// Uncomment every `# key = value`, `# [[rules]]` and `# [[reboot.window]]` line: the examples in
+/// comments must be valid.
 #[test]
 fn the_commented_examples_are_valid() {
     let text = std::fs::read_to_string(example_path()).unwrap();
@@ -28,7 +29,7 @@ fn the_commented_examples_are_valid() {
         .lines()
         .map(|l| {
             let body = l.strip_prefix("# ").unwrap_or(l);
-            let looks_like_toml = body.starts_with("[[rules]]")
+            let looks_like_toml = body.starts_with("[[")
                 || body.split_once(" = ").is_some_and(|(k, _)| {
                     !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                 });
@@ -44,6 +45,7 @@ fn the_commented_examples_are_valid() {
     assert_eq!(s.rules[0].action, RuleAction::Drain { order: 1000 });
     assert_eq!(s.rules[1].action, RuleAction::WaitCompleted);
     assert!(s.filters.skip_selector.is_some());
+    assert!(s.reboot.enabled() && s.reboot.update_engine && s.reboot.windows.len() == 2);
     assert_eq!(
         s.drain.grace_period,
         Some(std::time::Duration::from_secs(30))

@@ -16,11 +16,8 @@ mod logind;
 
 use std::time::Duration;
 
-use daemon_support::{BOOT_ID_ENV, NODE, Setup, World};
-use serde_json::{Value, json};
+use daemon_support::{BOOT_ID_ENV, NODE, Setup, World, slot_lease};
 
-const SLOT: &str = "kube-shutdown-drain-slot-0";
-const OTHER: &str = "demo-node-2";
 /// `kube-shutdown-drain run`'s test-only length of the pass SIGUSR1 opens (two minutes in
 /// production).
 const GATE_PASS_ENV: &str = "KUBE_SHUTDOWN_DRAIN_GATE_PASS";
@@ -83,30 +80,6 @@ macro_rules! both {
     };
 }
 
-/// The slot Lease, held by `holder` (`None`: given back).
-fn lease(holder: Option<&str>) -> Value {
-    let now = jiff::Timestamp::now().to_string();
-    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-           "metadata": {"name": SLOT, "namespace": "kube-shutdown-drain",
-                        "labels": {"kube-shutdown-drain/slot-group": "all"}},
-           "spec": {"holderIdentity": holder, "acquireTime": now, "renewTime": now,
-                    "leaseDurationSeconds": 3600}})
-}
-
-/// `demo-node-2` in the boot its Node reports: a holder that is not stale.
-fn other_holder(world: &World) -> String {
-    let node = world
-        .api
-        .store()
-        .get("Node", None, OTHER)
-        .expect("the demo seed has demo-node-2");
-    let boot = node["status"]["nodeInfo"]["bootID"]
-        .as_str()
-        .filter(|b| !b.is_empty())
-        .unwrap_or("0b0e1d00-0000-4000-8000-0000000000b2");
-    format!("{OTHER}/{boot}")
-}
-
 /// A daemon with `[fleet] slots = 1, gate = true`, the slot held by demo-node-2, a fake logind
 /// and systemd playing `systemd`, and a pass of [`PASS`]; `extra` is appended to its config.
 async fn gated_with(systemd: Systemd, extra: &str) -> Option<(World, String)> {
@@ -123,8 +96,8 @@ async fn gated_with(systemd: Systemd, extra: &str) -> Option<(World, String)> {
         .rig
         .start_systemd_version("running", Duration::from_secs(30), systemd.version())
         .await;
-    let holder = other_holder(&world);
-    world.api.store().upsert(lease(Some(&holder))).unwrap();
+    let holder = world.other_holder();
+    world.api.store().upsert(slot_lease(Some(&holder))).unwrap();
     spawn_with_pass(&mut world);
     world.wait_ready().await;
     Some((world, holder))
@@ -292,7 +265,7 @@ async fn the_gate_refuses_a_reboot_while_every_slot_is_held_and_opens_when_one_i
 
     // The holder gives the slot back: the watch opens the gate well within the minute of the
     // look without a change.
-    world.api.store().upsert(lease(None)).unwrap();
+    world.api.store().upsert(slot_lease(None)).unwrap();
     assert!(
         wait_gate(&world, false, Duration::from_secs(10)).await,
         "the gate opens once a slot is free: {}",
@@ -458,7 +431,7 @@ async fn a_logind_that_never_answers_the_gates_lock_does_not_hold_the_next_shutd
     world
         .api
         .store()
-        .upsert(lease(Some("some-other-operator")))
+        .upsert(slot_lease(Some("some-other-operator")))
         .unwrap();
     let until = std::time::Instant::now() + Duration::from_secs(10);
     while world.rig.unanswered().await == 0 {

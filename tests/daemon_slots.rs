@@ -18,18 +18,6 @@ const LANDING_WINDOW_ENV: &str = "KUBE_SHUTDOWN_DRAIN_LANDING_WINDOW";
 /// The watch in these tests: long enough that the gated PATCH is on the server through it.
 const LANDING_WINDOW: &str = "3s";
 
-fn slot_holder(world: &World) -> Option<String> {
-    world
-        .api
-        .store()
-        .get(
-            "Lease",
-            Some("kube-shutdown-drain"),
-            "kube-shutdown-drain-slot-0",
-        )
-        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
-}
-
 #[tokio::test]
 async fn a_shutdown_cancelled_before_the_cordon_landed_still_gives_back_its_slot() {
     let Some(mut world) = World::start(Setup {
@@ -72,9 +60,11 @@ async fn a_shutdown_cancelled_before_the_cordon_landed_still_gives_back_its_slot
         )
         .await;
     assert!(
-        slot_holder(&world).is_some_and(|h| h.starts_with(&format!("{NODE}/"))),
+        world
+            .slot_holder()
+            .is_some_and(|h| h.starts_with(&format!("{NODE}/"))),
         "the drain took the slot before its prepare: {:?}",
-        slot_holder(&world)
+        world.slot_holder()
     );
     world.rig.cancel().await;
     // The cancel's restore finds no marker, watches LANDING_WINDOW for one that lands late, then
@@ -82,7 +72,7 @@ async fn a_shutdown_cancelled_before_the_cordon_landed_still_gives_back_its_slot
     world
         .expect_until(
             Duration::from_secs(30),
-            |w| slot_holder(w).is_none(),
+            |w| w.slot_holder().is_none(),
             "the cancelled shutdown's slot was given back",
         )
         .await;

@@ -1,4 +1,5 @@
-//! `docs/design.md`'s phase tables against the one they copy, `src/daemon/phase.rs`'s module doc:
+//! `docs/design.md`'s phase tables against the ones they copy, the module docs of
+//! `src/daemon/phase.rs` and `src/daemon/phase_reboot.rs`:
 //! the same rows in the same order, and every phase, event and effect the code declares named
 //! in its lists. The code's doc is the table; the design doc may not drift from it.
 
@@ -6,6 +7,8 @@ use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const PHASE_RS: &str = "src/daemon/phase.rs";
+/// The reboot part of the table, in a file of its own.
+const PHASE_REBOOT_RS: &str = "src/daemon/phase_reboot.rs";
 const DESIGN: &str = "docs/design.md";
 
 fn read(path: &str) -> String {
@@ -64,7 +67,8 @@ fn variants(source: &str, name: &str) -> Vec<String> {
 
 #[test]
 fn the_design_doc_s_phase_tables_are_phase_rs_s_row_for_row() {
-    let code = code_rows(&read(PHASE_RS));
+    let mut code = code_rows(&read(PHASE_RS));
+    code.extend(code_rows(&read(PHASE_REBOOT_RS)));
     assert!(
         code.len() > 40,
         "{PHASE_RS}'s tables were not found: {code:?}"

@@ -13,7 +13,7 @@
 //! | `values.rs` | the checked newtypes (bounded durations, names, enum names) |
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
-//! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`, not yet read from the file (issue 31) |
+//! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
 //! | `fleetlock.rs` | `[fleetlock]` (the FleetLock server for zincati), not yet read from the file |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
@@ -444,6 +444,8 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     pub restore: RestoreSettings,
     pub fleet: FleetSettings,
+    /// `[reboot]`: the reboots the node asks for (none without a trigger).
+    pub reboot: reboot::RebootSettings,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

@@ -49,6 +49,8 @@ pub struct RawConfig {
     pub restore: RawRestore,
     #[serde(default, deserialize_with = "table")]
     pub fleet: RawFleet,
+    #[serde(default, deserialize_with = "table")]
+    pub reboot: super::reboot::RawReboot,
 }
 
 /// `[taint]`.

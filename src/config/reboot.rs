@@ -1,7 +1,6 @@
 //! The `[reboot]` table and its `[[reboot.window]]` entries: raw serde types, checked values and
-//! the validation into [`RebootSettings`]. Not part of the config file yet: until the daemon's
-//! reboot loop (issue 31) acts on them, `[reboot]` stays an unknown key of the file, refused as
-//! any other, so no admin believes a window protects the node. Read by nothing yet.
+//! the validation into [`RebootSettings`], which the daemon's reboot follower
+//! (`crate::daemon::reboot`) acts on.
 //!
 //! ```toml
 //! [reboot]
@@ -291,7 +290,7 @@ pub enum Zone {
 }
 
 /// `[reboot]` of the file `src`, validated; a file without `[reboot]` gives the defaults (no
-/// trigger). Used by the tests until the top-level config reads `[reboot]` (issue 31).
+/// trigger). The table's own tests use it; the config file reads `[reboot]` with the rest.
 pub fn from_toml(src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
     /// Only `[reboot]` of the file; the rest is the top-level config's.
     #[derive(Deserialize)]

@@ -318,20 +318,38 @@ fn every_bad_reboot_value_is_refused_at_its_place_with_what_is_allowed() {
     );
 }
 
-/// Until the daemon acts on `[reboot]` (issue 31), the config file refuses it as any unknown
-/// key, so no admin believes a window or a trigger is in force.
+/// The config file reads `[reboot]` into the settings the daemon's reboot follower uses.
 #[test]
-fn the_config_file_still_refuses_a_reboot_table() {
-    for text in [
-        "[reboot]\nsentinel_file = \"/var/run/reboot-required\"",
-        "[[reboot.window]]\ndays = [\"Sat\"]\nstart_time = \"22:30\"\nlength_minutes = 60",
-        "[reboot]\nupdate_engine = true\nblocking_pod_selector = \"app=backup\"",
-    ] {
-        let src = Source {
-            path: Path::new("/etc/x.toml"),
-            text,
-        };
-        let err = super::from_toml(&src, Ok("n1")).unwrap_err();
-        assert!(err.to_string().contains("unknown field `reboot`"), "{err}");
-    }
+fn the_config_file_reads_the_reboot_table() {
+    let text = "[reboot]\nsentinel_file = \"/var/run/reboot-required\"\n\
+                blocking_pod_selector = \"app=backup\"\n\
+                [[reboot.window]]\ndays = [\"Sat\"]\nstart_time = \"22:30\"\nlength_minutes = 60";
+    let src = Source {
+        path: Path::new("/etc/x.toml"),
+        text,
+    };
+    let settings = super::from_toml(&src, Ok("n1")).unwrap();
+    assert_eq!(
+        settings.reboot.sentinel_file.as_deref(),
+        Some(Path::new("/var/run/reboot-required"))
+    );
+    assert_eq!(settings.reboot.windows.len(), 1);
+    assert!(settings.reboot.blocking_pod_selector.is_some());
+    // A bad value is refused with the file's position, as in every other table.
+    let src = Source {
+        path: Path::new("/etc/x.toml"),
+        text: "[reboot]\nsentinel_file = \"relative\"",
+    };
+    let err = super::from_toml(&src, Ok("n1")).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("/etc/x.toml:2:17: key `reboot.sentinel_file`: \"relative\" is not"),
+        "{err}"
+    );
+    // Without [reboot] the node never asks for a reboot.
+    let src = Source {
+        path: Path::new("/etc/x.toml"),
+        text: "",
+    };
+    assert!(!super::from_toml(&src, Ok("n1")).unwrap().reboot.enabled());
 }

@@ -41,6 +41,7 @@ pub fn settings(
     let drain = drain(raw.drain);
     let daemon = daemon(raw.daemon, &drain);
     let fleet = fleet(raw.fleet, src)?;
+    let reboot = super::reboot::settings(raw.reboot, src)?;
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
         kubeconfig: raw
@@ -67,6 +68,7 @@ pub fn settings(
         },
         shutdown: shutdown(raw.shutdown),
         fleet,
+        reboot,
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw

@@ -7,6 +7,7 @@ pub mod gate;
 pub mod metrics;
 mod outcome;
 pub mod phase;
+pub mod reboot;
 pub mod restore;
 pub mod service;
 mod signals;

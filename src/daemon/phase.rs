@@ -98,6 +98,10 @@ pub enum Phase {
     Early(Planned),
     /// The scheduled shutdown's drain is over; waiting for logind to announce it.
     Ready(Planned),
+    /// The node asked for a reboot (`[reboot]`) and nothing holds it: the daemon's own reboot
+    /// runs (a drain slot, the drain, the holds looked at again, logind's `Reboot`); the lock
+    /// is held, logind's announcement takes over.
+    Rebooting,
 }
 
 /// A shutdown logind has scheduled, as far as the phases care.
@@ -166,6 +170,23 @@ pub enum Event {
     /// A fired schedule's shutdown was never announced (`scheduled::ANNOUNCE_WINDOW`): it did
     /// not happen.
     Overdue,
+    /// The reboot follower's verdict (`crate::daemon::reboot`): no reboot needed, needed and
+    /// held, or needed and nothing holds it.
+    Reboot(Ask),
+    /// The daemon's own reboot ended: `asked`, logind was asked to reboot (its announcement
+    /// follows); else it gave up (no drain, an incomplete one, logind refused) and said why.
+    RebootEnded { asked: bool },
+}
+
+/// What the reboot follower says of the node's reboot (`[reboot]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// No trigger says a reboot is needed (or none can tell).
+    NotNeeded,
+    /// A reboot is needed and something holds it (a hold, a pause, a blocking pod, no window).
+    Waits,
+    /// A reboot is needed and nothing holds it.
+    Go,
 }
 
 impl Event {
@@ -265,6 +286,14 @@ pub enum Effect {
     SayStop { signal: StopSignal, during: During },
     /// Say logind cancelled the shutdown of `kind` `during` its drain or after it.
     SayCancelled { kind: ShutdownKind, during: During },
+    /// Start the daemon's own reboot (a slot, the drain, the holds again, logind's `Reboot`):
+    /// stop a running restore; no boot record (logind's window has not started).
+    StartReboot,
+    /// Stop the daemon's own reboot.
+    AbortReboot,
+    /// A reboot is still needed after a shutdown or a reboot of ours ended without one: the
+    /// follower holds its go for a pause before it says it again.
+    RebootLater,
 }
 
 /// Why the reboot gate opens.
@@ -302,6 +331,8 @@ pub struct State {
     /// The last shutdown work left pods to drain (incomplete, or none ran yet): a stop in a
     /// shutdown drains them in the stop phase.
     pub left_work: bool,
+    /// The reboot follower's last verdict.
+    pub reboot: Ask,
 }
 
 impl State {
@@ -311,6 +342,7 @@ impl State {
             phase: Phase::Starting,
             gate: Gate::default(),
             left_work: true,
+            reboot: Ask::NotNeeded,
         }
     }
 
@@ -320,9 +352,24 @@ impl State {
         if let Event::StopAsked { signal } = event {
             return self.on_stop_asked(signal);
         }
-        let (phase, mut effects) = self.phase.on(event)?;
+        let (mut phase, mut effects) = self.phase.on(event)?;
         let mut gate = self.gate;
         let mut left_work = self.left_work;
+        let mut reboot = self.reboot;
+        if let Event::Reboot(ask) = event {
+            reboot = ask;
+        }
+        // Back to waiting with a reboot still wanted: at the first connection it starts now;
+        // after a shutdown or a reboot of ours that ended without one, the follower says it
+        // again after a pause (an admin's `shutdown -c` is not undone at once).
+        if phase == Phase::Waiting && reboot == Ask::Go {
+            if self.phase == Phase::Starting {
+                phase = Phase::Rebooting;
+                effects.push(Effect::StartReboot);
+            } else if self.phase != Phase::Waiting {
+                effects.push(Effect::RebootLater);
+            }
+        }
         match event {
             Event::Ended { left_work: left } => left_work = left,
             Event::SlotsFull => gate.full = true,
@@ -355,6 +402,7 @@ impl State {
                 phase,
                 gate,
                 left_work,
+                reboot,
             },
             effects,
         ))
@@ -452,8 +500,9 @@ pub enum Undo {
     Nothing,
 }
 
-/// What one part of the table (a scheduled shutdown's) says about an event.
-enum Part {
+/// What one part of the table (a scheduled shutdown's, the reboots the node asks for) says
+/// about an event.
+pub(super) enum Part {
     /// The step: the next phase and its effects.
     Step(Phase, Vec<Effect>),
     /// The event is refused in this phase.
@@ -493,10 +542,12 @@ impl Phase {
         if let Phase::Stopping(s) = self {
             return Ok(stopping_on(*s, event));
         }
-        match self.on_schedule(event) {
-            Part::Step(phase, effects) => return Ok((phase, effects)),
-            Part::Refused => return Err(refused()),
-            Part::NotMine => {}
+        for part in [self.on_reboot(event), self.on_schedule(event)] {
+            match part {
+                Part::Step(phase, effects) => return Ok((phase, effects)),
+                Part::Refused => return Err(refused()),
+                Part::NotMine => {}
+            }
         }
         match (self, event) {
             (Phase::Stopped, _) => Err(refused()),
@@ -511,6 +562,7 @@ impl Phase {
         let (during, then): (During, &[Effect]) = match self {
             Phase::Draining(_) => (During::Drain, &[AbortDrain, ReleaseLock]),
             Phase::Released(_) => (During::AfterDrain, &[]),
+            Phase::Rebooting => (During::Waiting, &[AbortReboot, RecordStopped, ReleaseLock]),
             _ => (During::Waiting, &[RecordStopped, ReleaseLock]),
         };
         let mut effects = vec![SayStop { signal, during }];
@@ -608,6 +660,10 @@ impl Phase {
             }
             Phase::Scheduled(p) | Phase::Ready(p) => stage(p.kind, &[Quiet(false), ReleaseLock]),
             Phase::Early(p) => stage(p.kind, &[AbortDrain, Quiet(false), ReleaseLock]),
+            Phase::Rebooting => stage(
+                ShutdownKind::Reboot,
+                &[AbortReboot, Quiet(false), ReleaseLock],
+            ),
             Phase::Draining(s) => stage(s.kind, &[AbortDrain, ReleaseLock]),
             Phase::Released(s) => stage(s.kind, &[]),
         }
@@ -699,9 +755,12 @@ impl Phase {
             | Event::Overdue
             | Event::Ended { .. }
             | Event::StopInShutdown { .. }
-            | Event::StopAsked { .. } => {
+            | Event::StopAsked { .. }
+            | Event::RebootEnded { .. } => {
                 return None;
             }
+            // The reboot part answers first (`phase_reboot.rs`); the same answer here.
+            Event::Reboot(_) => (self.clone(), vec![]),
             Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired => {
                 (self.clone(), vec![])
             }
@@ -778,3 +837,6 @@ impl Phase {
 #[cfg(test)]
 #[path = "phase_tests.rs"]
 mod tests;
+
+#[path = "phase_reboot.rs"]
+mod reboot;

@@ -685,6 +685,7 @@ fn state(phase: Phase, full: bool, pass: bool) -> State {
         phase,
         gate: Gate { full, pass },
         left_work: true,
+        reboot: Ask::NotNeeded,
     }
 }
 
@@ -943,6 +944,7 @@ fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_a
         phase,
         gate: Gate::default(),
         left_work,
+        reboot: Ask::NotNeeded,
     };
     let stopped = |left_work| with_work(Phase::Stopped, left_work);
     // The state stays as it is; systemd is asked.

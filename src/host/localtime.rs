@@ -1,8 +1,8 @@
 //! The time zone `[reboot] time_zone` names, as the host has it: UTC, a name looked up in the
 //! system's tz database (`/usr/share/zoneinfo`, through jiff), or `"localtime"`: the TZif file
 //! at `/etc/localtime`, and UTC when that file does not exist, as zincati reads it
-//! (`coreos/zincati/docs/usage/updates-strategy.md`, localtime(5)). Read by nothing yet; the
-//! daemon's reboot loop is issue 31.
+//! (`coreos/zincati/docs/usage/updates-strategy.md`, localtime(5)).
+//! The daemon's reboot follower reads its windows in it (`crate::daemon::reboot`).
 
 use std::io::{ErrorKind, Read};
 use std::path::Path;

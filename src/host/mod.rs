@@ -2,7 +2,7 @@
 //! logind (the inhibitor locks, the shutdown announcements, `Reboot`), systemd's manager (its
 //! version and state, a unit's properties), the kubelet's configuration, and the boot record
 //! with the file writer that keeps it off the shutdown path; and, for the reboots the node asks
-//! for (issue 31, read by nothing yet), the reboot triggers (a sentinel file, a sentinel
+//! for (`crate::daemon::reboot`), the reboot triggers (a sentinel file, a sentinel
 //! command, Flatcar's update_engine) and the local time zone. Nothing here knows the daemon.
 
 pub mod boot_record;

@@ -4,7 +4,7 @@
 //! when not): 1 is needed, 0 is not needed, and anything else (another status, a signal, a
 //! program that cannot be started, a run past its timeout) is unknown, said naming the command,
 //! and never counts as needed (kured issue 976: a missing command rebooted nodes in a loop).
-//! Read by nothing yet; the daemon's reboot loop is issue 31.
+//! Run by the daemon's reboot follower (`crate::daemon::reboot`).
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! (`/var/run/reboot-required`, which Debian's and Ubuntu's package scripts create, as kured's
 //! `--reboot-sentinel` reads it), watched with inotify: no polling, the file appearing and
 //! going away both seen, and a missing directory followed down from its nearest existing
-//! ancestor until it appears. Read by nothing yet; the daemon's reboot loop is issue 31.
+//! ancestor until it appears. Watched by the daemon's reboot follower (`crate::daemon::reboot`).
 //!
 //! One inotify watch is held at a time: on the file's directory when it exists, otherwise on
 //! the deepest ancestor that does. Every event on it re-reads the file's state and re-arms the

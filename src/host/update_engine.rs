@@ -1,5 +1,5 @@
 //! `[reboot] update_engine = true`: Flatcar's update_engine on the system bus says when an
-//! update waits for a reboot. Read by nothing yet; the daemon's reboot loop is issue 31.
+//! update waits for a reboot; followed by the daemon's reboot follower (`crate::daemon::reboot`).
 //!
 //! The names are update_engine's own (coreos update_engine, `src/update_engine/main.cc`
 //! requests the bus name `com.coreos.update1` and registers its object at `/com/coreos/update1`;

@@ -1,8 +1,10 @@
 //! What holds a node that needs a reboot (issue 31, "When"): every reason it must wait, judged
 //! by one pure function ([`judge`]) over what was read ([`Seen`], read by
-//! [`super::holds_read`]) and the instant. The daemon's reboot loop asks before it takes a drain
-//! slot and again before the reboot; an empty answer means the node may go. Read by nothing yet;
-//! the daemon's reboot loop is issue 31.
+//! [`super::holds_read`]) and the instant. The daemon's reboot follower asks before its reboot
+//! starts (before a drain slot is taken) and the reboot asks again after its drain, before
+//! logind's `Reboot`; an empty answer means the node may go. The follower passes neither a
+//! forecast nor an estimate yet: `forecast_blocks` and the window's close before the drain's
+//! end are judged here, not yet fed.
 //!
 //! The reasons, in this order, each with a stable key for metrics and `status`:
 //! - `held`: the Node carries the annotation [`HOLD_ANNOTATION`] (any value); who set it is the
@@ -122,6 +124,17 @@ pub struct Holds {
 }
 
 impl Holds {
+    /// The holds could not be read at all (no client): one `unknown` reason saying `why`.
+    pub fn unknown(node: &str, why: &str) -> Holds {
+        Holds {
+            node: node.to_string(),
+            reasons: vec![Reason::new(
+                Key::Unknown,
+                format!("cannot read what holds the reboot of node {node}: {why}"),
+            )],
+        }
+    }
+
     /// Nothing holds the node.
     pub fn may_go(&self) -> bool {
         self.reasons.is_empty()

@@ -1,5 +1,7 @@
-//! Reboots the node asks for (issue 31): the pieces the daemon's reboot loop will use, built
-//! ahead of it. Used by nothing yet; the daemon's reboot loop is issue 31.
+//! Reboots the node asks for: the pieces the daemon's reboot follower and its own reboot use
+//! (`crate::daemon::reboot`, `daemon/service/reboot.rs`). The FleetLock server (`server.rs`,
+//! `fleetlock.rs`, `peer.rs`, `zincati_id.rs`) is built and tested but not started yet:
+//! `[fleetlock]` stays refused by the config file until the daemon answers it.
 //!
 //! | file | owns |
 //! |---|---|

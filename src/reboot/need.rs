@@ -1,7 +1,7 @@
 //! What one reboot trigger says about the node: a reboot is needed, is not, or cannot be told
 //! (and why). The sentinel file, the sentinel command and Flatcar's update_engine
 //! (`crate::host::sentinel`, `crate::host::update_engine`) all answer with this one type.
-//! Read by nothing yet; the daemon's reboot loop is issue 31.
+//! The daemon's reboot follower combines them (`crate::daemon::reboot::combined`).
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! Maintenance windows: the weekly times at which a reboot the node asks for may start, shaped
-//! as zincati's `periodic` strategy (`coreos/zincati/docs/usage/updates-strategy.md`). Read by
-//! nothing yet; the daemon's reboot loop is issue 31.
+//! as zincati's `periodic` strategy (`coreos/zincati/docs/usage/updates-strategy.md`); judged
+//! among the holds (`holds.rs`).
 //!
 //! The semantics are zincati's:
 //! - a window is a weekday, a start time (`hh:mm`) and a length in whole minutes; it may cross

@@ -24,6 +24,21 @@ pub const BOOT_ID_ENV: &str = "KUBE_SHUTDOWN_DRAIN_BOOT_ID_FILE";
 /// (tests only): every test's daemon watches its own, never the host's.
 pub const SCHEDULE_DIR_ENV: &str = "KUBE_SHUTDOWN_DRAIN_SCHEDULE_DIR";
 
+/// The first drain slot of group `all` (`[fleet] slots`).
+pub const SLOT: &str = "kube-shutdown-drain-slot-0";
+/// The demo's other node.
+pub const OTHER: &str = "demo-node-2";
+
+/// The slot Lease [`SLOT`] held by `holder` (none: given back), renewed now for an hour.
+pub fn slot_lease(holder: Option<&str>) -> Value {
+    let now = jiff::Timestamp::now().to_string();
+    serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+           "metadata": {"name": SLOT, "namespace": "kube-shutdown-drain",
+                        "labels": {"kube-shutdown-drain/slot-group": "all"}},
+           "spec": {"holderIdentity": holder, "acquireTime": now, "renewTime": now,
+                    "leaseDurationSeconds": 3600}})
+}
+
 /// The demo's seed: a realistic node with every kind of pod the filters know.
 pub fn demo_seed() -> Vec<Value> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("demo/seed.json");
@@ -656,6 +671,28 @@ impl World {
             "{why}: granted {granted:?}, refused {refused:?}; log:\n{}",
             self.log()
         );
+    }
+
+    /// Who holds the first drain slot of group `all`, if anyone.
+    pub fn slot_holder(&self) -> Option<String> {
+        self.api
+            .store()
+            .get("Lease", Some("kube-shutdown-drain"), SLOT)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    }
+
+    /// `demo-node-2` in the boot its Node reports: a slot holder that is not stale.
+    pub fn other_holder(&self) -> String {
+        let node = self
+            .api
+            .store()
+            .get("Node", None, OTHER)
+            .expect("the demo seed has demo-node-2");
+        let boot = node["status"]["nodeInfo"]["bootID"]
+            .as_str()
+            .filter(|b| !b.is_empty())
+            .unwrap_or("0b0e1d00-0000-4000-8000-0000000000b2");
+        format!("{OTHER}/{boot}")
     }
 
     /// The Events the fake API server stores about the node with this reason.

@@ -83,6 +83,9 @@ impl Daemon {
             Effect::SayPassEnded => self.say_pass_ended(),
             Effect::SayStop { signal, during } => self.say_stop(signal, during),
             Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
+            Effect::StartReboot => self.start_reboot(logind),
+            Effect::AbortReboot => self.abort_reboot(),
+            Effect::RebootLater => self.reboot_later(),
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {
@@ -199,8 +202,9 @@ impl Daemon {
         let secs = |d: Option<std::time::Duration>| {
             d.map_or_else(|| "unknown".to_owned(), crate::time_limit::seconds)
         };
+        let verdict = self.reboot_status();
         self.status.set(format!(
-            "waiting for a shutdown of node {} (drain budget {}, logind allows {})",
+            "waiting for a shutdown of node {} (drain budget {}, logind allows {}){verdict}",
             self.settings.node_name,
             secs(drain),
             secs(max)

@@ -39,6 +39,7 @@ use crate::time_limit::TimeLimit;
 
 mod effects;
 mod gate;
+mod reboot;
 mod scheduled;
 mod shutdown;
 mod stop_stage;
@@ -99,6 +100,8 @@ pub(crate) struct Daemon {
     scheduled: scheduled::Tracked,
     /// The reboot gate (`[fleet] gate`).
     gate: gate::Gate,
+    /// The reboots the node asks for (`[reboot]`).
+    reboot: reboot::Reboot,
 }
 
 /// This boot's record (`boot-record`), opened at the first connection to logind, and READY=1,
@@ -161,10 +164,12 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         access: Access::new(settings.clone()),
         scheduled: scheduled::Tracked::open(&settings),
         gate: gate::Gate::new(settings.fleet.gate),
+        reboot: reboot::Reboot::new(settings.reboot.enabled()),
         settings,
     };
     daemon.spawn_forecast();
     daemon.spawn_gate();
+    daemon.spawn_reboot_follower(&bus_address);
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
     daemon.run(&bus_address, &mut signals).await;
@@ -261,6 +266,8 @@ impl Daemon {
                     continue;
                 }
                 left_work = self.work.end() => Event::Ended { left_work },
+                _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
+                asked = reboot::ended(&mut self.reboot.task) => Event::RebootEnded { asked },
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);

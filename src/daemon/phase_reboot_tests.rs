@@ -1,0 +1,278 @@
+//! Tests of the reboot part of the phase table (`phase_reboot.rs`) and of the state's rules for
+//! a standing `Go`.
+
+use super::super::Effect::*;
+use super::super::*;
+
+const GO: Event = Event::Reboot(Ask::Go);
+const WAITS: Event = Event::Reboot(Ask::Waits);
+const NOT_NEEDED: Event = Event::Reboot(Ask::NotNeeded);
+const ASKED: Event = Event::RebootEnded { asked: true };
+const GAVE_UP: Event = Event::RebootEnded { asked: false };
+
+fn planned() -> Planned {
+    Planned {
+        kind: ShutdownKind::Reboot,
+        fired: false,
+    }
+}
+
+fn shutdown(guarded: bool) -> Shutdown {
+    Shutdown {
+        kind: ShutdownKind::Reboot,
+        guarded,
+    }
+}
+
+/// Every phase but Stopped, for the sweeps.
+fn every_live_phase() -> Vec<Phase> {
+    vec![
+        Phase::Starting,
+        Phase::Waiting,
+        Phase::Draining(shutdown(true)),
+        Phase::Released(shutdown(true)),
+        Phase::Stopping(shutdown(false)),
+        Phase::Scheduled(planned()),
+        Phase::Early(planned()),
+        Phase::Ready(planned()),
+        Phase::Rebooting,
+    ]
+}
+
+fn step(from: &Phase, event: Event) -> (Phase, Vec<Effect>) {
+    from.on(event).unwrap_or_else(|e| panic!("refused: {e}"))
+}
+
+fn state(phase: Phase, reboot: Ask) -> State {
+    State {
+        phase,
+        gate: Gate::default(),
+        left_work: true,
+        reboot,
+    }
+}
+
+#[test]
+fn a_go_while_waiting_starts_the_reboot_and_only_then() {
+    assert_eq!(
+        step(&Phase::Waiting, GO),
+        (Phase::Rebooting, vec![StartReboot])
+    );
+    for from in every_live_phase() {
+        for event in [WAITS, NOT_NEEDED] {
+            let unchanged = match from {
+                // What the reboot waits for goes into the status line.
+                Phase::Waiting => vec![ShowWaiting],
+                Phase::Rebooting if event == NOT_NEEDED => continue,
+                _ => vec![],
+            };
+            assert_eq!(
+                step(&from, event),
+                (from.clone(), unchanged),
+                "{from:?} {event:?}"
+            );
+        }
+        if from != Phase::Waiting {
+            let (to, effects) = step(&from, GO);
+            assert_eq!((&to, effects.as_slice()), (&from, &[][..]), "{from:?}");
+        }
+    }
+    assert!(Phase::Stopped.on(GO).is_err());
+}
+
+#[test]
+fn a_need_that_goes_away_calls_the_reboot_off_and_restores_the_node() {
+    assert_eq!(
+        step(&Phase::Rebooting, NOT_NEEDED),
+        (
+            Phase::Waiting,
+            vec![
+                AbortReboot,
+                ForgetShutdown { undo: Undo::Heard },
+                ShowWaiting
+            ]
+        )
+    );
+    // Nothing else moves it back: a hold is looked at again before the reboot.
+    assert_eq!(step(&Phase::Rebooting, WAITS), (Phase::Rebooting, vec![]));
+}
+
+#[test]
+fn the_reboots_end_waits_for_logind_or_restores_the_node() {
+    assert_eq!(step(&Phase::Rebooting, ASKED), (Phase::Rebooting, vec![]));
+    assert_eq!(
+        step(&Phase::Rebooting, GAVE_UP),
+        (
+            Phase::Waiting,
+            vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting]
+        )
+    );
+    // No reboot of ours runs anywhere else (in the stop phase nothing else matters).
+    for from in every_live_phase() {
+        if !matches!(from, Phase::Rebooting | Phase::Stopping(_)) {
+            assert!(
+                from.on(ASKED).is_err() && from.on(GAVE_UP).is_err(),
+                "{from:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn loginds_announcement_takes_over_from_the_reboot() {
+    let drain = |kind, announced_now| StartDrain {
+        kind,
+        announced_now,
+    };
+    let announced = Event::Announced {
+        kind: ShutdownKind::Reboot,
+        locked: true,
+    };
+    assert_eq!(
+        step(&Phase::Rebooting, announced),
+        (
+            Phase::Draining(shutdown(true)),
+            vec![AbortReboot, Quiet(false), drain(ShutdownKind::Reboot, true)]
+        )
+    );
+    let under_way = Event::Connected {
+        under_way: Some(ShutdownKind::PowerOff),
+        locked: false,
+    };
+    assert_eq!(
+        step(&Phase::Rebooting, under_way),
+        (
+            Phase::Draining(Shutdown {
+                kind: ShutdownKind::PowerOff,
+                guarded: false
+            }),
+            vec![
+                AbortReboot,
+                Quiet(false),
+                drain(ShutdownKind::PowerOff, false)
+            ]
+        )
+    );
+    for event in [
+        Event::Connected {
+            under_way: None,
+            locked: true,
+        },
+        Event::Cancelled,
+        Event::Scheduled {
+            kind: ShutdownKind::Reboot,
+            policy: crate::config::ShutdownPolicy::Drain,
+        },
+        Event::Unscheduled { fired: false },
+    ] {
+        assert_eq!(
+            step(&Phase::Rebooting, event),
+            (Phase::Rebooting, vec![]),
+            "{event:?}"
+        );
+    }
+    for event in [Event::Ended { left_work: true }, Event::Due, Event::Overdue] {
+        assert!(Phase::Rebooting.on(event).is_err(), "{event:?}");
+    }
+}
+
+#[test]
+fn a_stop_while_rebooting_stops_the_reboot_first() {
+    let stop = Event::Stop {
+        signal: StopSignal::Term,
+    };
+    let said = SayStop {
+        signal: StopSignal::Term,
+        during: During::Waiting,
+    };
+    assert_eq!(
+        step(&Phase::Rebooting, stop),
+        (
+            Phase::Stopped,
+            vec![said, AbortReboot, RecordStopped, ReleaseLock]
+        )
+    );
+    let within = std::time::Duration::from_secs(60);
+    let (to, effects) = step(&Phase::Rebooting, Event::StopInShutdown { within });
+    assert_eq!(to, Phase::Stopping(shutdown(false)));
+    assert_eq!(
+        effects,
+        vec![
+            AbortReboot,
+            Quiet(false),
+            ReleaseLock,
+            StartStopStage {
+                kind: ShutdownKind::Reboot,
+                within
+            }
+        ]
+    );
+    // Something may be left to drain (its own drain ran or not): systemd is asked.
+    let asked = Event::StopAsked {
+        signal: StopSignal::Term,
+    };
+    let (next, effects) = state(Phase::Rebooting, Ask::Go).on(asked).unwrap();
+    assert_eq!(next.phase, Phase::Rebooting);
+    assert_eq!(
+        effects,
+        vec![AskSystemd {
+            signal: StopSignal::Term
+        }]
+    );
+}
+
+#[test]
+fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failure() {
+    let connected = Event::Connected {
+        under_way: None,
+        locked: true,
+    };
+    // The follower said go before logind was reached.
+    let (next, effects) = state(Phase::Starting, Ask::NotNeeded).on(GO).unwrap();
+    assert_eq!((next.phase.clone(), effects), (Phase::Starting, vec![]));
+    assert_eq!(next.reboot, Ask::Go);
+    let (next, effects) = next.on(connected).unwrap();
+    assert_eq!(next.phase, Phase::Rebooting);
+    assert_eq!(effects.last(), Some(&StartReboot), "{effects:?}");
+    // A reboot of ours that gave up: back to waiting, and the follower pauses before its go.
+    let (next, effects) = next.on(GAVE_UP).unwrap();
+    assert_eq!(next.phase, Phase::Waiting);
+    assert_eq!(effects.last(), Some(&RebootLater), "{effects:?}");
+    // logind's reboot cancelled (`shutdown -c`) while still needed: the same pause.
+    let cancelled = state(Phase::Released(shutdown(true)), Ask::Go)
+        .on(Event::Cancelled)
+        .unwrap();
+    assert_eq!(cancelled.0.phase, Phase::Waiting);
+    assert_eq!(cancelled.1.last(), Some(&RebootLater), "{:?}", cancelled.1);
+    // Not needed any more: no pause asked for.
+    let (next, effects) = state(Phase::Rebooting, Ask::Go).on(NOT_NEEDED).unwrap();
+    assert_eq!(next.reboot, Ask::NotNeeded);
+    assert!(!effects.contains(&RebootLater), "{effects:?}");
+    // Waiting with a standing go on another event: nothing new.
+    let (_, effects) = state(Phase::Waiting, Ask::Go).on(Event::Cancelled).unwrap();
+    assert!(!effects.contains(&RebootLater) && !effects.contains(&StartReboot));
+}
+
+#[test]
+fn the_gate_opens_while_the_node_reboots_itself() {
+    let closed = State {
+        phase: Phase::Waiting,
+        gate: Gate {
+            full: true,
+            pass: false,
+        },
+        left_work: true,
+        reboot: Ask::Waits,
+    };
+    let (next, effects) = closed.on(GO).unwrap();
+    assert_eq!(next.phase, Phase::Rebooting);
+    assert_eq!(
+        effects,
+        vec![
+            StartReboot,
+            DropGate {
+                because: GateOpened::NoLongerWaits
+            }
+        ]
+    );
+}

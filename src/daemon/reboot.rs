@@ -1,0 +1,391 @@
+//! The reboots the node asks for (`[reboot]`, off without a trigger): the follower that turns
+//! the triggers and the holds into one verdict for the phase table ([`Ask`]), and the daemon's
+//! own reboot, which runs once the table says so (`service/reboot.rs`).
+//!
+//! The triggers: `sentinel_file` (inotify, `host::sentinel_file`), `sentinel_command` (run
+//! every `check_interval`, `host::sentinel_command`) and Flatcar's update_engine
+//! (`host::update_engine`, on the system bus). A reboot is needed when any says so; an unknown
+//! answer (a command that failed, update_engine unreachable) never starts one and is said.
+//! While one is needed the holds are judged (`reboot::holds`: the hold annotation, the fleet's
+//! pause, a blocking pod, the windows) now, then every [`LOOK_EVERY`] and at the next window's
+//! opening; each new set of reasons is said once. The verdict is `Go` only when nothing holds
+//! the node. After a reboot of ours ended without one (or logind's shutdown was cancelled), the
+//! table asks for a pause ([`RETRY_AFTER`]) before the next `Go`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::Settings;
+use crate::config::reboot::RebootSettings;
+use crate::daemon::access::Access;
+use crate::daemon::phase::Ask;
+use crate::engine::Engine;
+use crate::events::Reason as EventReason;
+use crate::reboot::holds::{Context, Holds, Key};
+use crate::reboot::need::Need;
+use crate::reboot::window::Windows;
+
+/// How often the holds are judged again while a reboot is needed and held (a hold annotation
+/// removed, the pause Lease deleted, a blocking pod gone).
+pub const LOOK_EVERY: Duration = Duration::from_secs(60);
+/// How long one judging of the holds may take.
+const JUDGE_MAX: Duration = Duration::from_secs(10);
+/// The pause after a reboot of ours ended without one, before the next try.
+pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+/// The local time zone's file, for `time_zone = "localtime"`.
+const LOCALTIME: &str = "/etc/localtime";
+
+/// The follower's verdict and what it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub ask: Ask,
+    /// Why: the trigger's words, the holds' messages.
+    pub why: String,
+}
+
+impl Verdict {
+    fn not_needed(why: impl Into<String>) -> Verdict {
+        Verdict {
+            ask: Ask::NotNeeded,
+            why: why.into(),
+        }
+    }
+}
+
+/// The answers of several triggers as one: needed when any says so, else unknown when any
+/// cannot tell, else not needed. Pure.
+pub fn combined(needs: &[Need]) -> Need {
+    let join = |pick: fn(&Need) -> Option<&String>| {
+        let words: Vec<&str> = needs.iter().filter_map(pick).map(String::as_str).collect();
+        (!words.is_empty()).then(|| words.join("; "))
+    };
+    if let Some(why) = join(|n| match n {
+        Need::Needed(w) => Some(w),
+        _ => None,
+    }) {
+        return Need::Needed(why);
+    }
+    if let Some(why) = join(|n| match n {
+        Need::Unknown(w) => Some(w),
+        _ => None,
+    }) {
+        return Need::Unknown(why);
+    }
+    Need::NotNeeded(
+        join(|n| match n {
+            Need::NotNeeded(w) => Some(w),
+            _ => None,
+        })
+        .unwrap_or_else(|| "no reboot trigger is set".into()),
+    )
+}
+
+/// The maintenance windows of `[reboot]` in their zone; a zone that cannot be read is said and
+/// the windows are read in UTC (zincati's and kured's default).
+pub fn windows(settings: &Settings) -> Windows {
+    let reboot = &settings.reboot;
+    let zone = match crate::host::localtime::time_zone(&reboot.zone, Path::new(LOCALTIME)) {
+        Ok(zone) => zone,
+        Err(e) => {
+            tracing::warn!(
+                "{e}; the reboot windows of node {} are read in UTC",
+                settings.node_name
+            );
+            jiff::tz::TimeZone::UTC
+        }
+    };
+    Windows::new(zone, &reboot.windows)
+}
+
+/// Starts the triggers' tasks (on this runtime), each publishing on its own watch.
+fn start_triggers(reboot: &RebootSettings, bus_address: &str) -> Vec<watch::Receiver<Need>> {
+    let mut needs = Vec::new();
+    if let Some(file) = &reboot.sentinel_file {
+        let (tx, rx) = watch::channel(crate::host::sentinel_file::need(file));
+        tokio::spawn(follow_file(file.clone(), tx));
+        needs.push(rx);
+    }
+    if let Some(command) = &reboot.sentinel_command {
+        let first = Need::Unknown(format!(
+            "{} has not answered yet",
+            crate::host::sentinel_command::shown(&command.argv)
+        ));
+        let (tx, rx) = watch::channel(first);
+        tokio::spawn(crate::host::sentinel_command::run_every(
+            command.argv.clone(),
+            command.interval,
+            command.timeout,
+            tx,
+        ));
+        needs.push(rx);
+    }
+    if reboot.update_engine {
+        let (tx, rx) = watch::channel(Need::Unknown("update_engine not read yet".into()));
+        tokio::spawn(follow_update_engine(bus_address.to_owned(), tx));
+        needs.push(rx);
+    }
+    needs
+}
+
+/// The sentinel file's answers; a watch that fails is said as unknown (no reboot starts).
+async fn follow_file(file: std::path::PathBuf, tx: watch::Sender<Need>) {
+    let mut watch = match crate::host::sentinel_file::SentinelFile::new(&file) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = tx.send(Need::Unknown(e.to_string()));
+            return;
+        }
+    };
+    loop {
+        let need = match watch.next().await {
+            Ok(need) => need,
+            Err(e) => {
+                let _ = tx.send(Need::Unknown(e.to_string()));
+                return;
+            }
+        };
+        if tx.send(need).is_err() {
+            return;
+        }
+    }
+}
+
+/// update_engine's answers on the system bus at `address`.
+async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
+    let logind = crate::host::logind::Logind::connect_with_backoff(&address).await;
+    crate::host::update_engine::follow(logind.connection(), tx).await;
+}
+
+/// Follows the triggers and the holds, sending each verdict; `not_before`: the table's pause
+/// after a reboot that ended without one. Runs on the engine runtime until the daemon ends.
+pub(crate) async fn follow(
+    access: Access,
+    bus_address: String,
+    mut not_before: watch::Receiver<Option<Instant>>,
+    verdict: watch::Sender<Verdict>,
+) {
+    let mut needs = start_triggers(&access.settings.reboot, &bus_address);
+    let mut follower = Follower {
+        windows: windows(&access.settings),
+        access,
+        said_need: None,
+        said_holds: None,
+    };
+    loop {
+        let now: Vec<Need> = needs
+            .iter_mut()
+            .map(|n| n.borrow_and_update().clone())
+            .collect();
+        let need = combined(&now);
+        follower.say_need(&need);
+        let pause = not_before
+            .borrow_and_update()
+            .filter(|at| *at > Instant::now());
+        let (next, recheck) = follower.verdict(&need, pause).await;
+        verdict.send_if_modified(|v| {
+            let changed = *v != next;
+            *v = next;
+            changed
+        });
+        tokio::select! {
+            () = changed_any(&mut needs) => {}
+            _ = not_before.changed() => {}
+            () = sleep_until(recheck) => {}
+            () = verdict.closed() => return,
+        }
+    }
+}
+
+/// What the follower keeps between looks: what it said last, so each change is said once.
+struct Follower {
+    access: Access,
+    windows: Windows,
+    said_need: Option<Need>,
+    said_holds: Option<Vec<Key>>,
+}
+
+impl Follower {
+    /// Says the need when it changed (the journal; `RebootRequired` when it becomes needed).
+    fn say_need(&mut self, need: &Need) {
+        if self.said_need.as_ref() == Some(need) {
+            return;
+        }
+        let node = &self.access.settings.node_name;
+        say_need(node, need);
+        if need.is_needed() && !self.said_need.as_ref().is_some_and(Need::is_needed) {
+            let message = format!("node {node} {need}");
+            post(&self.access, EventReason::RebootRequired, message);
+        }
+        self.said_need = Some(need.clone());
+    }
+
+    /// The verdict for `need` now, and when to look again (none: only at a trigger's change).
+    /// `pause`: the table's pause after a reboot that ended without one.
+    async fn verdict(&mut self, need: &Need, pause: Option<Instant>) -> (Verdict, Option<Instant>) {
+        let node = &self.access.settings.node_name;
+        let why = match need {
+            Need::Needed(why) => why,
+            other => {
+                self.said_holds = None;
+                return (Verdict::not_needed(other.to_string()), None);
+            }
+        };
+        if let Some(at) = pause {
+            let left = crate::time_limit::seconds(at - Instant::now());
+            let why =
+                format!("{why}; a reboot of node {node} ended without one: trying again in {left}");
+            return (
+                Verdict {
+                    ask: Ask::Waits,
+                    why,
+                },
+                Some(at),
+            );
+        }
+        let holds = judge(&self.access, &self.windows).await;
+        let keys = holds.keys();
+        if self.said_holds.as_ref() != Some(&keys) {
+            say_holds(&holds, why);
+            if !holds.may_go() {
+                post(&self.access, EventReason::RebootWaiting, holds.to_string());
+            }
+            self.said_holds = Some(keys);
+        }
+        let recheck = Instant::now() + until_next_look(&self.windows, Timestamp::now());
+        let verdict = if holds.may_go() {
+            Verdict {
+                ask: Ask::Go,
+                why: why.clone(),
+            }
+        } else {
+            Verdict {
+                ask: Ask::Waits,
+                why: holds.to_string(),
+            }
+        };
+        (verdict, Some(recheck))
+    }
+}
+
+/// Posts one Event on the Node, off the follower's way (a failure is only logged).
+pub(crate) fn post(access: &Access, reason: EventReason, message: String) {
+    let settings = access.settings.clone();
+    tokio::spawn(Engine::post_event(settings, reason, message));
+}
+
+/// How long until the holds are judged again: [`LOOK_EVERY`], or sooner when a window opens.
+fn until_next_look(windows: &Windows, now: Timestamp) -> Duration {
+    if windows.contains(now) {
+        return LOOK_EVERY;
+    }
+    let opens = windows
+        .next_open(now)
+        .and_then(|at| Duration::try_from(now.duration_until(at)).ok());
+    opens.map_or(LOOK_EVERY, |d| d.min(LOOK_EVERY))
+}
+
+/// What holds the node now.
+pub(crate) async fn judge(access: &Access, windows: &Windows) -> Holds {
+    let settings = &access.settings;
+    let cx = Context::new(settings, &settings.reboot, windows, None, None);
+    let deadline = Instant::now() + JUDGE_MAX;
+    let clients = match access.engine() {
+        Ok(engine) => match engine.clients().await {
+            Ok(c) => c.clone(),
+            Err(e) => return Holds::unknown(&settings.node_name, &e.to_string()),
+        },
+        Err(e) => return Holds::unknown(&settings.node_name, &e.to_string()),
+    };
+    crate::reboot::holds_read::holds(&clients, &cx, deadline).await
+}
+
+fn say_need(node: &str, need: &Need) {
+    match need {
+        Need::Needed(why) => tracing::info!(node = %node, "node {node} needs a reboot: {why}"),
+        Need::NotNeeded(why) => tracing::info!(node = %node, "node {node} needs no reboot: {why}"),
+        Need::Unknown(why) => tracing::warn!(
+            node = %node,
+            "cannot tell whether node {node} needs a reboot ({why}); no reboot starts until a \
+             trigger says so"
+        ),
+    }
+}
+
+fn say_holds(holds: &Holds, why: &str) {
+    let node = &holds.node;
+    if holds.may_go() {
+        tracing::info!(node = %node, "nothing holds the reboot of node {node} ({why}): starting it");
+    } else {
+        let keys: Vec<&str> = holds.keys().into_iter().map(|k| k.as_str()).collect();
+        tracing::info!(
+            node = %node,
+            "the reboot of node {node} waits ({}): {holds}",
+            keys.join(", ")
+        );
+    }
+}
+
+/// Any trigger's next answer (never when there is none).
+async fn changed_any(needs: &mut [watch::Receiver<Need>]) {
+    if needs.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = needs.iter_mut().map(|n| Box::pin(n.changed()));
+    let (_, _, _) = futures::future::select_all(changes).await;
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_needed_trigger_needs_a_reboot_and_an_unknown_one_never_starts_one() {
+        let needed = Need::Needed("/run/reboot-required exists".into());
+        let not = Need::NotNeeded("`needs-restarting -r` exited 0".into());
+        let unknown = Need::Unknown("update_engine unreachable".into());
+        assert_eq!(
+            combined(&[not.clone(), needed.clone(), unknown.clone()]),
+            needed
+        );
+        assert_eq!(combined(&[not.clone(), unknown.clone()]), unknown);
+        assert_eq!(combined(std::slice::from_ref(&not)), not);
+        assert!(!combined(&[]).is_needed());
+        assert_eq!(
+            combined(&[
+                needed.clone(),
+                Need::Needed("update_engine: NEED_REBOOT".into())
+            ]),
+            Need::Needed("/run/reboot-required exists; update_engine: NEED_REBOOT".into())
+        );
+    }
+
+    #[test]
+    fn the_holds_are_looked_at_again_within_a_minute_or_when_a_window_opens() {
+        use jiff::civil::Weekday;
+        let now: Timestamp = "2026-12-05T22:00:00Z".parse().unwrap();
+        assert_eq!(until_next_look(&Windows::any_time(), now), LOOK_EVERY);
+        let soon = Windows::new(
+            jiff::tz::TimeZone::UTC,
+            &[crate::reboot::window::Window {
+                day: Weekday::Saturday,
+                start_minute: 22 * 60,
+                length_minutes: 60,
+            }],
+        );
+        // Open now: a minute.
+        assert_eq!(until_next_look(&soon, now), LOOK_EVERY);
+        let later: Timestamp = "2026-12-05T21:59:30Z".parse().unwrap();
+        assert_eq!(until_next_look(&soon, later), Duration::from_secs(30));
+    }
+}

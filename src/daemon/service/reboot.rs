@@ -1,0 +1,247 @@
+//! The loop's side of the reboots the node asks for (`daemon::reboot`): the follower's verdict
+//! turned into the table's `Reboot` events, and the daemon's own reboot, started and stopped as
+//! the table's effects say (`StartReboot`, `AbortReboot`, `RebootLater`), its end the
+//! `RebootEnded` event.
+//!
+//! The reboot is what `kube-shutdown-drain reboot` does, inside the daemon: a drain slot (with
+//! `[fleet] slots`, waited for as long as it takes), the drain within `[drain] timeout`, the
+//! holds judged again (they may have changed during the drain: a hold set, a window closed),
+//! then logind's `Reboot`. logind's announcement then starts the usual drain of its window,
+//! which finds the node drained. A drain that did not complete reboots nothing: the table
+//! restores the node and the follower tries again after a pause.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::Daemon;
+use crate::daemon::access::Access;
+use crate::daemon::phase::{Ask, Event};
+use crate::daemon::reboot::{self as follower, LOOK_EVERY, RETRY_AFTER, Verdict};
+use crate::engine::Engine;
+use crate::fleet::slots::Taken;
+use crate::host::logind::Logind;
+use crate::reboot::window::Windows;
+use crate::shutdown_kind::ShutdownKind;
+
+/// The reason the marker and the Events give.
+pub const WHY: &str = "reboot the node asked for ([reboot])";
+/// How long one wait for a drain slot lasts before it is said again and renewed.
+const SLOT_WAIT: Duration = Duration::from_secs(600);
+
+/// The reboots as the loop holds them.
+pub(crate) struct Reboot {
+    enabled: bool,
+    /// The follower's verdict.
+    pub(super) verdict: watch::Receiver<Verdict>,
+    verdict_tx: watch::Sender<Verdict>,
+    /// The table's pause after a reboot that ended without one (`RebootLater`).
+    not_before: watch::Sender<Option<Instant>>,
+    /// The daemon's own reboot while it runs: its end says whether logind was asked.
+    pub(super) task: Option<JoinHandle<bool>>,
+}
+
+impl Reboot {
+    pub(crate) fn new(enabled: bool) -> Reboot {
+        let (verdict_tx, verdict) = watch::channel(Verdict {
+            ask: Ask::NotNeeded,
+            why: "not looked at yet".into(),
+        });
+        Reboot {
+            enabled,
+            verdict,
+            verdict_tx,
+            not_before: watch::Sender::new(None),
+            task: None,
+        }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+impl Daemon {
+    /// Starts the follower on the engine runtime (with a `[reboot]` trigger).
+    pub(super) fn spawn_reboot_follower(&self, bus_address: &str) {
+        if !self.reboot.enabled {
+            return;
+        }
+        tracing::info!(
+            "node {} reboots when it needs to ([reboot]), as its windows and holds allow",
+            self.settings.node_name
+        );
+        self.engine.spawn(follower::follow(
+            self.access.clone(),
+            bus_address.to_owned(),
+            self.reboot.not_before.subscribe(),
+            self.reboot.verdict_tx.clone(),
+        ));
+    }
+
+    /// The follower's verdict, for the table.
+    pub(super) fn reboot_verdict(&mut self) -> Event {
+        Event::Reboot(self.reboot.verdict.borrow_and_update().ask)
+    }
+
+    /// `StartReboot`: a running restore stops, the reboot runs on the engine runtime.
+    pub(super) fn start_reboot(&mut self, logind: Option<&Logind>) {
+        let node = self.settings.node_name.clone();
+        let why = self.reboot.verdict.borrow().why.clone();
+        self.abort_restore("the node's reboot starts");
+        self.status.set(format!(
+            "rebooting node {node}: {why}; a drain slot, the drain, then logind's Reboot"
+        ));
+        tracing::info!(node = %node, "rebooting node {node} ({why}): draining it first");
+        self.engine.spawn(crate::engine::Engine::post_event(
+            self.settings.clone(),
+            crate::events::Reason::RebootStarted,
+            format!("rebooting node {node} ({why}): a drain slot, the drain, then logind's Reboot"),
+        ));
+        let work = reboot(self.access.clone(), logind.cloned());
+        self.reboot.task = Some(self.engine.spawn(work));
+    }
+
+    /// What the status line adds while a reboot is needed and waits: "; reboot needed, waits:
+    /// REASONS". Nothing otherwise.
+    pub(super) fn reboot_status(&self) -> String {
+        let verdict = self.reboot.verdict.borrow();
+        match verdict.ask {
+            Ask::Waits if self.reboot.enabled => {
+                format!("; reboot needed, waits: {}", verdict.why)
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// `AbortReboot`: silent, as what stops it says itself (the need gone, logind's
+    /// announcement, the stop); an abort after its call to logind loses nothing.
+    pub(super) fn abort_reboot(&mut self) {
+        if let Some(task) = self.reboot.task.take() {
+            task.abort();
+        }
+    }
+
+    /// `RebootLater`: the follower says go again only after the pause.
+    pub(super) fn reboot_later(&mut self) {
+        self.reboot
+            .not_before
+            .send_replace(Some(Instant::now() + RETRY_AFTER));
+    }
+}
+
+/// The end of the running reboot, once it ends: whether logind was asked. Never while none runs.
+pub(super) async fn ended(task: &mut Option<JoinHandle<bool>>) -> bool {
+    let Some(running) = task else {
+        return std::future::pending().await;
+    };
+    let asked = match running.await {
+        Ok(asked) => asked,
+        Err(e) => {
+            tracing::warn!("the reboot task ended: {e}");
+            false
+        }
+    };
+    *task = None;
+    asked
+}
+
+/// The daemon's own reboot: a slot, the drain, the holds again, logind's `Reboot`. Whether
+/// logind was asked; every way it gives up is said, naming the node.
+async fn reboot(access: Access, logind: Option<Logind>) -> bool {
+    let settings = access.settings.clone();
+    let node = settings.node_name.clone();
+    let Some(logind) = logind else {
+        tracing::warn!("cannot reboot node {node}: logind is not reachable now");
+        return false;
+    };
+    let engine = match access.engine() {
+        Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
+        Err(e) => {
+            tracing::warn!("cannot reboot node {node}: {e}");
+            return false;
+        }
+    };
+    let engine = if settings.fleet.slots > 0 {
+        match take_slot(engine).await {
+            Some(engine) => engine,
+            None => return false,
+        }
+    } else {
+        engine
+    };
+    let deadline = Instant::now() + settings.drain.timeout;
+    let (prepared, report) = engine.prepare_and_drain(WHY, deadline, |_| {}).await;
+    if let Err(e) = prepared {
+        tracing::warn!("not rebooting node {node}: its prepare failed: {e}");
+        return false;
+    }
+    if !report.complete {
+        tracing::warn!(
+            "not rebooting node {node}: its drain did not complete within {}; the node is \
+             restored\n{}",
+            crate::time_limit::seconds(settings.drain.timeout),
+            report.to_text()
+        );
+        return false;
+    }
+    tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
+    wait_for_no_holds(&access, &follower::windows(&settings)).await;
+    // Said before the call: logind's announcement may stop this task before the call returns.
+    tracing::info!(node = %node, "asking logind to reboot node {node}");
+    match logind.shut_down(false).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("not rebooting node {node}: {e}");
+            false
+        }
+    }
+}
+
+/// Waits for a drain slot as long as it takes, said once per wait; `None` when the slots cannot
+/// be read (said).
+async fn take_slot(engine: Engine) -> Option<Engine> {
+    let node = engine.settings().node_name.clone();
+    let started = Instant::now();
+    loop {
+        match engine.wait_for_slot(Instant::now() + SLOT_WAIT).await {
+            Ok(Taken::Slot(name)) => {
+                tracing::info!(node = %node, "node {node} holds drain slot {name} for its reboot");
+                return Some(engine.holding_slot(name, started.elapsed()));
+            }
+            Ok(Taken::Full(holders)) => tracing::info!(
+                node = %node,
+                "the reboot of node {node} waits for a drain slot: held by {}",
+                crate::text::escaped(&holders.join(", "))
+            ),
+            Err(e) => {
+                tracing::warn!("not rebooting node {node}: cannot take a drain slot: {e}");
+                return None;
+            }
+        }
+    }
+}
+
+/// The holds looked at again after the drain, until nothing holds the node (each new set of
+/// reasons said once).
+async fn wait_for_no_holds(access: &Access, windows: &Windows) {
+    let mut said = None;
+    loop {
+        let holds = follower::judge(access, windows).await;
+        if holds.may_go() {
+            return;
+        }
+        let keys = holds.keys();
+        if said.as_ref() != Some(&keys) {
+            tracing::info!(
+                node = %holds.node,
+                "node {} is drained and its reboot waits: {holds}",
+                holds.node
+            );
+            said = Some(keys);
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}

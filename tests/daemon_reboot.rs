@@ -1,0 +1,240 @@
+//! Reboots the node asks for (`[reboot]`, issue 31): `kube-shutdown-drain run` against the fake
+//! API server and a fake logind on a private bus, with a sentinel file in a temporary
+//! directory. The file appearing drains the node and only then asks logind to reboot; the boot
+//! after restores it. A hold annotation or a closed window keeps the node waiting (said, with
+//! the reason's key), and a file removed before the reboot takes nothing.
+
+mod daemon_support;
+mod logind;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use daemon_support::{NODE, Setup, World, open_seed, slot_lease};
+use serde_json::json;
+
+/// A world whose daemon watches `sentinel` (and whose config carries `more`).
+async fn world(sentinel: &Path, more: &str) -> Option<World> {
+    daemon_support::started(Setup {
+        seed: open_seed(),
+        config: format!(
+            "[reboot]\nsentinel_file = \"{}\"\n{more}",
+            sentinel.display()
+        ),
+        ..Setup::default()
+    })
+    .await
+}
+
+fn sentinel_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("ksd-sentinel-")
+        .tempdir()
+        .expect("a temp dir");
+    let file = dir.path().join("reboot-required");
+    (dir, file)
+}
+
+/// The position of `needle` in `log`, for the order of what was said.
+fn at(log: &str, needle: &str) -> usize {
+    log.find(needle)
+        .unwrap_or_else(|| panic!("no {needle:?} in the log:\n{log}"))
+}
+
+#[tokio::test]
+async fn a_sentinel_file_drains_the_node_then_reboots_it_and_the_next_boot_restores_it() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(mut w) = world(&sentinel, "").await else {
+        return;
+    };
+    w.expect_log(
+        &format!("node {NODE} needs no reboot"),
+        Duration::from_secs(10),
+        "the file's absence is said at start",
+    )
+    .await;
+    assert!(!w.is_cordoned(), "nothing happens without the file");
+    std::fs::write(&sentinel, "*** System restart required ***\n").unwrap();
+    w.expect_log(
+        &format!("asking logind to reboot node {NODE}"),
+        Duration::from_secs(30),
+        "the file asks for a reboot",
+    )
+    .await;
+    let outcome = w
+        .rig
+        .wait_outcome(0, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("logind never rebooted; log:\n{}", w.log()));
+    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    assert!(w.is_drained() && w.is_cordoned(), "{}", w.log());
+    let log = w.log();
+    // The node was drained before logind was asked, and logind's own window found it drained.
+    assert!(
+        at(
+            &log,
+            &format!("node {NODE} needs a reboot: {}", sentinel.display())
+        ) < at(&log, &format!("node {NODE} drained for its reboot"))
+            && at(&log, &format!("node {NODE} drained for its reboot"))
+                < at(&log, &format!("asking logind to reboot node {NODE}")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "drain of node {NODE} started (reboot the node asked for ([reboot]))"
+        )),
+        "the reboot's own drain names its reason: {log}"
+    );
+    // The cluster sees it too: one Event each.
+    for reason in ["RebootRequired", "RebootStarted"] {
+        assert_eq!(w.node_events(reason).len(), 1, "{reason}: {}", w.log());
+    }
+    assert!(w.node_events("RebootWaiting").is_empty());
+    // The boot after: the node is restored (the file is gone, as a reboot removes it from /run).
+    std::fs::remove_file(&sentinel).unwrap();
+    w.boot_again().await;
+    w.expect_restored(
+        Duration::from_secs(20),
+        "the boot after the reboot restores the node",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        w.rig.outcomes().len(),
+        1,
+        "no second reboot; log:\n{}",
+        w.log()
+    );
+}
+
+#[tokio::test]
+async fn a_hold_keeps_the_node_waiting_and_a_file_removed_before_its_turn_takes_nothing() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(w) = world(&sentinel, "").await else {
+        return;
+    };
+    w.api
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"]["kube-shutdown-drain/hold"] = json!("kernel bisect, ana")
+        })
+        .unwrap();
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("the reboot of node {NODE} waits (held)"),
+        Duration::from_secs(20),
+        "the hold annotation holds the reboot, said with its key",
+    )
+    .await;
+    assert!(
+        w.log().contains("annotation kube-shutdown-drain/hold"),
+        "{}",
+        w.log()
+    );
+    let held = format!("reboot needed, waits: node {NODE} is held by its annotation");
+    if let Err(statuses) = w.notify.wait_status(&held, Duration::from_secs(10)).await {
+        panic!("STATUS= never said what holds the reboot: {statuses:?}");
+    }
+    // Held, nothing on the node changes: no slot, no cordon, no eviction.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !w.is_cordoned() && !w.is_drained() && !w.log().contains("rebooting node"),
+        "a held node is left alone; log:\n{}",
+        w.log()
+    );
+    w.expect_until(
+        Duration::from_secs(10),
+        |w| w.node_events("RebootWaiting").len() == 1,
+        "one RebootWaiting Event names the hold",
+    )
+    .await;
+    let waiting = &w.node_events("RebootWaiting")[0];
+    assert!(
+        waiting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("annotation kube-shutdown-drain/hold")),
+        "{waiting}"
+    );
+    std::fs::remove_file(&sentinel).unwrap();
+    w.expect_log(
+        &format!("node {NODE} needs no reboot: {}", sentinel.display()),
+        Duration::from_secs(10),
+        "the file's removal is seen",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!w.is_cordoned() && !w.is_tainted(), "{}", w.log());
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
+    assert!(w.marker().is_none(), "nothing recorded on the node");
+}
+
+#[tokio::test]
+async fn outside_its_window_the_node_waits_and_says_when_the_window_opens() {
+    let (_dir, sentinel) = sentinel_dir();
+    // A one-hour window three days from today: closed now whatever the hour.
+    let day = jiff::Zoned::now()
+        .with_time_zone(jiff::tz::TimeZone::UTC)
+        .date()
+        .checked_add(jiff::Span::new().days(3))
+        .unwrap()
+        .weekday();
+    let name = &format!("{day:?}")[..3];
+    let window = format!(
+        "[[reboot.window]]\ndays = [\"{name}\"]\nstart_time = \"12:00\"\nlength_minutes = 60\n"
+    );
+    let Some(w) = world(&sentinel, &window).await else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("the reboot of node {NODE} waits (outside_window)"),
+        Duration::from_secs(20),
+        "a closed window holds the reboot",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!w.is_cordoned(), "{}", w.log());
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
+}
+
+/// How many times the current run's log says `needle`, waited for to reach `count`.
+async fn expect_said(w: &World, needle: &str, count: usize, why: &str) {
+    w.expect_until(
+        Duration::from_secs(20),
+        |w| w.log().matches(needle).count() >= count,
+        &format!("{why} ({needle:?} said {count} times)"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(w) = world(&sentinel, "[fleet]\nslots = 1\n").await else {
+        return;
+    };
+    // demo-node-2 holds the one slot, in the boot its Node reports (not stale).
+    let holder = w.other_holder();
+    w.api.store().upsert(slot_lease(Some(&holder))).unwrap();
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("every drain slot of group all is held ({holder}); node {NODE} waits for one"),
+        Duration::from_secs(20),
+        "the reboot waits for the slot demo-node-2 holds",
+    )
+    .await;
+    std::fs::remove_file(&sentinel).unwrap();
+    let gone = format!(
+        "node {NODE} needs no reboot: {} does not exist",
+        sentinel.display()
+    );
+    expect_said(&w, &gone, 2, "the file's removal is seen").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !w.is_cordoned() && !w.is_tainted() && w.marker().is_none(),
+        "{}",
+        w.log()
+    );
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
+    assert_eq!(w.slot_holder(), Some(holder), "the slot is not ours");
+}
