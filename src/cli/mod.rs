@@ -20,6 +20,7 @@ pub mod restore;
 pub mod run;
 mod slot_wait;
 pub mod status;
+mod status_reboot;
 
 /// The exit codes, as `--help` documents them.
 pub const EXIT_DONE: u8 = 0;

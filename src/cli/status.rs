@@ -47,6 +47,9 @@ struct Status {
     /// With `[fleet] slots`: the slots of this node's group and their holders.
     #[serde(skip_serializing_if = "Option::is_none")]
     drain_slots: Option<Vec<crate::fleet::slots::SlotView>>,
+    /// With a `[reboot]` trigger: whether a reboot is needed and what holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reboot: Option<super::status_reboot::RebootView>,
 }
 
 pub async fn run(settings: Arc<Settings>, output: Output) -> Result<u8, CliError> {
@@ -110,6 +113,7 @@ async fn read(settings: &Arc<Settings>, engine: &Engine) -> Result<Status, CliEr
         previous_boot: previous_boot(settings),
         restore_waits_for,
         drain_slots,
+        reboot: super::status_reboot::read(settings, engine).await,
     })
 }
 
@@ -138,6 +142,11 @@ async fn say_status(settings: &Arc<Settings>, status: &Status, waits: bool) {
     super::logind_lines::logind_time_limit(settings, "  ").await;
     super::logind_lines::gate(settings, "  ").await;
     super::forecast::line(settings, "  ").await;
+    if let Some(view) = &status.reboot {
+        for line in super::status_reboot::say(view) {
+            say!("{line}");
+        }
+    }
     match &status.last_report {
         None => say!("  last report:   none"),
         Some(r) => say!(

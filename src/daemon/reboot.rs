@@ -12,14 +12,12 @@
 //! the node. After a reboot of ours ended without one (or logind's shutdown was cancelled), the
 //! table asks for a pause ([`RETRY_AFTER`]) before the next `Go`.
 
-use std::path::Path;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::config::Settings;
 use crate::config::reboot::RebootSettings;
 use crate::daemon::access::Access;
 use crate::daemon::phase::Ask;
@@ -36,8 +34,6 @@ pub const LOOK_EVERY: Duration = Duration::from_secs(60);
 const JUDGE_MAX: Duration = Duration::from_secs(10);
 /// The pause after a reboot of ours ended without one, before the next try.
 pub const RETRY_AFTER: Duration = Duration::from_secs(600);
-/// The local time zone's file, for `time_zone = "localtime"`.
-const LOCALTIME: &str = "/etc/localtime";
 
 /// The follower's verdict and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,51 +50,6 @@ impl Verdict {
             why: why.into(),
         }
     }
-}
-
-/// The answers of several triggers as one: needed when any says so, else unknown when any
-/// cannot tell, else not needed. Pure.
-pub fn combined(needs: &[Need]) -> Need {
-    let join = |pick: fn(&Need) -> Option<&String>| {
-        let words: Vec<&str> = needs.iter().filter_map(pick).map(String::as_str).collect();
-        (!words.is_empty()).then(|| words.join("; "))
-    };
-    if let Some(why) = join(|n| match n {
-        Need::Needed(w) => Some(w),
-        _ => None,
-    }) {
-        return Need::Needed(why);
-    }
-    if let Some(why) = join(|n| match n {
-        Need::Unknown(w) => Some(w),
-        _ => None,
-    }) {
-        return Need::Unknown(why);
-    }
-    Need::NotNeeded(
-        join(|n| match n {
-            Need::NotNeeded(w) => Some(w),
-            _ => None,
-        })
-        .unwrap_or_else(|| "no reboot trigger is set".into()),
-    )
-}
-
-/// The maintenance windows of `[reboot]` in their zone; a zone that cannot be read is said and
-/// the windows are read in UTC (zincati's and kured's default).
-pub fn windows(settings: &Settings) -> Windows {
-    let reboot = &settings.reboot;
-    let zone = match crate::host::localtime::time_zone(&reboot.zone, Path::new(LOCALTIME)) {
-        Ok(zone) => zone,
-        Err(e) => {
-            tracing::warn!(
-                "{e}; the reboot windows of node {} are read in UTC",
-                settings.node_name
-            );
-            jiff::tz::TimeZone::UTC
-        }
-    };
-    Windows::new(zone, &reboot.windows)
 }
 
 /// Starts the triggers' tasks (on this runtime), each publishing on its own watch.
@@ -170,7 +121,7 @@ pub(crate) async fn follow(
 ) {
     let mut needs = start_triggers(&access.settings.reboot, &bus_address);
     let mut follower = Follower {
-        windows: windows(&access.settings),
+        windows: Windows::of(&access.settings),
         access,
         said_need: None,
         said_holds: None,
@@ -180,7 +131,7 @@ pub(crate) async fn follow(
             .iter_mut()
             .map(|n| n.borrow_and_update().clone())
             .collect();
-        let need = combined(&now);
+        let need = Need::combined(&now);
         follower.say_need(&need);
         let pause = not_before
             .borrow_and_update()
@@ -348,27 +299,6 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn any_needed_trigger_needs_a_reboot_and_an_unknown_one_never_starts_one() {
-        let needed = Need::Needed("/run/reboot-required exists".into());
-        let not = Need::NotNeeded("`needs-restarting -r` exited 0".into());
-        let unknown = Need::Unknown("update_engine unreachable".into());
-        assert_eq!(
-            combined(&[not.clone(), needed.clone(), unknown.clone()]),
-            needed
-        );
-        assert_eq!(combined(&[not.clone(), unknown.clone()]), unknown);
-        assert_eq!(combined(std::slice::from_ref(&not)), not);
-        assert!(!combined(&[]).is_needed());
-        assert_eq!(
-            combined(&[
-                needed.clone(),
-                Need::Needed("update_engine: NEED_REBOOT".into())
-            ]),
-            Need::Needed("/run/reboot-required exists; update_engine: NEED_REBOOT".into())
-        );
-    }
 
     #[test]
     fn the_holds_are_looked_at_again_within_a_minute_or_when_a_window_opens() {

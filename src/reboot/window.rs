@@ -28,6 +28,8 @@ use jiff::{SignedDuration, Timestamp};
 pub const WEEK_MINUTES: u32 = 7 * 24 * 60;
 /// Minutes in a day.
 const DAY_MINUTES: u32 = 24 * 60;
+/// The local time zone's file, for `time_zone = "localtime"` (localtime(5)).
+const LOCALTIME: &str = "/etc/localtime";
 /// How far ahead [`Windows::next_open`] and [`Windows::closes_at`] look: two weeks and a day,
 /// so a window that a daylight-saving shift swallows one week is found the next.
 const HORIZON: SignedDuration = SignedDuration::from_hours(15 * 24);
@@ -96,6 +98,26 @@ impl Windows {
             Week::Open(merged)
         };
         Windows { zone, week }
+    }
+
+    /// The maintenance windows of `[reboot]` in their zone; a zone that cannot be read is said and
+    /// the windows are read in UTC (zincati's and kured's default).
+    pub fn of(settings: &crate::config::Settings) -> Windows {
+        let reboot = &settings.reboot;
+        let zone = match crate::host::localtime::time_zone(
+            &reboot.zone,
+            std::path::Path::new(LOCALTIME),
+        ) {
+            Ok(zone) => zone,
+            Err(e) => {
+                tracing::warn!(
+                    "{e}; the reboot windows of node {} are read in UTC",
+                    settings.node_name
+                );
+                jiff::tz::TimeZone::UTC
+            }
+        };
+        Windows::new(zone, &reboot.windows)
     }
 
     /// The time zone the windows are read in.

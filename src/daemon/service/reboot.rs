@@ -188,7 +188,7 @@ async fn reboot(access: Access, logind: Option<Logind>) -> bool {
         return false;
     }
     tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
-    wait_for_no_holds(&access, &follower::windows(&settings)).await;
+    wait_for_no_holds(&access, &Windows::of(&settings)).await;
     // Said before the call: logind's announcement may stop this task before the call returns.
     tracing::info!(node = %node, "asking logind to reboot node {node}");
     match logind.shut_down(false).await {

@@ -1,0 +1,105 @@
+//! `status`'s view of the reboots the node asks for (`[reboot]`): what the triggers say now and
+//! what holds the node, judged as the daemon's follower judges them (`daemon::reboot`). The
+//! sentinel command runs once (within its timeout); update_engine is asked on the system bus.
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::config::Settings;
+use crate::engine::Engine;
+use crate::reboot::holds::{Context, Holds};
+use crate::reboot::need::Need;
+
+/// How long the holds' reads may take.
+const JUDGE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One reason the node's reboot waits.
+#[derive(Serialize)]
+pub struct Hold {
+    pub key: &'static str,
+    pub message: String,
+}
+
+/// The reboot as `status` shows it.
+#[derive(Serialize)]
+pub struct RebootView {
+    /// `needed`, `not_needed` or `unknown`.
+    pub need: &'static str,
+    /// What the triggers say, naming the file, command or service.
+    pub why: String,
+    /// What holds the node now (empty: nothing; a needed reboot starts).
+    pub holds: Vec<Hold>,
+}
+
+/// The view, or `None` without a trigger.
+pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
+    let reboot = &settings.reboot;
+    if !reboot.enabled() {
+        return None;
+    }
+    let mut needs = Vec::new();
+    if let Some(file) = &reboot.sentinel_file {
+        needs.push(crate::host::sentinel_file::need(file));
+    }
+    if let Some(command) = &reboot.sentinel_command {
+        needs.push(crate::host::sentinel_command::check(&command.argv, command.timeout).await);
+    }
+    if reboot.update_engine {
+        needs.push(update_engine().await);
+    }
+    let need = Need::combined(&needs);
+    let holds = holds(settings, engine).await;
+    let (word, why) = match need {
+        Need::Needed(w) => ("needed", w),
+        Need::NotNeeded(w) => ("not_needed", w),
+        Need::Unknown(w) => ("unknown", w),
+    };
+    Some(RebootView {
+        need: word,
+        why,
+        holds: holds
+            .reasons
+            .into_iter()
+            .map(|r| Hold {
+                key: r.key.as_str(),
+                message: r.message,
+            })
+            .collect(),
+    })
+}
+
+async fn update_engine() -> Need {
+    match crate::host::logind::Logind::connect().await {
+        Ok(bus) => crate::host::update_engine::status(bus.connection()).await,
+        Err(e) => Need::Unknown(format!(
+            "cannot reach the system bus for update_engine: {e}"
+        )),
+    }
+}
+
+async fn holds(settings: &Settings, engine: &Engine) -> Holds {
+    let windows = crate::reboot::window::Windows::of(settings);
+    let cx = Context::new(settings, &settings.reboot, &windows, None, None);
+    match engine.clients().await {
+        Ok(clients) => {
+            crate::reboot::holds_read::holds(clients, &cx, Instant::now() + JUDGE_MAX).await
+        }
+        Err(e) => Holds::unknown(&settings.node_name, &e.to_string()),
+    }
+}
+
+/// The text lines.
+pub fn say(view: &RebootView) -> Vec<String> {
+    let mut lines = vec![format!(
+        "  reboot:        {}: {}",
+        view.need.replace('_', " "),
+        view.why
+    )];
+    if view.holds.is_empty() {
+        lines.push("  reboot holds:  nothing".to_string());
+    }
+    for hold in &view.holds {
+        lines.push(format!("  reboot holds:  {} ({})", hold.message, hold.key));
+    }
+    lines
+}
