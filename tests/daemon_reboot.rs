@@ -130,8 +130,10 @@ async fn a_sentinel_file_drains_the_node_then_reboots_it_and_the_next_boot_resto
 
 #[tokio::test]
 async fn a_hold_keeps_the_node_waiting_and_a_file_removed_before_its_turn_takes_nothing() {
-    let (_dir, sentinel) = sentinel_dir();
-    let Some(w) = world(&sentinel, "").await else {
+    let (dir, sentinel) = sentinel_dir();
+    let textfile = dir.path().join("metrics.prom");
+    let metrics = format!("[metrics]\ntextfile = \"{}\"\n", textfile.display());
+    let Some(w) = world(&sentinel, &metrics).await else {
         return;
     };
     w.api
@@ -156,6 +158,23 @@ async fn a_hold_keeps_the_node_waiting_and_a_file_removed_before_its_turn_takes_
     if let Err(statuses) = w.notify.wait_status(&held, Duration::from_secs(10)).await {
         panic!("STATUS= never said what holds the reboot: {statuses:?}");
     }
+    // The metrics say it: needed, waiting for the hold, the window (none) open.
+    let held = format!("kube_shutdown_drain_reboot_waiting{{node=\"{NODE}\",reason=\"held\"}} 1");
+    w.expect_until(
+        Duration::from_secs(10),
+        |_| {
+            let text = std::fs::read_to_string(&textfile).unwrap_or_default();
+            text.lines().any(|l| l == held)
+                && text
+                    .lines()
+                    .any(|l| l == "kube_shutdown_drain_reboot_required 1")
+                && text
+                    .lines()
+                    .any(|l| l == "kube_shutdown_drain_reboot_window_open 1")
+        },
+        "the metrics say the reboot is needed and held",
+    )
+    .await;
     // `status` judges the same: needed, held by the annotation.
     let status = status_json(&w).await;
     assert_eq!(status["reboot"]["need"], json!("needed"), "{status}");

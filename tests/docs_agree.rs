@@ -154,6 +154,7 @@ fn the_metrics_page_lists_exactly_the_metrics_the_daemon_writes() {
             budget_seconds: 1.0,
         }),
         gate_closed: Some(true),
+        reboot: Some(kube_shutdown_drain::daemon::metrics::RebootFacts::default()),
     });
     let written: BTreeSet<String> = text
         .lines()

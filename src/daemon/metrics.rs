@@ -39,6 +39,20 @@ pub struct Snapshot {
     pub forecast: Option<ForecastFacts>,
     /// With `[fleet] gate`: whether the reboot gate's block lock is held.
     pub gate_closed: Option<bool>,
+    /// With a `[reboot]` trigger: the follower's last look.
+    pub reboot: Option<RebootFacts>,
+}
+
+/// What the metrics say of the reboots the node asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RebootFacts {
+    /// A trigger says a reboot is needed.
+    pub required: bool,
+    /// The keys of what holds the needed reboot (`crate::reboot::holds::Key`), none when
+    /// nothing does or none is needed.
+    pub waiting: Vec<crate::reboot::holds::Key>,
+    /// A maintenance window is open now (always, without windows).
+    pub window_open: bool,
 }
 
 /// What the metrics say of a forecast.
@@ -87,6 +101,30 @@ pub fn render(s: &Snapshot) -> String {
             "reboot_gate_closed",
             "With [fleet] gate: whether the daemon holds its logind block lock on shutdowns (1) or not (0).",
             &[(String::new(), bool_value(closed))],
+        );
+    }
+    if let Some(reboot) = &s.reboot {
+        out.family(
+            "reboot_required",
+            "With a [reboot] trigger: whether a trigger says the node needs a reboot (1) or not (0).",
+            &[(String::new(), bool_value(reboot.required))],
+        );
+        let waiting: Vec<(String, f64)> = crate::reboot::holds::Key::ALL
+            .iter()
+            .map(|k| {
+                let on = reboot.waiting.contains(k);
+                (out.labels(&[("reason", k.as_str())]), bool_value(on))
+            })
+            .collect();
+        out.family(
+            "reboot_waiting",
+            "With a [reboot] trigger: 1 for each reason the needed reboot waits (held, paused, blocking_pods, outside_window, forecast_blocks, unknown).",
+            &waiting,
+        );
+        out.family(
+            "reboot_window_open",
+            "With a [reboot] trigger: whether a maintenance window is open now (1; always without windows) or not (0).",
+            &[(String::new(), bool_value(reboot.window_open))],
         );
     }
     if let Some((drain, logind_max)) = s.budget {
@@ -370,6 +408,10 @@ impl Metrics {
         self.update(|s| s.gate_closed = Some(closed));
     }
 
+    pub fn reboot(&self, facts: RebootFacts) {
+        self.update(|s| s.reboot = Some(facts));
+    }
+
     pub fn time_limit(&self, drain: Duration, logind_max: Duration) {
         self.update(|s| s.budget = Some((drain, logind_max)));
     }
@@ -431,8 +473,17 @@ mod tests {
                 budget_seconds: 120.0,
             }),
             gate_closed: Some(true),
+            reboot: Some(RebootFacts {
+                required: true,
+                waiting: vec![crate::reboot::holds::Key::Held],
+                window_open: false,
+            }),
         });
         for line in [
+            "kube_shutdown_drain_reboot_required 1",
+            "kube_shutdown_drain_reboot_waiting{node=\"node-a\",reason=\"held\"} 1",
+            "kube_shutdown_drain_reboot_waiting{node=\"node-a\",reason=\"outside_window\"} 0",
+            "kube_shutdown_drain_reboot_window_open 0",
             "kube_shutdown_drain_forecast_timestamp_seconds{node=\"node-a\"} 1764486100",
             "kube_shutdown_drain_forecast_verdict{node=\"node-a\",verdict=\"blocked\"} 1",
             "kube_shutdown_drain_forecast_verdict{node=\"node-a\",verdict=\"completes\"} 0",
@@ -467,7 +518,7 @@ mod tests {
         assert!(empty.contains("kube_shutdown_drain_inhibitor_lock_held 0"));
         assert!(!empty.contains("last_drain"), "{empty}");
         assert!(!empty.contains("forecast"), "{empty}");
-        assert!(!empty.contains("reboot_gate"), "{empty}");
+        assert!(!empty.contains("reboot_"), "{empty}");
     }
 
     #[test]

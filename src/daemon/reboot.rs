@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::config::reboot::RebootSettings;
 use crate::daemon::access::Access;
+use crate::daemon::metrics::{Metrics, RebootFacts};
 use crate::daemon::phase::Ask;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
@@ -118,8 +119,10 @@ pub(crate) async fn follow(
     bus_address: String,
     mut not_before: watch::Receiver<Option<Instant>>,
     verdict: watch::Sender<Verdict>,
+    metrics: Metrics,
 ) {
     let mut needs = start_triggers(&access.settings.reboot, &bus_address);
+    let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
         access,
@@ -137,6 +140,18 @@ pub(crate) async fn follow(
             .borrow_and_update()
             .filter(|at| *at > Instant::now());
         let (next, recheck) = follower.verdict(&need, pause).await;
+        let now_facts = RebootFacts {
+            required: need.is_needed(),
+            waiting: match next.ask {
+                Ask::Waits => follower.said_holds.clone().unwrap_or_default(),
+                _ => Vec::new(),
+            },
+            window_open: follower.windows.contains(Timestamp::now()),
+        };
+        if facts.as_ref() != Some(&now_facts) {
+            metrics.reboot(now_facts.clone());
+            facts = Some(now_facts);
+        }
         verdict.send_if_modified(|v| {
             let changed = *v != next;
             *v = next;

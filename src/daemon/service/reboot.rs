@@ -78,6 +78,7 @@ impl Daemon {
             bus_address.to_owned(),
             self.reboot.not_before.subscribe(),
             self.reboot.verdict_tx.clone(),
+            self.metrics.clone(),
         ));
     }
 
