@@ -119,7 +119,14 @@ async fn a_sentinel_file_drains_the_node_then_reboots_it_and_the_next_boot_resto
         "the boot after the reboot restores the node",
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The new boot's follower looked, and found no need: no second reboot.
+    w.expect_log(
+        &format!("node {NODE} needs no reboot"),
+        Duration::from_secs(10),
+        "the new boot's follower says the need is gone",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         w.rig.outcomes().len(),
         1,
@@ -285,4 +292,60 @@ async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing()
     );
     assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
     assert_eq!(w.slot_holder(), Some(holder), "the slot is not ours");
+    // demo-node-2 gives the slot back: the reboot called off takes it no more.
+    w.api.store().upsert(slot_lease(None)).unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        w.slot_holder(),
+        None,
+        "the slot stays free; log:\n{}",
+        w.log()
+    );
+    assert!(!w.is_cordoned(), "{}", w.log());
+}
+
+#[tokio::test]
+async fn a_daemon_stopped_during_its_own_reboot_restores_the_node_at_its_next_start() {
+    let (_dir, sentinel) = sentinel_dir();
+    // The demo's `web` budget keeps one pod: the reboot's drain runs until it is stopped.
+    let Some(mut w) = daemon_support::started(Setup {
+        config: format!(
+            "[drain]\ntimeout = \"60s\"\n[reboot]\nsentinel_file = \"{}\"\n",
+            sentinel.display()
+        ),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("drain of node {NODE} started (reboot the node asked for ([reboot]))"),
+        Duration::from_secs(20),
+        "the reboot's drain starts",
+    )
+    .await;
+    w.expect_until(Duration::from_secs(10), World::is_cordoned, "cordoned")
+        .await;
+    w.signal(nix::sys::signal::Signal::SIGTERM);
+    assert!(
+        w.wait_exit(Duration::from_secs(10)).is_some(),
+        "the daemon stops; log:\n{}",
+        w.log()
+    );
+    assert!(w.is_cordoned() && w.rig.outcomes().is_empty());
+    // The need went while the daemon was away; its next start restores what the reboot did.
+    std::fs::remove_file(&sentinel).unwrap();
+    w.spawn_daemon();
+    w.wait_ready().await;
+    w.expect_log(
+        "is from the node's own reboot, which never reached logind's window",
+        Duration::from_secs(10),
+        "the start tells the own reboot's marker from a shutdown's",
+    )
+    .await;
+    w.expect_restored(Duration::from_secs(30), "the next start restores the node")
+        .await;
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
 }

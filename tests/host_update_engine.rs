@@ -36,7 +36,7 @@ async fn a_reboot_need_is_read_at_start_and_seen_from_the_status_signal() {
     let (tx, mut rx) = watch::channel(Need::Unknown("not asked yet".into()));
     let follower = tokio::spawn({
         let conn = conn.clone();
-        async move { follow(&conn, tx).await }
+        async move { follow(&conn, &tx).await }
     });
     assert!(!changed(&mut rx).await.is_needed());
     rig.set_update_status("UPDATE_STATUS_DOWNLOADING", "4459.2.0")

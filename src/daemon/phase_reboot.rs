@@ -19,7 +19,8 @@
 //! Back in Waiting from any other phase while the verdict is Go, [`super::State::on`] adds
 //! `RebootLater`: the follower says Go again after a pause, and only then does a reboot start.
 //! A stop in Rebooting stops the reboot first (`AbortReboot`, then as from Waiting); the
-//! node's prepare stays until the next start's restore, as after an early drain.
+//! node's prepare stays until the next start, whose restore tells the own reboot's marker (its
+//! reason, `crate::daemon::reboot::OWN_REBOOT_WHY`) from a shutdown's and undoes it.
 
 use super::{Ask, Effect, Event, Part, Phase, Undo};
 

@@ -33,8 +33,19 @@ use crate::reboot::window::Windows;
 pub const LOOK_EVERY: Duration = Duration::from_secs(60);
 /// How long one judging of the holds may take.
 const JUDGE_MAX: Duration = Duration::from_secs(10);
-/// The pause after a reboot of ours ended without one, before the next try.
+/// The pause after a reboot of ours ended without one, before the next try; doubled after each
+/// such end in a row, up to [`RETRY_MAX`], so a drain that a budget keeps blocking does not
+/// evict the node's other pods every few minutes.
 pub const RETRY_AFTER: Duration = Duration::from_secs(600);
+/// The longest pause between two tries.
+pub const RETRY_MAX: Duration = Duration::from_secs(4 * 3600);
+/// How long a trigger that stopped (its inotify watch, update_engine's bus) waits before it is
+/// set up again.
+const TRIGGER_RETRY: Duration = Duration::from_secs(30);
+/// The reason the daemon's own reboot gives its marker and Events. A marker of this boot with it
+/// is a reboot that never reached logind's window (the daemon was stopped, or the need went):
+/// the next start restores it (`daemon::restore`).
+pub const OWN_REBOOT_WHY: &str = "reboot the node asked for ([reboot])";
 
 /// The follower's verdict and what it says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,33 +94,44 @@ fn start_triggers(reboot: &RebootSettings, bus_address: &str) -> Vec<watch::Rece
     needs
 }
 
-/// The sentinel file's answers; a watch that fails is said as unknown (no reboot starts).
+/// The sentinel file's answers; a watch that fails is said as unknown (no reboot starts) and set
+/// up again after [`TRIGGER_RETRY`] (inotify instances run out on busy nodes, then free up).
 async fn follow_file(file: std::path::PathBuf, tx: watch::Sender<Need>) {
-    let mut watch = match crate::host::sentinel_file::SentinelFile::new(&file) {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = tx.send(Need::Unknown(e.to_string()));
+    loop {
+        let failed = match crate::host::sentinel_file::SentinelFile::new(&file) {
+            Ok(mut watch) => loop {
+                match watch.next().await {
+                    Ok(need) => {
+                        if tx.send(need).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => break e,
+                }
+            },
+            Err(e) => e,
+        };
+        if tx.send(Need::Unknown(failed.to_string())).is_err() {
             return;
         }
-    };
-    loop {
-        let need = match watch.next().await {
-            Ok(need) => need,
-            Err(e) => {
-                let _ = tx.send(Need::Unknown(e.to_string()));
-                return;
-            }
-        };
-        if tx.send(need).is_err() {
-            return;
+        tokio::select! {
+            () = tokio::time::sleep(TRIGGER_RETRY) => {}
+            () = tx.closed() => return,
         }
     }
 }
 
-/// update_engine's answers on the system bus at `address`.
+/// update_engine's answers on the system bus at `address`, followed again after
+/// [`TRIGGER_RETRY`] whenever the bus or the service goes away.
 async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
-    let logind = crate::host::logind::Logind::connect_with_backoff(&address).await;
-    crate::host::update_engine::follow(logind.connection(), tx).await;
+    loop {
+        let bus = crate::host::logind::Logind::connect_with_backoff(&address).await;
+        crate::host::update_engine::follow(bus.connection(), &tx).await;
+        tokio::select! {
+            () = tokio::time::sleep(TRIGGER_RETRY) => {}
+            () = tx.closed() => return,
+        }
+    }
 }
 
 /// Follows the triggers and the holds, sending each verdict; `not_before`: the table's pause
@@ -128,6 +150,8 @@ pub(crate) async fn follow(
         access,
         said_need: None,
         said_holds: None,
+        posted_required: false,
+        posted_waiting: None,
     };
     loop {
         let now: Vec<Need> = needs
@@ -172,6 +196,12 @@ struct Follower {
     windows: Windows,
     said_need: Option<Need>,
     said_holds: Option<Vec<Key>>,
+    /// `RebootRequired` was posted for the need now standing (reset only once no trigger says
+    /// needed: a trigger flapping between needed and unknown posts it once).
+    posted_required: bool,
+    /// The keys `RebootWaiting` was last posted for, `unknown` left out (a flaky API server
+    /// would otherwise post it at every blip).
+    posted_waiting: Option<Vec<Key>>,
 }
 
 impl Follower {
@@ -182,9 +212,14 @@ impl Follower {
         }
         let node = &self.access.settings.node_name;
         say_need(node, need);
-        if need.is_needed() && !self.said_need.as_ref().is_some_and(Need::is_needed) {
+        if need.is_needed() && !self.posted_required {
             let message = format!("node {node} {need}");
             post(&self.access, EventReason::RebootRequired, message);
+            self.posted_required = true;
+        }
+        if matches!(need, Need::NotNeeded(_)) {
+            self.posted_required = false;
+            self.posted_waiting = None;
         }
         self.said_need = Some(need.clone());
     }
@@ -216,8 +251,14 @@ impl Follower {
         let keys = holds.keys();
         if self.said_holds.as_ref() != Some(&keys) {
             say_holds(&holds, why);
-            if !holds.may_go() {
+            let known: Vec<Key> = keys
+                .iter()
+                .copied()
+                .filter(|k| *k != Key::Unknown)
+                .collect();
+            if !known.is_empty() && self.posted_waiting.as_ref() != Some(&known) {
                 post(&self.access, EventReason::RebootWaiting, holds.to_string());
+                self.posted_waiting = Some(known);
             }
             self.said_holds = Some(keys);
         }
@@ -296,12 +337,23 @@ fn say_holds(holds: &Holds, why: &str) {
 }
 
 /// Any trigger's next answer (never when there is none).
+/// A trigger whose task ended (its sender dropped) keeps its last answer and is not waited on:
+/// a closed channel would otherwise answer at once, forever.
 async fn changed_any(needs: &mut [watch::Receiver<Need>]) {
-    if needs.is_empty() {
+    let changes: Vec<_> = needs
+        .iter_mut()
+        .map(|n| {
+            Box::pin(async move {
+                if n.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            })
+        })
+        .collect();
+    if changes.is_empty() {
         return std::future::pending().await;
     }
-    let changes = needs.iter_mut().map(|n| Box::pin(n.changed()));
-    let (_, _, _) = futures::future::select_all(changes).await;
+    let ((), _, _) = futures::future::select_all(changes).await;
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -314,6 +366,19 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trigger_whose_task_ended_is_not_waited_on_and_the_others_still_are() {
+        let (gone, rx_gone) = watch::channel(Need::Unknown("inotify failed".into()));
+        let (file, rx_file) = watch::channel(Need::NotNeeded("no file".into()));
+        drop(gone);
+        let mut needs = vec![rx_gone, rx_file];
+        let quiet = tokio::time::timeout(Duration::from_secs(3600), changed_any(&mut needs));
+        assert!(quiet.await.is_err(), "a closed trigger wakes the follower");
+        file.send(Need::Needed("the file exists".into())).unwrap();
+        let woke = tokio::time::timeout(Duration::from_secs(1), changed_any(&mut needs));
+        assert!(woke.await.is_ok(), "a live trigger's change is heard");
+    }
 
     #[test]
     fn the_holds_are_looked_at_again_within_a_minute_or_when_a_window_opens() {

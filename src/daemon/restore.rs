@@ -162,24 +162,37 @@ async fn ready_for_boot_restore(
     // only one after this userspace started shows the new kubelet.
     let soft_reboot = marker.boot_id == boot_id;
     if soft_reboot {
-        if !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
+        // The daemon's own reboot (`[reboot]`) writes its marker before logind's window: one
+        // still carrying its reason never reached that window (the daemon stopped, or the need
+        // went while it was away), and no shutdown will come back for it.
+        let own_reboot = marker.why == crate::daemon::reboot::OWN_REBOOT_WHY;
+        if !own_reboot && !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
             tracing::info!(
                 "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
                  that wrote it"
             );
             return Ok(false);
         }
+        let what = if own_reboot {
+            "the node's own reboot, which never reached logind's window"
+        } else {
+            "a soft-reboot of this boot"
+        };
         tracing::info!(
-            "the marker on node {node} is from a soft-reboot of this boot ({boot_id}); \
-             restoring it once logind says no shutdown is being prepared"
+            "the marker on node {node} is from {what} ({boot_id}); restoring it once logind says \
+             no shutdown is being prepared"
         );
         // Never resolves while a shutdown is under way: that shutdown aborts this task.
         if quiet.wait_for(|q| *q).await.is_err() {
             return Ok(false);
         }
-        tracing::info!(
-            "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
-        );
+        if own_reboot {
+            tracing::info!("logind prepares no shutdown of node {node}: restoring");
+        } else {
+            tracing::info!(
+                "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
+            );
+        }
     }
     let limit = access.settings.daemon.restore_ready_timeout;
     status.set_restore(Some(format!(

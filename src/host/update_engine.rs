@@ -76,7 +76,7 @@ pub async fn status(conn: &Connection) -> Need {
 /// `StatusUpdate`. The signal is subscribed to before the status is asked, so no change falls
 /// between the two. Returns when the signal stream ends (the bus went away), after publishing
 /// an unknown answer saying so, or when every receiver is gone.
-pub async fn follow(conn: &Connection, tx: watch::Sender<Need>) {
+pub async fn follow(conn: &Connection, tx: &watch::Sender<Need>) {
     use futures::StreamExt;
     let subscribed = async {
         let manager = ManagerProxy::new(conn).await?;

@@ -83,7 +83,7 @@ impl Daemon {
             Effect::SayPassEnded => self.say_pass_ended(),
             Effect::SayStop { signal, during } => self.say_stop(signal, during),
             Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
-            Effect::StartReboot => self.start_reboot(logind),
+            Effect::StartReboot => self.start_reboot(),
             Effect::AbortReboot => self.abort_reboot(),
             Effect::RebootLater => self.reboot_later(),
             // Carried out by `apply_one`, whose next event is its answer.

@@ -320,6 +320,7 @@ impl Daemon {
             // Only now is an old lock (from before a reconnect) released.
             self.inhibitor.hold(lock);
         }
+        self.reboot.logind.send_replace(Some(made.logind.clone()));
         self.watches
             .time_limit
             .send_replace(Some(made.limit.clone()));
@@ -347,6 +348,7 @@ impl Daemon {
 
     /// The bus connection is gone; the lock (if held) stays: logind keeps it.
     fn lost(&self, e: &LogindError) {
+        self.reboot.logind.send_replace(None);
         let node = &self.settings.node_name;
         let what = match &self.state.phase {
             // The lock's fd does not depend on the bus: the drain goes on.

@@ -19,15 +19,13 @@ use tokio::time::Instant;
 use super::Daemon;
 use crate::daemon::access::Access;
 use crate::daemon::phase::{Ask, Event};
-use crate::daemon::reboot::{self as follower, LOOK_EVERY, RETRY_AFTER, Verdict};
+use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, RETRY_AFTER, RETRY_MAX, Verdict};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
 use crate::host::logind::Logind;
 use crate::reboot::window::Windows;
 use crate::shutdown_kind::ShutdownKind;
 
-/// The reason the marker and the Events give.
-pub const WHY: &str = "reboot the node asked for ([reboot])";
 /// How long one wait for a drain slot lasts before it is said again and renewed.
 const SLOT_WAIT: Duration = Duration::from_secs(600);
 
@@ -41,6 +39,11 @@ pub(crate) struct Reboot {
     not_before: watch::Sender<Option<Instant>>,
     /// The daemon's own reboot while it runs: its end says whether logind was asked.
     pub(super) task: Option<JoinHandle<bool>>,
+    /// logind as the loop is connected to it now (none while the bus is away): the reboot's
+    /// last step asks the connection of that moment, not the one of its start.
+    pub(super) logind: watch::Sender<Option<Logind>>,
+    /// Reboots of ours that ended without one, in a row: each doubles the pause before the next.
+    failures: u32,
 }
 
 impl Reboot {
@@ -55,6 +58,8 @@ impl Reboot {
             verdict_tx,
             not_before: watch::Sender::new(None),
             task: None,
+            logind: watch::Sender::new(None),
+            failures: 0,
         }
     }
 
@@ -84,11 +89,15 @@ impl Daemon {
 
     /// The follower's verdict, for the table.
     pub(super) fn reboot_verdict(&mut self) -> Event {
-        Event::Reboot(self.reboot.verdict.borrow_and_update().ask)
+        let ask = self.reboot.verdict.borrow_and_update().ask;
+        if ask == Ask::NotNeeded {
+            self.reboot.failures = 0;
+        }
+        Event::Reboot(ask)
     }
 
     /// `StartReboot`: a running restore stops, the reboot runs on the engine runtime.
-    pub(super) fn start_reboot(&mut self, logind: Option<&Logind>) {
+    pub(super) fn start_reboot(&mut self) {
         let node = self.settings.node_name.clone();
         let why = self.reboot.verdict.borrow().why.clone();
         self.abort_restore("the node's reboot starts");
@@ -101,7 +110,7 @@ impl Daemon {
             crate::events::Reason::RebootStarted,
             format!("rebooting node {node} ({why}): a drain slot, the drain, then logind's Reboot"),
         ));
-        let work = reboot(self.access.clone(), logind.cloned());
+        let work = reboot(self.access.clone(), self.reboot.logind.subscribe());
         self.reboot.task = Some(self.engine.spawn(work));
     }
 
@@ -125,11 +134,22 @@ impl Daemon {
         }
     }
 
-    /// `RebootLater`: the follower says go again only after the pause.
+    /// `RebootLater`: the follower says go again only after the pause, doubled for each reboot
+    /// of ours in a row that ended without one (up to [`RETRY_MAX`]).
     pub(super) fn reboot_later(&mut self) {
+        let pause = RETRY_AFTER
+            .saturating_mul(1 << self.reboot.failures.min(8))
+            .min(RETRY_MAX);
+        self.reboot.failures += 1;
+        tracing::info!(
+            node = %self.settings.node_name,
+            "node {} still needs a reboot; trying again in {}",
+            self.settings.node_name,
+            crate::time_limit::seconds(pause)
+        );
         self.reboot
             .not_before
-            .send_replace(Some(Instant::now() + RETRY_AFTER));
+            .send_replace(Some(Instant::now() + pause));
     }
 }
 
@@ -149,15 +169,12 @@ pub(super) async fn ended(task: &mut Option<JoinHandle<bool>>) -> bool {
     asked
 }
 
-/// The daemon's own reboot: a slot, the drain, the holds again, logind's `Reboot`. Whether
-/// logind was asked; every way it gives up is said, naming the node.
-async fn reboot(access: Access, logind: Option<Logind>) -> bool {
+/// The daemon's own reboot: a slot, the holds again, the drain, the holds once more, logind's
+/// `Reboot`. Whether logind was asked; every way it gives up is said, naming the node, and the
+/// table then restores the node (the slot goes back with the restore).
+async fn reboot(access: Access, logind: watch::Receiver<Option<Logind>>) -> bool {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
-    let Some(logind) = logind else {
-        tracing::warn!("cannot reboot node {node}: logind is not reachable now");
-        return false;
-    };
     let engine = match access.engine() {
         Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
         Err(e) => {
@@ -173,8 +190,15 @@ async fn reboot(access: Access, logind: Option<Logind>) -> bool {
     } else {
         engine
     };
+    let windows = Windows::of(&settings);
+    // The wait for the slot may have outlasted a window or met a hold.
+    if !clear(&access, &windows, "before its drain").await {
+        return false;
+    }
     let deadline = Instant::now() + settings.drain.timeout;
-    let (prepared, report) = engine.prepare_and_drain(WHY, deadline, |_| {}).await;
+    let (prepared, report) = engine
+        .prepare_and_drain(OWN_REBOOT_WHY, deadline, |_| {})
+        .await;
     if let Err(e) = prepared {
         tracing::warn!("not rebooting node {node}: its prepare failed: {e}");
         return false;
@@ -189,7 +213,14 @@ async fn reboot(access: Access, logind: Option<Logind>) -> bool {
         return false;
     }
     tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
-    wait_for_no_holds(&access, &Windows::of(&settings)).await;
+    // A hold set, or a window closed, during the drain: no reboot now.
+    if !clear(&access, &windows, "after its drain").await {
+        return false;
+    }
+    let Some(logind) = logind.borrow().clone() else {
+        tracing::warn!("not rebooting node {node}: logind is not reachable now");
+        return false;
+    };
     // Said before the call: logind's announcement may stop this task before the call returns.
     tracing::info!(node = %node, "asking logind to reboot node {node}");
     match logind.shut_down(false).await {
@@ -225,24 +256,15 @@ async fn take_slot(engine: Engine) -> Option<Engine> {
     }
 }
 
-/// The holds looked at again after the drain, until nothing holds the node (each new set of
-/// reasons said once).
-async fn wait_for_no_holds(access: &Access, windows: &Windows) {
-    let mut said = None;
-    loop {
-        let holds = follower::judge(access, windows).await;
-        if holds.may_go() {
-            return;
-        }
-        let keys = holds.keys();
-        if said.as_ref() != Some(&keys) {
-            tracing::info!(
-                node = %holds.node,
-                "node {} is drained and its reboot waits: {holds}",
-                holds.node
-            );
-            said = Some(keys);
-        }
-        tokio::time::sleep(LOOK_EVERY).await;
+/// Whether nothing holds the node now (`when`: where in the reboot); what holds it is said.
+async fn clear(access: &Access, windows: &Windows, when: &str) -> bool {
+    let holds = follower::judge(access, windows).await;
+    if !holds.may_go() {
+        tracing::warn!(
+            node = %holds.node,
+            "not rebooting node {} now: {holds} (looked at {when})",
+            holds.node
+        );
     }
+    holds.may_go()
 }
