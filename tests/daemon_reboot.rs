@@ -349,3 +349,40 @@ async fn a_daemon_stopped_during_its_own_reboot_restores_the_node_at_its_next_st
         .await;
     assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
 }
+
+#[tokio::test]
+async fn another_programs_block_lock_keeps_the_node_from_its_own_reboot_even_where_root_passes_it()
+{
+    let (_dir, sentinel) = sentinel_dir();
+    // systemd 252's logind: root's Reboot passes a block lock, so the daemon must look itself.
+    let Some(w) = daemon_support::started(Setup {
+        seed: open_seed(),
+        logind: logind::LogindOptions {
+            block_binds_root: false,
+            ..logind::LogindOptions::default()
+        },
+        config: format!("[reboot]\nsentinel_file = \"{}\"\n", sentinel.display()),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    let _theirs = w.rig.foreign_lock_in("backup-job", "block").await;
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("not rebooting node {NODE}: another program blocks shutdowns (backup-job ("),
+        Duration::from_secs(30),
+        "the foreign block lock is honoured",
+    )
+    .await;
+    w.expect_restored(Duration::from_secs(20), "the drained node is restored")
+        .await;
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
+    w.expect_log(
+        &format!("node {NODE} still needs a reboot; trying again in 600 s"),
+        Duration::from_secs(5),
+        "the next try waits",
+    )
+    .await;
+}

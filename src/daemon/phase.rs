@@ -100,8 +100,9 @@ pub enum Phase {
     Ready(Planned),
     /// The node asked for a reboot (`[reboot]`) and nothing holds it: the daemon's own reboot
     /// runs (a drain slot, the drain, the holds looked at again, logind's `Reboot`); the lock
-    /// is held, logind's announcement takes over.
-    Rebooting,
+    /// is held, logind's announcement takes over. `asked`: the reboot ended asking logind, whose
+    /// announcement is due (`Overdue` when it does not come).
+    Rebooting { asked: bool },
 }
 
 /// A shutdown logind has scheduled, as far as the phases care.
@@ -364,7 +365,7 @@ impl State {
         // again after a pause (an admin's `shutdown -c` is not undone at once).
         if phase == Phase::Waiting && reboot == Ask::Go {
             if self.phase == Phase::Starting {
-                phase = Phase::Rebooting;
+                phase = Phase::Rebooting { asked: false };
                 effects.push(Effect::StartReboot);
             } else if self.phase != Phase::Waiting {
                 effects.push(Effect::RebootLater);
@@ -562,7 +563,9 @@ impl Phase {
         let (during, then): (During, &[Effect]) = match self {
             Phase::Draining(_) => (During::Drain, &[AbortDrain, ReleaseLock]),
             Phase::Released(_) => (During::AfterDrain, &[]),
-            Phase::Rebooting => (During::Waiting, &[AbortReboot, RecordStopped, ReleaseLock]),
+            Phase::Rebooting { .. } => {
+                (During::Waiting, &[AbortReboot, RecordStopped, ReleaseLock])
+            }
             _ => (During::Waiting, &[RecordStopped, ReleaseLock]),
         };
         let mut effects = vec![SayStop { signal, during }];
@@ -660,7 +663,7 @@ impl Phase {
             }
             Phase::Scheduled(p) | Phase::Ready(p) => stage(p.kind, &[Quiet(false), ReleaseLock]),
             Phase::Early(p) => stage(p.kind, &[AbortDrain, Quiet(false), ReleaseLock]),
-            Phase::Rebooting => stage(
+            Phase::Rebooting { .. } => stage(
                 ShutdownKind::Reboot,
                 &[AbortReboot, Quiet(false), ReleaseLock],
             ),
@@ -807,12 +810,13 @@ impl Phase {
     }
 
     /// The timer the phase needs, as the event it sends when it rings: a scheduled shutdown's
-    /// lead (`Due`), or, once its file went at its time, the wait for logind's announcement
-    /// (`Overdue`). No other phase runs a timer.
+    /// lead (`Due`), or the wait for logind's announcement (`Overdue`) once a schedule's file
+    /// went at its time or the daemon's own reboot asked logind. No other phase runs a timer.
     pub fn timer(&self) -> Option<Event> {
         match self {
             Phase::Scheduled(_) => Some(Event::Due),
             Phase::Early(p) | Phase::Ready(p) if p.fired => Some(Event::Overdue),
+            Phase::Rebooting { asked: true } => Some(Event::Overdue),
             _ => None,
         }
     }

@@ -9,6 +9,9 @@ const WAITS: Event = Event::Reboot(Ask::Waits);
 const NOT_NEEDED: Event = Event::Reboot(Ask::NotNeeded);
 const ASKED: Event = Event::RebootEnded { asked: true };
 const GAVE_UP: Event = Event::RebootEnded { asked: false };
+/// The own reboot runs; it has asked logind.
+const RUNS: Phase = Phase::Rebooting { asked: false };
+const ASKED_LOGIND: Phase = Phase::Rebooting { asked: true };
 
 fn planned() -> Planned {
     Planned {
@@ -35,7 +38,7 @@ fn every_live_phase() -> Vec<Phase> {
         Phase::Scheduled(planned()),
         Phase::Early(planned()),
         Phase::Ready(planned()),
-        Phase::Rebooting,
+        Phase::Rebooting { asked: false },
     ]
 }
 
@@ -54,16 +57,13 @@ fn state(phase: Phase, reboot: Ask) -> State {
 
 #[test]
 fn a_go_while_waiting_starts_the_reboot_and_only_then() {
-    assert_eq!(
-        step(&Phase::Waiting, GO),
-        (Phase::Rebooting, vec![StartReboot])
-    );
+    assert_eq!(step(&Phase::Waiting, GO), (RUNS, vec![StartReboot]));
     for from in every_live_phase() {
         for event in [WAITS, NOT_NEEDED] {
             let unchanged = match from {
                 // What the reboot waits for goes into the status line.
                 Phase::Waiting => vec![ShowWaiting],
-                Phase::Rebooting if event == NOT_NEEDED => continue,
+                RUNS if event == NOT_NEEDED => continue,
                 _ => vec![],
             };
             assert_eq!(
@@ -83,7 +83,7 @@ fn a_go_while_waiting_starts_the_reboot_and_only_then() {
 #[test]
 fn a_need_that_goes_away_calls_the_reboot_off_and_restores_the_node() {
     assert_eq!(
-        step(&Phase::Rebooting, NOT_NEEDED),
+        step(&RUNS, NOT_NEEDED),
         (
             Phase::Waiting,
             vec![
@@ -94,14 +94,32 @@ fn a_need_that_goes_away_calls_the_reboot_off_and_restores_the_node() {
         )
     );
     // Nothing else moves it back: a hold is looked at again before the reboot.
-    assert_eq!(step(&Phase::Rebooting, WAITS), (Phase::Rebooting, vec![]));
+    assert_eq!(step(&RUNS, WAITS), (RUNS, vec![]));
 }
 
 #[test]
 fn the_reboots_end_waits_for_logind_or_restores_the_node() {
-    assert_eq!(step(&Phase::Rebooting, ASKED), (Phase::Rebooting, vec![]));
+    assert_eq!(step(&RUNS, ASKED), (ASKED_LOGIND, vec![]));
+    // logind's announcement is due: the phase runs its timer, whose end restores the node.
+    assert_eq!(ASKED_LOGIND.timer(), Some(Event::Overdue));
+    assert_eq!(RUNS.timer(), None);
     assert_eq!(
-        step(&Phase::Rebooting, GAVE_UP),
+        step(&ASKED_LOGIND, Event::Overdue),
+        (
+            Phase::Waiting,
+            vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting]
+        )
+    );
+    // Asked already, it ends no more.
+    assert!(ASKED_LOGIND.on(ASKED).is_err() && ASKED_LOGIND.on(GAVE_UP).is_err());
+    // The need gone while the announcement is due: called off as well.
+    assert_eq!(
+        step(&ASKED_LOGIND, NOT_NEEDED).0,
+        Phase::Waiting,
+        "the need went after logind was asked"
+    );
+    assert_eq!(
+        step(&RUNS, GAVE_UP),
         (
             Phase::Waiting,
             vec![ForgetShutdown { undo: Undo::Heard }, ShowWaiting]
@@ -109,7 +127,7 @@ fn the_reboots_end_waits_for_logind_or_restores_the_node() {
     );
     // No reboot of ours runs anywhere else (in the stop phase nothing else matters).
     for from in every_live_phase() {
-        if !matches!(from, Phase::Rebooting | Phase::Stopping(_)) {
+        if !matches!(from, RUNS | Phase::Stopping(_)) {
             assert!(
                 from.on(ASKED).is_err() && from.on(GAVE_UP).is_err(),
                 "{from:?}"
@@ -129,7 +147,7 @@ fn loginds_announcement_takes_over_from_the_reboot() {
         locked: true,
     };
     assert_eq!(
-        step(&Phase::Rebooting, announced),
+        step(&RUNS, announced),
         (
             Phase::Draining(shutdown(true)),
             vec![AbortReboot, Quiet(false), drain(ShutdownKind::Reboot, true)]
@@ -140,7 +158,7 @@ fn loginds_announcement_takes_over_from_the_reboot() {
         locked: false,
     };
     assert_eq!(
-        step(&Phase::Rebooting, under_way),
+        step(&RUNS, under_way),
         (
             Phase::Draining(Shutdown {
                 kind: ShutdownKind::PowerOff,
@@ -165,14 +183,10 @@ fn loginds_announcement_takes_over_from_the_reboot() {
         },
         Event::Unscheduled { fired: false },
     ] {
-        assert_eq!(
-            step(&Phase::Rebooting, event),
-            (Phase::Rebooting, vec![]),
-            "{event:?}"
-        );
+        assert_eq!(step(&RUNS, event), (RUNS, vec![]), "{event:?}");
     }
     for event in [Event::Ended { left_work: true }, Event::Due, Event::Overdue] {
-        assert!(Phase::Rebooting.on(event).is_err(), "{event:?}");
+        assert!(RUNS.on(event).is_err(), "{event:?}");
     }
 }
 
@@ -186,14 +200,14 @@ fn a_stop_while_rebooting_stops_the_reboot_first() {
         during: During::Waiting,
     };
     assert_eq!(
-        step(&Phase::Rebooting, stop),
+        step(&RUNS, stop),
         (
             Phase::Stopped,
             vec![said, AbortReboot, RecordStopped, ReleaseLock]
         )
     );
     let within = std::time::Duration::from_secs(60);
-    let (to, effects) = step(&Phase::Rebooting, Event::StopInShutdown { within });
+    let (to, effects) = step(&RUNS, Event::StopInShutdown { within });
     assert_eq!(to, Phase::Stopping(shutdown(false)));
     assert_eq!(
         effects,
@@ -211,8 +225,8 @@ fn a_stop_while_rebooting_stops_the_reboot_first() {
     let asked = Event::StopAsked {
         signal: StopSignal::Term,
     };
-    let (next, effects) = state(Phase::Rebooting, Ask::Go).on(asked).unwrap();
-    assert_eq!(next.phase, Phase::Rebooting);
+    let (next, effects) = state(RUNS, Ask::Go).on(asked).unwrap();
+    assert_eq!(next.phase, RUNS);
     assert_eq!(
         effects,
         vec![AskSystemd {
@@ -232,7 +246,7 @@ fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failur
     assert_eq!((next.phase.clone(), effects), (Phase::Starting, vec![]));
     assert_eq!(next.reboot, Ask::Go);
     let (next, effects) = next.on(connected).unwrap();
-    assert_eq!(next.phase, Phase::Rebooting);
+    assert_eq!(next.phase, RUNS);
     assert_eq!(effects.last(), Some(&StartReboot), "{effects:?}");
     // A reboot of ours that gave up: back to waiting, and the follower pauses before its go.
     let (next, effects) = next.on(GAVE_UP).unwrap();
@@ -245,7 +259,7 @@ fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failur
     assert_eq!(cancelled.0.phase, Phase::Waiting);
     assert_eq!(cancelled.1.last(), Some(&RebootLater), "{:?}", cancelled.1);
     // Not needed any more: no pause asked for.
-    let (next, effects) = state(Phase::Rebooting, Ask::Go).on(NOT_NEEDED).unwrap();
+    let (next, effects) = state(RUNS, Ask::Go).on(NOT_NEEDED).unwrap();
     assert_eq!(next.reboot, Ask::NotNeeded);
     assert!(!effects.contains(&RebootLater), "{effects:?}");
     // Waiting with a standing go on another event: nothing new.
@@ -265,7 +279,7 @@ fn the_gate_opens_while_the_node_reboots_itself() {
         reboot: Ask::Waits,
     };
     let (next, effects) = closed.on(GO).unwrap();
-    assert_eq!(next.phase, Phase::Rebooting);
+    assert_eq!(next.phase, RUNS);
     assert_eq!(
         effects,
         vec![

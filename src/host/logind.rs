@@ -151,6 +151,19 @@ pub fn gate_holders(locks: &[(String, String, String, String, u32, u32)]) -> Vec
         .collect()
 }
 
+/// The block locks on shutdowns other programs hold in `ListInhibitors`' answer, each as
+/// "WHO (WHY, PID N)" with the foreign words escaped. Before systemd 257 logind lets root past
+/// them (`verify_shutdown_creds`), so the daemon's own reboot asks first and honours them. Pure.
+pub fn foreign_blocks(locks: &[(String, String, String, String, u32, u32)]) -> Vec<String> {
+    locks
+        .iter()
+        .filter(|(what, who, _, mode, _, _)| {
+            who != INHIBIT_WHO && mode == "block" && what.split(':').any(|w| w == INHIBIT_WHAT)
+        })
+        .map(|(_, who, why, _, _, pid)| crate::text::escaped(&format!("{who} ({why}, PID {pid})")))
+        .collect()
+}
+
 /// The system bus address this process uses, for messages: what `Connection::system()` reads.
 pub fn system_bus_address() -> String {
     std::env::var("DBUS_SYSTEM_BUS_ADDRESS").unwrap_or_else(|_| DEFAULT_SYSTEM_BUS.to_owned())

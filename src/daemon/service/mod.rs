@@ -267,7 +267,9 @@ impl Daemon {
                 }
                 left_work = self.work.end() => Event::Ended { left_work },
                 _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
-                asked = reboot::ended(&mut self.reboot.task) => Event::RebootEnded { asked },
+                asked = reboot::ended(&mut self.reboot.task, &mut self.reboot.asked_at) => {
+                    Event::RebootEnded { asked }
+                }
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);

@@ -44,6 +44,9 @@ pub(crate) struct Reboot {
     pub(super) logind: watch::Sender<Option<Logind>>,
     /// Reboots of ours that ended without one, in a row: each doubles the pause before the next.
     failures: u32,
+    /// When the running reboot last asked logind: its announcement is due within the window of
+    /// a fired schedule.
+    pub(super) asked_at: Option<Instant>,
 }
 
 impl Reboot {
@@ -60,11 +63,16 @@ impl Reboot {
             task: None,
             logind: watch::Sender::new(None),
             failures: 0,
+            asked_at: None,
         }
     }
 
     pub(super) fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    pub(super) fn asked_at(&self) -> Option<Instant> {
+        self.asked_at
     }
 }
 
@@ -153,8 +161,12 @@ impl Daemon {
     }
 }
 
-/// The end of the running reboot, once it ends: whether logind was asked. Never while none runs.
-pub(super) async fn ended(task: &mut Option<JoinHandle<bool>>) -> bool {
+/// The end of the running reboot, once it ends: whether logind was asked (and when, kept for
+/// the announcement's timer). Never while none runs.
+pub(super) async fn ended(
+    task: &mut Option<JoinHandle<bool>>,
+    asked_at: &mut Option<Instant>,
+) -> bool {
     let Some(running) = task else {
         return std::future::pending().await;
     };
@@ -166,6 +178,7 @@ pub(super) async fn ended(task: &mut Option<JoinHandle<bool>>) -> bool {
         }
     };
     *task = None;
+    *asked_at = asked.then(Instant::now);
     asked
 }
 
@@ -221,6 +234,23 @@ async fn reboot(access: Access, logind: watch::Receiver<Option<Logind>>) -> bool
         tracing::warn!("not rebooting node {node}: logind is not reachable now");
         return false;
     };
+    match logind.list_inhibitors().await {
+        Ok(locks) => {
+            let theirs = crate::host::logind::foreign_blocks(&locks);
+            if !theirs.is_empty() {
+                tracing::warn!(
+                    "not rebooting node {node}: another program blocks shutdowns ({}); the node \
+                     is restored",
+                    theirs.join("; ")
+                );
+                return false;
+            }
+        }
+        Err(e) => tracing::warn!(
+            "cannot list logind's inhibitors before the reboot of node {node} ({e}); asking \
+             for it anyway (logind itself refuses what a block lock binds)"
+        ),
+    }
     // Said before the call: logind's announcement may stop this task before the call returns.
     tracing::info!(node = %node, "asking logind to reboot node {node}");
     match logind.shut_down(false).await {

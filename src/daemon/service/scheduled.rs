@@ -21,7 +21,7 @@ use super::Daemon;
 use super::work::{Stage, Work};
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::DrainOutcome;
-use crate::daemon::phase::Event;
+use crate::daemon::phase::{Event, Phase};
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::seconds;
@@ -144,8 +144,9 @@ impl Daemon {
     /// a scheduled shutdown, or the wait for the announcement of one that fired.
     pub(super) fn timer(&self) -> Option<(Instant, Event)> {
         let event = self.state.phase.timer()?;
-        let at = match event {
-            Event::Due => self.scheduled.due_at,
+        let at = match (event, &self.state.phase) {
+            (Event::Due, _) => self.scheduled.due_at,
+            (_, Phase::Rebooting { .. }) => self.reboot.asked_at().map(|at| at + ANNOUNCE_WINDOW),
             _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
         };
         at.map(|at| (at, event))
@@ -155,15 +156,23 @@ impl Daemon {
     /// before the node is restored.
     pub(super) fn say_overdue(&self) {
         let node = &self.settings.node_name;
+        let window = seconds(ANNOUNCE_WINDOW);
+        if let Phase::Rebooting { .. } = self.state.phase {
+            tracing::warn!(
+                node = %node,
+                "logind announced no reboot within {window} of the node's own reboot asking for \
+                 it; restoring node {node}"
+            );
+            return;
+        }
         let what = self.state.phase.planned().map_or_else(
             || "scheduled shutdown".to_owned(),
             |p| p.kind.noun().to_owned(),
         );
         tracing::warn!(
             node = %node,
-            "logind announced no {what} within {} of its schedule firing (a block inhibitor may \
-             have refused it); restoring node {node}",
-            seconds(ANNOUNCE_WINDOW)
+            "logind announced no {what} within {window} of its schedule firing (a block inhibitor \
+             may have refused it); restoring node {node}"
         );
     }
 
