@@ -35,24 +35,6 @@ fn sentinel_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, file)
 }
 
-/// `kube-shutdown-drain status --output json` as an admin runs it on the node.
-async fn status_json(w: &World) -> serde_json::Value {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-        .args(["status", "--output", "json"])
-        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", w.config_path())
-        .env(daemon_support::BOOT_ID_ENV, w.boot_id_path())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", w.rig.address())
-        .output()
-        .await
-        .expect("run status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("status JSON")
-}
-
 /// The position of `needle` in `log`, for the order of what was said.
 fn at(log: &str, needle: &str) -> usize {
     log.find(needle)
@@ -72,7 +54,7 @@ async fn a_sentinel_file_drains_the_node_then_reboots_it_and_the_next_boot_resto
     )
     .await;
     assert!(!w.is_cordoned(), "nothing happens without the file");
-    let status = status_json(&w).await;
+    let status = w.status_json().await;
     assert_eq!(status["reboot"]["need"], json!("not_needed"), "{status}");
     assert_eq!(status["reboot"]["holds"], json!([]), "{status}");
     std::fs::write(&sentinel, "*** System restart required ***\n").unwrap();
@@ -183,7 +165,7 @@ async fn a_hold_keeps_the_node_waiting_and_a_file_removed_before_its_turn_takes_
     )
     .await;
     // `status` judges the same: needed, held by the annotation.
-    let status = status_json(&w).await;
+    let status = w.status_json().await;
     assert_eq!(status["reboot"]["need"], json!("needed"), "{status}");
     assert_eq!(
         status["reboot"]["holds"][0]["key"],

@@ -8,7 +8,7 @@ mod logind;
 
 use std::time::Duration;
 
-use daemon_support::{BOOT_ID_ENV, Setup, World, open_seed, started};
+use daemon_support::{Setup, World, open_seed, started};
 use fake_apiserver::faults::Route;
 use serde_json::Value;
 
@@ -67,25 +67,6 @@ async fn the_event(world: &World, reason: &str) -> Value {
     events[0].clone()
 }
 
-/// `kube-shutdown-drain status --output json` as an admin runs it on the node (a child the test's
-/// runtime awaits, so the fake API server in it can answer).
-async fn status(world: &World) -> Value {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-        .args(["status", "--output", "json"])
-        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", world.config_path())
-        .env(BOOT_ID_ENV, world.boot_id_path())
-        .env("DBUS_SYSTEM_BUS_ADDRESS", world.rig.address())
-        .output()
-        .await
-        .expect("run status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("status JSON")
-}
-
 #[tokio::test]
 async fn a_boot_that_ended_without_a_shutdown_is_reported_once_even_if_the_api_server_refuses_at_first()
  {
@@ -112,12 +93,12 @@ async fn a_boot_that_ended_without_a_shutdown_is_reported_once_even_if_the_api_s
     );
     assert!(world.log().contains("retried in"), "{}", world.log());
 
-    let s = status(&world).await;
+    let s = world.status_json().await;
     assert_eq!(s["previous_boot"]["boot_id"], old.as_str());
     assert_eq!(s["previous_boot"]["unclean"], WITHOUT);
     assert_eq!(s["previous_boot"]["message"], message);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while status(&world).await["previous_boot"]["event_posted"] != true {
+    while world.status_json().await["previous_boot"]["event_posted"] != true {
         assert!(
             std::time::Instant::now() < deadline,
             "status never says the Event is written"
@@ -185,7 +166,10 @@ async fn a_machine_that_went_down_during_the_drain_is_reported_as_drain_incomple
         "{message}"
     );
     assert!(world.node_events(WITHOUT).is_empty());
-    assert_eq!(status(&world).await["previous_boot"]["unclean"], INCOMPLETE);
+    assert_eq!(
+        world.status_json().await["previous_boot"]["unclean"],
+        INCOMPLETE
+    );
 }
 
 #[tokio::test]
@@ -231,7 +215,7 @@ async fn a_boot_that_ended_after_a_complete_drain_gets_no_event() {
         .expect_restored(Duration::from_secs(15), "restored in the new boot")
         .await;
     assert!(world.node_events(WITHOUT).is_empty() && world.node_events(INCOMPLETE).is_empty());
-    let s = status(&world).await;
+    let s = world.status_json().await;
     assert_eq!(s["previous_boot"]["unclean"], Value::Null);
     assert!(
         s["previous_boot"]["message"]

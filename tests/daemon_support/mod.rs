@@ -673,6 +673,25 @@ impl World {
         );
     }
 
+    /// `kube-shutdown-drain status --output json` as an admin runs it on the node (a child the
+    /// test's runtime awaits, so the fake API server in it can answer).
+    pub async fn status_json(&self) -> Value {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+            .args(["status", "--output", "json"])
+            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config_path())
+            .env(BOOT_ID_ENV, self.boot_id_path())
+            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
+            .output()
+            .await
+            .expect("run status");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status JSON")
+    }
+
     /// Who holds the first drain slot of group `all`, if anyone.
     pub fn slot_holder(&self) -> Option<String> {
         self.api
