@@ -3,15 +3,10 @@
 //! sentinel command runs once (within its timeout); update_engine is asked on the system bus.
 
 use serde::Serialize;
-use tokio::time::Instant;
 
 use crate::config::Settings;
 use crate::engine::Engine;
-use crate::reboot::holds::{Context, Holds};
 use crate::reboot::need::Need;
-
-/// How long the holds' reads may take.
-const JUDGE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One reason the node's reboot waits.
 #[derive(Serialize)]
@@ -48,7 +43,8 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
         needs.push(update_engine().await);
     }
     let need = Need::combined(&needs);
-    let holds = holds(settings, engine).await;
+    let windows = crate::reboot::window::Windows::of(settings);
+    let holds = crate::reboot::holds_read::holds_of(engine, &windows).await;
     let (word, why) = match need {
         Need::Needed(w) => ("needed", w),
         Need::NotNeeded(w) => ("not_needed", w),
@@ -74,17 +70,6 @@ async fn update_engine() -> Need {
         Err(e) => Need::Unknown(format!(
             "cannot reach the system bus for update_engine: {e}"
         )),
-    }
-}
-
-async fn holds(settings: &Settings, engine: &Engine) -> Holds {
-    let windows = crate::reboot::window::Windows::of(settings);
-    let cx = Context::new(settings, &settings.reboot, &windows, None, None);
-    match engine.clients().await {
-        Ok(clients) => {
-            crate::reboot::holds_read::holds(clients, &cx, Instant::now() + JUDGE_MAX).await
-        }
-        Err(e) => Holds::unknown(&settings.node_name, &e.to_string()),
     }
 }
 

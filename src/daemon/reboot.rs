@@ -24,21 +24,28 @@ use crate::daemon::metrics::{Metrics, RebootFacts};
 use crate::daemon::phase::Ask;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
-use crate::reboot::holds::{Context, Holds, Key};
+use crate::reboot::holds::{Holds, Key};
 use crate::reboot::need::Need;
 use crate::reboot::window::Windows;
 
 /// How often the holds are judged again while a reboot is needed and held (a hold annotation
 /// removed, the pause Lease deleted, a blocking pod gone).
 pub const LOOK_EVERY: Duration = Duration::from_secs(60);
-/// How long one judging of the holds may take.
-const JUDGE_MAX: Duration = Duration::from_secs(10);
 /// The pause after a reboot of ours ended without one, before the next try; doubled after each
 /// such end in a row, up to [`RETRY_MAX`], so a drain that a budget keeps blocking does not
 /// evict the node's other pods every few minutes.
 pub const RETRY_AFTER: Duration = Duration::from_secs(600);
 /// The longest pause between two tries.
 pub const RETRY_MAX: Duration = Duration::from_secs(4 * 3600);
+/// The pause before the next try after `failures` reboots of ours in a row ended without one
+/// (the first such end is failure 0): [`RETRY_AFTER`], doubled each time, at most
+/// [`RETRY_MAX`]. Pure.
+pub fn retry_pause(failures: u32) -> Duration {
+    RETRY_AFTER
+        .saturating_mul(1 << failures.min(8))
+        .min(RETRY_MAX)
+}
+
 /// How long a trigger that stopped (its inotify watch, update_engine's bus) waits before it is
 /// set up again.
 const TRIGGER_RETRY: Duration = Duration::from_secs(30);
@@ -297,17 +304,10 @@ fn until_next_look(windows: &Windows, now: Timestamp) -> Duration {
 
 /// What holds the node now.
 pub(crate) async fn judge(access: &Access, windows: &Windows) -> Holds {
-    let settings = &access.settings;
-    let cx = Context::new(settings, &settings.reboot, windows, None, None);
-    let deadline = Instant::now() + JUDGE_MAX;
-    let clients = match access.engine() {
-        Ok(engine) => match engine.clients().await {
-            Ok(c) => c.clone(),
-            Err(e) => return Holds::unknown(&settings.node_name, &e.to_string()),
-        },
-        Err(e) => return Holds::unknown(&settings.node_name, &e.to_string()),
-    };
-    crate::reboot::holds_read::holds(&clients, &cx, deadline).await
+    match access.engine() {
+        Ok(engine) => crate::reboot::holds_read::holds_of(&engine, windows).await,
+        Err(e) => Holds::unknown(&access.settings.node_name, &e.to_string()),
+    }
 }
 
 fn say_need(node: &str, need: &Need) {
@@ -366,6 +366,13 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pause_after_failed_tries_doubles_up_to_four_hours() {
+        let minutes = |n| retry_pause(n).as_secs() / 60;
+        assert_eq!([0, 1, 2, 3, 4, 5].map(minutes), [10, 20, 40, 80, 160, 240]);
+        assert_eq!(retry_pause(u32::MAX), RETRY_MAX);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_trigger_whose_task_ended_is_not_waited_on_and_the_others_still_are() {

@@ -13,7 +13,24 @@ use kube::api::Api;
 use tokio::time::Instant;
 
 use super::holds::{Context, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge};
+use super::window::Windows;
 use crate::api::Clients;
+use crate::engine::Engine;
+
+/// How long one judging of the holds may take, its reads retried until then.
+const JUDGE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What holds the configured node now, through `engine`'s clients, read within [`JUDGE_MAX`]
+/// (clients that cannot be made are an `unknown` reason). The daemon's follower and its own
+/// reboot ask this, and so does `status`.
+pub async fn holds_of(engine: &Engine, windows: &Windows) -> Holds {
+    let settings = engine.settings();
+    let cx = Context::new(settings, &settings.reboot, windows, None, None);
+    match engine.clients().await {
+        Ok(clients) => holds(clients, &cx, Instant::now() + JUDGE_MAX).await,
+        Err(e) => Holds::unknown(&settings.node_name, &e.to_string()),
+    }
+}
 
 /// What holds the node now: reads (until `deadline` at most) and judges at the instant the
 /// reads are done. The one call the reboot loop makes before it takes a slot and again before

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::Daemon;
 use crate::daemon::access::Access;
 use crate::daemon::phase::{Ask, Event};
-use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, RETRY_AFTER, RETRY_MAX, Verdict};
+use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, Verdict};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
 use crate::host::logind::Logind;
@@ -143,11 +143,9 @@ impl Daemon {
     }
 
     /// `RebootLater`: the follower says go again only after the pause, doubled for each reboot
-    /// of ours in a row that ended without one (up to [`RETRY_MAX`]).
+    /// of ours in a row that ended without one (`follower::retry_pause`).
     pub(super) fn reboot_later(&mut self) {
-        let pause = RETRY_AFTER
-            .saturating_mul(1 << self.reboot.failures.min(8))
-            .min(RETRY_MAX);
+        let pause = follower::retry_pause(self.reboot.failures);
         self.reboot.failures += 1;
         tracing::info!(
             node = %self.settings.node_name,
