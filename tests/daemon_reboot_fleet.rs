@@ -3,14 +3,18 @@
 //! API server, `[fleet] slots = 1`, a sentinel file each. The three files appear together; the
 //! nodes reboot one at a time: at no moment are two nodes cordoned, each node's pod is evicted
 //! before its logind is asked to reboot, and the next node drains only after the previous one
-//! booted again and was restored (its slot given back).
+//! booted again, was restored, and kept its slot for `[fleet] release_delay` (carried into its
+//! new boot meanwhile, so no other node reads it as stale).
 
 mod daemon_support;
 mod logind;
 
+use daemon_support::SLOT;
+
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -18,6 +22,8 @@ use fake_apiserver::{FakeApiServer, Options};
 use serde_json::{Value, json};
 
 const NODES: [&str; 3] = ["fleet-a", "fleet-b", "fleet-c"];
+/// `[fleet] release_delay` of every node.
+const RELEASE_DELAY: Duration = Duration::from_secs(3);
 
 fn node(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node",
@@ -54,9 +60,11 @@ impl Machine {
         self.path("reboot-required")
     }
 
-    fn new_boot(&self, n: usize) {
+    /// Writes a boot ID for boot `n` of this machine; returns it.
+    fn new_boot(&self, n: usize) -> String {
         let id = format!("0b0e1d00-0000-4000-8000-{:012x}", n * 16 + self.runs);
         std::fs::write(self.path("boot_id"), format!("{id}\n")).unwrap();
+        id
     }
 
     fn log_path(&self) -> PathBuf {
@@ -129,15 +137,19 @@ async fn machine(api: &FakeApiServer, name: &'static str) -> Option<Machine> {
     .unwrap();
     let config = format!(
         "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
-         [drain]\ntimeout = \"20s\"\n[fleet]\nslots = 1\n[reboot]\nsentinel_file = \"{}\"\n",
+         [drain]\ntimeout = \"20s\"\n[fleet]\nslots = 1\nrelease_delay = \"{}s\"\n[reboot]\nsentinel_file = \"{}\"\n",
         m.path("kubeconfig").display(),
         m.path("state").display(),
+        RELEASE_DELAY.as_secs(),
         m.sentinel().display()
     );
     std::fs::write(m.path("config.toml"), config).unwrap();
     m.new_boot(0);
     Some(m)
 }
+
+/// A node seen cordoned (true) or uncordoned, and when.
+type Change = (tokio::time::Instant, &'static str, bool);
 
 fn cordoned(api: &FakeApiServer, name: &str) -> bool {
     api.store()
@@ -181,15 +193,25 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
         )
         .await;
     }
-    // The most nodes cordoned at once, sampled every 5 ms from now on.
+    // The most nodes cordoned at once, and when each node was cordoned and uncordoned, sampled
+    // every 5 ms from now on.
     let most = Arc::new(AtomicUsize::new(0));
+    let changes: Arc<Mutex<Vec<Change>>> = Arc::default();
     let api = Arc::new(api);
     let sampler = tokio::spawn({
-        let (most, api) = (most.clone(), api.clone());
+        let (most, changes, api) = (most.clone(), changes.clone(), api.clone());
         async move {
+            let mut was = [false; NODES.len()];
             loop {
-                let now = NODES.iter().filter(|n| cordoned(&api, n)).count();
-                most.fetch_max(now, Ordering::SeqCst);
+                let now: Vec<bool> = NODES.iter().map(|n| cordoned(&api, n)).collect();
+                most.fetch_max(now.iter().filter(|c| **c).count(), Ordering::SeqCst);
+                for (i, &c) in now.iter().enumerate() {
+                    if c != was[i] {
+                        let at = tokio::time::Instant::now();
+                        changes.lock().unwrap().push((at, NODES[i], c));
+                        was[i] = c;
+                    }
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
@@ -244,7 +266,7 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
         api.kubelets().stop(m.name).unwrap();
         std::fs::remove_file(m.sentinel()).unwrap();
         m.rig.simulate_boot().await;
-        m.new_boot(round);
+        let boot = m.new_boot(round);
         api.kubelets().start(m.name).unwrap();
         m.spawn();
         m.wait_log(
@@ -252,6 +274,22 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
             Duration::from_secs(20),
         )
         .await;
+        // Restored, the node keeps its slot for the release delay, held in its new boot.
+        m.wait_log(
+            &format!("node {} keeps drain slot {SLOT}", m.name),
+            Duration::from_secs(20),
+        )
+        .await;
+        let holder = api
+            .store()
+            .get("Lease", Some("kube-shutdown-drain"), SLOT)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string));
+        assert_eq!(
+            holder.as_deref(),
+            Some(format!("{}/{boot}", m.name).as_str()),
+            "the slot is carried into {}'s new boot before its restore",
+            m.name
+        );
     }
     // The last one's restore.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -263,6 +301,26 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     sampler.abort();
+    // Each next node was cordoned only after the previous one's restore and release delay.
+    let changes = changes.lock().unwrap().clone();
+    let at = |node: &str, cordon: bool| {
+        changes
+            .iter()
+            .find(|(_, n, c)| *n == node && *c == cordon)
+            .map(|(t, _, _)| *t)
+            .unwrap_or_else(|| panic!("{node} never seen cordon={cordon}: {changes:?}"))
+    };
+    for pair in order.windows(2) {
+        let gap = at(pair[1], true) - at(pair[0], false);
+        // Less the sampling's 5 ms, and a margin for a loaded machine's late sample.
+        assert!(
+            gap >= RELEASE_DELAY - Duration::from_millis(100),
+            "{} was cordoned {gap:?} after {}'s restore, within the release delay \
+             ({RELEASE_DELAY:?}); changes: {changes:?}",
+            pair[1],
+            pair[0]
+        );
+    }
     let mut rebooted = order.clone();
     rebooted.sort();
     assert_eq!(rebooted, NODES, "each node rebooted once: {order:?}");

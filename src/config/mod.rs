@@ -335,6 +335,9 @@ pub struct FleetSettings {
     pub group_label: Option<String>,
     /// A slot held longer than this is free again.
     pub hold_max: Duration,
+    /// How long a node back from its drain keeps its slot after the restore, so its workloads
+    /// settle before the next node drains (kured's `--lock-release-delay`); zero: none.
+    pub release_delay: Duration,
     pub on_no_slot: OnNoSlot,
     /// Hold a logind block lock while no slot is open to this node (the daemon's gate).
     pub gate: bool,
@@ -361,6 +364,7 @@ impl Default for FleetSettings {
             lease_namespace: DEFAULT_LEASE_NAMESPACE.to_string(),
             group_label: None,
             hold_max: DEFAULT_HOLD_MAX,
+            release_delay: Duration::ZERO,
             on_no_slot: OnNoSlot::Cordon,
             gate: false,
         }

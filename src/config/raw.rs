@@ -9,8 +9,8 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::values::{
-    AbsolutePath, ActionName, Concurrency, Flag, GracePeriod, Interval, LabelKey, List, Namespace,
-    Namespaces, NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin,
+    AbsolutePath, ActionName, Concurrency, Delay, Flag, GracePeriod, Interval, LabelKey, List,
+    Namespace, Namespaces, NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin,
     RetryInterval, Slots, TaintKey, TaintValue, TextfilePath,
 };
 use super::{DaemonSetPolicy, OnDeadline, OnNoSlot, Policy, ShutdownPolicy, TaintEffect};
@@ -204,6 +204,8 @@ pub struct RawFleet {
     pub group_label: Option<LabelKey>,
     /// Default: [`super::DEFAULT_HOLD_MAX`].
     pub hold_max: Option<Positive>,
+    /// Default: 0 (none). Shorter than `hold_max`.
+    pub release_delay: Option<Spanned<Delay>>,
     /// Default: cordon.
     pub on_no_slot: Option<OnNoSlot>,
     /// Default: false. Needs `slots`.
@@ -297,7 +299,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, on_no_slot, gate)";
+         hold_max, release_delay, on_no_slot, gate)";
 }
 
 impl Table for RawShutdown {

@@ -429,3 +429,31 @@ fn the_reboot_gate_is_off_by_default_and_needs_drain_slots() {
     );
     assert!(!parse("[fleet]\ngate = false").unwrap().fleet.gate);
 }
+
+#[test]
+fn the_release_delay_is_zero_by_default_and_shorter_than_hold_max() {
+    assert_eq!(parse("").unwrap().fleet.release_delay, Duration::ZERO);
+    let s = parse("[fleet]\nslots = 1\nrelease_delay = \"5m\"").unwrap();
+    assert_eq!(s.fleet.release_delay, Duration::from_secs(300));
+    assert_eq!(
+        parse("[fleet]\nrelease_delay = \"0s\"")
+            .unwrap()
+            .fleet
+            .release_delay,
+        Duration::ZERO
+    );
+    let e = parse("[fleet]\nhold_max = \"10m\"\nrelease_delay = \"10m\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("3:17")
+            && e.contains("key `fleet.release_delay`")
+            && e.contains("hold_max is 600 s")
+            && e.contains("shorter than `hold_max`"),
+        "{e}"
+    );
+    let e = parse("[fleet]\nrelease_delay = \"200h\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("out of range"), "{e}");
+}

@@ -190,12 +190,33 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
         Some(g) => g.get_ref().0,
         None => d.gate,
     };
+    let hold_max = f.hold_max.map_or(d.hold_max, |DurationIn(h)| h);
+    let release_delay = match f.release_delay {
+        Some(r) if r.get_ref().0 >= hold_max => {
+            return Err(src.invalid(
+                r.span(),
+                "fleet.release_delay",
+                Invalid::new(
+                    format!(
+                        "a slot kept {} s after the restore would be free to others by then \
+                         (hold_max is {} s)",
+                        r.get_ref().0.as_secs(),
+                        hold_max.as_secs()
+                    ),
+                    "a delay shorter than `hold_max`",
+                ),
+            ));
+        }
+        Some(r) => r.get_ref().0,
+        None => d.release_delay,
+    };
     Ok(FleetSettings {
         slots,
         gate,
+        hold_max,
+        release_delay,
         lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
         group_label: f.group_label.map(|k| k.0),
-        hold_max: f.hold_max.map_or(d.hold_max, |DurationIn(h)| h),
         on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
     })
 }

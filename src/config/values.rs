@@ -362,6 +362,8 @@ impl<'de, const MIN_MS: u64, const MAX_MS: u64> Deserialize<'de> for DurationIn<
 pub const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
 /// Any positive duration up to a week.
 pub type Positive = DurationIn<1, MAX_DURATION_MS>;
+/// A duration up to a week, zero included (a wait that may be off).
+pub type Delay = DurationIn<0, MAX_DURATION_MS>;
 /// `drain.retry_interval`: see [`super::MIN_RETRY_INTERVAL`].
 pub type RetryInterval = DurationIn<100, MAX_DURATION_MS>;
 /// `daemon.release_margin`: see [`super::MIN_RELEASE_MARGIN`].

@@ -122,12 +122,41 @@ async fn attempt(
         return Ok(false);
     }
     status.set_restore(Some(format!("restoring node {node}")));
-    let outcome = engine.restore().await?;
+    let delay = access.settings.fleet.release_delay;
+    if delay.is_zero() {
+        let outcome = engine.restore().await?;
+        tracing::info!(
+            "restored node {node} (marker of boot {}): {}",
+            marker.boot_id,
+            crate::engine::restore_text(&outcome)
+        );
+        return Ok(true);
+    }
+    // `[fleet] release_delay`: the slot is carried into this boot before the marker goes (a
+    // restored node holding a slot of another boot is stale to the others, who would take it
+    // at once), and given back only after the delay. A daemon stopped meanwhile gives it back
+    // at its next start (no marker left: the slot goes back at once).
+    let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+    let kept = engine.carry_slots(deadline).await?;
+    let outcome = engine.restore_keeping_slots(deadline).await?;
     tracing::info!(
         "restored node {node} (marker of boot {}): {}",
         marker.boot_id,
         crate::engine::restore_text(&outcome)
     );
+    if !kept.is_empty() {
+        let said = format!(
+            "node {node} keeps drain slot {} for release_delay ({} s) so its workloads settle \
+             before the next node drains",
+            kept.join(", "),
+            delay.as_secs()
+        );
+        tracing::info!("{said}");
+        status.set_restore(Some(said));
+        tokio::time::sleep(delay).await;
+    }
+    let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+    engine.give_back_slots(deadline).await?;
     Ok(true)
 }
 

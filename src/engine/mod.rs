@@ -491,6 +491,15 @@ impl Engine {
 
     /// [`Engine::restore`], retrying transient failures (no answer, 5xx) until `deadline`.
     pub async fn restore_by(&self, deadline: Instant) -> Result<RestoreOutcome, Error> {
+        let out = self.restore_keeping_slots(deadline).await?;
+        // The node's capacity is back: so is its drain slot.
+        self.give_back_slots(deadline).await?;
+        Ok(out)
+    }
+
+    /// [`Engine::restore_by`] but for the drain slots, which this node keeps
+    /// (`[fleet] release_delay`: the caller gives them back after it).
+    pub async fn restore_keeping_slots(&self, deadline: Instant) -> Result<RestoreOutcome, Error> {
         let clients = self.clients_by(deadline).await?;
         let out = self.ops_by(deadline).await?.restore(deadline).await?;
         let node = &self.settings.node_name;
@@ -537,8 +546,6 @@ impl Engine {
         for (reason, msg) in said.into_iter().flatten() {
             events.emit_by(reason, &msg, until).await;
         }
-        // The node's capacity is back: so is its drain slot.
-        self.give_back_slots(deadline).await?;
         Ok(out)
     }
 

@@ -261,4 +261,28 @@ impl Engine {
         }
         Ok(())
     }
+
+    /// Carries the drain slots this node holds from an earlier boot into this one, by
+    /// `deadline`, so the slot stays this node's while `[fleet] release_delay` runs after the
+    /// restore (a slot of another boot on a restored node is stale to the others). The slots
+    /// this node holds in this boot after it; none without slots or with Leases these
+    /// credentials may not list.
+    pub async fn carry_slots(&self, deadline: Instant) -> Result<Vec<String>, Error> {
+        if self.settings.fleet.slots == 0 {
+            return Ok(Vec::new());
+        }
+        let clients = self.clients_by(deadline).await?;
+        let slots = fleet::slots::Slots {
+            clients,
+            settings: &self.settings,
+        };
+        match slots.carry_into(&self.boot_id()?, deadline).await {
+            Ok(GivenBack::Slots(carried)) => Ok(carried),
+            Ok(GivenBack::NotLooked(_)) => Ok(Vec::new()),
+            Err(source) => Err(Error::Slot {
+                node: self.settings.node_name.clone(),
+                source,
+            }),
+        }
+    }
 }

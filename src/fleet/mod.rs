@@ -23,6 +23,7 @@
 //!
 //! This module is pure; [`slots`] makes the calls.
 
+mod held;
 pub mod queue;
 pub mod slots;
 

@@ -11,12 +11,13 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
+pub use super::held::GivenBack;
 use super::queue::{self, Line, WAITING_LABEL};
 use super::{
     GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
@@ -139,16 +140,6 @@ struct Waiting {
     listed: bool,
 }
 
-/// What a give-back came to.
-#[derive(Debug)]
-pub enum GivenBack {
-    /// The slots given back (none: this node held none).
-    Slots(Vec<String>),
-    /// The slot Leases could not be listed (403 or 404, the answer here): this node holds no
-    /// slot it could give back (with these credentials it could never take one).
-    NotLooked(ApiError),
-}
-
 /// One slot as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SlotView {
@@ -166,7 +157,7 @@ pub struct Slots<'a> {
 }
 
 impl Slots<'_> {
-    fn api(&self) -> Api<Lease> {
+    pub(super) fn api(&self) -> Api<Lease> {
         Api::namespaced(
             self.clients.api.clone(),
             &self.settings.fleet.lease_namespace,
@@ -181,7 +172,7 @@ impl Slots<'_> {
             .await
     }
 
-    fn object(&self, name: &str) -> String {
+    pub(super) fn object(&self, name: &str) -> String {
         format!(
             "drain slot lease {}/{name}",
             self.settings.fleet.lease_namespace
@@ -698,61 +689,5 @@ impl Slots<'_> {
             });
         }
         Ok(views)
-    }
-
-    /// Gives back every slot this node holds (in any boot). A list of the Leases refused (403:
-    /// the kubelet's credentials may touch only their own node Lease) or not found (404: no
-    /// such namespace) means this node holds no slot it could give back:
-    /// [`GivenBack::NotLooked`], not an error.
-    pub async fn give_back(&self, deadline: Instant) -> Result<GivenBack, ApiError> {
-        let api = self.api();
-        let node = self.settings.node_name.as_str();
-        let object = format!(
-            "drain slot leases in namespace {}",
-            self.settings.fleet.lease_namespace
-        );
-        let params = ListParams::default().labels(GROUP_LABEL);
-        let leases = match self
-            .clients
-            .retry(deadline, &object, || api.list(&params))
-            .await
-        {
-            Ok(leases) => leases,
-            Err(e) if e.is_forbidden() || e.is_not_found() => return Ok(GivenBack::NotLooked(e)),
-            Err(e) => return Err(e),
-        };
-        let mut given = Vec::new();
-        for lease in leases.items {
-            if holder_of(&lease).is_none_or(|h| h.node != node) {
-                continue;
-            }
-            let name = lease.metadata.name.clone().unwrap_or_default();
-            let object = self.object(&name);
-            // A hold renewed since this list is a drain of this node that started meanwhile:
-            // it keeps the slot.
-            let seen = renewed(&lease);
-            match guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
-                if renewed(l) != seen {
-                    return Ok(None);
-                }
-                release_patch(l, node)
-            })
-            .await
-            {
-                Ok(w) if w.applied.is_some() => {
-                    tracing::info!(node = %node, "node {node} gave back drain slot {name}");
-                    given.push(name);
-                }
-                Ok(_) => {}
-                Err(GuardedError::Api(e)) => return Err(e),
-                Err(GuardedError::Contended) => {
-                    tracing::warn!(node = %node, "cannot give back {object}: it keeps changing");
-                }
-                Err(GuardedError::Build(e)) => {
-                    return Err(self.clients.error(&object, kube::Error::SerdeError(e)));
-                }
-            }
-        }
-        Ok(GivenBack::Slots(given))
     }
 }
