@@ -46,6 +46,14 @@ fn the_commented_examples_are_valid() {
     assert_eq!(s.rules[1].action, RuleAction::WaitCompleted);
     assert!(s.filters.skip_selector.is_some());
     assert!(s.reboot.enabled() && s.reboot.update_engine && s.reboot.windows.len() == 2);
+    let fleetlock = s.fleetlock.expect("[fleetlock] uncommented");
+    assert_eq!(
+        (
+            fleetlock.listen.to_string().as_str(),
+            fleetlock.agent_user.as_str()
+        ),
+        ("127.0.0.1:9753", "zincati")
+    );
     assert_eq!(
         s.drain.grace_period,
         Some(std::time::Duration::from_secs(30))

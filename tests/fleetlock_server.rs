@@ -529,14 +529,14 @@ fn the_shipped_zincati_drop_in_points_at_an_accepted_listen_address() {
         .strip_prefix("http://")
         .and_then(|rest| rest.strip_suffix('/'))
         .unwrap_or_else(|| panic!("{path}: {base_url:?} is not http://HOST:PORT/"));
-    let config = format!("[fleetlock]\nlisten = {host_port:?}");
-    let settings =
-        kube_shutdown_drain::config::fleetlock::from_toml(&kube_shutdown_drain::config::Source {
-            path: std::path::Path::new("/etc/kube-shutdown-drain/config.toml"),
-            text: &config,
-        })
-        .unwrap()
-        .unwrap();
+    let config = format!("node_name = \"n1\"\n[fleetlock]\nlisten = {host_port:?}");
+    let settings = kube_shutdown_drain::config::Settings::from_str_at(
+        std::path::Path::new("/etc/kube-shutdown-drain/config.toml"),
+        &config,
+    )
+    .unwrap()
+    .fleetlock
+    .unwrap();
     assert_eq!(settings.listen.to_string(), host_port);
 }
 

@@ -1,7 +1,6 @@
 //! The `[fleetlock]` table: the raw serde type, its checked values and the validation into
-//! [`FleetLockSettings`]. Not part of the config file yet: until the daemon's loop answers the
-//! server's questions (issue 31), `[fleetlock]` stays an unknown key of the file, refused as any
-//! other, so no admin believes zincati's reboots already wait for a drain. Read by nothing yet.
+//! [`FleetLockSettings`] (`Settings::fleetlock`), which starts the daemon's FleetLock server
+//! (`crate::reboot::server`).
 //!
 //! ```toml
 //! [fleetlock]
@@ -14,7 +13,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::raw::{Table, table};
+use super::raw::Table;
 use super::values::{FromValue, Invalid, Value, deserialize_checked, quote, string};
 use super::{ConfigError, Source};
 
@@ -111,19 +110,6 @@ pub struct FleetLockSettings {
     pub listen: SocketAddr,
     /// The only local user whose requests reach the daemon.
     pub agent_user: String,
-}
-
-/// `[fleetlock]` of the file `src`, validated; `None` without `listen`. Used by the tests until
-/// the top-level config reads `[fleetlock]` (issue 31).
-pub fn from_toml(src: &Source<'_>) -> Result<Option<FleetLockSettings>, ConfigError> {
-    /// Only `[fleetlock]` of the file; the rest is the top-level config's.
-    #[derive(Deserialize)]
-    struct Only {
-        #[serde(default, deserialize_with = "table")]
-        fleetlock: RawFleetLock,
-    }
-    let only: Only = toml::from_str(src.text).map_err(|e| src.toml_error(&e))?;
-    settings(only.fleetlock, src)
 }
 
 /// Applies the default user; an `agent_user` without `listen` is refused, as it names the caller

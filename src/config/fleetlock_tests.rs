@@ -1,18 +1,18 @@
 //! The table tests of `[fleetlock]`: off by default, the default user, every bad value with its
-//! file, line, column, key and what is allowed; and `[fleetlock]` still refused by the top-level
-//! file until the daemon answers the server.
+//! file, line, column, key and what is allowed, read through the top-level config file.
 
 use std::path::Path;
 
-use super::fleetlock::{DEFAULT_AGENT_USER, FleetLockSettings, from_toml};
+use super::fleetlock::{DEFAULT_AGENT_USER, FleetLockSettings};
 use super::test_cases::{Refusal, unexpected_refusals};
 use super::{ConfigError, Source};
 
 fn parse(text: &str) -> Result<Option<FleetLockSettings>, ConfigError> {
-    from_toml(&Source {
+    let src = Source {
         path: Path::new("/etc/x.toml"),
         text,
-    })
+    };
+    super::from_toml(&src, Ok("n1")).map(|s| s.fleetlock)
 }
 
 #[test]
@@ -135,21 +135,6 @@ fn every_bad_fleetlock_value_is_refused_at_its_place_with_what_is_allowed() {
     assert!(
         err.to_string()
             == "/etc/x.toml:3:1: unknown field `user`, expected `listen` or `agent_user`",
-        "{err}"
-    );
-}
-
-/// Until the daemon answers the server (issue 31), the config file refuses `[fleetlock]` as any
-/// unknown key, so no admin believes zincati's reboots wait for a drain.
-#[test]
-fn the_config_file_still_refuses_a_fleetlock_table() {
-    let src = Source {
-        path: Path::new("/etc/x.toml"),
-        text: "[fleetlock]\nlisten = \"127.0.0.1:9753\"",
-    };
-    let err = super::from_toml(&src, Ok("n1")).unwrap_err();
-    assert!(
-        err.to_string().contains("unknown field `fleetlock`"),
         "{err}"
     );
 }

@@ -14,7 +14,7 @@
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
-//! | `fleetlock.rs` | `[fleetlock]` (the FleetLock server for zincati), not yet read from the file |
+//! | `fleetlock.rs` | `[fleetlock]`: the FleetLock server for zincati |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -450,6 +450,8 @@ pub struct Settings {
     pub fleet: FleetSettings,
     /// `[reboot]`: the reboots the node asks for (none without a trigger).
     pub reboot: reboot::RebootSettings,
+    /// `[fleetlock]`: the FleetLock server the update agent (zincati) asks before it reboots.
+    pub fleetlock: Option<fleetlock::FleetLockSettings>,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

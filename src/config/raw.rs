@@ -51,6 +51,8 @@ pub struct RawConfig {
     pub fleet: RawFleet,
     #[serde(default, deserialize_with = "table")]
     pub reboot: super::reboot::RawReboot,
+    #[serde(default, deserialize_with = "table")]
+    pub fleetlock: super::fleetlock::RawFleetLock,
 }
 
 /// `[taint]`.

@@ -42,6 +42,7 @@ pub fn settings(
     let daemon = daemon(raw.daemon, &drain);
     let fleet = fleet(raw.fleet, src)?;
     let reboot = super::reboot::settings(raw.reboot, src)?;
+    let fleetlock = super::fleetlock::settings(raw.fleetlock, src)?;
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
         kubeconfig: raw
@@ -69,6 +70,7 @@ pub fn settings(
         shutdown: shutdown(raw.shutdown),
         fleet,
         reboot,
+        fleetlock,
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw

@@ -844,3 +844,4 @@ mod tests;
 
 #[path = "phase_reboot.rs"]
 mod reboot;
+pub use reboot::AgentAsk;

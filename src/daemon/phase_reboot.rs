@@ -24,6 +24,106 @@
 //! reason, `crate::daemon::reboot::OWN_REBOOT_WHY`) from a shutdown's and undoes it.
 
 use super::{Ask, Effect, Event, Part, Phase, Undo};
+use crate::reboot::fleetlock::{Kind, Operation};
+use crate::reboot::holds::Key;
+use crate::reboot::server::Answer;
+
+/// What the loop knows, besides the phase, when the update agent asks (`[fleetlock]`).
+#[derive(Debug, Clone, Copy)]
+pub struct AgentAsk<'a> {
+    pub operation: Operation,
+    pub node: &'a str,
+    /// The follower's last verdict: what it asks, why, and what holds the node when it waits
+    /// for the holds (none when it waits out the pause after a reboot that ended without one).
+    pub ask: Ask,
+    pub why: &'a str,
+    pub keys: &'a [Key],
+    /// The running reboot waits for a drain slot.
+    pub slot_wait: bool,
+    /// The reboot of `Rebooting` is the agent's: it ends drained and handed over, not with
+    /// logind's `Reboot`.
+    pub by_agent: bool,
+    /// A restore runs (with `[fleet] release_delay`, its slot is kept until it ends).
+    pub restoring: bool,
+}
+
+impl Phase {
+    /// The answer to the update agent's FleetLock request (`crate::reboot::server`), which
+    /// changes nothing here: the request itself is a trigger of the follower (pre-reboot: a
+    /// need; steady-state: none), whose verdict the table then follows.
+    ///
+    /// | request | phase | answer |
+    /// |---|---|---|
+    /// | pre-reboot | Rebooting, asked, by the agent | 200: drained, its slot held, inside a window, not held |
+    /// | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
+    /// | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds), `drain_incomplete` (the pause after a drain that did not complete) |
+    /// | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the holds are judged now) |
+    /// | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
+    /// | steady-state | Waiting, no restore running | 200: restored, no slot held |
+    /// | steady-state | Waiting with a restore running, Rebooting | 409 `restore_in_progress` |
+    /// | steady-state | a shutdown under way | 409 `drain_in_progress` |
+    /// | either | Starting, Stopped | 503 `no_answer` |
+    pub fn answer_agent(&self, a: &AgentAsk<'_>) -> Answer {
+        let node = a.node;
+        let refused = |kind, why: String| Answer::Refused { kind, why };
+        if matches!(self, Phase::Starting | Phase::Stopped) {
+            return Answer::Unavailable(format!(
+                "the daemon of node {node} is not connected to logind now; ask again later"
+            ));
+        }
+        let under_way = matches!(self, Phase::Draining(_) | Phase::Released { .. });
+        match a.operation {
+            Operation::SteadyState => match self {
+                _ if under_way => refused(
+                    Kind::Draining,
+                    format!("a shutdown of node {node} is under way"),
+                ),
+                Phase::Rebooting { .. } => refused(
+                    Kind::Restoring,
+                    format!(
+                        "the reboot of node {node} is called off and the node restored; ask again"
+                    ),
+                ),
+                _ if a.restoring => refused(
+                    Kind::Restoring,
+                    format!(
+                        "node {node} is being restored (its drain slot goes back at the end); ask again"
+                    ),
+                ),
+                _ => Answer::Released,
+            },
+            Operation::PreReboot => match self {
+                Phase::Rebooting { asked: true } if a.by_agent => Answer::Granted,
+                Phase::Rebooting { asked: false } if a.slot_wait => refused(
+                    Kind::SemaphoreFull,
+                    format!("node {node} waits for a drain slot: every slot of its group is held"),
+                ),
+                Phase::Rebooting { asked: false } => refused(
+                    Kind::Draining,
+                    format!("node {node} is draining for its reboot; ask again"),
+                ),
+                Phase::Waiting => match (a.ask, a.keys.first()) {
+                    (Ask::Waits, Some(Key::OutsideWindow)) if a.keys.len() == 1 => {
+                        refused(Kind::OutsideWindow, a.why.to_owned())
+                    }
+                    (Ask::Waits, Some(_)) => refused(Kind::Held, a.why.to_owned()),
+                    (Ask::Waits, None) => refused(Kind::DrainIncomplete, a.why.to_owned()),
+                    _ => refused(
+                        Kind::Pending,
+                        format!(
+                            "the reboot of node {node} is asked for: its holds are judged, and \
+                             its drain starts when they allow; ask again"
+                        ),
+                    ),
+                },
+                _ => refused(
+                    Kind::Draining,
+                    format!("a shutdown of node {node} is scheduled or under way; ask again"),
+                ),
+            },
+        }
+    }
+}
 
 impl Phase {
     /// The reboot part of the table: its own events in every phase, every event in Rebooting

@@ -290,3 +290,95 @@ fn the_gate_opens_while_the_node_reboots_itself() {
         ]
     );
 }
+
+/// The update agent's FleetLock requests: 200 to pre-reboot only once the agent's reboot has
+/// drained the node; 200 to steady-state only with nothing running; refusals name their kind.
+#[test]
+fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wait() {
+    use crate::reboot::fleetlock::{Kind, Operation};
+    use crate::reboot::holds::Key;
+    use crate::reboot::server::Answer;
+    let ask = |operation| AgentAsk {
+        operation,
+        node: "n1",
+        ask: Ask::NotNeeded,
+        why: "the holds' words",
+        keys: &[],
+        slot_wait: false,
+        by_agent: true,
+        restoring: false,
+    };
+    let kind = |a: Answer| match a {
+        Answer::Refused { kind, .. } => Some(kind),
+        _ => None,
+    };
+    let pre = ask(Operation::PreReboot);
+    let steady = ask(Operation::SteadyState);
+    assert_eq!(ASKED_LOGIND.answer_agent(&pre), Answer::Granted);
+    // Logind asked by the daemon itself, not the agent's reboot: not the agent's 200.
+    let ours = AgentAsk {
+        by_agent: false,
+        ..pre
+    };
+    assert_eq!(kind(ASKED_LOGIND.answer_agent(&ours)), Some(Kind::Draining));
+    assert_eq!(kind(RUNS.answer_agent(&pre)), Some(Kind::Draining));
+    let in_line = AgentAsk {
+        slot_wait: true,
+        ..pre
+    };
+    assert_eq!(kind(RUNS.answer_agent(&in_line)), Some(Kind::SemaphoreFull));
+    assert_eq!(kind(Phase::Waiting.answer_agent(&pre)), Some(Kind::Pending));
+    let held = |keys: &'static [Key]| AgentAsk {
+        ask: Ask::Waits,
+        keys,
+        ..pre
+    };
+    for (keys, want) in [
+        (&[Key::OutsideWindow][..], Kind::OutsideWindow),
+        (&[Key::Held][..], Kind::Held),
+        (&[Key::BlockingPods][..], Kind::Held),
+        (&[Key::Held, Key::OutsideWindow][..], Kind::Held),
+        (&[][..], Kind::DrainIncomplete),
+    ] {
+        assert_eq!(
+            kind(Phase::Waiting.answer_agent(&held(keys))),
+            Some(want),
+            "{keys:?}"
+        );
+    }
+    for phase in [
+        Phase::Scheduled(planned()),
+        Phase::Early(planned()),
+        Phase::Ready(planned()),
+        Phase::Draining(shutdown(true)),
+        Phase::Released(shutdown(true)),
+    ] {
+        assert_eq!(
+            kind(phase.answer_agent(&pre)),
+            Some(Kind::Draining),
+            "{phase:?}"
+        );
+    }
+    assert_eq!(Phase::Waiting.answer_agent(&steady), Answer::Released);
+    let restoring = AgentAsk {
+        restoring: true,
+        ..steady
+    };
+    assert_eq!(
+        kind(Phase::Waiting.answer_agent(&restoring)),
+        Some(Kind::Restoring)
+    );
+    assert_eq!(
+        kind(ASKED_LOGIND.answer_agent(&steady)),
+        Some(Kind::Restoring)
+    );
+    assert_eq!(
+        kind(Phase::Draining(shutdown(true)).answer_agent(&steady)),
+        Some(Kind::Draining)
+    );
+    for phase in [Phase::Starting, Phase::Stopped] {
+        for a in [&pre, &steady] {
+            assert!(matches!(phase.answer_agent(a), Answer::Unavailable(_)));
+        }
+    }
+}

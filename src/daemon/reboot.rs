@@ -3,8 +3,10 @@
 //! own reboot, which runs once the table says so (`service/reboot.rs`).
 //!
 //! The triggers: `sentinel_file` (inotify, `host::sentinel_file`), `sentinel_command` (run
-//! every `check_interval`, `host::sentinel_command`) and Flatcar's update_engine
-//! (`host::update_engine`, on the system bus). A reboot is needed when any says so; an unknown
+//! every `check_interval`, `host::sentinel_command`), Flatcar's update_engine
+//! (`host::update_engine`, on the system bus), and the update agent's FleetLock requests
+//! (`[fleetlock]`: a pre-reboot makes a need that stands [`AGENT_ASKS_WITHIN`]; a steady-state
+//! ends it). A reboot is needed when any says so; an unknown
 //! answer (a command that failed, update_engine unreachable) never starts one and is said.
 //! While one is needed the holds are judged (`reboot::holds`: the hold annotation, the fleet's
 //! pause, a blocking pod, the windows) now, then every [`LOOK_EVERY`] and at the next window's
@@ -15,7 +17,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::config::reboot::RebootSettings;
@@ -24,6 +26,7 @@ use crate::daemon::metrics::{Metrics, RebootFacts};
 use crate::daemon::phase::Ask;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
+use crate::reboot::fleetlock::Operation;
 use crate::reboot::holds::{Holds, Key};
 use crate::reboot::need::Need;
 use crate::reboot::window::Windows;
@@ -46,6 +49,16 @@ pub fn retry_pause(failures: u32) -> Duration {
         .min(RETRY_MAX)
 }
 
+/// How long one FleetLock pre-reboot keeps the update agent's need standing. zincati asks again
+/// at every tick of its state machine while an update is staged (`DEFAULT_REFRESH_PERIOD_SECS`,
+/// 300 s plus up to 10 % jitter, in zincati's `src/update_agent/mod.rs`): four ticks missed
+/// mean it no longer asks (stopped, or the update withdrawn), and the node is not kept drained
+/// for it.
+pub const AGENT_ASKS_WITHIN: Duration = Duration::from_secs(20 * 60);
+
+/// The least time between two looks at the holds that the agent's requests ask for.
+const AGENT_LOOK_AGAIN: Duration = Duration::from_secs(5);
+
 /// How long a trigger that stopped (its inotify watch, update_engine's bus) waits before it is
 /// set up again.
 const TRIGGER_RETRY: Duration = Duration::from_secs(30);
@@ -60,6 +73,8 @@ pub(crate) struct Verdict {
     pub ask: Ask,
     /// Why: the trigger's words, the holds' messages.
     pub why: String,
+    /// What holds the node, when it waits for the holds (none otherwise).
+    pub keys: Vec<Key>,
 }
 
 impl Verdict {
@@ -67,13 +82,26 @@ impl Verdict {
         Verdict {
             ask: Ask::NotNeeded,
             why: why.into(),
+            keys: Vec::new(),
         }
     }
 }
 
-/// Starts the triggers' tasks (on this runtime), each publishing on its own watch.
-fn start_triggers(reboot: &RebootSettings, bus_address: &str) -> Vec<watch::Receiver<Need>> {
+/// Starts the triggers' tasks (on this runtime), each publishing on its own watch; `agent`: the
+/// FleetLock requests of the update agent, with `[fleetlock]`.
+fn start_triggers(
+    reboot: &RebootSettings,
+    bus_address: &str,
+    agent: Option<mpsc::UnboundedReceiver<Operation>>,
+) -> Vec<watch::Receiver<Need>> {
     let mut needs = Vec::new();
+    if let Some(asks) = agent {
+        let (tx, rx) = watch::channel(Need::NotNeeded(
+            "the update agent has not asked for a reboot".into(),
+        ));
+        tokio::spawn(follow_agent(asks, tx));
+        needs.push(rx);
+    }
     if let Some(file) = &reboot.sentinel_file {
         let (tx, rx) = watch::channel(crate::host::sentinel_file::need(file));
         tokio::spawn(follow_file(file.clone(), tx));
@@ -128,6 +156,49 @@ async fn follow_file(file: std::path::PathBuf, tx: watch::Sender<Need>) {
     }
 }
 
+/// The update agent's FleetLock requests as a need: a pre-reboot makes one that stands until a
+/// steady-state, or until [`AGENT_ASKS_WITHIN`] passes without another pre-reboot. A pre-reboot
+/// repeated at least [`AGENT_LOOK_AGAIN`] after the last one has the holds judged again, so the
+/// answer the agent gets is of the moment it asks.
+async fn follow_agent(mut asks: mpsc::UnboundedReceiver<Operation>, tx: watch::Sender<Need>) {
+    let mut expires: Option<Instant> = None;
+    let mut judged = Instant::now();
+    loop {
+        let ask = tokio::select! {
+            ask = asks.recv() => ask,
+            () = sleep_until(expires) => {
+                expires = None;
+                let minutes = AGENT_ASKS_WITHIN.as_secs() / 60;
+                tx.send_replace(Need::NotNeeded(format!(
+                    "the update agent has not asked for a reboot (FleetLock pre-reboot) for \
+                     {minutes} min"
+                )));
+                continue;
+            }
+        };
+        let need = match ask {
+            None => return,
+            Some(Operation::PreReboot) => {
+                expires = Some(Instant::now() + AGENT_ASKS_WITHIN);
+                Need::Needed("the update agent asks to reboot (FleetLock pre-reboot)".into())
+            }
+            Some(Operation::SteadyState) => {
+                expires = None;
+                Need::NotNeeded("the update agent reports steady state (FleetLock)".into())
+            }
+        };
+        let again = need.is_needed() && judged.elapsed() >= AGENT_LOOK_AGAIN;
+        let sent = tx.send_if_modified(|now| {
+            let changed = *now != need || again;
+            *now = need;
+            changed
+        });
+        if sent {
+            judged = Instant::now();
+        }
+    }
+}
+
 /// update_engine's answers on the system bus at `address`, followed again after
 /// [`TRIGGER_RETRY`] whenever the bus or the service goes away.
 async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
@@ -149,8 +220,9 @@ pub(crate) async fn follow(
     mut not_before: watch::Receiver<Option<Instant>>,
     verdict: watch::Sender<Verdict>,
     metrics: Metrics,
+    agent: Option<mpsc::UnboundedReceiver<Operation>>,
 ) {
-    let mut needs = start_triggers(&access.settings.reboot, &bus_address);
+    let mut needs = start_triggers(&access.settings.reboot, &bus_address, agent);
     let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
@@ -250,6 +322,7 @@ impl Follower {
                 Verdict {
                     ask: Ask::Waits,
                     why,
+                    keys: Vec::new(),
                 },
                 Some(at),
             );
@@ -267,18 +340,20 @@ impl Follower {
                 post(&self.access, EventReason::RebootWaiting, holds.to_string());
                 self.posted_waiting = Some(known);
             }
-            self.said_holds = Some(keys);
+            self.said_holds = Some(keys.clone());
         }
         let recheck = Instant::now() + until_next_look(&self.windows, Timestamp::now());
         let verdict = if holds.may_go() {
             Verdict {
                 ask: Ask::Go,
                 why: why.clone(),
+                keys: Vec::new(),
             }
         } else {
             Verdict {
                 ask: Ask::Waits,
                 why: holds.to_string(),
+                keys,
             }
         };
         (verdict, Some(recheck))

@@ -72,6 +72,10 @@ pub enum Kind {
     Draining,
     /// The node's drain ended without emptying it.
     DrainIncomplete,
+    /// The request was heard: the node's holds are judged, and its drain starts when they allow.
+    Pending,
+    /// steady-state: the node's drain is being undone (or its slot kept `release_delay`).
+    Restoring,
     /// The caller is not the update agent (the server's own check, before anything is asked).
     NotTheAgent,
     /// `client_params.id` names another node than this one.
@@ -93,6 +97,8 @@ impl Kind {
             Kind::Held => "reboot_held",
             Kind::Draining => "drain_in_progress",
             Kind::DrainIncomplete => "drain_incomplete",
+            Kind::Pending => "reboot_pending",
+            Kind::Restoring => "restore_in_progress",
             Kind::NotTheAgent => "caller_not_update_agent",
             Kind::NotThisNode => "not_this_node",
             Kind::NoAnswer => "no_answer",

@@ -1,7 +1,7 @@
 //! Reboots the node asks for: the pieces the daemon's reboot follower and its own reboot use
-//! (`crate::daemon::reboot`, `daemon/service/reboot.rs`). The FleetLock server (`server.rs`,
-//! `fleetlock.rs`, `peer.rs`, `zincati_id.rs`) is built and tested but not started yet:
-//! `[fleetlock]` stays refused by the config file until the daemon answers it.
+//! (`crate::daemon::reboot`, `daemon/service/reboot.rs`), and the FleetLock server zincati asks
+//! (`server.rs`, `fleetlock.rs`, `peer.rs`, `zincati_id.rs`; started with `[fleetlock]`,
+//! answered by the daemon's loop in `daemon/service/agent.rs`).
 //!
 //! | file | owns |
 //! |---|---|

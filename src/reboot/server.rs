@@ -2,7 +2,7 @@
 //! loopback, one request per connection, answering `POST /v1/pre-reboot` and
 //! `/v1/steady-state` (`fleetlock.rs` reads them). It never decides: each valid request from
 //! the agent about this node becomes a [`Question`] on a channel, and the daemon's loop sends the
-//! [`Answer`] back (from its phase table; until the loop is wired, nothing serves the channel).
+//! [`Answer`] back (from its phase table, `Phase::answer_agent`).
 //!
 //! Who may ask. Loopback is not an identity: any local user can connect to 127.0.0.1 and
 //! POST pre-reboot, which would have the node drained and rebooted. The server answers only
@@ -57,6 +57,8 @@ pub enum Answer {
     Released,
     /// Not now: `kind` says why for zincati's metrics, `why` for people (409).
     Refused { kind: Kind, why: String },
+    /// The daemon cannot answer now (starting, stopping): 503 `no_answer`, said why.
+    Unavailable(String),
 }
 
 /// The server's bounds.
@@ -315,7 +317,7 @@ async fn ask(request: Request, shared: &Shared) -> Reply {
     match answer {
         Ok(Some(Answer::Granted | Answer::Released)) => {
             tracing::info!(
-                "fleetlock {} for node id {id}: answered 200",
+                "FleetLock {} for node id {id}: answered 200",
                 operation.path()
             );
             reply(StatusCode::OK, Bytes::new())
@@ -328,6 +330,11 @@ async fn ask(request: Request, shared: &Shared) -> Reply {
             );
             refused(&Refusal::new(StatusCode::CONFLICT, kind, why))
         }
+        Ok(Some(Answer::Unavailable(why))) => refused(&Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Kind::NoAnswer,
+            why,
+        )),
         Ok(None) => refused(&Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
             Kind::NoAnswer,

@@ -373,6 +373,8 @@ impl World {
     /// boot ID, the daemon started again and READY=1 awaited.
     pub async fn boot_again(&mut self) {
         self.kill_daemon();
+        // The READY=1 awaited is the new daemon's, not the last one's.
+        self.notify.clear();
         self.rig.simulate_boot().await;
         self.new_boot();
         self.spawn_daemon();

@@ -37,6 +37,7 @@ use crate::host::writer::Writer;
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::TimeLimit;
 
+mod agent;
 mod effects;
 mod gate;
 mod reboot;
@@ -64,6 +65,8 @@ pub enum DaemonError {
         what: &'static str,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Agent(#[from] agent::AgentError),
 }
 
 /// A connection to logind, set up: the signals subscribed, the budget read, the shutdown state
@@ -132,6 +135,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let inhibitor = Inhibitor::start().map_err(thread("inhibitor guard"))?;
     let writer = Writer::start().map_err(thread("file writer"))?;
     let node = settings.node_name.clone();
+    let agent = agent::start(&settings).await?;
     warn_about_the_state_dir(&settings);
     let status = Status::default();
     status.set(format!(
@@ -164,7 +168,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
         access: Access::new(settings.clone()),
         scheduled: scheduled::Tracked::open(&settings),
         gate: gate::Gate::new(settings.fleet.gate),
-        reboot: reboot::Reboot::new(settings.reboot.enabled()),
+        reboot: reboot::Reboot::new(settings.reboot.enabled(), agent),
         settings,
     };
     daemon.spawn_forecast();
@@ -269,6 +273,10 @@ impl Daemon {
                 _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
                 asked = reboot::ended(&mut self.reboot.task, &mut self.reboot.asked_at) => {
                     Event::RebootEnded { asked }
+                }
+                question = agent::next_question(&mut self.reboot.agent) => {
+                    self.answer_agent(question);
+                    continue;
                 }
                 mut made = connect(bus_address, &self.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);

@@ -12,17 +12,20 @@
 
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Daemon;
+use super::agent::{AGENT_REBOOTS_WITHIN, Agent, SlotWait};
+use super::scheduled::ANNOUNCE_WINDOW;
 use crate::daemon::access::Access;
 use crate::daemon::phase::{Ask, Event};
 use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, Verdict};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
 use crate::host::logind::Logind;
+use crate::reboot::fleetlock::Operation;
 use crate::reboot::window::Windows;
 use crate::shutdown_kind::ShutdownKind;
 
@@ -44,19 +47,33 @@ pub(crate) struct Reboot {
     pub(super) logind: watch::Sender<Option<Logind>>,
     /// Reboots of ours that ended without one, in a row: each doubles the pause before the next.
     failures: u32,
-    /// When the running reboot last asked logind: its announcement is due within the window of
-    /// a fired schedule.
+    /// When the running reboot last asked logind, or was handed over to the update agent: the
+    /// announcement is due within the window of a fired schedule, or [`AGENT_REBOOTS_WITHIN`].
     pub(super) asked_at: Option<Instant>,
+    /// The update agent's FleetLock requests (`[fleetlock]`).
+    pub(super) agent: Option<Agent>,
+    /// The follower's end of them, until the follower starts.
+    agent_asks: Option<mpsc::UnboundedReceiver<Operation>>,
+    /// The running reboot is the agent's: it ends drained and handed over.
+    pub(super) by_agent: bool,
+    /// True while the running reboot waits for a drain slot.
+    pub(super) slot_wait: SlotWait,
 }
 
 impl Reboot {
-    pub(crate) fn new(enabled: bool) -> Reboot {
+    /// `enabled`: a `[reboot]` trigger is set; `agent`: the FleetLock server's side, with
+    /// `[fleetlock]` (which enables the reboots too).
+    pub(crate) fn new(
+        enabled: bool,
+        agent: Option<(Agent, mpsc::UnboundedReceiver<Operation>)>,
+    ) -> Reboot {
+        let (agent, agent_asks) = agent.unzip();
         let (verdict_tx, verdict) = watch::channel(Verdict {
             ask: Ask::NotNeeded,
             why: "not looked at yet".into(),
+            keys: Vec::new(),
         });
         Reboot {
-            enabled,
             verdict,
             verdict_tx,
             not_before: watch::Sender::new(None),
@@ -64,6 +81,11 @@ impl Reboot {
             logind: watch::Sender::new(None),
             failures: 0,
             asked_at: None,
+            enabled: enabled || agent.is_some(),
+            agent,
+            agent_asks,
+            by_agent: false,
+            slot_wait: SlotWait::new(false),
         }
     }
 
@@ -71,14 +93,22 @@ impl Reboot {
         self.enabled
     }
 
-    pub(super) fn asked_at(&self) -> Option<Instant> {
-        self.asked_at
+    /// When logind's announcement of the running reboot is due: [`ANNOUNCE_WINDOW`] after the
+    /// daemon asked logind, [`AGENT_REBOOTS_WITHIN`] after the update agent was last told it
+    /// may reboot.
+    pub(super) fn announce_due(&self) -> Option<Instant> {
+        let window = if self.by_agent {
+            AGENT_REBOOTS_WITHIN
+        } else {
+            ANNOUNCE_WINDOW
+        };
+        self.asked_at.map(|at| at + window)
     }
 }
 
 impl Daemon {
     /// Starts the follower on the engine runtime (with a `[reboot]` trigger).
-    pub(super) fn spawn_reboot_follower(&self, bus_address: &str) {
+    pub(super) fn spawn_reboot_follower(&mut self, bus_address: &str) {
         if !self.reboot.enabled {
             return;
         }
@@ -92,6 +122,7 @@ impl Daemon {
             self.reboot.not_before.subscribe(),
             self.reboot.verdict_tx.clone(),
             self.metrics.clone(),
+            self.reboot.agent_asks.take(),
         ));
     }
 
@@ -108,17 +139,29 @@ impl Daemon {
     pub(super) fn start_reboot(&mut self) {
         let node = self.settings.node_name.clone();
         let why = self.reboot.verdict.borrow().why.clone();
+        let by_agent = self.reboot.agent.as_ref().is_some_and(Agent::wants_reboot);
+        let last = if by_agent {
+            "then the update agent's reboot (FleetLock pre-reboot answered 200)"
+        } else {
+            "then logind's Reboot"
+        };
         self.abort_restore("the node's reboot starts");
         self.status.set(format!(
-            "rebooting node {node}: {why}; a drain slot, the drain, then logind's Reboot"
+            "rebooting node {node}: {why}; a drain slot, the drain, {last}"
         ));
         tracing::info!(node = %node, "rebooting node {node} ({why}): draining it first");
         self.engine.spawn(crate::engine::Engine::post_event(
             self.settings.clone(),
             crate::events::Reason::RebootStarted,
-            format!("rebooting node {node} ({why}): a drain slot, the drain, then logind's Reboot"),
+            format!("rebooting node {node} ({why}): a drain slot, the drain, {last}"),
         ));
-        let work = reboot(self.access.clone(), self.reboot.logind.subscribe());
+        self.reboot.by_agent = by_agent;
+        let work = reboot(
+            self.access.clone(),
+            self.reboot.logind.subscribe(),
+            self.reboot.slot_wait.clone(),
+            by_agent,
+        );
         self.reboot.task = Some(self.engine.spawn(work));
     }
 
@@ -183,7 +226,15 @@ pub(super) async fn ended(
 /// The daemon's own reboot: a slot, the holds again, the drain, the holds once more, logind's
 /// `Reboot`. Whether logind was asked; every way it gives up is said, naming the node, and the
 /// table then restores the node (the slot goes back with the restore).
-async fn reboot(access: Access, logind: watch::Receiver<Option<Logind>>) -> bool {
+///
+/// The update agent's reboot (`by_agent`) ends drained instead: the agent is answered 200 and
+/// reboots through systemd itself. `slot_wait` is true while it waits for a slot.
+async fn reboot(
+    access: Access,
+    logind: watch::Receiver<Option<Logind>>,
+    slot_wait: SlotWait,
+    by_agent: bool,
+) -> bool {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
     let engine = match access.engine() {
@@ -194,7 +245,10 @@ async fn reboot(access: Access, logind: watch::Receiver<Option<Logind>>) -> bool
         }
     };
     let engine = if settings.fleet.slots > 0 {
-        match take_slot(engine).await {
+        slot_wait.send_replace(true);
+        let taken = take_slot(engine).await;
+        slot_wait.send_replace(false);
+        match taken {
             Some(engine) => engine,
             None => return false,
         }
@@ -227,6 +281,14 @@ async fn reboot(access: Access, logind: watch::Receiver<Option<Logind>>) -> bool
     // A hold set, or a window closed, during the drain: no reboot now.
     if !clear(&access, &windows, "after its drain").await {
         return false;
+    }
+    if by_agent {
+        tracing::info!(
+            node = %node,
+            "node {node} is drained for the update agent's reboot: its next FleetLock \
+             pre-reboot is answered 200"
+        );
+        return true;
     }
     let Some(logind) = logind.borrow().clone() else {
         tracing::warn!("not rebooting node {node}: logind is not reachable now");

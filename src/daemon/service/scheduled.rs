@@ -146,7 +146,7 @@ impl Daemon {
         let event = self.state.phase.timer()?;
         let at = match (event, &self.state.phase) {
             (Event::Due, _) => self.scheduled.due_at,
-            (_, Phase::Rebooting { .. }) => self.reboot.asked_at().map(|at| at + ANNOUNCE_WINDOW),
+            (_, Phase::Rebooting { .. }) => self.reboot.announce_due(),
             _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
         };
         at.map(|at| (at, event))
@@ -158,6 +158,15 @@ impl Daemon {
         let node = &self.settings.node_name;
         let window = seconds(ANNOUNCE_WINDOW);
         if let Phase::Rebooting { .. } = self.state.phase {
+            if self.reboot.by_agent {
+                tracing::warn!(
+                    node = %node,
+                    "the update agent did not reboot node {node} within {} of its last FleetLock \
+                     pre-reboot answered 200; restoring node {node}",
+                    seconds(super::agent::AGENT_REBOOTS_WITHIN)
+                );
+                return;
+            }
             tracing::warn!(
                 node = %node,
                 "logind announced no reboot within {window} of the node's own reboot asking for \

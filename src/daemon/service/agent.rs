@@ -1,0 +1,153 @@
+//! The update agent's FleetLock requests (`[fleetlock]`, `crate::reboot::server`), as the loop
+//! holds them: the server started with the daemon, each request passed on to the reboot
+//! follower as a trigger (pre-reboot: a need; steady-state: none), and answered from the phase
+//! table (`Phase::answer_agent`). The reboot a pre-reboot starts ends drained and handed over:
+//! zincati finalizes its update and reboots through systemd, and logind's announcement then
+//! finds the node drained.
+
+use std::path::PathBuf;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::Daemon;
+use crate::config::Settings;
+use crate::daemon::phase::AgentAsk;
+use crate::daemon::reboot::AGENT_ASKS_WITHIN;
+use crate::reboot::fleetlock::Operation;
+use crate::reboot::server::{self, Answer, Identity, Limits, Question, Server, StartError};
+use crate::reboot::zincati_id::{self, MACHINE_ID_PATH, MachineIdError};
+
+/// Names a file to read the machine id from instead of `/etc/machine-id`. Only the tests set it.
+pub const MACHINE_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_MACHINE_ID_FILE";
+
+/// How long the update agent has to reboot the node once its pre-reboot was answered 200: two
+/// of zincati's 5-minute ticks (it finalizes and reboots in the tick that got the 200, and
+/// asks again in the next if that failed). Each 200 counts it again; past it the node is
+/// restored.
+pub const AGENT_REBOOTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Why the FleetLock server could not start: the daemon does not start either (an admin who set
+/// `[fleetlock]` would otherwise believe zincati's reboots wait for a drain).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("[fleetlock] of node {node}: {source}")]
+    Start { node: String, source: StartError },
+    #[error("[fleetlock] of node {node}: zincati's id for this machine: {source}")]
+    MachineId {
+        node: String,
+        source: MachineIdError,
+    },
+}
+
+/// The server's side the loop holds.
+pub(crate) struct Agent {
+    questions: mpsc::Receiver<Question>,
+    /// Each request, to the follower (its agent trigger).
+    asks: mpsc::UnboundedSender<Operation>,
+    /// When the agent last asked pre-reboot (none since a steady-state).
+    asked: Option<Instant>,
+}
+
+impl Agent {
+    /// Whether the agent's pre-reboot stands (asked within [`AGENT_ASKS_WITHIN`]).
+    pub(super) fn wants_reboot(&self) -> bool {
+        self.asked
+            .is_some_and(|at| at.elapsed() < AGENT_ASKS_WITHIN)
+    }
+}
+
+/// Starts the FleetLock server with `[fleetlock]`: the loop's side, and the follower's
+/// receiver of the requests. Nothing without `[fleetlock]`.
+pub(crate) async fn start(
+    settings: &Settings,
+) -> Result<Option<(Agent, mpsc::UnboundedReceiver<Operation>)>, AgentError> {
+    let Some(fleetlock) = &settings.fleetlock else {
+        return Ok(None);
+    };
+    let node = settings.node_name.clone();
+    let machine_id = std::env::var_os(MACHINE_ID_FILE_ENV)
+        .map_or_else(|| PathBuf::from(MACHINE_ID_PATH), PathBuf::from);
+    let node_id = zincati_id::read(&machine_id).map_err(|source| AgentError::MachineId {
+        node: node.clone(),
+        source,
+    })?;
+    let start = |source| AgentError::Start {
+        node: node.clone(),
+        source,
+    };
+    let identity = Identity {
+        node_id: node_id.clone(),
+        agent_uid: server::agent_uid(&fleetlock.agent_user).map_err(start)?,
+        agent_user: fleetlock.agent_user.clone(),
+    };
+    let (questions_tx, questions) = mpsc::channel(1);
+    let bound = Server::bind(fleetlock.listen, identity, Limits::default(), questions_tx)
+        .await
+        .map_err(start)?;
+    tracing::info!(
+        node = %node,
+        "answering FleetLock requests of {} (user {}) for node {node} (zincati id {node_id}) on \
+         http://{}/",
+        fleetlock.agent_user,
+        fleetlock.agent_user,
+        fleetlock.listen
+    );
+    tokio::spawn(bound.run());
+    let (asks, follower) = mpsc::unbounded_channel();
+    Ok(Some((
+        Agent {
+            questions,
+            asks,
+            asked: None,
+        },
+        follower,
+    )))
+}
+
+/// The next request, once one comes; never without a server.
+pub(super) async fn next_question(agent: &mut Option<Agent>) -> Question {
+    match agent {
+        Some(a) => match a.questions.recv().await {
+            Some(q) => q,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+impl Daemon {
+    /// Answers one request from the table, and passes it on to the follower.
+    pub(super) fn answer_agent(&mut self, question: Question) {
+        let operation = question.request.operation;
+        let slot_wait = *self.reboot.slot_wait.borrow();
+        let restoring = self.restore.as_ref().is_some_and(|r| !r.is_finished());
+        let Some(agent) = &mut self.reboot.agent else {
+            return;
+        };
+        agent.asked = match operation {
+            Operation::PreReboot => Some(Instant::now()),
+            Operation::SteadyState => None,
+        };
+        let _ = agent.asks.send(operation);
+        let verdict = self.reboot.verdict.borrow().clone();
+        let answer = self.state.phase.answer_agent(&AgentAsk {
+            operation,
+            node: &self.settings.node_name,
+            ask: verdict.ask,
+            why: &verdict.why,
+            keys: &verdict.keys,
+            slot_wait,
+            by_agent: self.reboot.by_agent,
+            restoring,
+        });
+        if answer == Answer::Granted {
+            // The agent reboots now: its time counts again from this answer.
+            self.reboot.asked_at = Some(Instant::now());
+        }
+        let _ = question.answer.send(answer);
+    }
+}
+
+/// The running reboot's wait for a slot, for the answers: true while it waits.
+pub(super) type SlotWait = watch::Sender<bool>;
