@@ -299,4 +299,10 @@ async fn a_local_user_who_is_not_the_agent_is_refused_and_nothing_changes() {
         "the refusal names the agent: {}",
         w.log()
     );
+    let status = w.status_json().await;
+    let server = status["reboot"]["fleetlock"].as_str().unwrap_or_default();
+    assert!(
+        server.contains("user nobody") && server.contains(&format!("http://{addr}/")),
+        "{status}"
+    );
 }

@@ -24,12 +24,14 @@ pub struct RebootView {
     pub why: String,
     /// What holds the node now (empty: nothing; a needed reboot starts).
     pub holds: Vec<Hold>,
+    /// With `[fleetlock]`: where the daemon answers the update agent, and whom.
+    pub fleetlock: Option<String>,
 }
 
 /// The view, or `None` without a trigger.
 pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
     let reboot = &settings.reboot;
-    if !reboot.enabled() {
+    if !reboot.enabled() && settings.fleetlock.is_none() {
         return None;
     }
     let mut needs = Vec::new();
@@ -41,6 +43,20 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
     }
     if reboot.update_engine {
         needs.push(update_engine().await);
+    }
+    let fleetlock = settings.fleetlock.as_ref().map(|f| {
+        // Whether the agent's pre-reboot stands is the daemon's to know; the file's need is
+        // what the other triggers say.
+        format!(
+            "answering the FleetLock requests of user {} on http://{}/ (a pre-reboot is a need \
+             while it is asked again)",
+            f.agent_user, f.listen
+        )
+    });
+    if needs.is_empty() {
+        needs.push(Need::NotNeeded(
+            "no [reboot] trigger is set; the update agent asks through FleetLock".into(),
+        ));
     }
     let need = Need::combined(&needs);
     let windows = crate::reboot::window::Windows::of(settings);
@@ -61,6 +77,7 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
                 message: r.message,
             })
             .collect(),
+        fleetlock,
     })
 }
 
@@ -80,6 +97,9 @@ pub fn say(view: &RebootView) -> Vec<String> {
         view.need.replace('_', " "),
         view.why
     )];
+    if let Some(server) = &view.fleetlock {
+        lines.push(format!("  fleetlock:     {server}"));
+    }
     if view.holds.is_empty() {
         lines.push("  reboot holds:  nothing".to_string());
     }
