@@ -2,7 +2,7 @@
 //! together, each a machine of its own: the real `kube-shutdown-drain run` daemon on a private
 //! bus with the fake logind (`tests/logind`), a boot ID and a state directory. One `web`
 //! ReplicaSet has a pod on every node, under one budget (`maxUnavailable: 2`) that spans them
-//! all. Three runs, the reboots asked for within one second:
+//! all. Three runs, the reboots asked for within one second (and a fifth, below):
 //!
 //! - `[fleet] slots = 2`, each node rebooted with `kube-shutdown-drain reboot` (wait for a drain
 //!   slot, drain, ask logind; the daemon finds the node drained and lets the shutdown go);
@@ -26,9 +26,15 @@
 //! Lease writes per hand-off (slot takes accepted and refused, give-backs, any other Lease write)
 //! and the hand-off latency (a slot given back to the next accepted take of it).
 //!
+//! A fifth run (issue 31): the reboots the nodes ask for. Every node's daemon watches a sentinel
+//! file (`[reboot] sentinel_file`), `[fleet] slots = 2`, `release_delay = "2s"`; the 20 files
+//! appear within one second, and each daemon waits for a slot, drains, asks its logind to
+//! reboot, and after the boot keeps its slot 2 s more. Besides the figures above, the time from
+//! each restore to the next node's cordon.
+//!
 //! Run: `cargo bench --bench fleet-figures` (a release build), or
 //! `cargo test --bench fleet-figures -- --bench` (debug); add `herd` after `--` (or after
-//! `--bench`) for the herd run alone. Figures, never assertions. Under `cargo test --all-targets`
+//! `--bench`) for the herd run alone, `sentinel` for the sentinel run alone. Figures, never assertions. Under `cargo test --all-targets`
 //! (no `--bench` argument) it only says how to run it.
 
 use std::path::{Path, PathBuf};
@@ -68,7 +74,14 @@ enum How {
     Command { force: bool },
     /// logind's `Reboot`, as `systemctl reboot` calls it.
     Systemctl,
+    /// The node asks for it (`[reboot] sentinel_file`, as unattended-upgrades leaves
+    /// `/run/reboot-required`): the daemon takes a slot, drains, then calls logind's `Reboot`;
+    /// after the restore the slot is kept for `[fleet] release_delay`.
+    Sentinel,
 }
+
+/// `[fleet] release_delay` of the sentinel run.
+const RELEASE_DELAY: Duration = Duration::from_secs(2);
 
 /// One node's machine: its bus and fake logind, its files, its daemon.
 struct Machine {
@@ -80,19 +93,28 @@ struct Machine {
 }
 
 impl Machine {
-    async fn start(kubeconfig: &Path, i: usize, slots: u32) -> Option<Machine> {
+    async fn start(kubeconfig: &Path, i: usize, slots: u32, how: How) -> Option<Machine> {
         let rig = Rig::start(LogindOptions::default()).await?;
         let dir = tempfile::Builder::new()
             .prefix("ksd-fleet-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
             .expect("a machine's directory");
         let name = name(i);
+        let sentinel = if how == How::Sentinel {
+            format!(
+                "release_delay = \"{}s\"\n[reboot]\nsentinel_file = \"{}\"\n",
+                RELEASE_DELAY.as_secs(),
+                dir.path().join("reboot-required").display()
+            )
+        } else {
+            String::new()
+        };
         let config = format!(
             "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
              request_timeout = \"5s\"\n\
              [drain]\ntimeout = \"10s\"\nretry_interval = \"1s\"\n\
              [daemon]\nrestore_ready_timeout = \"20s\"\n\
-             [fleet]\nslots = {slots}\n",
+             [fleet]\nslots = {slots}\n{sentinel}",
             kubeconfig.display(),
             dir.path().join("state").display()
         );
@@ -180,8 +202,13 @@ impl Machine {
                 );
             }
             How::Systemctl => self.rig.reboot().await,
+            How::Sentinel => {
+                std::fs::write(self.dir.path().join("reboot-required"), "").expect("the sentinel")
+            }
         }
-        match self.rig.wait_outcome(0, Duration::from_secs(60)).await {
+        // A node that asks waits for its turn: up to every other node's drain and delay.
+        let turn = if how == How::Sentinel { 300 } else { 60 };
+        match self.rig.wait_outcome(0, Duration::from_secs(turn)).await {
             Some(o) if o.what == "released" => {}
             other => panic!(
                 "{}: logind's shutdown: {other:?}; {}",
@@ -190,6 +217,8 @@ impl Machine {
             ),
         }
         self.kill_daemon();
+        // /run is new after a reboot: the sentinel is gone.
+        let _ = std::fs::remove_file(self.dir.path().join("reboot-required"));
         self.rig.simulate_boot().await;
         let boot = format!(
             "0f1ee700-0000-4000-8000-{:012x}",
@@ -257,6 +286,8 @@ struct Figures {
     evictions: usize,
     total: Duration,
     handoffs: Vec<f64>,
+    /// From each restore to the next node's cordon, in s (`release_delay` keeps it apart).
+    settle: Vec<f64>,
 }
 
 /// The most intervals open at once; an interval ends after one that starts at the same time.
@@ -340,7 +371,20 @@ fn figures(c: &Cluster, total: Duration) -> Figures {
             handoffs.push((next.elapsed - r.elapsed) * 1000.0);
         }
     }
+    let starts: Vec<f64> = cordons.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
+    let settle = restored
+        .values()
+        .flatten()
+        .filter_map(|&t| {
+            starts
+                .iter()
+                .filter(|&&s| s > t)
+                .min_by(|a, b| a.total_cmp(b))
+                .map(|s| s - t)
+        })
+        .collect();
     Figures {
+        settle,
         max_cordoned: most_at_once(cordons),
         max_drained: most_at_once(out),
         drained: first.len(),
@@ -358,7 +402,7 @@ async fn run(slots: u32, how: How) -> Option<Figures> {
     let mut starting = tokio::task::JoinSet::new();
     for i in 0..NODES {
         let kubeconfig = kubeconfig.clone();
-        starting.spawn(async move { Machine::start(&kubeconfig, i, slots).await });
+        starting.spawn(async move { Machine::start(&kubeconfig, i, slots, how).await });
     }
     let mut machines = Vec::new();
     while let Some(m) = starting.join_next().await {
@@ -379,11 +423,11 @@ async fn run(slots: u32, how: How) -> Option<Figures> {
     while let Some(m) = all.join_next().await {
         machines.push(m.expect("a node's reboot"));
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(180);
     while !all_restored(&c) {
         if Instant::now() > deadline {
             let logs: Vec<String> = machines.iter().map(Machine::tail).collect();
-            panic!("not every node was restored in 120 s\n{}", logs.join("\n"));
+            panic!("not every node was restored in 180 s\n{}", logs.join("\n"));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -405,11 +449,22 @@ fn line(label: &str, f: &Figures) {
             h.len()
         )
     };
+    let mut s = f.settle.clone();
+    s.sort_by(f64::total_cmp);
+    let settle = if s.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; a restore to the next node's cordon: min {:.1} s, median {:.1} s",
+            s[0],
+            s[s.len() / 2]
+        )
+    };
     println!(
         "{label}: at most {} nodes cordoned and {} drained at once (first eviction to restore); \
          {} of {NODES} nodes drained; \
          {} of {} evictions refused by the budget; all {NODES} restored after {:.1} s; slot \
-         hand-off {handoff}",
+         hand-off {handoff}{settle}",
         f.max_cordoned,
         f.max_drained,
         f.drained,
@@ -630,7 +685,10 @@ async fn main() {
         println!("run with: cargo bench --bench fleet-figures");
         return;
     }
-    herd().await;
+    let only_sentinel = std::env::args().any(|a| a == "sentinel");
+    if !only_sentinel {
+        herd().await;
+    }
     if std::env::args().any(|a| a == "herd") {
         return;
     }
@@ -646,8 +704,16 @@ async fn main() {
             How::Command { force: true },
         ),
         ("[fleet] slots = 2, systemctl reboot", 2, How::Systemctl),
+        (
+            "[fleet] slots = 2, release_delay = 2s, a sentinel file on every node",
+            2,
+            How::Sentinel,
+        ),
     ];
     for (label, slots, how) in runs {
+        if only_sentinel && how != How::Sentinel {
+            continue;
+        }
         let Some(f) = run(slots, how).await else {
             println!("the fake logind cannot run here (python3-dbusmock, dbus-daemon)");
             return;

@@ -442,17 +442,24 @@ fn the_release_delay_is_zero_by_default_and_shorter_than_hold_max() {
             .release_delay,
         Duration::ZERO
     );
-    let e = parse("[fleet]\nhold_max = \"10m\"\nrelease_delay = \"10m\"")
+    let e = parse("[fleet]\nrelease_delay = \"1m\"")
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("3:17")
+        e.contains("key `fleet.release_delay`") && e.contains("slots = N"),
+        "{e}"
+    );
+    let e = parse("[fleet]\nslots = 1\nhold_max = \"10m\"\nrelease_delay = \"10m\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("4:17")
             && e.contains("key `fleet.release_delay`")
             && e.contains("hold_max is 600 s")
             && e.contains("shorter than `hold_max`"),
         "{e}"
     );
-    let e = parse("[fleet]\nrelease_delay = \"200h\"")
+    let e = parse("[fleet]\nslots = 1\nrelease_delay = \"200h\"")
         .unwrap_err()
         .to_string();
     assert!(e.contains("out of range"), "{e}");

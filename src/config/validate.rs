@@ -194,6 +194,16 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
     };
     let hold_max = f.hold_max.map_or(d.hold_max, |DurationIn(h)| h);
     let release_delay = match f.release_delay {
+        Some(r) if slots == 0 && !r.get_ref().0.is_zero() => {
+            return Err(src.invalid(
+                r.span(),
+                "fleet.release_delay",
+                Invalid::new(
+                    "it keeps a drain slot after the restore, and there are none",
+                    "`slots = N` (N > 0) in [fleet] together with it",
+                ),
+            ));
+        }
         Some(r) if r.get_ref().0 >= hold_max => {
             return Err(src.invalid(
                 r.span(),

@@ -54,14 +54,15 @@ impl Phase {
     ///
     /// | request | phase | answer |
     /// |---|---|---|
-    /// | pre-reboot | Rebooting, asked, by the agent | 200: drained, its slot held, inside a window, not held |
+    /// | pre-reboot | Rebooting, asked, by the agent, the verdict Go | 200: drained, its slot held, inside a window, not held |
+    /// | pre-reboot | Rebooting, asked, by the agent, the verdict Waits | 409 as for Waiting below (the table restores the node when the agent's time is up) |
     /// | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
     /// | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds), `drain_incomplete` (the pause after a drain that did not complete) |
     /// | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the holds are judged now) |
     /// | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
     /// | steady-state | Waiting, no restore running | 200: restored, no slot held |
     /// | steady-state | Waiting with a restore running, Rebooting | 409 `restore_in_progress` |
-    /// | steady-state | a shutdown under way | 409 `drain_in_progress` |
+    /// | steady-state | a shutdown scheduled or under way | 409 `drain_in_progress` |
     /// | either | Starting, Stopped | 503 `no_answer` |
     pub fn answer_agent(&self, a: &AgentAsk<'_>) -> Answer {
         let node = a.node;
@@ -71,29 +72,46 @@ impl Phase {
                 "the daemon of node {node} is not connected to logind now; ask again later"
             ));
         }
-        let under_way = matches!(self, Phase::Draining(_) | Phase::Released { .. });
+        let waits = |a: &AgentAsk<'_>| match (a.ask, a.keys.first()) {
+            (Ask::Waits, Some(Key::OutsideWindow)) if a.keys.len() == 1 => {
+                Some(refused(Kind::OutsideWindow, a.why.to_owned()))
+            }
+            (Ask::Waits, Some(_)) => Some(refused(Kind::Held, a.why.to_owned())),
+            (Ask::Waits, None) => Some(refused(Kind::DrainIncomplete, a.why.to_owned())),
+            _ => None,
+        };
+        let shutdown = || {
+            refused(
+                Kind::Draining,
+                format!("a shutdown of node {node} is scheduled or under way; ask again"),
+            )
+        };
         match a.operation {
             Operation::SteadyState => match self {
-                _ if under_way => refused(
-                    Kind::Draining,
-                    format!("a shutdown of node {node} is under way"),
-                ),
-                Phase::Rebooting { .. } => refused(
+                Phase::Rebooting { .. } if a.by_agent => refused(
                     Kind::Restoring,
                     format!(
                         "the reboot of node {node} is called off and the node restored; ask again"
                     ),
                 ),
-                _ if a.restoring => refused(
+                Phase::Rebooting { .. } => refused(
+                    Kind::Draining,
+                    format!("node {node} reboots as its own trigger asks ([reboot]); ask again"),
+                ),
+                Phase::Waiting if a.restoring => refused(
                     Kind::Restoring,
                     format!(
                         "node {node} is being restored (its drain slot goes back at the end); ask again"
                     ),
                 ),
-                _ => Answer::Released,
+                Phase::Waiting => Answer::Released,
+                _ => shutdown(),
             },
             Operation::PreReboot => match self {
-                Phase::Rebooting { asked: true } if a.by_agent => Answer::Granted,
+                Phase::Rebooting { asked: true } if a.by_agent => match a.ask {
+                    Ask::Go => Answer::Granted,
+                    _ => waits(a).unwrap_or_else(shutdown),
+                },
                 Phase::Rebooting { asked: false } if a.slot_wait => refused(
                     Kind::SemaphoreFull,
                     format!("node {node} waits for a drain slot: every slot of its group is held"),
@@ -102,24 +120,16 @@ impl Phase {
                     Kind::Draining,
                     format!("node {node} is draining for its reboot; ask again"),
                 ),
-                Phase::Waiting => match (a.ask, a.keys.first()) {
-                    (Ask::Waits, Some(Key::OutsideWindow)) if a.keys.len() == 1 => {
-                        refused(Kind::OutsideWindow, a.why.to_owned())
-                    }
-                    (Ask::Waits, Some(_)) => refused(Kind::Held, a.why.to_owned()),
-                    (Ask::Waits, None) => refused(Kind::DrainIncomplete, a.why.to_owned()),
-                    _ => refused(
+                Phase::Waiting => waits(a).unwrap_or_else(|| {
+                    refused(
                         Kind::Pending,
                         format!(
                             "the reboot of node {node} is asked for: its holds are judged, and \
                              its drain starts when they allow; ask again"
                         ),
-                    ),
-                },
-                _ => refused(
-                    Kind::Draining,
-                    format!("a shutdown of node {node} is scheduled or under way; ask again"),
-                ),
+                    )
+                }),
+                _ => shutdown(),
             },
         }
     }

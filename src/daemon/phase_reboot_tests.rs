@@ -301,7 +301,7 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
     let ask = |operation| AgentAsk {
         operation,
         node: "n1",
-        ask: Ask::NotNeeded,
+        ask: Ask::Go,
         why: "the holds' words",
         keys: &[],
         slot_wait: false,
@@ -315,6 +315,16 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
     let pre = ask(Operation::PreReboot);
     let steady = ask(Operation::SteadyState);
     assert_eq!(ASKED_LOGIND.answer_agent(&pre), Answer::Granted);
+    // Drained for the agent, but a hold came (or a window closed) since: no 200.
+    let held_since = AgentAsk {
+        ask: Ask::Waits,
+        keys: &[Key::Held],
+        ..pre
+    };
+    assert_eq!(
+        kind(ASKED_LOGIND.answer_agent(&held_since)),
+        Some(Kind::Held)
+    );
     // Logind asked by the daemon itself, not the agent's reboot: not the agent's 200.
     let ours = AgentAsk {
         by_agent: false,
@@ -360,6 +370,23 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
         );
     }
     assert_eq!(Phase::Waiting.answer_agent(&steady), Answer::Released);
+    for phase in [
+        Phase::Scheduled(planned()),
+        Phase::Early(planned()),
+        Phase::Ready(planned()),
+        Phase::Released(shutdown(true)),
+    ] {
+        assert_eq!(
+            kind(phase.answer_agent(&steady)),
+            Some(Kind::Draining),
+            "{phase:?}"
+        );
+    }
+    let own = AgentAsk {
+        by_agent: false,
+        ..steady
+    };
+    assert_eq!(kind(RUNS.answer_agent(&own)), Some(Kind::Draining));
     let restoring = AgentAsk {
         restoring: true,
         ..steady

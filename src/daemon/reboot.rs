@@ -158,8 +158,9 @@ async fn follow_file(file: std::path::PathBuf, tx: watch::Sender<Need>) {
 
 /// The update agent's FleetLock requests as a need: a pre-reboot makes one that stands until a
 /// steady-state, or until [`AGENT_ASKS_WITHIN`] passes without another pre-reboot. A pre-reboot
-/// repeated at least [`AGENT_LOOK_AGAIN`] after the last one has the holds judged again, so the
-/// answer the agent gets is of the moment it asks.
+/// repeated at least [`AGENT_LOOK_AGAIN`] after the last one has the holds judged again (the
+/// request itself is answered from the verdict before that look; the agent's next one gets its
+/// result), so a hold removed is seen within a tick of the agent, not a minute later.
 async fn follow_agent(mut asks: mpsc::UnboundedReceiver<Operation>, tx: watch::Sender<Need>) {
     let mut expires: Option<Instant> = None;
     let mut judged = Instant::now();

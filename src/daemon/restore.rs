@@ -155,9 +155,30 @@ async fn attempt(
         status.set_restore(Some(said));
         tokio::time::sleep(delay).await;
     }
-    let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
-    engine.give_back_slots(deadline).await?;
+    give_back_restored(access, &engine, status).await;
     Ok(true)
+}
+
+/// Gives back the slots of a node already restored, retrying until it succeeds: a failure here
+/// is not a failed restore (the node is back), only a slot the others wait for longer.
+async fn give_back_restored(access: &Access, engine: &Engine, status: &Status) {
+    let node = &access.settings.node_name;
+    let mut backoff = Backoff::between(RETRY_FIRST, RETRY_MAX);
+    loop {
+        let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+        let Err(e) = engine.give_back_slots(deadline).await else {
+            return;
+        };
+        let wait = backoff.next_pause();
+        tracing::warn!(
+            "node {node} is restored but cannot give back its drain slot: {e}; retrying in {:.1} s",
+            wait.as_secs_f64()
+        );
+        status.set_restore(Some(format!(
+            "node {node} restored; giving back its drain slot failing: {e}"
+        )));
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// After a cancel found no marker: the prepare PATCH of a drain stopped by the cancel may have

@@ -15,16 +15,16 @@ use crate::config::Settings;
 use crate::daemon::phase::AgentAsk;
 use crate::daemon::reboot::AGENT_ASKS_WITHIN;
 use crate::reboot::fleetlock::Operation;
-use crate::reboot::server::{self, Answer, Identity, Limits, Question, Server, StartError};
+use crate::reboot::server::{self, Identity, Limits, Question, Server, StartError};
 use crate::reboot::zincati_id::{self, MACHINE_ID_PATH, MachineIdError};
 
 /// Names a file to read the machine id from instead of `/etc/machine-id`. Only the tests set it.
 pub const MACHINE_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_MACHINE_ID_FILE";
 
-/// How long the update agent has to reboot the node once its pre-reboot was answered 200: two
-/// of zincati's 5-minute ticks (it finalizes and reboots in the tick that got the 200, and
-/// asks again in the next if that failed). Each 200 counts it again; past it the node is
-/// restored.
+/// How long the update agent has to reboot the node once its drain ended: two of zincati's
+/// 5-minute ticks (it gets its 200 at the next tick, finalizes and reboots in it, and asks again
+/// in the one after if that failed). Past it the node is restored, however often the agent
+/// asked meanwhile, and its slot goes back.
 pub const AGENT_REBOOTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Why the FleetLock server could not start: the daemon does not start either (an admin who set
@@ -141,10 +141,8 @@ impl Daemon {
             by_agent: self.reboot.by_agent,
             restoring,
         });
-        if answer == Answer::Granted {
-            // The agent reboots now: its time counts again from this answer.
-            self.reboot.asked_at = Some(Instant::now());
-        }
+        // The agent's time to reboot counts from the end of its drain, not from each 200: an
+        // agent that keeps asking and never reboots does not keep the node drained.
         let _ = question.answer.send(answer);
     }
 }

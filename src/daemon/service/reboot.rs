@@ -245,9 +245,10 @@ async fn reboot(
         }
     };
     let engine = if settings.fleet.slots > 0 {
-        slot_wait.send_replace(true);
+        // Back to false however the wait ends, an abort of the task included.
+        let _waiting = WaitFlag::raise(&slot_wait);
         let taken = take_slot(engine).await;
-        slot_wait.send_replace(false);
+        drop(_waiting);
         match taken {
             Some(engine) => engine,
             None => return false,
@@ -357,4 +358,20 @@ async fn clear(access: &Access, windows: &Windows, when: &str) -> bool {
         );
     }
     holds.may_go()
+}
+
+/// True on its watch while it lives.
+struct WaitFlag<'a>(&'a SlotWait);
+
+impl<'a> WaitFlag<'a> {
+    fn raise(flag: &'a SlotWait) -> WaitFlag<'a> {
+        flag.send_replace(true);
+        WaitFlag(flag)
+    }
+}
+
+impl Drop for WaitFlag<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
+    }
 }

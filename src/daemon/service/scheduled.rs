@@ -161,8 +161,8 @@ impl Daemon {
             if self.reboot.by_agent {
                 tracing::warn!(
                     node = %node,
-                    "the update agent did not reboot node {node} within {} of its last FleetLock \
-                     pre-reboot answered 200; restoring node {node}",
+                    "the update agent did not reboot node {node} within {} of the end of the \
+                     drain for it; restoring node {node}",
                     seconds(super::agent::AGENT_REBOOTS_WITHIN)
                 );
                 return;
