@@ -288,3 +288,61 @@ async fn a_selected_pod_running_here_holds_the_node_one_completed_or_elsewhere_d
         "no pod list without blocking_pod_selector"
     );
 }
+
+/// A window open now that closes in about half an hour, as `[[reboot.window]]` in UTC.
+fn window_closing_soon() -> String {
+    let now = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
+    let start = now.checked_sub(jiff::SignedDuration::from_mins(1)).unwrap();
+    let day = start.strftime("%a").to_string();
+    let start_time = start.strftime("%H:%M").to_string();
+    format!(
+        "[[reboot.window]]\ndays = [\"{day}\"]\nstart_time = \"{start_time}\"\nlength_minutes = 30\n"
+    )
+}
+
+/// The last drain's report in `settings`' state directory: complete, `minutes` long.
+fn last_drain(settings: &Settings, minutes: u64) {
+    let mut report = json!({
+        "node": NODE, "why": "reboot", "started_at": "2026-12-01T00:00:00Z",
+        "duration_ms": minutes * 60_000, "complete": true, "deadline_reached": false,
+        "dry_run": false, "pods": []
+    });
+    report["counts"] =
+        serde_json::to_value(kube_shutdown_drain::report::Counts::default()).unwrap();
+    let report: kube_shutdown_drain::report::Report =
+        serde_json::from_value(report).expect("a report");
+    std::fs::create_dir_all(&settings.state_dir).unwrap();
+    report.write_to(&settings.state_dir).unwrap();
+}
+
+/// The daemon's and `status`'s judging (`holds_of`) weighs the drain still to come: a window
+/// that closes before the last drain's length would end holds the node, said with where the
+/// estimate came from; the same window with a short last drain, or after the drain, does not.
+#[tokio::test]
+async fn a_window_that_closes_before_the_last_drains_length_holds_the_node() {
+    use kube_shutdown_drain::reboot::holds_read::{Weighed, holds_of};
+    let c = Cluster::start(vec![]).await;
+    let settings = c.settings(&format!(
+        "[reboot]\nupdate_engine = true\ntime_zone = \"UTC\"\n{}",
+        window_closing_soon()
+    ));
+    let engine = Engine::new(settings.clone()).unwrap();
+    let windows = Windows::of(&settings);
+    let to_come = Weighed {
+        forecast: None,
+        drain_to_come: true,
+    };
+    // No report yet: no estimate, the open window lets it go.
+    let h = holds_of(&engine, &windows, to_come).await;
+    assert!(h.may_go(), "{h}");
+    last_drain(&settings, 120);
+    let h = holds_of(&engine, &windows, to_come).await;
+    assert_eq!(keys(&h), ["outside_window"], "{h}");
+    assert!(h.to_string().contains("last drain's report"), "{h}");
+    // After the drain, its length no longer counts.
+    let h = holds_of(&engine, &windows, Weighed::default()).await;
+    assert!(h.may_go(), "{h}");
+    last_drain(&settings, 5);
+    let h = holds_of(&engine, &windows, to_come).await;
+    assert!(h.may_go(), "a 5-minute drain fits: {h}");
+}

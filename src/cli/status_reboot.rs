@@ -60,7 +60,12 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
     }
     let need = Need::combined(&needs);
     let windows = crate::reboot::window::Windows::of(settings);
-    let holds = crate::reboot::holds_read::holds_of(engine, &windows).await;
+    // No forecast here (`forecast` makes one); the last drain's length is the estimate.
+    let weighed = crate::reboot::holds_read::Weighed {
+        forecast: None,
+        drain_to_come: true,
+    };
+    let holds = crate::reboot::holds_read::holds_of(engine, &windows, weighed).await;
     let (word, why) = match need {
         Need::Needed(w) => ("needed", w),
         Need::NotNeeded(w) => ("not_needed", w),

@@ -8,6 +8,7 @@
 //! A fleet's daemons started together (a package upgrade) would forecast together: the first run
 //! waits a fraction of the interval that depends on the node's name, spreading them over it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -63,7 +64,8 @@ fn message(reason: Reason, f: &Forecast) -> String {
 
 /// Runs until the daemon ends: a forecast every `interval` while `idle` is true. `budget`: the
 /// budget as last read from logind (no forecast before the first read). `blocked`: the last
-/// forecast's message while it says a drain would block (the reboot gate closes on it).
+/// forecast's message while it says a drain would block (the reboot gate closes on it). `last`:
+/// the last forecast (the reboot follower weighs it).
 pub(crate) async fn run_every(
     access: Access,
     interval: Duration,
@@ -71,6 +73,7 @@ pub(crate) async fn run_every(
     mut idle: watch::Receiver<bool>,
     budget: watch::Receiver<Option<TimeLimit>>,
     blocked: watch::Sender<Option<String>>,
+    last: watch::Sender<Option<Arc<Forecast>>>,
 ) {
     let node = access.settings.node_name.clone();
     let mut last_posted = None;
@@ -82,7 +85,7 @@ pub(crate) async fn run_every(
         let read = budget.borrow().clone();
         if let Some(budget) = read {
             tokio::select! {
-                made = once(&access, &budget, &metrics, last_posted, &blocked) => {
+                made = once(&access, &budget, &metrics, last_posted, &blocked, &last) => {
                     last_posted = made.or(last_posted);
                 }
                 _ = idle.wait_for(|i| !*i) => tracing::info!(
@@ -101,6 +104,7 @@ async fn once(
     metrics: &Metrics,
     last_posted: Option<Reason>,
     blocked: &watch::Sender<Option<String>>,
+    last: &watch::Sender<Option<Arc<Forecast>>>,
 ) -> Option<Reason> {
     let node = &access.settings.node_name;
     let engine = match access.engine() {
@@ -126,6 +130,9 @@ async fn once(
         changed
     });
     tracing::debug!("forecast for node {node}: {}", f.summary);
+    // The reboot follower weighs it (`forecast_blocks`, and its estimate against a window).
+    let f = Arc::new(f);
+    last.send_replace(Some(f.clone()));
     let reason = event_for(last_posted, f.verdict)?;
     let text = message(reason, &f);
     if reason == Reason::DrainWouldBlock {

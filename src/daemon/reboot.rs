@@ -14,6 +14,7 @@
 //! the node. After a reboot of ours ended without one (or logind's shutdown was cancelled), the
 //! table asks for a pause ([`RETRY_AFTER`]) before the next `Go`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -26,8 +27,10 @@ use crate::daemon::metrics::{Metrics, RebootFacts};
 use crate::daemon::phase::Ask;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
+use crate::forecast::Forecast;
 use crate::reboot::fleetlock::Operation;
 use crate::reboot::holds::{Holds, Key};
+use crate::reboot::holds_read::Weighed;
 use crate::reboot::need::Need;
 use crate::reboot::window::Windows;
 
@@ -222,11 +225,13 @@ pub(crate) async fn follow(
     verdict: watch::Sender<Verdict>,
     metrics: Metrics,
     agent: Option<mpsc::UnboundedReceiver<Operation>>,
+    forecast: watch::Receiver<Option<Arc<Forecast>>>,
 ) {
     let mut needs = start_triggers(&access.settings.reboot, &bus_address, agent);
     let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
+        forecast,
         access,
         said_need: None,
         said_holds: None,
@@ -274,6 +279,8 @@ pub(crate) async fn follow(
 struct Follower {
     access: Access,
     windows: Windows,
+    /// The daemon's last forecast (`[daemon] forecast_interval`).
+    forecast: watch::Receiver<Option<Arc<Forecast>>>,
     said_need: Option<Need>,
     said_holds: Option<Vec<Key>>,
     /// `RebootRequired` was posted for the need now standing (reset only once no trigger says
@@ -328,7 +335,12 @@ impl Follower {
                 Some(at),
             );
         }
-        let holds = judge(&self.access, &self.windows).await;
+        let forecast = self.forecast.borrow().clone();
+        let weighed = Weighed {
+            forecast: forecast.as_deref(),
+            drain_to_come: true,
+        };
+        let holds = judge(&self.access, &self.windows, weighed).await;
         let keys = holds.keys();
         if self.said_holds.as_ref() != Some(&keys) {
             say_holds(&holds, why);
@@ -379,9 +391,9 @@ fn until_next_look(windows: &Windows, now: Timestamp) -> Duration {
 }
 
 /// What holds the node now.
-pub(crate) async fn judge(access: &Access, windows: &Windows) -> Holds {
+pub(crate) async fn judge(access: &Access, windows: &Windows, weighed: Weighed<'_>) -> Holds {
     match access.engine() {
-        Ok(engine) => crate::reboot::holds_read::holds_of(&engine, windows).await,
+        Ok(engine) => crate::reboot::holds_read::holds_of(&engine, windows, weighed).await,
         Err(e) => Holds::unknown(&access.settings.node_name, &e.to_string()),
     }
 }

@@ -12,23 +12,58 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use tokio::time::Instant;
 
-use super::holds::{Context, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge};
+use super::holds::{Context, Estimate, ForecastSaid, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge};
 use super::window::Windows;
 use crate::api::Clients;
+use crate::config::Settings;
 use crate::engine::Engine;
+use crate::forecast::Forecast;
+use crate::report::Report;
 
 /// How long one judging of the holds may take, its reads retried until then.
 const JUDGE_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What weighs on a reboot besides what is read: the daemon's last forecast, and whether the
+/// drain is still to come (then its length is estimated: the forecast's estimate, else the last
+/// drain's report in the state directory, and a window that would close before it ends holds).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Weighed<'a> {
+    pub forecast: Option<&'a Forecast>,
+    pub drain_to_come: bool,
+}
+
 /// What holds the configured node now, through `engine`'s clients, read within [`JUDGE_MAX`]
 /// (clients that cannot be made are an `unknown` reason). The daemon's follower and its own
 /// reboot ask this, and so does `status`.
-pub async fn holds_of(engine: &Engine, windows: &Windows) -> Holds {
+pub async fn holds_of(engine: &Engine, windows: &Windows, weighed: Weighed<'_>) -> Holds {
     let settings = engine.settings();
-    let cx = Context::new(settings, &settings.reboot, windows, None, None);
+    let estimate = weighed
+        .drain_to_come
+        .then(|| estimate(settings, weighed.forecast))
+        .flatten();
+    let forecast = weighed.forecast.map(ForecastSaid::from);
+    let cx = Context::new(settings, &settings.reboot, windows, forecast, estimate);
     match engine.clients().await {
         Ok(clients) => holds(clients, &cx, Instant::now() + JUDGE_MAX).await,
         Err(e) => Holds::unknown(&settings.node_name, &e.to_string()),
+    }
+}
+
+/// The drain's expected length: the forecast's estimate, else the last complete drain's length
+/// (its report in the state directory; an unreadable report is no estimate, said at debug).
+fn estimate(settings: &Settings, forecast: Option<&Forecast>) -> Option<Estimate> {
+    if let Some(e) = forecast.and_then(Estimate::from_forecast) {
+        return Some(e);
+    }
+    match Report::read_last(&settings.state_dir) {
+        Ok(report) => report.as_ref().and_then(Estimate::from_report),
+        Err(e) => {
+            tracing::debug!(
+                "no estimate of the drain of node {}: {e}",
+                settings.node_name
+            );
+            None
+        }
     }
 }
 

@@ -125,6 +125,8 @@ struct Watches {
     /// logind's budget as last read (at the last connection): the forecast's, and the one a
     /// shutdown uses when logind does not say it again.
     time_limit: watch::Sender<Option<TimeLimit>>,
+    /// The last forecast (`[daemon] forecast_interval`): the reboots weigh it.
+    forecast: watch::Sender<Option<Arc<crate::forecast::Forecast>>>,
 }
 
 /// Runs the daemon until SIGTERM/SIGINT. `bus_address` is the system bus
@@ -163,6 +165,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
             quiet: watch::Sender::new(false),
             idle: watch::Sender::new(true),
             time_limit: watch::Sender::new(None),
+            forecast: watch::Sender::new(None),
         },
         engine: tokio::runtime::Handle::current(),
         access: Access::new(settings.clone()),
@@ -213,6 +216,7 @@ impl Daemon {
             self.watches.idle.subscribe(),
             self.watches.time_limit.subscribe(),
             self.gate.forecast_blocked.clone(),
+            self.watches.forecast.clone(),
         ));
     }
 }

@@ -10,6 +10,7 @@
 //! which finds the node drained. A drain that did not complete reboots nothing: the table
 //! restores the node and the follower tries again after a pause.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -24,8 +25,10 @@ use crate::daemon::phase::{Ask, Event};
 use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, Verdict};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
+use crate::forecast::Forecast;
 use crate::host::logind::Logind;
 use crate::reboot::fleetlock::Operation;
+use crate::reboot::holds_read::Weighed;
 use crate::reboot::window::Windows;
 use crate::shutdown_kind::ShutdownKind;
 
@@ -123,6 +126,7 @@ impl Daemon {
             self.reboot.verdict_tx.clone(),
             self.metrics.clone(),
             self.reboot.agent_asks.take(),
+            self.watches.forecast.subscribe(),
         ));
     }
 
@@ -161,6 +165,7 @@ impl Daemon {
             self.reboot.logind.subscribe(),
             self.reboot.slot_wait.clone(),
             by_agent,
+            self.watches.forecast.subscribe(),
         );
         self.reboot.task = Some(self.engine.spawn(work));
     }
@@ -234,6 +239,7 @@ async fn reboot(
     logind: watch::Receiver<Option<Logind>>,
     slot_wait: SlotWait,
     by_agent: bool,
+    forecast: watch::Receiver<Option<Arc<Forecast>>>,
 ) -> bool {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
@@ -258,7 +264,13 @@ async fn reboot(
     };
     let windows = Windows::of(&settings);
     // The wait for the slot may have outlasted a window or met a hold.
-    if !clear(&access, &windows, "before its drain").await {
+    // The forecast and the drain's estimated length weigh before the drain, not after it.
+    let last = forecast.borrow().clone();
+    let before = Weighed {
+        forecast: last.as_deref(),
+        drain_to_come: true,
+    };
+    if !clear(&access, &windows, before, "before its drain").await {
         return false;
     }
     let deadline = Instant::now() + settings.drain.timeout;
@@ -280,7 +292,7 @@ async fn reboot(
     }
     tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
     // A hold set, or a window closed, during the drain: no reboot now.
-    if !clear(&access, &windows, "after its drain").await {
+    if !clear(&access, &windows, Weighed::default(), "after its drain").await {
         return false;
     }
     if by_agent {
@@ -348,8 +360,8 @@ async fn take_slot(engine: Engine) -> Option<Engine> {
 }
 
 /// Whether nothing holds the node now (`when`: where in the reboot); what holds it is said.
-async fn clear(access: &Access, windows: &Windows, when: &str) -> bool {
-    let holds = follower::judge(access, windows).await;
+async fn clear(access: &Access, windows: &Windows, weighed: Weighed<'_>, when: &str) -> bool {
+    let holds = follower::judge(access, windows, weighed).await;
     if !holds.may_go() {
         tracing::warn!(
             node = %holds.node,
