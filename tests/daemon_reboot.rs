@@ -368,3 +368,82 @@ async fn another_programs_block_lock_keeps_the_node_from_its_own_reboot_even_whe
     )
     .await;
 }
+
+/// The KEP-5683 conditions of a node's status, as `(type, status, reason)`, ours only.
+fn lifecycle_conditions(w: &World) -> Vec<(String, String, String)> {
+    let node = w.node();
+    let ours = ["MaintenancePlanned", "DrainInProgress", "Drained"];
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| ours.contains(&c["type"].as_str().unwrap_or_default()))
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (s("type"), s("status"), s("reason"))
+        })
+        .collect()
+}
+
+fn condition(w: &World, kind: &str) -> Option<(String, String)> {
+    lifecycle_conditions(w)
+        .into_iter()
+        .find(|(t, _, _)| t == kind)
+        .map(|(_, s, r)| (s, r))
+}
+
+/// `[node] lifecycle_conditions = true`: the reboot's need sets MaintenancePlanned, its drain
+/// DrainInProgress then Drained, on the Node's status beside the kubelet's conditions (Ready
+/// stays), with the shipped RBAC; the boot after sets all three false.
+#[tokio::test]
+async fn the_lifecycle_conditions_follow_the_need_the_drain_and_the_restore() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(mut w) = world(&sentinel, "[node]\nlifecycle_conditions = true\n").await else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    w.rig
+        .wait_outcome(0, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("logind never rebooted; log:\n{}", w.log()));
+    let t = |s: &str, r: &str| Some((s.to_string(), r.to_string()));
+    assert_eq!(
+        condition(&w, "MaintenancePlanned"),
+        t("True", "RebootNeeded"),
+        "{:?}\n{}",
+        lifecycle_conditions(&w),
+        w.log()
+    );
+    assert_eq!(condition(&w, "Drained"), t("True", "DrainCompleted"));
+    assert_eq!(
+        condition(&w, "DrainInProgress"),
+        t("False", "DrainCompleted")
+    );
+    let ready = w.node()["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "Ready");
+    assert!(ready, "the kubelet's conditions stay: {}", w.node());
+    assert!(
+        !w.log().contains("cannot write the conditions"),
+        "{}",
+        w.log()
+    );
+    std::fs::remove_file(&sentinel).unwrap();
+    w.boot_again().await;
+    w.expect_restored(Duration::from_secs(20), "the boot after restores")
+        .await;
+    let cleared = w
+        .wait_until(Duration::from_secs(10), |w| {
+            let now = lifecycle_conditions(w);
+            now.len() == 3 && now.iter().all(|(_, s, r)| s == "False" && r == "Restored")
+        })
+        .await;
+    assert!(
+        cleared,
+        "the restore sets the three conditions false: {:?}\n{}",
+        lifecycle_conditions(&w),
+        w.log()
+    );
+}

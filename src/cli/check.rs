@@ -90,6 +90,9 @@ fn permissions(settings: &Settings) -> Vec<Permission> {
     if settings.drain.on_deadline == OnDeadline::Delete {
         p.extend(delete_permissions());
     }
+    if settings.lifecycle_conditions {
+        p.extend(condition_permissions());
+    }
     p
 }
 
@@ -291,6 +294,20 @@ fn delete_permissions() -> Vec<Permission> {
         Any,
         true,
         "delete pods at the deadline",
+    )]
+}
+
+/// `[node] lifecycle_conditions`: the KEP-5683 conditions on the node's status.
+fn condition_permissions() -> Vec<Permission> {
+    use Scope::OurNode;
+    vec![perm(
+        "patch",
+        "",
+        "nodes",
+        "status",
+        OurNode,
+        true,
+        "lifecycle conditions (MaintenancePlanned, DrainInProgress, Drained)",
     )]
 }
 
@@ -572,7 +589,7 @@ mod tests {
         Settings::from_str_at(
             Path::new("/test/config.toml"),
             "node_name = \"node-a\"\n[drain]\non_deadline = \"delete\"\nwait_for_detach = true\n\
-             [fleet]\nslots = 2\n",
+             [fleet]\nslots = 2\n[node]\nlifecycle_conditions = true\n",
         )
         .unwrap_or_else(|e| panic!("test settings are valid: {e}"))
     }

@@ -452,6 +452,8 @@ pub struct Settings {
     pub reboot: reboot::RebootSettings,
     /// `[fleetlock]`: the FleetLock server the update agent (zincati) asks before it reboots.
     pub fleetlock: Option<fleetlock::FleetLockSettings>,
+    /// `[node] lifecycle_conditions`: the KEP-5683 conditions (`crate::node::conditions`).
+    pub lifecycle_conditions: bool,
 }
 
 /// The most characters of a toml parser message an error repeats (it may quote the file).

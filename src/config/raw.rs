@@ -53,6 +53,20 @@ pub struct RawConfig {
     pub reboot: super::reboot::RawReboot,
     #[serde(default, deserialize_with = "table")]
     pub fleetlock: super::fleetlock::RawFleetLock,
+    #[serde(default, deserialize_with = "table")]
+    pub node: RawNode,
+}
+
+/// `[node]`: what the daemon says on its Node besides its marker.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNode {
+    /// Default: false.
+    pub lifecycle_conditions: Option<Flag>,
+}
+
+impl Table for RawNode {
+    const EXPECTING: &'static str = "`node` to be a [node] table (key lifecycle_conditions)";
 }
 
 /// `[taint]`.

@@ -71,6 +71,7 @@ pub fn settings(
         fleet,
         reboot,
         fleetlock,
+        lifecycle_conditions: raw.node.lifecycle_conditions.is_some_and(|f| f.0),
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw

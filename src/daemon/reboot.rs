@@ -28,6 +28,7 @@ use crate::daemon::phase::Ask;
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::forecast::Forecast;
+use crate::node::conditions::{Condition, Type as ConditionType};
 use crate::reboot::fleetlock::Operation;
 use crate::reboot::holds::{Holds, Key};
 use crate::reboot::holds_read::Weighed;
@@ -301,8 +302,12 @@ impl Follower {
         say_need(node, need);
         if need.is_needed() && !self.posted_required {
             let message = format!("node {node} {need}");
-            post(&self.access, EventReason::RebootRequired, message);
+            post(&self.access, EventReason::RebootRequired, message.clone());
+            planned(&self.access, true, message);
             self.posted_required = true;
+        }
+        if matches!(need, Need::NotNeeded(_)) && self.posted_required {
+            planned(&self.access, false, format!("node {node} {need}"));
         }
         if matches!(need, Need::NotNeeded(_)) {
             self.posted_required = false;
@@ -371,6 +376,32 @@ impl Follower {
         };
         (verdict, Some(recheck))
     }
+}
+
+/// With `[node] lifecycle_conditions`, the Node condition `MaintenancePlanned` (KEP-5683): true
+/// while a reboot is needed, false once not; off the follower's way (a failure is only logged).
+fn planned(access: &Access, status: bool, message: String) {
+    if !access.settings.lifecycle_conditions {
+        return;
+    }
+    let settings = access.settings.clone();
+    tokio::spawn(async move {
+        let Ok(engine) = Engine::new(settings.clone()) else {
+            return;
+        };
+        let condition = Condition {
+            kind: ConditionType::MaintenancePlanned,
+            status,
+            reason: if status {
+                "RebootNeeded"
+            } else {
+                "RebootNotNeeded"
+            },
+            message,
+        };
+        let by = Instant::now() + settings.request_timeout;
+        engine.set_conditions(&[condition], by).await;
+    });
 }
 
 /// Posts one Event on the Node, off the follower's way (a failure is only logged).

@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::config::{OnNoSlot, Settings};
 use crate::drain::{self, DrainOptions, GraceTo};
 use crate::events::{NodeEvents, Reason as EventReason};
+use crate::node::conditions::{Condition, Type as ConditionType};
 use crate::node::hold::PutBack;
 use crate::node::{self, Marker, NodeError, NodeOps};
 use crate::policy::plan::Plan;
@@ -89,7 +90,7 @@ enum SlotWay {
     Held { name: String, waited: Duration },
 }
 
-use crate::time_limit::{RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
+use crate::time_limit::{FINAL_EVENTS_MAX, RESTORE_EVENTS_ALLOWANCE, WRITE_ALLOWANCE};
 
 /// How long past its deadline building the clients may take before it is cut off (see
 /// [`Engine::clients_by`]).
@@ -332,6 +333,18 @@ impl Engine {
             let _ = over.send(());
             if let Ok(out) = &outcome {
                 self.say_foreign_replaced(out, deadline).await;
+                let started = Condition {
+                    kind: ConditionType::DrainInProgress,
+                    status: true,
+                    reason: "DrainStarted",
+                    message: format!(
+                        "kube-shutdown-drain drains node {}: {why}",
+                        self.settings.node_name
+                    ),
+                };
+                // Like an Event: never holding the drain for long.
+                let by = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
+                self.set_conditions(&[started], by).await;
             }
             outcome
         };
@@ -367,7 +380,31 @@ impl Engine {
                 never = hold => match never {},
             }
         };
-        tokio::join!(prepare, drain)
+        let (prepared, report) = tokio::join!(prepare, drain);
+        if prepared.is_ok() {
+            let by = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
+            self.set_conditions(&drain_ended(node, &report), by).await;
+        }
+        (prepared, report)
+    }
+
+    /// With `[node] lifecycle_conditions`, writes `conditions` on the Node's status by `by`; a
+    /// failure is said, never returned (as an Event's).
+    pub async fn set_conditions(&self, conditions: &[Condition], by: Instant) {
+        if !self.settings.lifecycle_conditions {
+            return;
+        }
+        let node = &self.settings.node_name;
+        let written = match self.clients_by(by).await {
+            Ok(clients) => node::conditions::write(clients, node, conditions, by)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = written {
+            let types: Vec<&str> = conditions.iter().map(|c| c.kind.as_str()).collect();
+            tracing::warn!(node = %node, "cannot write the conditions {} of node {node}: {e}", types.join(", "));
+        }
     }
 
     /// Holds what this boot's prepare did while the drain runs: watches the Node and, when
@@ -546,6 +583,18 @@ impl Engine {
         for (reason, msg) in said.into_iter().flatten() {
             events.emit_by(reason, &msg, until).await;
         }
+        let restored = [
+            ConditionType::MaintenancePlanned,
+            ConditionType::DrainInProgress,
+            ConditionType::Drained,
+        ]
+        .map(|kind| Condition {
+            kind,
+            status: false,
+            reason: "Restored",
+            message: format!("kube-shutdown-drain restored node {node}"),
+        });
+        self.set_conditions(&restored, until).await;
         Ok(out)
     }
 
@@ -799,4 +848,36 @@ fn unrecorded_text(out: &RestoreOutcome) -> String {
         text.push_str(&format!("; {u}"));
     }
     text
+}
+
+/// The conditions a drain's end writes: `DrainInProgress` false, `Drained` as the report says.
+fn drain_ended(node: &str, report: &Report) -> [Condition; 2] {
+    let (reason, message) = if report.complete {
+        (
+            "DrainCompleted",
+            format!("node {node} drained: {}", report.summary()),
+        )
+    } else {
+        (
+            "DrainIncomplete",
+            format!(
+                "the drain of node {node} did not complete: {}",
+                report.summary()
+            ),
+        )
+    };
+    [
+        Condition {
+            kind: ConditionType::DrainInProgress,
+            status: false,
+            reason,
+            message: message.clone(),
+        },
+        Condition {
+            kind: ConditionType::Drained,
+            status: report.complete,
+            reason,
+            message,
+        },
+    ]
 }

@@ -16,6 +16,7 @@
 //! - [`hold`]: what another writer took from a prepared node while it drains.
 
 pub mod agents;
+pub mod conditions;
 pub mod daemonsets;
 pub mod hold;
 pub mod marker;
