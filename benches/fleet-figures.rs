@@ -30,7 +30,7 @@
 //! file (`[reboot] sentinel_file`), `[fleet] slots = 2`, `release_delay = "2s"`; the 20 files
 //! appear within one second, and each daemon waits for a slot, drains, asks its logind to
 //! reboot, and after the boot keeps its slot 2 s more. Besides the figures above, the time from
-//! each restore to the next node's cordon.
+//! each node's restore to its slot's give-back.
 //!
 //! Run: `cargo bench --bench fleet-figures` (a release build), or
 //! `cargo test --bench fleet-figures -- --bench` (debug); add `herd` after `--` (or after
@@ -286,7 +286,7 @@ struct Figures {
     evictions: usize,
     total: Duration,
     handoffs: Vec<f64>,
-    /// From each restore to the next node's cordon, in s (`release_delay` keeps it apart).
+    /// From each node's restore to its slot's give-back, in s (`release_delay`).
     settle: Vec<f64>,
 }
 
@@ -371,16 +371,17 @@ fn figures(c: &Cluster, total: Duration) -> Figures {
             handoffs.push((next.elapsed - r.elapsed) * 1000.0);
         }
     }
-    let starts: Vec<f64> = cordons.iter().filter(|c| c.1 > 0).map(|c| c.0).collect();
+    // Each node's restore to its own give-back (a slot patch without a holder, sent by it).
     let settle = restored
-        .values()
-        .flatten()
-        .filter_map(|&t| {
-            starts
+        .iter()
+        .flat_map(|(node, times)| times.iter().map(move |&t| (*node, t)))
+        .filter_map(|(node, t)| {
+            requests
                 .iter()
-                .filter(|&&s| s > t)
-                .min_by(|a, b| a.total_cmp(b))
-                .map(|s| s - t)
+                .filter(|r| r.method == "PATCH" && r.status < 300 && r.elapsed >= t)
+                .filter(|r| r.path.contains("/leases/kube-shutdown-drain-slot-"))
+                .find(|r| !r.body.contains("holderIdentity") && node_of(r) == Some(node))
+                .map(|r| r.elapsed - t)
         })
         .collect();
     Figures {
@@ -455,7 +456,7 @@ fn line(label: &str, f: &Figures) {
         String::new()
     } else {
         format!(
-            "; a restore to the next node's cordon: min {:.1} s, median {:.1} s",
+            "; a restore to its slot's give-back: min {:.1} s, median {:.1} s",
             s[0],
             s[s.len() / 2]
         )

@@ -172,10 +172,27 @@ impl FakeApiServer {
     }
 
     /// Listens again on the same port.
+    /// While it was closed, the port may have been taken as the local end of another test's
+    /// outgoing connection (an ephemeral port: the suite runs test binaries side by side), so
+    /// a bind that finds it in use is tried again for up to 10 s, until that connection ends.
     pub async fn start_listener(&self) -> anyhow::Result<()> {
-        server::start_listener(&self.app, self.app.port)
-            .with_context(|| format!("cannot listen again on 127.0.0.1:{}", self.app.port))?;
-        Ok(())
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match server::start_listener(&self.app, self.app.port) {
+                Ok(_) => return Ok(()),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < until =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot listen again on 127.0.0.1:{}", self.app.port)
+                    });
+                }
+            }
+        }
     }
 }
 
