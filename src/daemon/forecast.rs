@@ -1,7 +1,7 @@
 //! The daemon's standing forecast (`[daemon] forecast_interval`, off by default): every interval,
 //! while no drain runs, the forecast the CLI's `forecast` makes, its verdict into the metrics, and
 //! one Node Event when it turns to blocked (`DrainWouldBlock`) and one when it clears
-//! (`DrainWouldComplete`). It runs on the engine runtime beside the loop and never on the lock's
+//! (`DrainWouldComplete`). It runs as a task beside the loop beside the loop and never on the lock's
 //! path: a drain that starts (a shutdown, a scheduled drain) stops a forecast in flight, and the
 //! next one waits until the daemon is idle again.
 //!

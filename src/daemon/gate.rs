@@ -64,7 +64,7 @@ pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str
 
 /// Follows the slots for the gate while `wanted` is true, sending each verdict: `Some(reason)`
 /// while the gate should be closed, `None` while open. `blocked`: the last forecast's summary
-/// while it says a drain would block. Runs on the engine runtime until the daemon ends.
+/// while it says a drain would block. Runs as a task beside the loop until the daemon ends.
 pub(crate) async fn follow(
     access: Access,
     mut wanted: watch::Receiver<bool>,

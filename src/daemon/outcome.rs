@@ -97,12 +97,10 @@ pub(crate) fn end_of(outcome: &DrainOutcome) -> (EndOutcome, String) {
     }
 }
 
-/// Logs the outcome and updates the status line. Runs after the release; an Event to post goes
-/// to the `engine` runtime. The engine has
-/// already stored the report in the state directory and posted the Node Events. `held`: an
+/// Logs the outcome and updates the status line. Runs after the release; an Event to post is
+/// its own task. The engine has already stored the report in the state directory and posted the Node Events. `held`: an
 /// inhibitor was held during the drain (and is released now).
 pub(crate) fn say(
-    engine: &tokio::runtime::Handle,
     settings: &std::sync::Arc<Settings>,
     status: &Status,
     metrics: &Metrics,
@@ -137,7 +135,7 @@ pub(crate) fn say(
         }
         DrainOutcome::LeftAsIs => {
             say_left_as_is(status, node, kind, held);
-            engine.spawn(post_skipped(settings.clone(), kind));
+            tokio::spawn(post_skipped(settings.clone(), kind));
         }
         DrainOutcome::Spent { budget } => {
             let released = if held {

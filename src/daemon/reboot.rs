@@ -218,7 +218,7 @@ async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
 }
 
 /// Follows the triggers and the holds, sending each verdict; `not_before`: the table's pause
-/// after a reboot that ended without one. Runs on the engine runtime until the daemon ends.
+/// after a reboot that ended without one. Runs as a task beside the loop until the daemon ends.
 pub(crate) async fn follow(
     access: Access,
     bus_address: String,

@@ -133,7 +133,7 @@ impl Daemon {
         let verdict = self.reboot.verdict.borrow().clone();
         let answer = self.state.phase.answer_agent(&AgentAsk {
             operation,
-            node: &self.settings.node_name,
+            node: &self.access.settings.node_name,
             ask: verdict.ask,
             why: &verdict.why,
             keys: &verdict.keys,

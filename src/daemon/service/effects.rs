@@ -27,7 +27,10 @@ impl Daemon {
         let (next, effects) = match self.state.on(event) {
             Ok(step) => step,
             Err(refused) => {
-                tracing::warn!("ignored on node {}: {refused}", self.settings.node_name);
+                tracing::warn!(
+                    "ignored on node {}: {refused}",
+                    self.access.settings.node_name
+                );
                 return None;
             }
         };
@@ -91,8 +94,7 @@ impl Daemon {
             Effect::SayOutcome => {
                 if let (Some(finished), Some(s)) = (self.work.take_over(), before.shutdown()) {
                     crate::daemon::outcome::say(
-                        &self.engine,
-                        &self.settings,
+                        &self.access.settings,
                         &self.status,
                         &self.metrics,
                         s.kind,
@@ -107,7 +109,7 @@ impl Daemon {
     /// `ForgetShutdown`: the boot record forgets the shutdown; the node is restored as `undo`
     /// says.
     fn forget_shutdown(&mut self, undo: Undo) {
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         self.scheduled.warm = None;
         let recorded = self.boot.log.shutdown_over();
         let restore = match undo {
@@ -150,16 +152,20 @@ impl Daemon {
         if !self.boot.log.written(ticket, by).await {
             tracing::warn!(
                 "{} is still being written after {} ms; releasing the inhibitor for node {} first",
-                self.settings.state_dir.join(boot_record::FILE).display(),
+                self.access
+                    .settings
+                    .state_dir
+                    .join(boot_record::FILE)
+                    .display(),
                 crate::time_limit::WRITE_ALLOWANCE.as_millis(),
-                self.settings.node_name
+                self.access.settings.node_name
             );
         }
     }
 
     /// Closes the lock (the log line comes after: logind waits for nothing of ours).
     pub(super) fn release(&self) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         match self.inhibitor.release() {
             Released::Now => {
                 tracing::info!(node = %node, "released the logind delay inhibitor for node {node}")
@@ -181,7 +187,7 @@ impl Daemon {
         if self.inhibitor.is_held() {
             return;
         }
-        match logind.take_lock(&self.settings.node_name).await {
+        match logind.take_lock(&self.access.settings.node_name).await {
             Ok(lock) => self.inhibitor.hold(lock),
             // Another shutdown began right after the cancel: its signal is queued behind this
             // one and starts a drain without the lock.
@@ -191,7 +197,7 @@ impl Daemon {
             Err(e) => tracing::warn!(
                 "{e}; node {} has no inhibitor until logind grants one (the next reconnect asks \
                  again)",
-                self.settings.node_name
+                self.access.settings.node_name
             ),
         }
     }
@@ -205,7 +211,7 @@ impl Daemon {
         let verdict = self.reboot_status();
         self.status.set(format!(
             "waiting for a shutdown of node {} (drain budget {}, logind allows {}){verdict}",
-            self.settings.node_name,
+            self.access.settings.node_name,
             secs(drain),
             secs(max)
         ));
@@ -214,13 +220,12 @@ impl Daemon {
     /// Reads the record of the previous boot, starts this boot's, and posts the Event about an
     /// unclean end (retried in its own task until written).
     pub(super) fn open_boot_log(&mut self, under_way: bool) {
-        if let Some(previous) = self.boot.log.open(&self.settings, under_way) {
-            self.engine
-                .spawn(crate::daemon::boot_event::post_until_done(
-                    self.access.clone(),
-                    self.boot.log.clone(),
-                    previous,
-                ));
+        if let Some(previous) = self.boot.log.open(&self.access.settings, under_way) {
+            tokio::spawn(crate::daemon::boot_event::post_until_done(
+                self.access.clone(),
+                self.boot.log.clone(),
+                previous,
+            ));
         }
         if let Some(record) = self.boot.log.record() {
             self.metrics.unclean(record.unclean);
@@ -242,26 +247,29 @@ impl Daemon {
             tracing::warn!(
                 "{} is not written after {} s; telling systemd the daemon for node {} is ready \
                  all the same",
-                self.settings.state_dir.join(boot_record::FILE).display(),
+                self.access
+                    .settings
+                    .state_dir
+                    .join(boot_record::FILE)
+                    .display(),
                 BOOT_RECORD_WAIT.as_secs(),
-                self.settings.node_name
+                self.access.settings.node_name
             );
         }
         self.status.ready();
         // The credential fetched now, and again before it expires, so that no shutdown waits
         // for it: a drain takes at most its timeout, each request the request timeout more.
-        let within = self.settings.drain.timeout + self.settings.request_timeout;
-        self.engine.spawn(self.access.clone().keep_fresh(within));
+        let within = self.access.settings.drain.timeout + self.access.settings.request_timeout;
+        tokio::spawn(self.access.clone().keep_fresh(within));
         if let Some(logind) = logind {
-            let (settings, logind) = (self.settings.clone(), logind.clone());
-            self.engine
-                .spawn(async move { crate::host::kubelet::check(&settings, &logind).await });
+            let (settings, logind) = (self.access.settings.clone(), logind.clone());
+            tokio::spawn(async move { crate::host::kubelet::check(&settings, &logind).await });
         }
     }
 
     pub(super) fn spawn_restore(&mut self, trigger: Trigger) {
         self.abort_restore("a new restore starts");
-        self.restore = Some(self.engine.spawn(restore::restore_until_done(
+        self.restore = Some(tokio::spawn(restore::restore_until_done(
             self.access.clone(),
             self.status.clone(),
             self.metrics.clone(),
@@ -277,7 +285,7 @@ impl Daemon {
             task.abort();
             tracing::info!(
                 "stopped the restore of node {}: {why}",
-                self.settings.node_name
+                self.access.settings.node_name
             );
             self.status.set_restore(None);
         }

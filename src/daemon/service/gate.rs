@@ -1,5 +1,5 @@
 //! The loop's side of the reboot gate (`daemon::gate`): the block lock's fd, the verdict the
-//! follower on the engine runtime sends and the pass SIGUSR1 opens (said once per pass), turned
+//! follower as a task beside the loop sends and the pass SIGUSR1 opens (said once per pass), turned
 //! into the table's gate events; the table (`daemon::phase`) decides when the gate closes and
 //! opens, this file holds and drops the lock as its effects say.
 
@@ -72,12 +72,12 @@ impl Gate {
 }
 
 impl Daemon {
-    /// Starts the follower on the engine runtime (with `[fleet] gate`).
+    /// Starts the follower as a task beside the loop (with `[fleet] gate`).
     pub(super) fn spawn_gate(&self) {
         if !self.gate.enabled {
             return;
         }
-        self.engine.spawn(gate::follow(
+        tokio::spawn(gate::follow(
             self.access.clone(),
             self.gate.wanted.subscribe(),
             self.gate.forecast_blocked.subscribe(),
@@ -90,7 +90,7 @@ impl Daemon {
     /// during a pass makes it start again, silently: one line per pass, however many signals
     /// come (each `kube-shutdown-drain reboot` sends one, a loop may send hundreds).
     pub(super) fn pass_gate(&mut self) -> Option<Event> {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         if !self.gate.enabled {
             if !std::mem::replace(&mut self.gate.said_no_pass, true) {
                 tracing::info!("sigusr1: node {node} has no reboot gate ([fleet] gate is off)");
@@ -99,11 +99,11 @@ impl Daemon {
         }
         let now = Instant::now();
         let passing = self.gate.pass_until.is_some_and(|until| now < until);
-        self.gate.pass_until = Some(now + self.settings.gate_pass);
+        self.gate.pass_until = Some(now + self.access.settings.gate_pass);
         if !passing {
             tracing::info!(
                 "sigusr1: the reboot gate of node {node} opens for {} (kube-shutdown-drain reboot)",
-                crate::time_limit::seconds(self.settings.gate_pass)
+                crate::time_limit::seconds(self.access.settings.gate_pass)
             );
         }
         Some(Event::PassGiven)
@@ -126,18 +126,18 @@ impl Daemon {
 
     /// `SayPassEnded`.
     pub(super) fn say_pass_ended(&self) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         tracing::info!(
             node = %node,
             "the pass of the reboot gate of node {node} ended: no shutdown came within {} of the \
              last sigusr1",
-            crate::time_limit::seconds(self.settings.gate_pass)
+            crate::time_limit::seconds(self.access.settings.gate_pass)
         );
     }
 
     /// `DropGate`: the block lock and any ask for one go; said if a lock was held.
     pub(super) fn drop_gate(&mut self, because: GateOpened) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         self.gate.asking = None;
         if self.gate.lock.take().is_none() {
             return;
@@ -175,7 +175,7 @@ impl Daemon {
         let Some(logind) = logind.filter(|_| asked != Some(&why) && refused != Some(&why)) else {
             return;
         };
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         let logind = logind.clone();
         let say_binding = !std::mem::replace(&mut self.gate.said_binding, true);
         let reason = why.clone();
@@ -191,7 +191,7 @@ impl Daemon {
 
     /// The block lock logind granted (or refused) for `why`: held if it is still wanted.
     pub(super) fn gate_taken(&mut self, why: String, taken: Result<OwnedFd, LogindError>) {
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         match taken {
             Ok(fd) => {
                 // The new lock is held before the old one (another reason) goes; it was asked

@@ -10,7 +10,7 @@
 //! A drain goes on while the bus is away (the lock's fd does not depend on the bus).
 //!
 //! Everything that talks to the API server (drains, restores, Events) runs as tasks of its own
-//! (`engine`, a handle to the one multi-thread runtime of `main.rs`), never inside this loop:
+//! (`tokio::spawn` on the one multi-thread runtime of `main.rs`), never inside this loop:
 //! code in the kube client that blocks a worker thread (a credential plugin that hangs, a DNS
 //! lookup) leaves the other worker to this loop, which keeps hearing logind and the stop
 //! signals; and the lock's guard thread (`host::lock`) releases the inhibitor at its deadline
@@ -81,7 +81,6 @@ struct Connection {
 
 /// The loop's state across bus connections.
 pub(crate) struct Daemon {
-    settings: Arc<Settings>,
     /// The settings and the credential cache every API call of the daemon shares.
     access: Access,
     /// The phase and the reboot gate, as the table (`daemon::phase`) moves them.
@@ -95,10 +94,8 @@ pub(crate) struct Daemon {
     work: work::Slot,
     /// The running restore, aborted when a shutdown starts.
     restore: Option<JoinHandle<()>>,
-    /// What the tasks on the engine runtime follow.
+    /// What the tasks beside the loop follow.
     watches: Watches,
-    /// The runtime every API call runs on.
-    engine: tokio::runtime::Handle,
     /// logind's schedule file and the timer it needs.
     scheduled: scheduled::Tracked,
     /// The reboot gate (`[fleet] gate`).
@@ -115,7 +112,7 @@ struct Boot {
     ready_sent: bool,
 }
 
-/// The values the tasks on the engine runtime follow.
+/// The values the tasks as a task beside the loop follow.
 struct Watches {
     /// True while logind, as last read or heard, prepares no shutdown; the boot restore of a
     /// soft-reboot's marker waits for it (`restore::attempt`).
@@ -167,12 +164,10 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
             time_limit: watch::Sender::new(None),
             forecast: watch::Sender::new(None),
         },
-        engine: tokio::runtime::Handle::current(),
         access: Access::new(settings.clone()),
         scheduled: scheduled::Tracked::open(&settings),
         gate: gate::Gate::new(settings.fleet.gate),
         reboot: reboot::Reboot::new(settings.reboot.enabled(), agent),
-        settings,
     };
     daemon.spawn_forecast();
     daemon.spawn_gate();
@@ -199,17 +194,17 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
 }
 
 impl Daemon {
-    /// The standing forecast, on the engine runtime, when `[daemon] forecast_interval` is set.
+    /// The standing forecast, as a task beside the loop, when `[daemon] forecast_interval` is set.
     fn spawn_forecast(&self) {
-        let Some(interval) = self.settings.daemon.forecast_interval else {
+        let Some(interval) = self.access.settings.daemon.forecast_interval else {
             return;
         };
         tracing::info!(
             "forecasting a drain of node {} every {}",
-            self.settings.node_name,
+            self.access.settings.node_name,
             crate::config::format_duration(interval)
         );
-        self.engine.spawn(crate::daemon::forecast::run_every(
+        tokio::spawn(crate::daemon::forecast::run_every(
             self.access.clone(),
             interval,
             self.metrics.clone(),
@@ -282,7 +277,7 @@ impl Daemon {
                     self.answer_agent(question);
                     continue;
                 }
-                mut made = connect(bus_address, &self.settings), if connection.is_none() => {
+                mut made = connect(bus_address, &self.access.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);
                     event
@@ -320,7 +315,7 @@ impl Daemon {
                 tracing::info!(
                     "sighup: ignored; node {} keeps its configuration until the unit restarts \
                      (logind's maximum is read again at every shutdown)",
-                    self.settings.node_name
+                    self.access.settings.node_name
                 );
                 None
             }
@@ -363,7 +358,7 @@ impl Daemon {
     /// The bus connection is gone; the lock (if held) stays: logind keeps it.
     fn lost(&self, e: &LogindError) {
         self.reboot.logind.send_replace(None);
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let what = match &self.state.phase {
             // The lock's fd does not depend on the bus: the drain goes on.
             Phase::Draining(_) => format!(" during the drain of node {node}; the drain goes on;"),
@@ -381,7 +376,7 @@ impl Daemon {
 
     /// `SayCancelled`: logind cancelled the shutdown of `kind`, `during` its drain or after.
     fn say_cancelled(&self, kind: ShutdownKind, during: During) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         match during {
             During::Drain => tracing::info!(
                 "logind cancelled the {} during the drain of node {node}; stopping the drain and \
@@ -398,7 +393,7 @@ impl Daemon {
 
     /// `SayStop`: the daemon stops on `signal`, `during` what.
     fn say_stop(&self, signal: StopSignal, during: During) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let name = signal.name();
         match during {
             During::Drain => tracing::warn!(

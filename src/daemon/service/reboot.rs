@@ -110,16 +110,16 @@ impl Reboot {
 }
 
 impl Daemon {
-    /// Starts the follower on the engine runtime (with a `[reboot]` trigger).
+    /// Starts the follower as a task beside the loop (with a `[reboot]` trigger).
     pub(super) fn spawn_reboot_follower(&mut self, bus_address: &str) {
         if !self.reboot.enabled {
             return;
         }
         tracing::info!(
             "node {} reboots when it needs to ([reboot]), as its windows and holds allow",
-            self.settings.node_name
+            self.access.settings.node_name
         );
-        self.engine.spawn(follower::follow(
+        tokio::spawn(follower::follow(
             self.access.clone(),
             bus_address.to_owned(),
             self.reboot.not_before.subscribe(),
@@ -139,9 +139,9 @@ impl Daemon {
         Event::Reboot(ask)
     }
 
-    /// `StartReboot`: a running restore stops, the reboot runs on the engine runtime.
+    /// `StartReboot`: a running restore stops, the reboot runs as a task beside the loop.
     pub(super) fn start_reboot(&mut self) {
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         let why = self.reboot.verdict.borrow().why.clone();
         let by_agent = self.reboot.agent.as_ref().is_some_and(Agent::wants_reboot);
         let last = if by_agent {
@@ -154,8 +154,8 @@ impl Daemon {
             "rebooting node {node}: {why}; a drain slot, the drain, {last}"
         ));
         tracing::info!(node = %node, "rebooting node {node} ({why}): draining it first");
-        self.engine.spawn(crate::engine::Engine::post_event(
-            self.settings.clone(),
+        tokio::spawn(crate::engine::Engine::post_event(
+            self.access.settings.clone(),
             crate::events::Reason::RebootStarted,
             format!("rebooting node {node} ({why}): a drain slot, the drain, {last}"),
         ));
@@ -167,7 +167,7 @@ impl Daemon {
             by_agent,
             self.watches.forecast.subscribe(),
         );
-        self.reboot.task = Some(self.engine.spawn(work));
+        self.reboot.task = Some(tokio::spawn(work));
     }
 
     /// What the status line adds while a reboot is needed and waits: "; reboot needed, waits:
@@ -196,9 +196,9 @@ impl Daemon {
         let pause = follower::retry_pause(self.reboot.failures);
         self.reboot.failures += 1;
         tracing::info!(
-            node = %self.settings.node_name,
+            node = %self.access.settings.node_name,
             "node {} still needs a reboot; trying again in {}",
-            self.settings.node_name,
+            self.access.settings.node_name,
             crate::time_limit::seconds(pause)
         );
         self.reboot

@@ -91,7 +91,7 @@ impl Daemon {
         &mut self,
         read: Result<Option<Schedule>, WatchError>,
     ) -> Option<Event> {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let read = match read {
             Ok(read) => read,
             Err(e) => {
@@ -104,7 +104,7 @@ impl Daemon {
             let gone = self.scheduled.schedule.take()?;
             let fired = until(gone.at) <= FIRE_SLACK;
             self.scheduled.gone_at = fired.then(Instant::now);
-            let file = self.settings.schedule_dir.join(SCHEDULE_FILE);
+            let file = self.access.settings.schedule_dir.join(SCHEDULE_FILE);
             if fired {
                 tracing::info!(
                     "logind removed {} at its time: the {} of node {node} is starting",
@@ -128,7 +128,7 @@ impl Daemon {
             );
             return None;
         }
-        let lead = self.settings.daemon.scheduled_lead;
+        let lead = self.access.settings.daemon.scheduled_lead;
         let wait = schedule.wait_before_drain(jiff::Timestamp::now(), lead);
         self.scheduled.due_at = Some(Instant::now() + wait);
         self.scheduled.gone_at = None;
@@ -136,7 +136,7 @@ impl Daemon {
         self.scheduled.schedule = Some(schedule);
         Some(Event::Scheduled {
             kind,
-            policy: self.settings.shutdown.policy(kind),
+            policy: self.access.settings.shutdown.policy(kind),
         })
     }
 
@@ -155,7 +155,7 @@ impl Daemon {
     /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so
     /// before the node is restored.
     pub(super) fn say_overdue(&self) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let window = seconds(ANNOUNCE_WINDOW);
         if let Phase::Rebooting { .. } = self.state.phase {
             if self.reboot.by_agent {
@@ -187,19 +187,19 @@ impl Daemon {
 
     /// `ShowScheduled`: says what is done for the schedule the file holds.
     pub(super) fn show_scheduled(&self) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let Some(s) = &self.scheduled.schedule else {
             return;
         };
         let reason = s.reason();
-        if self.settings.shutdown.policy(s.kind) == ShutdownPolicy::None {
+        if self.access.settings.shutdown.policy(s.kind) == ShutdownPolicy::None {
             tracing::info!(
                 "logind has a {reason}; [shutdown] {} = \"none\": node {node} is left as it is",
                 s.kind.config_key()
             );
             return;
         }
-        let lead = self.settings.daemon.scheduled_lead;
+        let lead = self.access.settings.daemon.scheduled_lead;
         let wait = s.wait_before_drain(jiff::Timestamp::now(), lead);
         tracing::info!(
             "logind has a {reason}; draining node {node} {} before it (in {})",
@@ -216,7 +216,7 @@ impl Daemon {
     /// `StartEarly`: the scheduled shutdown's drain (or cordon), by its scheduled time, with no
     /// lock of its own and nothing in the boot record.
     pub(super) fn start_early(&mut self, kind: ShutdownKind) {
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         let Some((reason, left)) =
             (self.scheduled.schedule.as_ref()).map(|s| (s.reason(), until(s.at)))
         else {
@@ -225,7 +225,7 @@ impl Daemon {
         self.abort_restore("a scheduled shutdown's drain starts");
         let started = Instant::now();
         let deadline = started + left;
-        let policy = self.settings.shutdown.policy(kind);
+        let policy = self.access.settings.shutdown.policy(kind);
         let doing = if policy == ShutdownPolicy::Cordon {
             "cordoning"
         } else {
@@ -257,7 +257,7 @@ impl Daemon {
 
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.
     pub(super) fn say_early(&mut self) {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let (Some(finished), Some(s)) = (self.work.take_over(), &self.scheduled.schedule) else {
             return;
         };

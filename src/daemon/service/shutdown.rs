@@ -29,7 +29,7 @@ impl Daemon {
         logind: Option<&Logind>,
     ) {
         let started = Instant::now();
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         self.abort_restore("a shutdown starts");
         // logind's one timer started when it sent the signal; a shutdown found under way counts
         // from its recorded start.
@@ -52,7 +52,7 @@ impl Daemon {
         let deadline = started + left;
         self.inhibitor
             .release_by((deadline + RELEASE_GUARD).into_std());
-        let policy = self.settings.shutdown.policy(kind);
+        let policy = self.access.settings.shutdown.policy(kind);
         let guarded = self.inhibitor.is_held();
         if !announced_now {
             say_under_way(&node, kind, guarded);
@@ -99,9 +99,10 @@ impl Daemon {
     /// logind's maximum read again (an admin may have raised it since the connection), bounded
     /// by [`BUDGET_REREAD_MAX`]; the metrics follow.
     async fn reread_time_limit(&self, logind: Option<&Logind>) -> Option<TimeLimit> {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let read =
-            tokio::time::timeout(BUDGET_REREAD_MAX, logind?.time_limit(&self.settings)).await;
+            tokio::time::timeout(BUDGET_REREAD_MAX, logind?.time_limit(&self.access.settings))
+                .await;
         match read {
             Ok(Ok(limit)) => {
                 self.metrics.time_limit(limit.drain, limit.logind_max);
@@ -135,7 +136,7 @@ impl Daemon {
         left: Duration,
         guarded: bool,
     ) -> Option<String> {
-        let node = &self.settings.node_name;
+        let node = &self.access.settings.node_name;
         let what = kind.noun();
         let doing = match policy {
             ShutdownPolicy::None => return None,

@@ -43,7 +43,7 @@ impl Daemon {
         signal: StopSignal,
         logind: Option<&Logind>,
     ) -> Event {
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         let stop = Event::Stop { signal };
         let Some(conn) = logind.map(Logind::connection) else {
             return stop;
@@ -73,13 +73,13 @@ impl Daemon {
                 return stop;
             }
         };
-        let margin = self.settings.daemon.release_margin;
+        let margin = self.access.settings.daemon.release_margin;
         let left = self.drain_time_left();
         if left < STAGE_MIN {
             tracing::info!(
                 "the system shuts down and the drain of node {node} has had its [drain] timeout \
                  ({}) but for {}: no second stage; stopping at once",
-                seconds(self.settings.drain.timeout),
+                seconds(self.access.settings.drain.timeout),
                 seconds(left)
             );
             return stop;
@@ -105,7 +105,7 @@ impl Daemon {
     /// stages, counted from the shutdown's recorded start (logind's announcement); all of it for
     /// a shutdown that never went through logind (none recorded).
     pub(super) fn drain_time_left(&self) -> Duration {
-        let timeout = self.settings.drain.timeout;
+        let timeout = self.access.settings.drain.timeout;
         let started = self
             .boot
             .log
@@ -126,8 +126,8 @@ impl Daemon {
         window: Duration,
         stop_timeout: &Result<Option<Duration>, AskError>,
     ) -> GraceTo {
-        let node = &self.settings.node_name;
-        let margin = self.settings.daemon.release_margin;
+        let node = &self.access.settings.node_name;
+        let margin = self.access.settings.daemon.release_margin;
         let (after, end, why) = grace_end(window, self.drain_time_left(), stop_timeout, margin);
         tracing::info!(
             "evictions from node {node} get grace periods up to {}, {} from now: {why}",
@@ -145,11 +145,11 @@ impl Daemon {
     /// and what `[shutdown]` says for `kind` runs within `stage`. No lock, no guard.
     pub(super) fn start_stop_stage(&mut self, kind: ShutdownKind, stage: Duration) {
         let started = Instant::now();
-        let node = self.settings.node_name.clone();
+        let node = self.access.settings.node_name.clone();
         self.abort_restore("the system shuts down");
         let _ = self.boot.log.shutdown_started(kind, false);
         let deadline = started + stage;
-        let policy = self.settings.shutdown.policy(kind);
+        let policy = self.access.settings.shutdown.policy(kind);
         let what = kind.noun();
         self.status.set(format!(
             "draining node {node} in the stop phase of the {what} (budget {})",

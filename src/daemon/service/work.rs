@@ -148,7 +148,7 @@ impl Slot {
 }
 
 impl Daemon {
-    /// The one place a shutdown's work starts, on the engine runtime, in a span named for its
+    /// The one place a shutdown's work starts, as a task beside the loop, in a span named for its
     /// stage.
     pub(super) fn spawn_work(&mut self, work: Work) {
         let kind = work.kind;
@@ -160,7 +160,7 @@ impl Daemon {
         let task = work
             .run(self.access.clone(), self.status.clone())
             .instrument(span);
-        self.work = Slot::Running(self.engine.spawn(task));
+        self.work = Slot::Running(tokio::spawn(task));
     }
 }
 
