@@ -217,22 +217,39 @@ async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
     }
 }
 
-/// Follows the triggers and the holds, sending each verdict; `not_before`: the table's pause
-/// after a reboot that ended without one. Runs as a task beside the loop until the daemon ends.
+/// What the daemon's loop gives the follower besides the settings.
+pub(crate) struct FromLoop {
+    /// The table's pause after a reboot that ended without one.
+    pub not_before: watch::Receiver<Option<Instant>>,
+    /// The update agent's FleetLock requests, with `[fleetlock]`.
+    pub agent: Option<mpsc::UnboundedReceiver<Operation>>,
+    /// The last forecast (`[daemon] forecast_interval`).
+    pub forecast: watch::Receiver<Option<Arc<Forecast>>>,
+    /// True while the node is drained for its reboot.
+    pub drained: watch::Receiver<bool>,
+}
+
+/// Follows the triggers and the holds, sending each verdict. Runs as a task beside the loop
+/// until the daemon ends.
 pub(crate) async fn follow(
     access: Access,
     bus_address: String,
-    mut not_before: watch::Receiver<Option<Instant>>,
+    from_loop: FromLoop,
     verdict: watch::Sender<Verdict>,
     metrics: Metrics,
-    agent: Option<mpsc::UnboundedReceiver<Operation>>,
-    forecast: watch::Receiver<Option<Arc<Forecast>>>,
 ) {
+    let FromLoop {
+        mut not_before,
+        agent,
+        forecast,
+        drained,
+    } = from_loop;
     let mut needs = start_triggers(&access.settings.reboot, &bus_address, agent);
     let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
         forecast,
+        drained,
         access,
         said_need: None,
         said_holds: None,
@@ -282,6 +299,8 @@ struct Follower {
     windows: Windows,
     /// The daemon's last forecast (`[daemon] forecast_interval`).
     forecast: watch::Receiver<Option<Arc<Forecast>>>,
+    /// True while the node is drained for its reboot: the drain is no longer to come.
+    drained: watch::Receiver<bool>,
     said_need: Option<Need>,
     said_holds: Option<Vec<Key>>,
     /// `RebootRequired` was posted for the need now standing (reset only once no trigger says
@@ -341,9 +360,10 @@ impl Follower {
             );
         }
         let forecast = self.forecast.borrow().clone();
+        let drained = *self.drained.borrow();
         let weighed = Weighed {
-            forecast: forecast.as_deref(),
-            drain_to_come: true,
+            forecast: forecast.as_deref().filter(|_| !drained),
+            drain_to_come: !drained,
         };
         let holds = judge(&self.access, &self.windows, weighed).await;
         let keys = holds.keys();

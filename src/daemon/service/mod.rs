@@ -297,6 +297,10 @@ impl Daemon {
             };
             let logind = connection.as_ref().map(|c| &c.logind);
             self.apply(event, logind).await;
+            let drained = self.state.phase == (Phase::Rebooting { asked: true });
+            self.reboot
+                .drained
+                .send_if_modified(|d| std::mem::replace(d, drained) != drained);
             if matches!(event, Event::Connected { .. }) {
                 self.ready_once(logind).await;
             }

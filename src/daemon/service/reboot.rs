@@ -61,6 +61,10 @@ pub(crate) struct Reboot {
     pub(super) by_agent: bool,
     /// True while the running reboot waits for a drain slot.
     pub(super) slot_wait: SlotWait,
+    /// True while the phase is `Rebooting { asked: true }`: the node is drained for its reboot
+    /// (logind asked, or handed over to the agent), and the follower no longer weighs a drain
+    /// to come against the window. Set from the phase after every step.
+    pub(super) drained: watch::Sender<bool>,
 }
 
 impl Reboot {
@@ -89,6 +93,7 @@ impl Reboot {
             agent_asks,
             by_agent: false,
             slot_wait: SlotWait::new(false),
+            drained: watch::Sender::new(false),
         }
     }
 
@@ -119,14 +124,18 @@ impl Daemon {
             "node {} reboots when it needs to ([reboot]), as its windows and holds allow",
             self.access.settings.node_name
         );
+        let from_loop = follower::FromLoop {
+            not_before: self.reboot.not_before.subscribe(),
+            agent: self.reboot.agent_asks.take(),
+            forecast: self.watches.forecast.subscribe(),
+            drained: self.reboot.drained.subscribe(),
+        };
         tokio::spawn(follower::follow(
             self.access.clone(),
             bus_address.to_owned(),
-            self.reboot.not_before.subscribe(),
+            from_loop,
             self.reboot.verdict_tx.clone(),
             self.metrics.clone(),
-            self.reboot.agent_asks.take(),
-            self.watches.forecast.subscribe(),
         ));
     }
 
