@@ -252,24 +252,8 @@ async fn reboot(
 ) -> bool {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
-    let engine = match access.engine() {
-        Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
-        Err(e) => {
-            tracing::warn!("cannot reboot node {node}: {e}");
-            return false;
-        }
-    };
-    let engine = if settings.fleet.slots > 0 {
-        // Back to false however the wait ends, an abort of the task included.
-        let _waiting = WaitFlag::raise(&slot_wait);
-        let taken = take_slot(engine).await;
-        drop(_waiting);
-        match taken {
-            Some(engine) => engine,
-            None => return false,
-        }
-    } else {
-        engine
+    let Some(engine) = engine_with_slot(&access, &slot_wait).await else {
+        return false;
     };
     let windows = Windows::of(&settings);
     // The wait for the slot may have outlasted a window or met a hold.
@@ -316,6 +300,12 @@ async fn reboot(
         tracing::warn!("not rebooting node {node}: logind is not reachable now");
         return false;
     };
+    ask_logind(&node, &logind).await
+}
+
+/// The reboot's last step: another program's block lock on shutdowns is honoured (logind before
+/// 257 lets root past it), then logind is asked. Whether it was asked.
+async fn ask_logind(node: &str, logind: &Logind) -> bool {
     match logind.list_inhibitors().await {
         Ok(locks) => {
             let theirs = crate::host::logind::foreign_blocks(&locks);
@@ -342,6 +332,25 @@ async fn reboot(
             false
         }
     }
+}
+
+/// The reboot's engine, holding a drain slot with `[fleet] slots` (waited for as long as it
+/// takes, `slot_wait` true meanwhile); `None` when there is no engine or no slot (said).
+async fn engine_with_slot(access: &Access, slot_wait: &SlotWait) -> Option<Engine> {
+    let engine = match access.engine() {
+        Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
+        Err(e) => {
+            let node = &access.settings.node_name;
+            tracing::warn!("cannot reboot node {node}: {e}");
+            return None;
+        }
+    };
+    if access.settings.fleet.slots == 0 {
+        return Some(engine);
+    }
+    // Back to false however the wait ends, an abort of the task included.
+    let _waiting = WaitFlag::raise(slot_wait);
+    take_slot(engine).await
 }
 
 /// Waits for a drain slot as long as it takes, said once per wait; `None` when the slots cannot
