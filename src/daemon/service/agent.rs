@@ -57,11 +57,11 @@ impl Agent {
     }
 }
 
-/// Starts the FleetLock server with `[fleetlock]`: the loop's side, and the follower's
-/// receiver of the requests. Nothing without `[fleetlock]`.
-pub(crate) async fn start(
-    settings: &Settings,
-) -> Result<Option<(Agent, mpsc::UnboundedReceiver<Operation>)>, AgentError> {
+/// A started server: the loop's side, and the follower's receiver of the requests.
+pub(crate) type Started = (Agent, mpsc::UnboundedReceiver<Operation>);
+
+/// Starts the FleetLock server with `[fleetlock]`. Nothing without `[fleetlock]`.
+pub(crate) async fn start(settings: &Settings) -> Result<Option<Started>, AgentError> {
     let Some(fleetlock) = &settings.fleetlock else {
         return Ok(None);
     };

@@ -136,39 +136,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     let node = settings.node_name.clone();
     let agent = agent::start(&settings).await?;
     warn_about_the_state_dir(&settings);
-    let status = Status::default();
-    status.set(format!(
-        "starting: taking the logind inhibitor for node {node}"
-    ));
-    let metrics = Metrics::start(
-        settings.metrics.textfile.clone(),
-        &node,
-        &settings.state_dir,
-        writer.clone(),
-    );
-    let mut daemon = Daemon {
-        state: State::starting(),
-        status,
-        inhibitor,
-        boot: Boot {
-            log: BootLog::with_writer(writer.clone()),
-            opened: false,
-            ready_sent: false,
-        },
-        metrics,
-        work: work::Slot::Empty,
-        restore: None,
-        watches: Watches {
-            quiet: watch::Sender::new(false),
-            idle: watch::Sender::new(true),
-            time_limit: watch::Sender::new(None),
-            forecast: watch::Sender::new(None),
-        },
-        access: Access::new(settings.clone()),
-        scheduled: scheduled::Tracked::open(&settings),
-        gate: gate::Gate::new(settings.fleet.gate),
-        reboot: reboot::Reboot::new(settings.reboot.enabled(), agent),
-    };
+    let mut daemon = Daemon::new(settings, inhibitor, &writer, agent);
     daemon.spawn_forecast();
     daemon.spawn_gate();
     daemon.spawn_reboot_follower(&bus_address);
@@ -194,6 +162,49 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
 }
 
 impl Daemon {
+    /// The daemon at start: no phase yet, nothing running, the status saying so.
+    fn new(
+        settings: Arc<Settings>,
+        inhibitor: Inhibitor,
+        writer: &Writer,
+        agent: Option<agent::Started>,
+    ) -> Daemon {
+        let node = &settings.node_name;
+        let status = Status::default();
+        status.set(format!(
+            "starting: taking the logind inhibitor for node {node}"
+        ));
+        let metrics = Metrics::start(
+            settings.metrics.textfile.clone(),
+            node,
+            &settings.state_dir,
+            writer.clone(),
+        );
+        Daemon {
+            state: State::starting(),
+            status,
+            inhibitor,
+            boot: Boot {
+                log: BootLog::with_writer(writer.clone()),
+                opened: false,
+                ready_sent: false,
+            },
+            metrics,
+            work: work::Slot::Empty,
+            restore: None,
+            watches: Watches {
+                quiet: watch::Sender::new(false),
+                idle: watch::Sender::new(true),
+                time_limit: watch::Sender::new(None),
+                forecast: watch::Sender::new(None),
+            },
+            scheduled: scheduled::Tracked::open(&settings),
+            gate: gate::Gate::new(settings.fleet.gate),
+            reboot: reboot::Reboot::new(settings.reboot.enabled(), agent),
+            access: Access::new(settings),
+        }
+    }
+
     /// The standing forecast, as a task beside the loop, when `[daemon] forecast_interval` is set.
     fn spawn_forecast(&self) {
         let Some(interval) = self.access.settings.daemon.forecast_interval else {

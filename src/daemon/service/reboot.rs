@@ -70,10 +70,7 @@ pub(crate) struct Reboot {
 impl Reboot {
     /// `enabled`: a `[reboot]` trigger is set; `agent`: the FleetLock server's side, with
     /// `[fleetlock]` (which enables the reboots too).
-    pub(crate) fn new(
-        enabled: bool,
-        agent: Option<(Agent, mpsc::UnboundedReceiver<Operation>)>,
-    ) -> Reboot {
+    pub(crate) fn new(enabled: bool, agent: Option<super::agent::Started>) -> Reboot {
         let (agent, agent_asks) = agent.unzip();
         let (verdict_tx, verdict) = watch::channel(Verdict {
             ask: Ask::NotNeeded,
