@@ -1,4 +1,5 @@
-//! `kube-shutdown-drain run` with `[daemon] forecast_interval` set (issue 19): the forecast's
+//! `kube-shutdown-drain run` with `[daemon] forecast_interval` set (issue 19; the reboots it holds,
+//! issue 31): the forecast's
 //! verdict in the metrics textfile, one `DrainWouldBlock` Event when it turns to blocked (the
 //! demo's `web` budget, minAvailable 2 over its 2 replicas), one `DrainWouldComplete` once it
 //! clears, and a shutdown that never waits for a forecast in flight.
@@ -139,4 +140,49 @@ async fn a_shutdown_stops_a_forecast_in_flight_and_drains_as_usual() {
         )
         .await;
     assert!(world.is_drained(), "drained; log:\n{}", world.log());
+}
+
+/// The reboots the node asks for weigh the standing forecast (issue 31): with the web budget
+/// blocking, a sentinel file makes the reboot wait with the reason `forecast_blocks`, and the
+/// node is neither cordoned nor rebooted.
+#[tokio::test]
+async fn a_forecast_that_says_the_drain_would_block_holds_the_nodes_own_reboot() {
+    let dir = tempfile::tempdir().unwrap();
+    let sentinel = dir.path().join("reboot-required");
+    let Some(mut world) = World::start(Setup {
+        seed: demo_seed(),
+        config: format!(
+            "[daemon]\nforecast_interval = \"1s\"\n[reboot]\nsentinel_file = \"{}\"\n",
+            sentinel.display()
+        ),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_until(
+            Duration::from_secs(10),
+            |w| !w.node_events("DrainWouldBlock").is_empty(),
+            "the forecast sees the web budget",
+        )
+        .await;
+    std::fs::write(&sentinel, "").unwrap();
+    world
+        .expect_log(
+            &format!("the reboot of node {NODE} waits (forecast_blocks)"),
+            Duration::from_secs(10),
+            "the blocking forecast holds the reboot",
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!world.is_cordoned(), "{}", world.log());
+    assert!(
+        world.rig.outcomes().is_empty(),
+        "no reboot: {}",
+        world.log()
+    );
 }
