@@ -56,7 +56,7 @@ const ENVIRONMENT: &str = r#".SH ENVIRONMENT
 The configuration file, as \fB\-\-config\fR.
 .TP
 \fBKUBE_SHUTDOWN_DRAIN_LOG\fR
-The log filter (tracing's EnvFilter syntax, each directive a level or TARGET=LEVEL, e.g.
+The log filter (comma-separated directives, each a level or TARGET=LEVEL, e.g.
 \fBdebug\fR or \fBkube_shutdown_drain=debug\fR); default \fBinfo\fR. A value that is not a
 filter is a warning naming the variable, and the default applies. The kube client's own lines
 appear only when a directive names \fBkube_client\fR or \fBkube_runtime\fR.

@@ -1,6 +1,6 @@
 //! Logging: to the journal with structured fields when stderr is the journal (systemd sets
 //! `JOURNAL_STREAM` to the device and inode of that stream), else one line per event on stderr.
-//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (an EnvFilter), default `info`; one that is
+//! The level comes from `KUBE_SHUTDOWN_DRAIN_LOG` (tracing's `Targets`), default `info`; one that is
 //! not a filter is a warning naming the variable, and the default applies ([`filter`]). kube's
 //! own crates log only when the filter names them: every failed request is said once, by us,
 //! where kube's client logs an ERROR per attempt and its watcher a Debug dump of the error.
@@ -27,7 +27,7 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -80,10 +80,13 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
         .lossy(true)
         .thread_name("log-writer")
         .finish(std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .event_format(Line { colour })
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(writer)
+                .event_format(Line { colour }),
+        )
         .init();
     warn_filter(problem.as_deref());
     Some(guard)
@@ -103,14 +106,15 @@ const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off";
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// The filter for a `KUBE_SHUTDOWN_DRAIN_LOG` value, and why the value was not used, if it was
-/// not (then the filter is the default). Stricter than EnvFilter, which reads a lone word as a
-/// target at level trace (so `degub` would silence every line): each comma-separated directive
-/// is a level, or `TARGET=LEVEL` (or EnvFilter's span and field forms, which have `=`). kube's
-/// crates stay off unless the value names a `kube` target.
-pub fn filter(value: &str) -> (EnvFilter, Option<String>) {
+/// not (then the filter is the default). Each comma-separated directive is a level or
+/// `TARGET=LEVEL` (tracing-subscriber's `Targets`: no span or field filters, and so none of
+/// `EnvFilter`'s regex engine in the binary). Stricter than `Targets`, which reads a lone word as
+/// a target at level trace (so `degub` would silence every line). kube's crates stay off unless
+/// the value names a `kube` target.
+pub fn filter(value: &str) -> (Targets, Option<String>) {
     let value = value.trim();
     if value.is_empty() {
-        return (EnvFilter::new(DEFAULT_FILTER), None);
+        return (default_filter(), None);
     }
     let lone = value
         .split(',')
@@ -121,7 +125,15 @@ pub fn filter(value: &str) -> (EnvFilter, Option<String>) {
             "`{d}` is neither a level ({}) nor TARGET=LEVEL",
             LEVELS.join(", ")
         );
-        return (EnvFilter::new(DEFAULT_FILTER), Some(why));
+        return (default_filter(), Some(why));
+    }
+    if let Some(d) = value
+        .split(',')
+        .map(str::trim)
+        .find(|d| d.contains(['[', '{']))
+    {
+        let why = format!("`{d}` filters by span or field, which this filter does not");
+        return (default_filter(), Some(why));
     }
     let names_kube = value.split(',').any(|d| {
         let target = d.trim().split(['=', '[']).next().unwrap_or_default();
@@ -134,10 +146,17 @@ pub fn filter(value: &str) -> (EnvFilter, Option<String>) {
     } else {
         ",kube_client=off,kube_runtime=off"
     };
-    match EnvFilter::try_new(format!("{value}{kube}")) {
+    match format!("{value}{kube}").parse::<Targets>() {
         Ok(f) => (f, None),
-        Err(e) => (EnvFilter::new(DEFAULT_FILTER), Some(e.to_string())),
+        Err(e) => (default_filter(), Some(e.to_string())),
     }
+}
+
+/// [`DEFAULT_FILTER`], parsed.
+fn default_filter() -> Targets {
+    DEFAULT_FILTER
+        .parse()
+        .expect("DEFAULT_FILTER is a valid filter (unit-tested)")
 }
 
 /// Says, once logging is up, that `KUBE_SHUTDOWN_DRAIN_LOG` was not used, and why.
@@ -335,7 +354,7 @@ mod tests {
     }
 
     /// Whether `filter` lets an event of `target` at `level` through.
-    fn lets_through(filter: EnvFilter, target: &'static str, level: Level) -> bool {
+    fn lets_through(filter: Targets, target: &'static str, level: Level) -> bool {
         use tracing_subscriber::layer::SubscriberExt as _;
         let seen = Arc::new(Mutex::new(false));
         struct Flag(Arc<Mutex<bool>>);
@@ -379,6 +398,10 @@ mod tests {
         assert!(lets_through(f, ours, Level::INFO), "the default applies");
         let (_, why) = filter("info,x=loud");
         assert!(why.is_some(), "a bad level after `=`");
+        // Span and field filters are not kept silently.
+        for dynamic in ["kube_shutdown_drain[drain]=debug", "info,[{pod=x}]=trace"] {
+            assert!(filter(dynamic).1.is_some(), "{dynamic:?}");
+        }
         // Unset or a level: kube's own lines (an ERROR per failed attempt, Debug dumps) are off.
         assert!(!lets_through(filter("").0, "kube_client", Level::ERROR));
         assert!(!lets_through(
