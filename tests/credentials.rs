@@ -394,3 +394,43 @@ async fn a_404_that_is_not_the_api_servers_names_the_path_not_a_missing_node() {
         assert!(!r.stderr.contains("does not exist"), "{}", r.stderr);
     }
 }
+
+/// Auth providers other than `oidc` are refused before any request, naming the kubeconfig and
+/// the exec plugin that replaces the provider; an `oidc` provider without its `id-token` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_providers_but_oidc_are_refused_naming_the_kubeconfig_and_the_plugin_to_use() {
+    let c = Cluster::start(vec![]).await;
+    let cases = [
+        (
+            "      auth-provider:\n        name: gcp\n        config:\n          access-token: t\n",
+            "auth provider `gcp` is not supported",
+            "use gke-gcloud-auth-plugin exec credential plugin",
+        ),
+        (
+            "      auth-provider:\n        name: azure\n",
+            "auth provider `azure` is not supported",
+            "use kubelogin exec credential plugin",
+        ),
+        (
+            "      auth-provider:\n        name: oidc\n        config:\n          client-id: x\n",
+            "the oidc auth provider has no id-token",
+            "",
+        ),
+    ];
+    for (i, (user, said, plugin)) in cases.into_iter().enumerate() {
+        let kc = kubeconfig_with(c.dir.path(), &format!("kc-{i}"), &c.server.url(), user);
+        let r = cli(
+            &config_with(&c, &format!("config-{i}.toml"), &kc),
+            &["plan"],
+        )
+        .await;
+        assert_ne!(r.code, 0, "{user}: {}\n{}", r.stdout, r.stderr);
+        let named = format!("kubeconfig {}: ", kc.display());
+        assert!(
+            r.stderr.contains(&format!("{named}{said}")) && r.stderr.contains(plugin),
+            "{user}: {}",
+            r.stderr
+        );
+    }
+    assert!(users(&c).is_empty(), "no request was sent: {:?}", users(&c));
+}

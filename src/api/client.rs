@@ -41,6 +41,14 @@ pub enum ClientError {
     },
     #[error("kubeconfig {path} cannot be used: {source}")]
     Build { path: PathBuf, source: kube::Error },
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    /// kube's client without its `http-proxy` and `socks5` features, which this program never
+    /// had, refused these too.
+    #[error(
+        "kubeconfig {path}: proxy-url is not supported: the node reaches its API server directly"
+    )]
+    Proxy { path: PathBuf },
     /// The token file or exec plugin gave no credential.
     #[error(transparent)]
     Credentials(#[from] CredentialError),
@@ -456,7 +464,7 @@ pub async fn connect(
     deadline: Instant,
 ) -> Result<Clients, ClientError> {
     let server: Arc<str> = server_url(&kubeconfig).into();
-    let kubeconfig = kube_view(kubeconfig, credentials, deadline).await?;
+    credentials.prefetch(deadline).await?;
     let mut config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
             .await
@@ -467,20 +475,30 @@ pub async fn connect(
     config
         .headers
         .push((http::header::USER_AGENT, user_agent(node)));
-    config.default_retry = false;
     config.connect_timeout = Some(request_timeout);
     config.write_timeout = Some(request_timeout);
-    let mut watch_config = config.clone();
-    config.read_timeout = Some(request_timeout);
-    watch_config.read_timeout = None;
-    let build = |c: kube::Config| {
-        Client::try_from(c).map_err(|source| ClientError::Build {
+    if config.proxy_url.is_some() {
+        return Err(ClientError::Proxy {
+            path: path.to_path_buf(),
+        });
+    }
+    let tls = super::tls::TlsFrom {
+        kubeconfig: path,
+        roots: config.root_cert.as_deref(),
+        insecure: config.accept_invalid_certs,
+        server_name: config.tls_server_name.as_deref(),
+        user: &config.auth_info,
+        issued: credentials.identity(),
+    }
+    .config()?;
+    let build = |read_timeout| {
+        client_for(&config, tls.clone(), read_timeout).map_err(|source| ClientError::Build {
             path: path.to_path_buf(),
             source,
         })
     };
-    let watch = build(watch_config)?;
-    let api = build(config)?;
+    let watch = build(None)?;
+    let api = build(Some(request_timeout))?;
     Ok(Clients {
         api: checked_and_authorized(api, &server, credentials),
         watch: Paced::client(checked_and_authorized(watch, &server, credentials)),
@@ -490,16 +508,44 @@ pub async fn connect(
     })
 }
 
-/// `kubeconfig` as kube gets it: the credentials we fetch taken out, fetched now (by
-/// `deadline`) so that a bad token file or a failing plugin is an error of the client, and a
-/// plugin's client certificate put in.
-async fn kube_view(
-    kubeconfig: Kubeconfig,
-    credentials: &Credentials,
-    deadline: Instant,
-) -> Result<Kubeconfig, ClientError> {
-    credentials.prefetch(deadline).await?;
-    Ok(credentials.for_kube(kubeconfig, credentials.identity()))
+/// A kube client for `config` over `tls` (and plain HTTP for an `http://` server), with no
+/// credential of its own and none of kube's retries: the stack kube's `Client::try_from` builds
+/// (`kube-client`'s `client/builder.rs`: the timeouts, the base URI, the extra headers) without
+/// its credential layer, its gzip and its trace spans. `read_timeout` is `None` for watches.
+fn client_for(
+    config: &kube::Config,
+    (tls, server_name): (
+        rustls::ClientConfig,
+        Option<rustls::pki_types::ServerName<'static>>,
+    ),
+    read_timeout: Option<Duration>,
+) -> Result<Client, kube::Error> {
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use kube::client::ConfigExt as _;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    let https = match server_name {
+        Some(name) => {
+            https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
+        }
+        None => https,
+    };
+    let mut connector =
+        hyper_timeout::TimeoutConnector::new(https.enable_http1().wrap_connector(http));
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    let client: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .build(connector);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .layer(config.extra_headers_layer()?)
+        .service(client);
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
 
 /// `client` behind [`ApiAnswers`] (answers that are not the API's) and [`Authorized`] (our

@@ -12,9 +12,13 @@
 //! [`Credentials::prefetch`] and refreshes before expiry with
 //! [`Credentials::refresh_if_expiring_within`], so a shutdown does not wait for a plugin. A 401
 //! answer marks a plugin's credential stale, and the next request runs the plugin again (as
-//! client-go's exec authenticator does). kube keeps every other kind of credential: an inline
-//! token, client certificate files, basic auth, auth providers. Which one applies follows kube's
-//! precedence (auth provider, user name and password, token, token file, exec).
+//! client-go's exec authenticator does). The credentials the kubeconfig holds as they are go on
+//! each request the same way: an inline token, a user name and password (basic auth), an `oidc`
+//! auth provider's `id-token` (used as it is, unrefreshed, as kube did without its `oidc`
+//! feature). Other auth providers (`gcp`, `azure`: kubectl dropped both in 1.26 for their exec
+//! plugins) are refused with the plugin to use. Client certificates are the TLS connection's
+//! ([`super::tls`]). Which credential applies follows kube's precedence (auth provider, user
+//! name and password, token, token file, exec).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,13 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderValue;
-use kube::config::{AuthInfo, Kubeconfig};
+use kube::config::{AuthInfo, AuthProviderConfig, Kubeconfig};
 use secrecy::{ExposeSecret, SecretString};
 use tokio::time::Instant;
 
 use super::exec::{ExecError, ExecPlugin, Issued};
 use crate::config::file::{FileError, read_text};
-use crate::config::kubeconfig::{current_user, current_user_mut};
+use crate::config::kubeconfig::current_user;
 
 /// How long a token read from a file is used before the file is read again (client-go's
 /// `fileTokenSource` period).
@@ -52,13 +56,23 @@ pub enum CredentialError {
     BadToken(String),
     #[error("no credential from {0} before the deadline")]
     Deadline(String),
+    /// The kubeconfig's credential cannot be used; the whole reason.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// Where the current user's credential comes from.
 #[derive(Debug, Clone, PartialEq)]
 enum Source {
-    /// kube's own: inline token, certificate files, basic auth, auth provider, or none.
-    Kube,
+    /// No header: no credential, or only the client certificate of the TLS connection.
+    None,
+    /// A header the kubeconfig holds as it is (marked sensitive: never printed), and what it is.
+    Fixed {
+        header: HeaderValue,
+        what: String,
+    },
+    /// A credential this program cannot use, and why.
+    Refused(String),
     TokenFile {
         path: PathBuf,
         kubeconfig: PathBuf,
@@ -67,16 +81,23 @@ enum Source {
 }
 
 impl Source {
-    /// The source kube would use for `user`, by kube's precedence.
+    /// The source for `user`, by kube's precedence.
     fn of(user: Option<&AuthInfo>, kubeconfig: &Kubeconfig, path: &Path) -> Source {
         let Some(user) = user else {
-            return Source::Kube;
+            return Source::None;
         };
-        let kube_first = user.auth_provider.is_some()
-            || (user.username.is_some() && user.password.is_some())
-            || user.token.is_some();
-        if kube_first {
-            return Source::Kube;
+        if let Some(provider) = &user.auth_provider {
+            return Source::provider(provider, path);
+        }
+        if let (Some(name), Some(password)) = (&user.username, &user.password) {
+            use base64::Engine as _;
+            let pair = format!("{name}:{}", password.expose_secret());
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+            return Source::fixed(format!("Basic {encoded}"), "user name and password", path);
+        }
+        if let Some(token) = &user.token {
+            let bearer = format!("Bearer {}", token.expose_secret());
+            return Source::fixed(bearer, "token", path);
         }
         if let Some(file) = &user.token_file {
             return Source::TokenFile {
@@ -84,13 +105,52 @@ impl Source {
                 kubeconfig: path.to_path_buf(),
             };
         }
-        ExecPlugin::of(user, kubeconfig, path).map_or(Source::Kube, Source::Exec)
+        ExecPlugin::of(user, kubeconfig, path).map_or(Source::None, Source::Exec)
+    }
+
+    /// An `Authorization` header the kubeconfig at `path` holds (`what`), or why it is unusable.
+    fn fixed(value: String, what: &str, path: &Path) -> Source {
+        let what = format!("the {what} of kubeconfig {}", path.display());
+        match HeaderValue::try_from(value) {
+            Ok(mut header) => {
+                header.set_sensitive(true);
+                Source::Fixed { header, what }
+            }
+            Err(_) => Source::Refused(CredentialError::BadToken(what).to_string()),
+        }
+    }
+
+    /// An auth provider's credential: `oidc`'s `id-token` as it is, else refused (kube's
+    /// `token_from_provider` does the same without its `oidc` and `oauth` features; its `gcp`
+    /// branch ran `cmd-path` on the calling thread).
+    fn provider(provider: &AuthProviderConfig, path: &Path) -> Source {
+        let file = path.display();
+        let plugin = match provider.name.as_str() {
+            "oidc" => {
+                return match provider.config.get("id-token") {
+                    Some(token) => Source::fixed(format!("Bearer {token}"), "oidc id-token", path),
+                    None => Source::Refused(format!(
+                        "kubeconfig {file}: the oidc auth provider has no id-token"
+                    )),
+                };
+            }
+            "gcp" => "gke-gcloud-auth-plugin",
+            "azure" => "kubelogin",
+            _ => "the provider's",
+        };
+        Source::Refused(format!(
+            "kubeconfig {file}: auth provider `{}` is not supported (kubectl dropped its auth \
+             providers but oidc in 1.26); use {plugin} exec credential plugin",
+            provider.name
+        ))
     }
 
     /// What it is, for messages: `exec credential plugin CMD`, `token file PATH`.
     fn describe(&self) -> String {
         match self {
-            Source::Kube => "the kubeconfig".to_owned(),
+            Source::None => "the kubeconfig".to_owned(),
+            Source::Fixed { what, .. } => what.clone(),
+            Source::Refused(why) => why.clone(),
             Source::TokenFile { path, .. } => format!("token file {}", path.display()),
             Source::Exec(plugin) => format!("exec credential plugin {}", plugin.command()),
         }
@@ -147,9 +207,13 @@ impl Credentials {
         }
     }
 
-    /// Whether the program fetches these credentials (a token file or an exec plugin), not kube.
-    pub fn is_ours(&self) -> bool {
-        self.inner.source != Source::Kube
+    /// Whether the program fetches these credentials (a token file or an exec plugin) rather than
+    /// finding them in the kubeconfig as they are.
+    pub fn is_fetched(&self) -> bool {
+        matches!(
+            self.inner.source,
+            Source::TokenFile { .. } | Source::Exec(_)
+        )
     }
 
     /// What they are, for messages (`exec credential plugin /usr/bin/x`, `token file /p`).
@@ -182,6 +246,9 @@ impl Credentials {
         within: Duration,
         deadline: Instant,
     ) -> Result<bool, CredentialError> {
+        if let Source::Refused(why) = &self.inner.source {
+            return Err(CredentialError::Refused(why.clone()));
+        }
         if !self.needs_fetch(within) {
             return Ok(false);
         }
@@ -220,11 +287,14 @@ impl Credentials {
     }
 
     /// The `Authorization` header for a request, fetching first when needed (bounded by the
-    /// request timeout; the request's own deadline drops it sooner). `None`: kube's own
-    /// credentials apply, or the credential is a client certificate.
+    /// request timeout; the request's own deadline drops it sooner). `None`: no credential, or
+    /// only a client certificate.
     pub(crate) async fn header(&self) -> Result<Option<HeaderValue>, CredentialError> {
-        if !self.is_ours() {
-            return Ok(None);
+        match &self.inner.source {
+            Source::None => return Ok(None),
+            Source::Fixed { header, .. } => return Ok(Some(header.clone())),
+            Source::Refused(why) => return Err(CredentialError::Refused(why.clone())),
+            Source::TokenFile { .. } | Source::Exec(_) => {}
         }
         self.prefetch(Instant::now() + self.inner.limit).await?;
         let Some(token) = self.held().and_then(|h| h.issued.token) else {
@@ -238,41 +308,15 @@ impl Credentials {
 
     /// A request with the held credential was answered 401: fetch anew before the next one.
     pub(crate) fn unauthorized(&self) {
-        if self.is_ours() {
+        if self.is_fetched() {
             self.inner.stale.store(true, Ordering::Relaxed);
         }
     }
 
-    /// The client certificate and key a plugin gave (PEM), once fetched; kube builds the TLS
-    /// identity from them when it builds the client.
+    /// The client certificate and key a plugin gave (PEM), once fetched: the TLS connection's
+    /// identity when the client is built ([`super::tls`]).
     pub(crate) fn identity(&self) -> Option<(String, SecretString)> {
         self.held().and_then(|h| h.issued.identity)
-    }
-
-    /// `kubeconfig` as kube gets it: without the token file or plugin we handle, and with the
-    /// client certificate a plugin gave (`identity`) as kube's `client-certificate-data` and
-    /// `client-key-data`.
-    pub(crate) fn for_kube(
-        &self,
-        mut kubeconfig: Kubeconfig,
-        identity: Option<(String, SecretString)>,
-    ) -> Kubeconfig {
-        use base64::Engine as _;
-        if !self.is_ours() {
-            return kubeconfig;
-        }
-        if let Some(user) = current_user_mut(&mut kubeconfig) {
-            user.token_file = None;
-            user.exec = None;
-            if let Some((cert, key)) = identity {
-                let b64 = base64::engine::general_purpose::STANDARD;
-                user.client_certificate = None;
-                user.client_key = None;
-                user.client_certificate_data = Some(b64.encode(cert));
-                user.client_key_data = Some(SecretString::from(b64.encode(key.expose_secret())));
-            }
-        }
-        kubeconfig
     }
 
     fn held(&self) -> Option<Held> {
@@ -290,7 +334,7 @@ impl Credentials {
 
     /// Whether the held credential will not do for `within` from now.
     fn needs_fetch(&self, within: Duration) -> bool {
-        if !self.is_ours() {
+        if !self.is_fetched() {
             return false;
         }
         let Some(held) = self.held() else {
@@ -312,8 +356,8 @@ impl Credentials {
     /// One fetch from the source, by `deadline` and within the limit.
     async fn fetch(&self, deadline: Instant) -> Result<Issued, CredentialError> {
         match &self.inner.source {
-            // Nothing of ours to fetch (never asked: `needs_fetch` is false for kube's own).
-            Source::Kube => Ok(Issued::default()),
+            // Nothing to fetch (never asked: `needs_fetch` is false for these).
+            Source::None | Source::Fixed { .. } | Source::Refused(_) => Ok(Issued::default()),
             Source::TokenFile { path, kubeconfig } => read_token_file(path, kubeconfig),
             Source::Exec(plugin) => {
                 let limit = self

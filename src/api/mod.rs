@@ -1,7 +1,8 @@
 //! The one path to the API server: the clients and their error ([`client`]), the one backoff and
 //! deadline-bounded retry ([`retry`]), the one guarded write ([`guarded`]), the pacing of
 //! watch requests ([`pace`]), the names in request paths ([`path`]), the credentials we fetch
-//! ourselves ([`credentials`], [`exec`]) set on each request ([`authorized`]), and answers that
+//! ourselves ([`credentials`], [`exec`]) set on each request ([`authorized`]), the connection's
+//! TLS ([`tls`]), and answers that
 //! are not the API server's ([`answers`]). Every request the engine sends goes through here, so
 //! a deadline given to prepare, drain, restore or the Ready wait bounds each request and each
 //! pause.
@@ -16,6 +17,7 @@ pub mod guarded;
 pub mod pace;
 pub mod path;
 pub mod retry;
+pub mod tls;
 
 pub use client::{ApiError, ClientError, Clients};
 pub use credentials::{CredentialError, Credentials};

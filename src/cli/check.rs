@@ -505,7 +505,7 @@ fn check_state_dir(settings: &Settings) -> bool {
 /// The credential we fetch ourselves (token file, exec plugin), fetched now: what it gave and
 /// until when. A failure is the command's error (exit 2), named without secrets.
 async fn credentials_line(credentials: &Credentials) -> Result<(), CliError> {
-    if !credentials.is_ours() {
+    if !credentials.is_fetched() {
         return Ok(());
     }
     let deadline = tokio::time::Instant::now() + credentials.limit();

@@ -53,9 +53,9 @@ impl Access {
     /// Keeps the credential fetched: at once, then again `within` before it expires, so a
     /// shutdown (which may take `within`) never waits for a fetch. Sleeps between fetches with
     /// no timer at all when the credential names no expiry (a token file is read again when
-    /// used, at most once a minute; kube keeps other kinds). Runs until aborted.
+    /// used, at most once a minute; the kubeconfig holds other kinds as they are). Runs until aborted.
     pub(crate) async fn keep_fresh(self, within: Duration) {
-        let Some(credentials) = self.credentials.filter(Credentials::is_ours) else {
+        let Some(credentials) = self.credentials.filter(Credentials::is_fetched) else {
             return;
         };
         let node = &self.settings.node_name;
