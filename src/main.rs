@@ -6,15 +6,6 @@ use std::process::ExitCode;
 use clap::Parser;
 use kube_shutdown_drain::cli::{Cli, Command, EXIT_USAGE};
 
-/// Worker threads of the one runtime: two, so one blocked in the kube client leaves the other
-/// working (and the daemon's loop, which runs on the main thread, fed by it). Tokio's default,
-/// one a CPU, costs a stack and a malloc arena per CPU for an I/O-bound process.
-const WORKERS: usize = 2;
-/// Their stack: a drain's futures nest deep (drain, last stage, slots, the hold), and an
-/// unoptimised build keeps large frames on every poll (a debug build's drain passed tokio's
-/// 2 MiB default); 8 MiB is address space, touched only as deep as a poll goes.
-const WORKER_STACK: usize = 8 << 20;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -24,9 +15,12 @@ fn main() -> ExitCode {
         }
     };
     let log = kube_shutdown_drain::logging::init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(WORKERS)
-        .thread_stack_size(WORKER_STACK)
+    // One thread runs every task: the program waits on the network, the bus and timers, and
+    // nothing of it blocks its thread (DNS lookups and file writes go to tokio's blocking pool,
+    // credential plugins are child processes, the inhibitor's release has a thread of its own,
+    // `host::lock`). tokio's multi-thread scheduler would add two workers and load libm for one
+    // function (`pow`, averaging poll times), 0.5 MiB resident (docs/benchmarks.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -39,8 +33,8 @@ fn main() -> ExitCode {
     let daemon = matches!(cli.command, Command::Run);
     let result = runtime.block_on(cli.dispatch());
     if daemon {
-        // The daemon's workers may be blocked in the kube client; they end with the process
-        // instead of holding up its exit.
+        // A blocking-pool thread may still be in a DNS lookup or a write; it ends with the
+        // process instead of holding up its exit.
         runtime.shutdown_background();
     }
     // The queued log lines first, then the final error: they read in the order they happened.
