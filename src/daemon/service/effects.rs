@@ -43,7 +43,7 @@ impl Daemon {
                 self.carry_out(effect, &before, logind).await;
             }
         }
-        self.metrics.lock_held(self.inhibitor.is_held());
+        self.out.metrics.lock_held(self.inhibitor.is_held());
         let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
         self.watches
             .idle
@@ -62,7 +62,7 @@ impl Daemon {
                 announced_now,
             } => self.start_drain(kind, announced_now, logind).await,
             Effect::AbortDrain => {
-                self.work.abort();
+                self.tasks.work.abort();
                 // The lock stays for the next shutdown: its deadline is gone with this one.
                 self.inhibitor.disarm();
             }
@@ -71,7 +71,7 @@ impl Daemon {
                 self.release();
                 // Before the outcome is said: the textfile never shows a drain's end with the
                 // lock it no longer holds.
-                self.metrics.lock_held(self.inhibitor.is_held());
+                self.out.metrics.lock_held(self.inhibitor.is_held());
             }
             Effect::TakeLock => self.take_lock(logind).await,
             Effect::ForgetShutdown { undo } => self.forget_shutdown(undo),
@@ -92,11 +92,11 @@ impl Daemon {
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {
-                if let (Some(finished), Some(s)) = (self.work.take_over(), before.shutdown()) {
+                if let (Some(finished), Some(s)) = (self.tasks.work.take_over(), before.shutdown()) {
                     crate::daemon::outcome::say(
                         &self.access.settings,
-                        &self.status,
-                        &self.metrics,
+                        &self.out.status,
+                        &self.out.metrics,
                         s.kind,
                         finished,
                         s.guarded,
@@ -138,7 +138,7 @@ impl Daemon {
     /// How the drain ended goes into the boot record before the lock goes; the write is waited
     /// for briefly (it runs off this path: a stalled disk costs at most the allowance).
     async fn record_end(&mut self) {
-        let Some(finished) = self.work.over() else {
+        let Some(finished) = self.tasks.work.over() else {
             return;
         };
         let (end, detail) = crate::daemon::outcome::end_of(&finished.outcome);
@@ -209,7 +209,7 @@ impl Daemon {
             d.map_or_else(|| "unknown".to_owned(), crate::time_limit::seconds)
         };
         let verdict = self.reboot_status();
-        self.status.set(format!(
+        self.out.status.set(format!(
             "waiting for a shutdown of node {} (drain budget {}, logind allows {}){verdict}",
             self.access.settings.node_name,
             secs(drain),
@@ -228,7 +228,7 @@ impl Daemon {
             ));
         }
         if let Some(record) = self.boot.log.record() {
-            self.metrics.unclean(record.unclean);
+            self.out.metrics.unclean(record.unclean);
         }
     }
 
@@ -256,7 +256,7 @@ impl Daemon {
                 self.access.settings.node_name
             );
         }
-        self.status.ready();
+        self.out.status.ready();
         // The credential fetched now, and again before it expires, so that no shutdown waits
         // for it: a drain takes at most its timeout, each request the request timeout more.
         let within = self.access.settings.drain.timeout + self.access.settings.request_timeout;
@@ -269,17 +269,17 @@ impl Daemon {
 
     pub(super) fn spawn_restore(&mut self, trigger: Trigger) {
         self.abort_restore("a new restore starts");
-        self.restore = Some(tokio::spawn(restore::restore_until_done(
+        self.tasks.restore = Some(tokio::spawn(restore::restore_until_done(
             self.access.clone(),
-            self.status.clone(),
-            self.metrics.clone(),
+            self.out.status.clone(),
+            self.out.metrics.clone(),
             trigger,
             self.watches.quiet.subscribe(),
         )));
     }
 
     pub(super) fn abort_restore(&mut self, why: &str) {
-        if let Some(task) = self.restore.take()
+        if let Some(task) = self.tasks.restore.take()
             && !task.is_finished()
         {
             task.abort();
@@ -287,7 +287,7 @@ impl Daemon {
                 "stopped the restore of node {}: {why}",
                 self.access.settings.node_name
             );
-            self.status.set_restore(None);
+            self.out.status.set_restore(None);
         }
     }
 }

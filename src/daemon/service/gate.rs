@@ -142,7 +142,7 @@ impl Daemon {
         if self.gate.lock.take().is_none() {
             return;
         }
-        self.metrics.gate_closed(false);
+        self.out.metrics.gate_closed(false);
         let because = match because {
             GateOpened::NoLongerWaits => {
                 "the daemon no longer waits (a shutdown, a drain or the stop)"
@@ -198,7 +198,7 @@ impl Daemon {
                 // for the gate's reason now (a later reason or a drop aborts the ask).
                 self.gate.lock = Some((fd, why.clone()));
                 self.gate.refused = None;
-                self.metrics.gate_closed(true);
+                self.out.metrics.gate_closed(true);
                 tracing::warn!(node = %node, "{why}");
             }
             Err(e) => {

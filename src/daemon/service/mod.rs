@@ -85,15 +85,13 @@ pub(crate) struct Daemon {
     access: Access,
     /// The phase and the reboot gate, as the table (`daemon::phase`) moves them.
     state: State,
-    status: Status,
+    /// What the daemon shows outside its log: systemd's status line and the metrics.
+    out: Out,
     inhibitor: Inhibitor,
-    metrics: Metrics,
     /// This boot's record and the start's once-only steps.
     boot: Boot,
-    /// The shutdown's work: while it runs, then how it ended until that is recorded and said.
-    work: work::Slot,
-    /// The running restore, aborted when a shutdown starts.
-    restore: Option<JoinHandle<()>>,
+    /// The shutdown's work and the restore, the tasks beside the loop that end a phase.
+    tasks: Tasks,
     /// What the tasks beside the loop follow.
     watches: Watches,
     /// logind's schedule file and the timer it needs.
@@ -102,6 +100,21 @@ pub(crate) struct Daemon {
     gate: gate::Gate,
     /// The reboots the node asks for (`[reboot]`).
     reboot: reboot::Reboot,
+}
+
+/// What the daemon shows outside its log.
+struct Out {
+    /// systemd's `STATUS=` line and `status`'s view of it.
+    status: Status,
+    metrics: Metrics,
+}
+
+/// The tasks beside the loop whose end is an event of the table.
+struct Tasks {
+    /// The shutdown's work: while it runs, then how it ended until that is recorded and said.
+    work: work::Slot,
+    /// The running restore, aborted when a shutdown starts.
+    restore: Option<JoinHandle<()>>,
 }
 
 /// This boot's record (`boot-record`), opened at the first connection to logind, and READY=1,
@@ -145,7 +158,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     daemon.run(&bus_address, &mut signals).await;
     daemon.abort_restore("the daemon stops");
     daemon.release();
-    daemon.metrics.lock_held(false);
+    daemon.out.metrics.lock_held(false);
     // The lock is gone; what is still to be written (the boot record's stop, the metrics) gets
     // a moment before the process, and the writer thread with it, ends.
     if !writer
@@ -182,16 +195,17 @@ impl Daemon {
         );
         Daemon {
             state: State::starting(),
-            status,
+            out: Out { status, metrics },
             inhibitor,
             boot: Boot {
                 log: BootLog::with_writer(writer.clone()),
                 opened: false,
                 ready_sent: false,
             },
-            metrics,
-            work: work::Slot::Empty,
-            restore: None,
+            tasks: Tasks {
+                work: work::Slot::Empty,
+                restore: None,
+            },
             watches: Watches {
                 quiet: watch::Sender::new(false),
                 idle: watch::Sender::new(true),
@@ -218,7 +232,7 @@ impl Daemon {
         tokio::spawn(crate::daemon::forecast::run_every(
             self.access.clone(),
             interval,
-            self.metrics.clone(),
+            self.out.metrics.clone(),
             self.watches.idle.subscribe(),
             self.watches.time_limit.subscribe(),
             self.gate.forecast_blocked.clone(),
@@ -279,7 +293,7 @@ impl Daemon {
                     self.gate_taken(why, taken);
                     continue;
                 }
-                left_work = self.work.end() => Event::Ended { left_work },
+                left_work = self.tasks.work.end() => Event::Ended { left_work },
                 _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
                 asked = reboot::ended(&mut self.reboot.task, &mut self.reboot.asked_at) => {
                     Event::RebootEnded { asked }
@@ -348,9 +362,9 @@ impl Daemon {
         self.watches
             .time_limit
             .send_replace(Some(made.limit.clone()));
-        self.metrics
+        self.out.metrics
             .time_limit(made.limit.drain, made.limit.logind_max);
-        self.status
+        self.out.status
             .set_degraded(made.limit.warning.as_ref().map(|w| {
             format!(
                 "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
@@ -385,7 +399,7 @@ impl Daemon {
             "no inhibitor is held"
         };
         tracing::warn!("{e}{what} reconnecting to logind for node {node} ({held})");
-        self.status
+        self.out.status
             .set_degraded(Some(format!("logind unreachable: {e}")));
     }
 

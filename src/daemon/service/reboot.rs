@@ -132,7 +132,7 @@ impl Daemon {
             bus_address.to_owned(),
             from_loop,
             self.reboot.verdict_tx.clone(),
-            self.metrics.clone(),
+            self.out.metrics.clone(),
         ));
     }
 
@@ -156,7 +156,7 @@ impl Daemon {
             "then logind's Reboot"
         };
         self.abort_restore("the node's reboot starts");
-        self.status.set(format!(
+        self.out.status.set(format!(
             "rebooting node {node}: {why}; a drain slot, the drain, {last}"
         ));
         tracing::info!(node = %node, "rebooting node {node} ({why}): draining it first");

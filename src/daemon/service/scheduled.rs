@@ -206,7 +206,7 @@ impl Daemon {
             seconds(lead),
             seconds(wait)
         );
-        self.status.set(format!(
+        self.out.status.set(format!(
             "{reason}: draining node {node} in {} ({} before it)",
             seconds(wait),
             seconds(lead)
@@ -237,7 +237,7 @@ impl Daemon {
             "{reason}: {doing} node {node} ahead of it, within {} (until the scheduled time)",
             seconds(left)
         );
-        self.status
+        self.out.status
             .set(format!("{doing} node {node} ahead of the {reason}"));
         // Kept for the drain of logind's window: its client is connected by then.
         let warm =
@@ -258,14 +258,14 @@ impl Daemon {
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.
     pub(super) fn say_early(&mut self) {
         let node = &self.access.settings.node_name;
-        let (Some(finished), Some(s)) = (self.work.take_over(), &self.scheduled.schedule) else {
+        let (Some(finished), Some(s)) = (self.tasks.work.take_over(), &self.scheduled.schedule) else {
             return;
         };
         let reason = s.reason();
         let ms = finished.took.as_millis();
         match &finished.outcome {
             DrainOutcome::Drained(report) => {
-                self.metrics.drained(report);
+                self.out.metrics.drained(report);
                 if report.complete {
                     tracing::info!(
                         node = %node,
@@ -292,7 +292,7 @@ impl Daemon {
             ),
             _ => {}
         }
-        self.status.set(format!(
+        self.out.status.set(format!(
             "node {node} prepared ahead of the {reason}; waiting for logind to start it"
         ));
     }

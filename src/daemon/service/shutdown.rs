@@ -105,7 +105,7 @@ impl Daemon {
                 .await;
         match read {
             Ok(Ok(limit)) => {
-                self.metrics.time_limit(limit.drain, limit.logind_max);
+                self.out.metrics.time_limit(limit.drain, limit.logind_max);
                 if let Some(warning) = &limit.warning {
                     tracing::error!("{warning}");
                 }
@@ -152,7 +152,7 @@ impl Daemon {
             seconds(limit.logind_max)
         );
         if guarded {
-            self.status.set(format!(
+            self.out.status.set(format!(
                 "{doing} node {node} before the {what} (budget {})",
                 seconds(left)
             ));
@@ -165,7 +165,7 @@ impl Daemon {
             seconds(left)
         );
         tracing::error!("{unguarded}");
-        self.status.set(format!(
+        self.out.status.set(format!(
             "draining node {node} without an inhibitor before the {what}: logind will not wait \
              for it (budget {})",
             seconds(left)

@@ -151,7 +151,7 @@ impl Daemon {
         let deadline = started + stage;
         let policy = self.access.settings.shutdown.policy(kind);
         let what = kind.noun();
-        self.status.set(format!(
+        self.out.status.set(format!(
             "draining node {node} in the stop phase of the {what} (budget {})",
             seconds(stage)
         ));

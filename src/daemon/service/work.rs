@@ -158,9 +158,9 @@ impl Daemon {
             Stage::StopPhase { .. } => tracing::info_span!("stop_phase", shutdown_kind = %kind),
         };
         let task = work
-            .run(self.access.clone(), self.status.clone())
+            .run(self.access.clone(), self.out.status.clone())
             .instrument(span);
-        self.work = Slot::Running(tokio::spawn(task));
+        self.tasks.work = Slot::Running(tokio::spawn(task));
     }
 }
 
