@@ -100,7 +100,9 @@ const STDERR_QUEUE_LINES: usize = 4096;
 
 /// The filter when `KUBE_SHUTDOWN_DRAIN_LOG` is unset, empty or not a filter. kube's crates are
 /// off: their lines repeat, per attempt and as Debug dumps, what our one line per failure says.
-const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off";
+/// rustls-platform-verifier's lines too: an ERROR per refused certificate with its source path,
+/// where our one line says `TLS handshake failed: invalid peer certificate: ...`.
+const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off,rustls_platform_verifier=off";
 
 /// The levels a directive may name.
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
@@ -146,7 +148,12 @@ pub fn filter(value: &str) -> (Targets, Option<String>) {
     } else {
         ",kube_client=off,kube_runtime=off"
     };
-    match format!("{value}{kube}").parse::<Targets>() {
+    let verifier = if value.contains("rustls") {
+        ""
+    } else {
+        ",rustls_platform_verifier=off"
+    };
+    match format!("{value}{kube}{verifier}").parse::<Targets>() {
         Ok(f) => (f, None),
         Err(e) => (default_filter(), Some(e.to_string())),
     }
