@@ -121,7 +121,11 @@ impl Daemon {
     pub(super) fn answer_agent(&mut self, question: Question) {
         let operation = question.request.operation;
         let slot_wait = *self.reboot.slot_wait.borrow();
-        let restoring = self.tasks.restore.as_ref().is_some_and(|r| !r.is_finished());
+        let restoring = self
+            .tasks
+            .restore
+            .as_ref()
+            .is_some_and(|r| !r.is_finished());
         let Some(agent) = &mut self.reboot.agent else {
             return;
         };

@@ -92,7 +92,8 @@ impl Daemon {
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {
-                if let (Some(finished), Some(s)) = (self.tasks.work.take_over(), before.shutdown()) {
+                if let (Some(finished), Some(s)) = (self.tasks.work.take_over(), before.shutdown())
+                {
                     crate::daemon::outcome::say(
                         &self.access.settings,
                         &self.out.status,

@@ -362,9 +362,11 @@ impl Daemon {
         self.watches
             .time_limit
             .send_replace(Some(made.limit.clone()));
-        self.out.metrics
+        self.out
+            .metrics
             .time_limit(made.limit.drain, made.limit.logind_max);
-        self.out.status
+        self.out
+            .status
             .set_degraded(made.limit.warning.as_ref().map(|w| {
             format!(
                 "logind allows {}, the drain timeout needs {} (drains cut to {}); see the journal",
@@ -399,7 +401,8 @@ impl Daemon {
             "no inhibitor is held"
         };
         tracing::warn!("{e}{what} reconnecting to logind for node {node} ({held})");
-        self.out.status
+        self.out
+            .status
             .set_degraded(Some(format!("logind unreachable: {e}")));
     }
 

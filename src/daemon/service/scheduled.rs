@@ -237,7 +237,8 @@ impl Daemon {
             "{reason}: {doing} node {node} ahead of it, within {} (until the scheduled time)",
             seconds(left)
         );
-        self.out.status
+        self.out
+            .status
             .set(format!("{doing} node {node} ahead of the {reason}"));
         // Kept for the drain of logind's window: its client is connected by then.
         let warm =
@@ -258,7 +259,8 @@ impl Daemon {
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.
     pub(super) fn say_early(&mut self) {
         let node = &self.access.settings.node_name;
-        let (Some(finished), Some(s)) = (self.tasks.work.take_over(), &self.scheduled.schedule) else {
+        let (Some(finished), Some(s)) = (self.tasks.work.take_over(), &self.scheduled.schedule)
+        else {
             return;
         };
         let reason = s.reason();
