@@ -1,6 +1,6 @@
-//! The kube clients and [`ApiError`]. Built from the configured kubeconfig with kube's hidden
-//! retries off (`default_retry = false`: it would retry a 429 up to 15 times and blow any shutdown
-//! deadline). Every ordinary request goes through [`Clients::once`] (a timeout of
+//! The kube clients and [`ApiError`]. Built from the configured kubeconfig without kube's hidden
+//! retries (its `default_retry` would retry a 429 up to 15 times and blow any shutdown deadline)
+//! or credential layer ([`client_for`]). Every ordinary request goes through [`Clients::once`] (a timeout of
 //! min(`request_timeout`, time left to the deadline)) or [`Clients::retry`]. Watches use a second
 //! client without a read timeout whose watch requests are paced ([`super::pace`]); their length
 //! is bounded by the server-side `timeoutSeconds`, the watcher's idle timeout and the caller's
@@ -43,10 +43,14 @@ pub enum ClientError {
     Build { path: PathBuf, source: kube::Error },
     #[error(transparent)]
     Tls(#[from] super::tls::TlsError),
+    #[error("kubeconfig {path} was not read: {why}")]
+    NotRead { path: PathBuf, why: String },
     /// kube's client without its `http-proxy` and `socks5` features, which this program never
-    /// had, refused these too.
+    /// had, refused these too. kube reads `HTTPS_PROXY` and `https_proxy` when the cluster has no
+    /// `proxy-url`.
     #[error(
-        "kubeconfig {path}: proxy-url is not supported: the node reaches its API server directly"
+        "kubeconfig {path}: a proxy (its proxy-url, or HTTPS_PROXY in the environment) is not \
+         supported: the node reaches its API server directly"
     )]
     Proxy { path: PathBuf },
     /// The token file or exec plugin gave no credential.
@@ -483,14 +487,24 @@ pub async fn connect(
         });
     }
     let tls = super::tls::TlsFrom {
-        kubeconfig: path,
-        roots: config.root_cert.as_deref(),
+        kubeconfig: path.to_path_buf(),
+        roots: config.root_cert.clone(),
         insecure: config.accept_invalid_certs,
-        server_name: config.tls_server_name.as_deref(),
-        user: &config.auth_info,
+        server_name: config.tls_server_name.clone(),
+        user: config.auth_info.clone(),
         issued: credentials.identity(),
-    }
-    .config()?;
+    };
+    // On tokio's blocking pool: it may read certificate files and the system's trust store, and
+    // a frozen file system must hold a pool thread, not the runtime's one thread.
+    let tls = match tokio::task::spawn_blocking(move || tls.config()).await {
+        Ok(made) => made?,
+        Err(e) => {
+            return Err(ClientError::NotRead {
+                path: path.to_path_buf(),
+                why: format!("its TLS setup stopped: {e}"),
+            });
+        }
+    };
     let build = |read_timeout| {
         client_for(&config, tls.clone(), read_timeout).map_err(|source| ClientError::Build {
             path: path.to_path_buf(),

@@ -264,19 +264,21 @@ impl Credentials {
             Ok(issued) => issued,
             // client-go and kube keep the last token when a file cannot be read again
             // (kubernetes#68164: files made available at start and removed later).
-            Err(e @ (CredentialError::TokenFile(_) | CredentialError::EmptyTokenFile { .. })) => {
-                match self.held() {
-                    Some(held) => {
-                        tracing::warn!("{e}; keeping the token read before");
-                        self.store(Held {
-                            fetched: Instant::now(),
-                            ..held
-                        });
-                        return Ok(false);
-                    }
-                    None => return Err(e),
+            Err(
+                e @ (CredentialError::TokenFile(_)
+                | CredentialError::EmptyTokenFile { .. }
+                | CredentialError::Deadline(_)),
+            ) => match self.held() {
+                Some(held) => {
+                    tracing::warn!("{e}; keeping the token read before");
+                    self.store(Held {
+                        fetched: Instant::now(),
+                        ..held
+                    });
+                    return Ok(false);
                 }
-            }
+                None => return Err(e),
+            },
             Err(e) => return Err(e),
         };
         self.store(Held {
@@ -358,7 +360,20 @@ impl Credentials {
         match &self.inner.source {
             // Nothing to fetch (never asked: `needs_fetch` is false for these).
             Source::None | Source::Fixed { .. } | Source::Refused(_) => Ok(Issued::default()),
-            Source::TokenFile { path, kubeconfig } => read_token_file(path, kubeconfig),
+            Source::TokenFile { path, kubeconfig } => {
+                // On tokio's blocking pool, by the deadline: a frozen file system holds a pool
+                // thread, not the runtime's one thread.
+                let (path, kubeconfig) = (path.clone(), kubeconfig.clone());
+                let read = tokio::task::spawn_blocking(move || read_token_file(&path, &kubeconfig));
+                match tokio::time::timeout_at(deadline, read).await {
+                    Ok(Ok(read)) => read,
+                    Ok(Err(e)) => Err(CredentialError::Refused(format!(
+                        "{}: the read stopped: {e}",
+                        self.describe()
+                    ))),
+                    Err(_) => Err(CredentialError::Deadline(self.describe())),
+                }
+            }
             Source::Exec(plugin) => {
                 let limit = self
                     .inner

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::api::Credentials;
+use crate::api::{ClientError, Credentials};
 use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::engine::{Engine, Error};
@@ -41,9 +41,28 @@ impl Access {
         }
     }
 
+    /// [`Access::engine_now`] with the kubeconfig read on tokio's blocking pool, within the
+    /// request timeout: a frozen file system holds a pool thread, never the one thread that runs
+    /// the daemon's loop and its tasks.
+    pub(crate) async fn engine(&self) -> Result<Engine, Error> {
+        let access = self.clone();
+        let path = self.settings.kubeconfig.clone();
+        let not_read = |why: String| Error::Client(ClientError::NotRead { path, why });
+        let read = tokio::task::spawn_blocking(move || access.engine_now());
+        match tokio::time::timeout(self.settings.request_timeout, read).await {
+            Ok(Ok(built)) => built,
+            Ok(Err(e)) => Err(not_read(e.to_string())),
+            Err(_) => Err(not_read(format!(
+                "no answer from its file system within {} s",
+                self.settings.request_timeout.as_secs()
+            ))),
+        }
+    }
+
     /// An engine on the shared cache (a kubeconfig changed since to name another credential
-    /// gets a cache of its own, `Credentials::for_kubeconfig`).
-    pub(crate) fn engine(&self) -> Result<Engine, Error> {
+    /// gets a cache of its own, `Credentials::for_kubeconfig`), the kubeconfig read on this
+    /// thread.
+    pub(crate) fn engine_now(&self) -> Result<Engine, Error> {
         match &self.credentials {
             Some(credentials) => Engine::with_credentials(self.settings.clone(), credentials),
             None => Engine::new(self.settings.clone()),

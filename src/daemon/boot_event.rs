@@ -22,7 +22,7 @@ pub(crate) async fn post_until_done(access: Access, log: BootLog, previous: Prev
     let node = &settings.node_name;
     let mut backoff = crate::backoff::Backoff::between(POST_RETRY_FIRST, POST_RETRY_MAX);
     loop {
-        let posted = match access.engine() {
+        let posted = match access.engine().await {
             Ok(engine) => engine.try_event(reason, &previous.message).await,
             Err(e) => Err(e),
         };

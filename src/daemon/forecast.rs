@@ -107,7 +107,7 @@ async fn once(
     last: &watch::Sender<Option<Arc<Forecast>>>,
 ) -> Option<Reason> {
     let node = &access.settings.node_name;
-    let engine = match access.engine() {
+    let engine = match access.engine().await {
         Ok(engine) => engine,
         Err(e) => {
             tracing::warn!("no forecast for node {node}: {e}");

@@ -78,7 +78,7 @@ pub(crate) async fn follow(
         if wanted.wait_for(|w| *w).await.is_err() {
             return;
         }
-        let looked = match access.engine() {
+        let looked = match access.engine().await {
             Ok(engine) => engine
                 .slots_full(&mut changes, Instant::now() + LOOK_MAX)
                 .await

@@ -443,7 +443,7 @@ fn until_next_look(windows: &Windows, now: Timestamp) -> Duration {
 
 /// What holds the node now.
 pub(crate) async fn judge(access: &Access, windows: &Windows, weighed: Weighed<'_>) -> Holds {
-    match access.engine() {
+    match access.engine().await {
         Ok(engine) => crate::reboot::holds_read::holds_of(&engine, windows, weighed).await,
         Err(e) => Holds::unknown(&access.settings.node_name, &e.to_string()),
     }

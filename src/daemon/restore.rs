@@ -84,7 +84,7 @@ async fn attempt(
     let node = &access.settings.node_name;
     // A fresh engine per attempt (the credential cache is shared): the client lives only while
     // the restore runs.
-    let engine = access.engine()?;
+    let engine = access.engine().await?;
     let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
     if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
         if !late_marker(&engine, node).await? {

@@ -334,7 +334,7 @@ async fn ask_logind(node: &str, logind: &Logind) -> bool {
 /// The reboot's engine, holding a drain slot with `[fleet] slots` (waited for as long as it
 /// takes, `slot_wait` true meanwhile); `None` when there is no engine or no slot (said).
 async fn engine_with_slot(access: &Access, slot_wait: &SlotWait) -> Option<Engine> {
-    let engine = match access.engine() {
+    let engine = match access.engine().await {
         Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
         Err(e) => {
             let node = &access.settings.node_name;

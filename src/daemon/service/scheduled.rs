@@ -242,7 +242,7 @@ impl Daemon {
             .set(format!("{doing} node {node} ahead of the {reason}"));
         // Kept for the drain of logind's window: its client is connected by then.
         let warm =
-            (self.access.engine().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
+            (self.access.engine_now().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
         self.scheduled.warm = warm.clone();
         self.spawn_work(Work {
             kind,

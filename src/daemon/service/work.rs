@@ -191,7 +191,7 @@ async fn drain_node(
 ) -> DrainOutcome {
     let Ends { deadline, grace_to } = ends;
     let node = access.settings.node_name.clone();
-    let engine = match engine_for(&access, kind, warm) {
+    let engine = match engine_for(&access, kind, warm).await {
         Ok(engine) => engine,
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
@@ -235,14 +235,14 @@ async fn drain_node(
 }
 
 /// The engine for a shutdown's work: `warm` when it is for `kind`, else a new one.
-pub(crate) fn engine_for(
+pub(crate) async fn engine_for(
     access: &Access,
     kind: ShutdownKind,
     warm: Option<Arc<Engine>>,
 ) -> Result<Arc<Engine>, crate::engine::Error> {
     match warm {
         Some(engine) if engine.shutdown_kind() == Some(kind) => Ok(engine),
-        _ => Ok(Arc::new(access.engine()?.for_shutdown_kind(kind))),
+        _ => Ok(Arc::new(access.engine().await?.for_shutdown_kind(kind))),
     }
 }
 
@@ -262,7 +262,7 @@ async fn cordon_node(
     tracing::info!(
         "[shutdown] {key} = \"cordon\": tainting and cordoning node {node}, evicting no pods"
     );
-    let engine = match access.engine() {
+    let engine = match access.engine().await {
         Ok(engine) => engine.for_shutdown_kind(kind),
         Err(e) => return DrainOutcome::Failed(e.to_string()),
     };
