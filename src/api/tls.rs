@@ -28,15 +28,15 @@ use crate::config::file::{FileError, read_text};
 
 /// What the client's TLS is made from: the parts of kube's reading of the kubeconfig that bear
 /// on it, and the client certificate an exec plugin gave.
-pub struct TlsFrom<'a> {
+pub struct TlsFrom {
     /// The kubeconfig's path, for messages.
-    pub kubeconfig: &'a Path,
+    pub kubeconfig: PathBuf,
     /// The cluster's certificate authority as DER certificates (kube read the file or the data).
-    pub roots: Option<&'a [Vec<u8>]>,
+    pub roots: Option<Vec<Vec<u8>>>,
     pub insecure: bool,
-    pub server_name: Option<&'a str>,
+    pub server_name: Option<String>,
     /// The current user, whose client certificate files or data apply unless `issued` is set.
-    pub user: &'a AuthInfo,
+    pub user: AuthInfo,
     /// A plugin's client certificate and key (PEM).
     pub issued: Option<(String, SecretString)>,
 }
@@ -62,7 +62,7 @@ pub enum TlsError {
     Base64 { path: PathBuf, what: &'static str },
     #[error("kubeconfig {path}: {source}")]
     File { path: PathBuf, source: FileError },
-    #[error("kubeconfig {path}: the {what} holds no PEM certificate")]
+    #[error("kubeconfig {path}: the {what} holds no PEM certificate, or one that is damaged")]
     NoCertificate { path: PathBuf, what: String },
     #[error("kubeconfig {path}: the {what} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)")]
     NoKey { path: PathBuf, what: String },
@@ -77,10 +77,10 @@ pub enum TlsError {
     },
 }
 
-impl TlsFrom<'_> {
+impl TlsFrom {
     /// rustls' client configuration, and the name to send and check if not the URL's host.
     pub fn config(self) -> Result<(ClientConfig, Option<ServerName<'static>>), TlsError> {
-        let path = self.kubeconfig.to_path_buf();
+        let path = self.kubeconfig.clone();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -88,7 +88,9 @@ impl TlsFrom<'_> {
                 path: path.clone(),
                 source,
             })?;
-        let builder = match self.roots {
+        let builder = match &self.roots {
+            // Nothing is checked (`Unchecked` below): no trust store is needed either.
+            _ if self.insecure => builder.with_root_certificates(RootCertStore::empty()),
             Some(roots) => {
                 let mut store = RootCertStore::empty();
                 for der in roots {
@@ -122,16 +124,17 @@ impl TlsFrom<'_> {
                 .dangerous()
                 .set_certificate_verifier(Arc::new(Unchecked(provider)));
         }
-        let name =
-            match self.server_name {
-                Some(name) => Some(ServerName::try_from(name.to_owned()).map_err(|_| {
-                    TlsError::ServerName {
+        let name = match &self.server_name {
+            Some(name) => {
+                Some(
+                    ServerName::try_from(name.clone()).map_err(|_| TlsError::ServerName {
                         path,
-                        name: name.to_owned(),
-                    }
-                })?),
-                None => None,
-            };
+                        name: name.clone(),
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok((config, name))
     }
 
@@ -140,7 +143,7 @@ impl TlsFrom<'_> {
     fn identity(
         &self,
     ) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, TlsError> {
-        let path = self.kubeconfig;
+        let path = self.kubeconfig.as_path();
         let (cert, key, cert_what, key_what) = match &self.issued {
             Some((cert, key)) => (
                 cert.as_bytes().to_vec(),
@@ -149,7 +152,7 @@ impl TlsFrom<'_> {
                 "client key the exec plugin gave".to_owned(),
             ),
             None => {
-                let user = self.user;
+                let user = &self.user;
                 let cert = pem_of(
                     path,
                     user.client_certificate_data.as_deref(),
@@ -173,15 +176,13 @@ impl TlsFrom<'_> {
                 }
             }
         };
-        let chain: Vec<_> = CertificateDer::pem_slice_iter(&cert)
-            .filter_map(Result::ok)
-            .collect();
-        if chain.is_empty() {
+        let chain = CertificateDer::pem_slice_iter(&cert).collect::<Result<Vec<_>, _>>();
+        let Some(chain) = chain.ok().filter(|c| !c.is_empty()) else {
             return Err(TlsError::NoCertificate {
                 path: path.to_path_buf(),
                 what: cert_what,
             });
-        }
+        };
         let key = PrivateKeyDer::from_pem_slice(&key).map_err(|_| TlsError::NoKey {
             path: path.to_path_buf(),
             what: key_what,
@@ -259,5 +260,48 @@ impl ServerCertVerifier for Unchecked {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `TlsFrom` whose user has `cert` and `key` as PEM text in `-data`.
+    fn with_identity(cert: &str, key: &str) -> TlsFrom {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        TlsFrom {
+            kubeconfig: PathBuf::from("/etc/kc"),
+            roots: None,
+            insecure: true,
+            server_name: None,
+            user: AuthInfo {
+                client_certificate_data: Some(b64.encode(cert)),
+                client_key_data: Some(SecretString::from(b64.encode(key))),
+                ..AuthInfo::default()
+            },
+            issued: None,
+        }
+    }
+
+    #[test]
+    fn a_damaged_certificate_in_the_client_chain_is_an_error_naming_the_kubeconfig() {
+        let made = rcgen::generate_simple_self_signed(vec!["node-a".to_owned()]).unwrap();
+        let (cert, key) = (made.cert.pem(), made.signing_key.serialize_pem());
+        assert!(with_identity(&cert, &key).config().is_ok());
+        let damaged =
+            format!("{cert}-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n");
+        let e = with_identity(&damaged, &key)
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "kubeconfig /etc/kc: the user's client-certificate-data holds no PEM certificate, or \
+             one that is damaged"
+        );
+        let e = with_identity(&cert, "").config().unwrap_err().to_string();
+        assert!(e.contains("holds no PEM private key"), "{e}");
     }
 }

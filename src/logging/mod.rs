@@ -153,6 +153,12 @@ pub fn filter(value: &str) -> (Targets, Option<String>) {
     } else {
         ",rustls_platform_verifier=off"
     };
+    // `Targets` does not trim: ` kube_shutdown_drain=debug` would name a target that is no one's.
+    let value = value
+        .split(',')
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(",");
     match format!("{value}{kube}{verifier}").parse::<Targets>() {
         Ok(f) => (f, None),
         Err(e) => (default_filter(), Some(e.to_string())),
@@ -392,6 +398,14 @@ mod tests {
     #[test]
     fn the_log_filter_refuses_what_is_not_one_and_keeps_kube_quiet_unless_named() {
         let ours = "kube_shutdown_drain";
+        assert!(
+            lets_through(
+                filter("warn, kube_shutdown_drain=debug").0,
+                ours,
+                Level::DEBUG
+            ),
+            "a space after the comma"
+        );
         for good in ["", "debug", "warn,kube_shutdown_drain=debug", "INFO"] {
             assert_eq!(filter(good).1, None, "{good:?}");
         }
