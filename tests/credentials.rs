@@ -29,32 +29,10 @@ fn kubeconfig_with(dir: &Path, name: &str, server: &str, user: &str) -> PathBuf 
     path
 }
 
-/// A config file for `node-a` using `kubeconfig`, with a 2 s request timeout.
-fn config_with(c: &Cluster, name: &str, kubeconfig: &Path) -> PathBuf {
-    let path = c.dir.path().join(name);
-    let text = format!(
-        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n",
-        kubeconfig.display(),
-        c.dir.path().join("state").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// A config file whose kubeconfig points at the fake with `user` (YAML lines under `user:`).
 fn config_for_user(c: &Cluster, user: &str) -> (PathBuf, PathBuf) {
     let kc = kubeconfig_with(c.dir.path(), "kubeconfig", &c.server.url(), user);
     (config_with(c, "config.toml", &kc), kc)
-}
-
-/// The identities of the requests the fake got.
-fn users(c: &Cluster) -> Vec<String> {
-    c.server
-        .recorder()
-        .requests()
-        .into_iter()
-        .map(|r| r.user)
-        .collect()
 }
 
 /// An executable shell script `name` in `dir`.

@@ -280,18 +280,6 @@ fn kubeconfig_with(dir: &Path, name: &str, cluster: &str, user: &str) -> PathBuf
     path
 }
 
-/// A config file for `node-a` using `kubeconfig`, with a 2 s request timeout.
-fn config_with(c: &Cluster, kubeconfig: &Path) -> PathBuf {
-    let path = c.dir.path().join("config.toml");
-    let text = format!(
-        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n",
-        kubeconfig.display(),
-        c.dir.path().join("state").display()
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// The kubeconfig's directory: a subdirectory of the scratch dir, not the binary's working
 /// directory, so a relative path resolves only against it.
 fn kube_dir(c: &Cluster) -> PathBuf {
@@ -301,7 +289,7 @@ fn kube_dir(c: &Cluster) -> PathBuf {
 /// `plan` with a kubeconfig (in [`kube_dir`]) of `cluster` and `user` lines.
 async fn plan(c: &Cluster, cluster: &str, user: &str) -> Run {
     let kc = kubeconfig_with(&kube_dir(c), "kubeconfig", cluster, user);
-    cli(&config_with(c, &kc), &["plan"]).await
+    cli(&config_with(c, "config.toml", &kc), &["plan"]).await
 }
 
 /// The cluster lines for `server` trusting `ca` inline.
@@ -315,16 +303,6 @@ fn trusting(server: &str, ca: &Ca) -> String {
 /// The user lines of a bearer token.
 fn token(t: &str) -> String {
     format!("    token: {t}\n")
-}
-
-/// The identities of the requests the fake got.
-fn users(c: &Cluster) -> Vec<String> {
-    c.server
-        .recorder()
-        .requests()
-        .into_iter()
-        .map(|r| r.user)
-        .collect()
 }
 
 /// `plan` succeeded, and every request reached the fake as `user`.

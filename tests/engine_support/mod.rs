@@ -480,3 +480,26 @@ pub async fn admin_uncordons_and_removes_our_taint(c: &Cluster) {
     .await
     .unwrap();
 }
+
+/// A config file `name` in the scratch dir for `node-a` using `kubeconfig`, with a 2 s
+/// request timeout.
+pub fn config_with(c: &Cluster, name: &str, kubeconfig: &Path) -> PathBuf {
+    let path = c.dir.path().join(name);
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\nrequest_timeout = \"2s\"\n",
+        kubeconfig.display(),
+        c.dir.path().join("state").display()
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The identities of the requests the fake got.
+pub fn users(c: &Cluster) -> Vec<String> {
+    c.server
+        .recorder()
+        .requests()
+        .into_iter()
+        .map(|r| r.user)
+        .collect()
+}
