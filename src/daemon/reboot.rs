@@ -513,6 +513,60 @@ mod tests {
         assert_eq!(retry_pause(u32::MAX), RETRY_MAX);
     }
 
+    /// zincati's pre-reboot stands [`AGENT_ASKS_WITHIN`] after the last one, renewed by each;
+    /// a steady-state ends it at once; a repeated pre-reboot wakes the follower to judge the
+    /// holds again only [`AGENT_LOOK_AGAIN`] after the last look.
+    #[tokio::test(start_paused = true)]
+    async fn an_agents_ask_stands_twenty_minutes_from_the_last_and_a_steady_state_ends_it() {
+        let (asks, rx) = mpsc::unbounded_channel();
+        let (tx, mut need) = watch::channel(Need::NotNeeded("not asked".into()));
+        tokio::spawn(follow_agent(rx, tx));
+        let minute = Duration::from_secs(60);
+        let ask = |op| asks.send(op).unwrap();
+        // Lets the follower take what was sent, in paused time.
+        async fn settle() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        ask(Operation::PreReboot);
+        settle().await;
+        assert!(need.borrow_and_update().is_needed());
+        tokio::time::sleep(19 * minute).await;
+        assert!(need.borrow_and_update().is_needed(), "19 min after the ask");
+        ask(Operation::PreReboot);
+        settle().await;
+        assert!(
+            need.has_changed().unwrap(),
+            "a repeat after 19 min is looked at again"
+        );
+        need.borrow_and_update();
+        ask(Operation::PreReboot);
+        settle().await;
+        assert!(!need.has_changed().unwrap(), "a repeat within 5 s is not");
+        tokio::time::sleep(19 * minute).await;
+        assert!(
+            need.borrow_and_update().is_needed(),
+            "renewed by the last ask"
+        );
+        tokio::time::sleep(2 * minute).await;
+        let ended = need.borrow_and_update().clone();
+        assert_eq!(
+            ended,
+            Need::NotNeeded(
+                "the update agent has not asked for a reboot (FleetLock pre-reboot) for 20 min"
+                    .into()
+            )
+        );
+        ask(Operation::PreReboot);
+        settle().await;
+        assert!(need.borrow_and_update().is_needed());
+        ask(Operation::SteadyState);
+        settle().await;
+        assert_eq!(
+            *need.borrow_and_update(),
+            Need::NotNeeded("the update agent reports steady state (FleetLock)".into())
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_trigger_whose_task_ended_is_not_waited_on_and_the_others_still_are() {
         let (gone, rx_gone) = watch::channel(Need::Unknown("inotify failed".into()));
