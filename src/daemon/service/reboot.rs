@@ -402,3 +402,23 @@ impl Drop for WaitFlag<'_> {
         self.0.send_replace(false);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// logind announces the daemon's own reboot at once; zincati reboots on its own clock after
+    /// the 200 it got, so its hand-over waits [`AGENT_REBOOTS_WITHIN`] before the node is restored.
+    #[test]
+    fn the_announcement_is_due_sooner_for_our_reboot_than_for_the_agents() {
+        let mut reboot = Reboot::new(true, None);
+        assert_eq!(reboot.announce_due(), None, "nothing asked yet");
+        let at = Instant::now();
+        reboot.asked_at = Some(at);
+        assert_eq!(reboot.announce_due(), Some(at + ANNOUNCE_WINDOW));
+        reboot.by_agent = true;
+        assert_eq!(reboot.announce_due(), Some(at + AGENT_REBOOTS_WITHIN));
+        assert_eq!(AGENT_REBOOTS_WITHIN, Duration::from_secs(600));
+        assert!(ANNOUNCE_WINDOW < AGENT_REBOOTS_WITHIN);
+    }
+}
