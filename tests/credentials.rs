@@ -412,3 +412,31 @@ async fn auth_providers_but_oidc_are_refused_naming_the_kubeconfig_and_the_plugi
     }
     assert!(users(&c).is_empty(), "no request was sent: {:?}", users(&c));
 }
+
+/// A proxy in the kubeconfig is refused before any request, naming the kubeconfig: the node
+/// reaches its API server directly (kube without its proxy features refused it too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_url_is_refused_naming_the_kubeconfig() {
+    let c = Cluster::start(vec![]).await;
+    let path = c.dir.path().join("kc-proxy");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n    \
+         proxy-url: http://127.0.0.1:1\nusers:\n- name: u\n  user:\n    token: admin\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: u\n\
+         current-context: fake\n",
+        c.server.url()
+    );
+    std::fs::write(&path, text).unwrap();
+    let r = cli(&config_with(&c, "config.toml", &path), &["plan"]).await;
+    assert_ne!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "kubeconfig {}: a proxy (its proxy-url, or HTTPS_PROXY in the environment) is not \
+             supported",
+            path.display()
+        )),
+        "{}",
+        r.stderr
+    );
+    assert!(users(&c).is_empty(), "no request was sent: {:?}", users(&c));
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::config::Kubeconfig;
 use tokio::time::Instant;
 
 use super::answers::{ApiAnswers, NotApiAnswer};
@@ -469,42 +469,26 @@ pub async fn connect(
 ) -> Result<Clients, ClientError> {
     let server: Arc<str> = server_url(&kubeconfig).into();
     credentials.prefetch(deadline).await?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|source| ClientError::Kubeconfig {
-                path: path.to_path_buf(),
-                source,
-            })?;
+    // On tokio's blocking pool: kube reads the CA file, the TLS setup certificate files and the
+    // system's trust store, and a frozen file system must hold a pool thread, not the runtime's
+    // one thread.
+    let issued = credentials.identity();
+    let file = path.to_path_buf();
+    let (mut config, tls) =
+        match tokio::task::spawn_blocking(move || configured(kubeconfig, file, issued)).await {
+            Ok(made) => made?,
+            Err(e) => {
+                return Err(ClientError::NotRead {
+                    path: path.to_path_buf(),
+                    why: format!("its TLS setup stopped: {e}"),
+                });
+            }
+        };
     config
         .headers
         .push((http::header::USER_AGENT, user_agent(node)));
     config.connect_timeout = Some(request_timeout);
     config.write_timeout = Some(request_timeout);
-    if config.proxy_url.is_some() {
-        return Err(ClientError::Proxy {
-            path: path.to_path_buf(),
-        });
-    }
-    let tls = super::tls::TlsFrom {
-        kubeconfig: path.to_path_buf(),
-        roots: config.root_cert.clone(),
-        insecure: config.accept_invalid_certs,
-        server_name: config.tls_server_name.clone(),
-        user: config.auth_info.clone(),
-        issued: credentials.identity(),
-    };
-    // On tokio's blocking pool: it may read certificate files and the system's trust store, and
-    // a frozen file system must hold a pool thread, not the runtime's one thread.
-    let tls = match tokio::task::spawn_blocking(move || tls.config()).await {
-        Ok(made) => made?,
-        Err(e) => {
-            return Err(ClientError::NotRead {
-                path: path.to_path_buf(),
-                why: format!("its TLS setup stopped: {e}"),
-            });
-        }
-    };
     let build = |read_timeout| {
         client_for(&config, tls.clone(), read_timeout).map_err(|source| ClientError::Build {
             path: path.to_path_buf(),
@@ -520,6 +504,32 @@ pub async fn connect(
         server,
         credentials: credentials.clone(),
     })
+}
+
+/// kube's reading of `kubeconfig` (its current context; the CA file read) and the TLS made from
+/// it, with the client certificate a plugin `issued`. Blocking file reads.
+fn configured(
+    kubeconfig: Kubeconfig,
+    path: PathBuf,
+    issued: Option<(String, secrecy::SecretString)>,
+) -> Result<(kube::Config, super::tls::Made), ClientError> {
+    let config = kube::Config::try_from(kubeconfig).map_err(|source| ClientError::Kubeconfig {
+        path: path.clone(),
+        source,
+    })?;
+    if config.proxy_url.is_some() {
+        return Err(ClientError::Proxy { path });
+    }
+    let tls = super::tls::TlsFrom {
+        kubeconfig: path,
+        roots: config.root_cert.clone(),
+        insecure: config.accept_invalid_certs,
+        server_name: config.tls_server_name.clone(),
+        user: config.auth_info.clone(),
+        issued,
+    }
+    .config()?;
+    Ok((config, tls))
 }
 
 /// A kube client for `config` over `tls` (and plain HTTP for an `http://` server), with no

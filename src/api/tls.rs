@@ -58,8 +58,8 @@ pub enum TlsError {
     },
     #[error("kubeconfig {path}: tls-server-name `{name}` is neither a DNS name nor an IP address")]
     ServerName { path: PathBuf, name: String },
-    #[error("kubeconfig {path}: the user's {what} is not valid base64")]
-    Base64 { path: PathBuf, what: &'static str },
+    #[error("kubeconfig {path}: the user's {name}-data is not valid base64")]
+    Base64 { path: PathBuf, name: &'static str },
     #[error("kubeconfig {path}: {source}")]
     File { path: PathBuf, source: FileError },
     #[error("kubeconfig {path}: the {what} holds no PEM certificate, or one that is damaged")]
@@ -77,9 +77,12 @@ pub enum TlsError {
     },
 }
 
+/// rustls' client configuration, and the name to send and check if not the URL's host.
+pub type Made = (ClientConfig, Option<ServerName<'static>>);
+
 impl TlsFrom {
     /// rustls' client configuration, and the name to send and check if not the URL's host.
-    pub fn config(self) -> Result<(ClientConfig, Option<ServerName<'static>>), TlsError> {
+    pub fn config(self) -> Result<Made, TlsError> {
         let path = self.kubeconfig.clone();
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(provider.clone())
@@ -205,11 +208,7 @@ fn pem_of(
             .decode(data.trim())
             .map_err(|_| TlsError::Base64 {
                 path: kubeconfig.to_path_buf(),
-                what: if name == "client-key" {
-                    "client-key-data"
-                } else {
-                    "client-certificate-data"
-                },
+                name,
             })?;
         return Ok(Some((bytes, format!("user's {name}-data"))));
     }

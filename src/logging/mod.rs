@@ -98,29 +98,30 @@ pub fn init() -> Option<tracing_appender::non_blocking::WorkerGuard> {
 /// falls further behind has stopped reading, and then lines are lost either way.
 const STDERR_QUEUE_LINES: usize = 4096;
 
-/// The filter when `KUBE_SHUTDOWN_DRAIN_LOG` is unset, empty or not a filter. kube's crates are
-/// off: their lines repeat, per attempt and as Debug dumps, what our one line per failure says.
-/// rustls-platform-verifier's lines too: an ERROR per refused certificate with its source path,
-/// where our one line says `TLS handshake failed: invalid peer certificate: ...`.
-const DEFAULT_FILTER: &str = "info,kube_client=off,kube_runtime=off,rustls_platform_verifier=off";
+/// The targets that are off unless a directive names them. kube's crates: their lines repeat,
+/// per attempt and as Debug dumps, what our one line per failure says. rustls-platform-verifier:
+/// an ERROR per refused certificate with its source path, where our one line says `TLS handshake
+/// failed: invalid peer certificate: ...`.
+const QUIET: [&str; 3] = ["kube_client", "kube_runtime", "rustls_platform_verifier"];
 
 /// The levels a directive may name.
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
 /// The filter for a `KUBE_SHUTDOWN_DRAIN_LOG` value, and why the value was not used, if it was
-/// not (then the filter is the default). Each comma-separated directive is a level or
+/// not (then the filter is the default, `info`). Each comma-separated directive is a level or
 /// `TARGET=LEVEL` (tracing-subscriber's `Targets`: no span or field filters, and so none of
 /// `EnvFilter`'s regex engine in the binary). Stricter than `Targets`, which reads a lone word as
-/// a target at level trace (so `degub` would silence every line). kube's crates stay off unless
-/// the value names a `kube` target.
+/// a target at level trace (so `degub` would silence every line). The [`QUIET`] targets stay off
+/// unless a directive names them.
 pub fn filter(value: &str) -> (Targets, Option<String>) {
-    let value = value.trim();
-    if value.is_empty() {
+    // Trimmed: `Targets` does not trim, and ` kube_shutdown_drain=debug` would name a target
+    // that is no one's.
+    let directives: Vec<&str> = value.split(',').map(str::trim).collect();
+    if directives.iter().all(|d| d.is_empty()) {
         return (default_filter(), None);
     }
-    let lone = value
-        .split(',')
-        .map(str::trim)
+    let lone = directives
+        .iter()
         .find(|d| !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str()));
     if let Some(d) = lone {
         let why = format!(
@@ -129,47 +130,41 @@ pub fn filter(value: &str) -> (Targets, Option<String>) {
         );
         return (default_filter(), Some(why));
     }
-    if let Some(d) = value
-        .split(',')
-        .map(str::trim)
-        .find(|d| d.contains(['[', '{']))
-    {
+    if let Some(d) = directives.iter().find(|d| d.contains(['[', '{'])) {
         let why = format!("`{d}` filters by span or field, which this filter does not");
         return (default_filter(), Some(why));
     }
-    let names_kube = value.split(',').any(|d| {
-        let target = d.trim().split(['=', '[']).next().unwrap_or_default();
-        ["kube", "kube_client", "kube_runtime"]
-            .iter()
-            .any(|k| target == *k || target.starts_with(&format!("{k}::")))
-    });
-    let kube = if names_kube {
-        ""
-    } else {
-        ",kube_client=off,kube_runtime=off"
-    };
-    let verifier = if value.contains("rustls") {
-        ""
-    } else {
-        ",rustls_platform_verifier=off"
-    };
-    // `Targets` does not trim: ` kube_shutdown_drain=debug` would name a target that is no one's.
-    let value = value
-        .split(',')
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join(",");
-    match format!("{value}{kube}{verifier}").parse::<Targets>() {
+    match with_quiet(&directives).parse::<Targets>() {
         Ok(f) => (f, None),
         Err(e) => (default_filter(), Some(e.to_string())),
     }
 }
 
-/// [`DEFAULT_FILTER`], parsed.
+/// `directives` joined, then `TARGET=off` for each [`QUIET`] target none of them names: a
+/// directive names it when it would apply to it (its target is a prefix of it, as `Targets`
+/// matches: `kube=debug` names `kube_client`) or to a part of it (`kube_client::client=debug`).
+fn with_quiet(directives: &[&str]) -> String {
+    let targets: Vec<&str> = directives
+        .iter()
+        .filter_map(|d| d.split_once('=').map(|(target, _)| target))
+        .collect();
+    let mut filter = directives.join(",");
+    for quiet in QUIET {
+        if !targets
+            .iter()
+            .any(|t| quiet.starts_with(t) || t.starts_with(quiet))
+        {
+            filter.push_str(&format!(",{quiet}=off"));
+        }
+    }
+    filter
+}
+
+/// `info`, the [`QUIET`] targets off.
 fn default_filter() -> Targets {
-    DEFAULT_FILTER
+    with_quiet(&["info"])
         .parse()
-        .expect("DEFAULT_FILTER is a valid filter (unit-tested)")
+        .expect("the default filter is a valid filter (unit-tested)")
 }
 
 /// Says, once logging is up, that `KUBE_SHUTDOWN_DRAIN_LOG` was not used, and why.
@@ -439,6 +434,12 @@ mod tests {
         // Named, they are the caller's.
         assert!(lets_through(
             filter("info,kube_client=error").0,
+            "kube_client",
+            Level::ERROR
+        ));
+        // Named by a prefix, as `Targets` matches: `kube` is kube_client's too.
+        assert!(lets_through(
+            filter("info,kube=error").0,
             "kube_client",
             Level::ERROR
         ));
