@@ -16,6 +16,7 @@ pub mod host;
 pub mod logging;
 pub mod node;
 pub mod policy;
+pub mod process_group;
 pub mod reboot;
 pub mod report;
 pub mod scheduled;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use kube::config::{AuthInfo, ExecAuthCluster, ExecInteractiveMode, Kubeconfig};
 
 use crate::config::kubeconfig::current_cluster;
+use crate::process_group;
 use secrecy::SecretString;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
@@ -188,16 +189,13 @@ impl ExecPlugin {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             // Its messages could carry what it read or got (tokens); never into our log.
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|reason| {
+            .stderr(Stdio::null());
+        let (mut child, group) = process_group::spawn(&mut command).map_err(|reason| {
             let hint = (reason.kind() == std::io::ErrorKind::NotFound)
                 .then(|| self.install_hint.clone())
                 .flatten();
             self.error(Problem::Start { reason, hint })
         })?;
-        let group = Group(child.id());
         let mut stdout = child.stdout.take();
         let finished = tokio::time::timeout(limit, async {
             let mut out = Vec::new();
@@ -271,28 +269,5 @@ impl ExecPlugin {
             identity,
             expires_at,
         })
-    }
-}
-
-/// A running plugin's process group (the plugin leads it): killed on drop unless the plugin
-/// was reaped first, so whatever it started (a shell's children) goes with it.
-struct Group(Option<u32>);
-
-impl Group {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) else {
-            return;
-        };
-        // The leader is not reaped yet (a zombie at worst), so its number still names this group.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
     }
 }

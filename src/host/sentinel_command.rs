@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::process_group;
 use crate::reboot::need::Need;
 
 /// The command as an error or a log line shows it: its argv, space-separated, in backquotes.
@@ -18,32 +19,38 @@ pub fn shown(argv: &[String]) -> String {
     format!("`{}`", argv.join(" "))
 }
 
-/// Runs `argv` once (no shell, no stdin, output discarded), killed if it has not exited
-/// within `timeout`, and reads its exit status.
+/// Runs `argv` once (no shell, no stdin, output discarded) in a process group of its own,
+/// which is killed, with everything the command started, if it has not exited within `timeout`
+/// or when this future is dropped ([`crate::process_group`]), and reads its exit status.
 pub async fn check(argv: &[String], timeout: Duration) -> Need {
     let Some((program, args)) = argv.split_first() else {
         return Need::Unknown("the reboot sentinel command is empty".to_string());
     };
-    let mut child = match tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    command
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(child) => child,
+        .stderr(Stdio::null());
+    let (mut child, group) = match process_group::spawn(&mut command) {
+        Ok(spawned) => spawned,
         Err(e) => return Need::Unknown(format!("cannot run {}: {e}", shown(argv))),
     };
     let status = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => status,
+        Ok(Ok(status)) => {
+            // Reaped: its process group may be gone and its number free again.
+            group.disarm();
+            status
+        }
         Ok(Err(e)) => {
             return Need::Unknown(format!("cannot wait for {}: {e}", shown(argv)));
         }
         Err(_) => {
-            // Dropping the child kills it (kill_on_drop); tokio reaps it in the background.
+            // Dropping the group kills it, the command and what it forked; tokio reaps the
+            // command in the background.
+            drop(group);
             return Need::Unknown(format!(
-                "{} did not finish within {}; killed",
+                "{} did not finish within {}; killed with the processes it started",
                 shown(argv),
                 crate::config::format_duration(timeout)
             ));
@@ -146,13 +153,70 @@ mod tests {
         );
     }
 
+    /// A deadline only against a hang (a timeout that does not work), never a timed assertion.
+    const HANG_GUARD: Duration = Duration::from_secs(60);
+
     #[tokio::test]
     async fn a_run_past_its_timeout_is_killed_and_unknown() {
-        let need = check(&argv(&["/bin/sleep", "600"]), Duration::from_millis(200)).await;
+        let sleep = argv(&["/bin/sleep", "600"]);
+        let run = check(&sleep, Duration::from_millis(200));
+        let need = tokio::time::timeout(HANG_GUARD, run)
+            .await
+            .expect("the command outlived its timeout (hang guard)");
         assert_eq!(
             need,
-            Need::Unknown("`/bin/sleep 600` did not finish within 200ms; killed".into())
+            Need::Unknown(
+                "`/bin/sleep 600` did not finish within 200ms; killed with the processes it \
+                 started"
+                    .into()
+            )
         );
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie its new parent has not reaped yet).
+    fn ended(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            // The state follows the command's name in parentheses: `PID (COMM) S ...`.
+            Ok(stat) => stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        }
+    }
+
+    /// A command that forks a child and hangs: at the timeout the child goes with it, not only
+    /// the command (issue 40 item 12: one stray process per `check_interval`).
+    #[tokio::test]
+    async fn a_run_past_its_timeout_ends_the_children_it_forked_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let script = format!("sleep 600 & echo $! > {}; wait", pid_file.display());
+        let command = argv(&["/bin/sh", "-c", &script]);
+        let run = check(&command, Duration::from_secs(2));
+        let need = tokio::time::timeout(HANG_GUARD, run)
+            .await
+            .expect("the command outlived its timeout (hang guard)");
+        assert!(
+            matches!(&need, Need::Unknown(why) if why.contains("did not finish")),
+            "{need:?}"
+        );
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .expect("the command wrote its child's pid")
+            .trim()
+            .parse()
+            .unwrap();
+        let gone = async {
+            while !ended(pid) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let killed = tokio::time::timeout(Duration::from_secs(10), gone).await;
+        if killed.is_err() {
+            // Do not leave it behind for the rest of the suite.
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!("the child {pid} the command forked outlived the command's timeout");
+        }
     }
 
     #[tokio::test]
