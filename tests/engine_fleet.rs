@@ -480,6 +480,57 @@ async fn a_renew_time_in_the_future_does_not_keep_a_slot_taken_long_ago() {
     assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
 }
 
+/// A slot Lease whose times all lie a day ahead (`renewTime` alone, or with `acquireTime`) is
+/// held from when this node first saw it and stale `hold_max` after that (issue 40 item 6):
+/// such a time read as now on every look, so the hold never aged. Each case on a cluster of its
+/// own, both at once; `hold_max` is 3 s.
+#[tokio::test]
+async fn a_hold_whose_times_all_lie_ahead_goes_stale_hold_max_after_it_was_first_seen() {
+    let tomorrow = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24);
+    let case = |acquired: bool| async move {
+        let c = cluster().await;
+        let store = c.server.store();
+        store
+            .modify("Node", None, OTHER_NODE, |n| {
+                n["status"]["nodeInfo"] = json!({"bootID": "boot-1"});
+                n["metadata"]["annotations"] = json!({"kube-shutdown-drain/marker": "{}"});
+            })
+            .unwrap();
+        let mut ahead = lease(&format!("{OTHER_NODE}/boot-1"), &tomorrow.to_string());
+        if !acquired {
+            ahead["spec"].as_object_mut().unwrap().remove("acquireTime");
+        }
+        store.upsert(ahead).unwrap();
+        let settings = settings_for(&c, NODE, "hold_max = \"3s\"\n");
+        let engine = Engine::new(settings.clone()).unwrap();
+        let clients = engine.clients().await.unwrap().clone();
+        let n: k8s_openapi::api::core::v1::Node = serde_json::from_value(c.node(NODE)).unwrap();
+        let slots = Slots {
+            clients: &clients,
+            settings: &settings,
+        };
+        let first_look = Instant::now();
+        let take = |within: Duration| {
+            slots.take(&n, BOOT, Instant::now() + within, Instant::now() + within)
+        };
+        // Seen now: held, however far ahead its times are.
+        assert_eq!(
+            take(Duration::from_millis(500)).await.expect("an answer"),
+            Taken::Full(vec![format!("{OTHER_NODE}/boot-1")]),
+            "acquireTime too: {acquired}"
+        );
+        // hold_max after the first look: stale, and taken.
+        tokio::time::sleep_until(first_look + Duration::from_millis(3500)).await;
+        assert_eq!(
+            take(Duration::from_secs(2)).await.expect("an answer"),
+            Taken::Slot(SLOT.into()),
+            "acquireTime too: {acquired}"
+        );
+        assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
+    };
+    tokio::join!(case(false), case(true));
+}
+
 /// A give-back that read the slot held by its node, and whose write finds it taken again by the
 /// same node meanwhile (the next boot's drain, a new shutdown), leaves the new take alone: its
 /// guard fails, and the Lease read again was renewed since the list.

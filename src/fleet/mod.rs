@@ -13,8 +13,9 @@
 //! Node to look at, is judged by its times alone), and a hold is judged from when it was taken:
 //! a Lease is stale when its `acquireTime` or its `renewTime` is older than `hold_max`, so a
 //! `renewTime` written far ahead cannot keep a slot taken long ago. A time ahead of this node's
-//! clock by more than [`CLOCK_SKEW_MAX`] counts as now (a skewed or forged clock buys no time:
-//! it is as fresh as a take of this moment, never fresher). The same node is always its own
+//! clock by more than [`CLOCK_SKEW_MAX`] counts as the moment this node first saw the Lease with
+//! it ([`sightings`]; a skewed or forged clock buys no time: it is as fresh as a take of that
+//! moment, never fresher, and a Lease whose times all lie ahead ages from then). The same node is always its own
 //! holder again (a daemon restarted during the drain, the stop phase's second stage, the next
 //! boot).
 //!
@@ -25,6 +26,7 @@
 
 mod held;
 pub mod queue;
+pub mod sightings;
 pub mod slots;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -141,15 +143,19 @@ pub fn renewed(lease: &Lease) -> Option<jiff::Timestamp> {
 
 /// How far ahead of this node's clock a Lease's time may be and still be read as written: a
 /// minute of skew between two nodes' clocks (each node's NTP keeps it far smaller). A time
-/// further ahead counts as now ([`held_too_long`]).
+/// further ahead counts as the moment this node first saw it ([`held_too_long`]).
 pub const CLOCK_SKEW_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The times a slot Lease carries: when its holder took it (`acquireTime`) and last renewed it
-/// (`renewTime`), as the holder's clock wrote them.
+/// (`renewTime`), as the holder's clock wrote them; and, for a Lease whose times all lie ahead of
+/// this node's clock, when this node first saw it so ([`sightings`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HeldTimes {
     pub acquired: Option<jiff::Timestamp>,
     pub renewed: Option<jiff::Timestamp>,
+    /// When this node first saw the Lease with these times, by its own clock: what a time more
+    /// than [`CLOCK_SKEW_MAX`] ahead counts as (`None`: now).
+    pub first_seen: Option<jiff::Timestamp>,
 }
 
 impl HeldTimes {
@@ -159,36 +165,69 @@ impl HeldTimes {
         HeldTimes {
             acquired: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
             renewed: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+            first_seen: None,
         }
+    }
+
+    /// Whether the Lease carries a time and every one it carries lies more than
+    /// [`CLOCK_SKEW_MAX`] ahead of `now`: nothing in it says how long it has been held.
+    pub fn all_ahead_of(&self, now: jiff::Timestamp) -> bool {
+        let times = [self.acquired, self.renewed];
+        times.iter().any(Option::is_some) && times.iter().flatten().all(|&t| ahead(t, now))
     }
 }
 
+/// Whether `t` lies more than [`CLOCK_SKEW_MAX`] ahead of `now`.
+fn ahead(t: jiff::Timestamp, now: jiff::Timestamp) -> bool {
+    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW_MAX).unwrap_or(jiff::SignedDuration::ZERO);
+    now.duration_until(t) > skew
+}
+
 /// Why a slot with these `times` has been held too long, whoever holds it: its `acquireTime` or
-/// its `renewTime` is older than `hold_max` (a time more than [`CLOCK_SKEW_MAX`] ahead of `now`
-/// counts as `now`), or it carries neither. Pure.
+/// its `renewTime` is older than `hold_max`, or it carries neither. A time more than
+/// [`CLOCK_SKEW_MAX`] ahead of `now` counts as the moment this node first saw the Lease with it
+/// ([`HeldTimes::first_seen`], else `now`): a skewed or forged clock buys no time, and a hold
+/// whose times all lie ahead ages from its first sighting. Pure.
 pub fn held_too_long(
     times: HeldTimes,
     now: jiff::Timestamp,
     hold_max: std::time::Duration,
 ) -> Option<String> {
-    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW_MAX).unwrap_or(jiff::SignedDuration::ZERO);
-    let as_read = |t: jiff::Timestamp| if now.duration_until(t) > skew { now } else { t };
+    let first_seen = times.first_seen.map_or(now, |t| t.min(now));
+    let as_read = |t: jiff::Timestamp| if ahead(t, now) { first_seen } else { t };
     let max = jiff::SignedDuration::try_from(hold_max).unwrap_or(jiff::SignedDuration::MAX);
     let over = |t: Option<jiff::Timestamp>| t.filter(|&t| now.duration_since(as_read(t)) > max);
-    let ahead = times
+    let since = |t: jiff::Timestamp, field: &str| {
+        if ahead(t, now) {
+            format!(
+                "{first_seen} (when this node first saw it: its {field} {t} is ahead of this \
+                 node's clock)"
+            )
+        } else {
+            format!("{t} ({field})")
+        }
+    };
+    let ahead_too = times
         .renewed
-        .filter(|&t| as_read(t) != t)
-        .map(|t| format!("; its renewTime {t} is ahead of this node's clock and counts as now"))
+        .filter(|&t| ahead(t, now) && times.acquired.is_some_and(|a| !ahead(a, now)))
+        .map(|t| {
+            format!(
+                "; its renewTime {t} is ahead of this node's clock and counts from when this \
+                 node first saw it"
+            )
+        })
         .unwrap_or_default();
     if let Some(t) = over(times.acquired) {
         return Some(format!(
-            "held since {t} (acquireTime), longer than hold_max ({} s){ahead}",
+            "held since {}, longer than hold_max ({} s){ahead_too}",
+            since(t, "acquireTime"),
             hold_max.as_secs()
         ));
     }
     if let Some(t) = over(times.renewed) {
         return Some(format!(
-            "held since {t} (renewTime), longer than hold_max ({} s)",
+            "held since {}, longer than hold_max ({} s)",
+            since(t, "renewTime"),
             hold_max.as_secs()
         ));
     }

@@ -20,8 +20,8 @@ use tokio::time::Instant;
 pub use super::held::GivenBack;
 use super::queue::{self, Line, WAITING_LABEL};
 use super::{
-    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
-    renewed, slot_names, stale, take_patch,
+    GROUP_LABEL, Holder, held_too_long, holder_of, identity, new_lease, release_patch, renewed,
+    sightings, slot_names, stale, take_patch,
 };
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
@@ -649,6 +649,7 @@ impl Slots<'_> {
         };
         let now = jiff::Timestamp::now();
         let hold_max = self.settings.fleet.hold_max;
+        let times = sightings::times_of(lease, &self.settings.fleet.lease_namespace, now);
         let why = match holder_of(lease) {
             Some(holder) if holder.node == me.node => return Ok(Look::Ours(id)),
             Some(holder) => {
@@ -658,10 +659,10 @@ impl Slots<'_> {
                     .clients
                     .retry(deadline, &object, || nodes.get_opt(&holder.node))
                     .await?;
-                stale(&holder, node.as_ref(), HeldTimes::of(lease), now, hold_max)
+                stale(&holder, node.as_ref(), times, now, hold_max)
             }
             // Not an identity we write: only its times can say it will never give it back.
-            None => held_too_long(HeldTimes::of(lease), now, hold_max),
+            None => held_too_long(times, now, hold_max),
         };
         Ok(match why {
             Some(why) => Look::Open(id, why),

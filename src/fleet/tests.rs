@@ -27,6 +27,7 @@ fn renewed_at(renewed: Option<jiff::Timestamp>) -> HeldTimes {
     HeldTimes {
         acquired: None,
         renewed,
+        first_seen: None,
     }
 }
 
@@ -131,6 +132,7 @@ fn a_hold_is_judged_from_when_it_was_taken_whatever_its_renew_time_says() {
     let times = |acquired: Option<jiff::Timestamp>, renewed: Option<jiff::Timestamp>| HeldTimes {
         acquired,
         renewed,
+        first_seen: None,
     };
     // Taken two days ago, "renewed" in 2100: stale, and the far-off time is named.
     let forged = times(two_days_ago, Some(t("2100-01-01T00:00:00Z")));
@@ -168,6 +170,102 @@ fn a_hold_is_judged_from_when_it_was_taken_whatever_its_renew_time_says() {
     assert!(why.contains("no time"), "{why}");
 }
 
+/// A Lease whose times all lie ahead (a day ahead: `renewTime` alone, or both) is judged from
+/// when this node first saw it (issue 40 item 6): held within `hold_max` of that, stale after.
+#[test]
+fn a_hold_whose_times_all_lie_ahead_is_judged_from_its_first_sighting() {
+    let now = t("2026-12-02T06:00:00Z");
+    let hour = Duration::from_secs(3600);
+    let tomorrow = Some(t("2026-12-03T06:00:00Z"));
+    for (acquired, renewed) in [(None, tomorrow), (tomorrow, tomorrow)] {
+        let seen = |first_seen: &str| HeldTimes {
+            acquired,
+            renewed,
+            first_seen: Some(t(first_seen)),
+        };
+        assert!(seen("2026-12-02T06:00:00Z").all_ahead_of(now));
+        // First seen now, or within the hour: held.
+        assert_eq!(held_too_long(seen("2026-12-02T06:00:00Z"), now, hour), None);
+        assert_eq!(held_too_long(seen("2026-12-02T05:00:01Z"), now, hour), None);
+        // First seen more than an hour ago: stale, naming the sighting and the time ahead.
+        let why = held_too_long(seen("2026-12-02T04:59:59Z"), now, hour).expect("stale");
+        assert!(
+            why.contains("held since 2026-12-02T04:59:59Z (when this node first saw it")
+                && why.contains("2026-12-03T06:00:00Z is ahead of this node's clock")
+                && why.contains("longer than hold_max (3600 s)"),
+            "{why}"
+        );
+        // A sighting "in the future" (a clock set back since) counts as now.
+        assert_eq!(held_too_long(seen("2026-12-05T00:00:00Z"), now, hour), None);
+    }
+    // A time within the skew, or one in the past, is read as written: no sighting needed.
+    let within_skew = HeldTimes {
+        renewed: Some(t("2026-12-02T06:00:30Z")),
+        ..HeldTimes::default()
+    };
+    assert!(!within_skew.all_ahead_of(now));
+    let half_ahead = HeldTimes {
+        acquired: Some(t("2026-12-02T05:00:00Z")),
+        renewed: tomorrow,
+        first_seen: None,
+    };
+    assert!(!half_ahead.all_ahead_of(now));
+    assert!(!HeldTimes::default().all_ahead_of(now));
+}
+
+/// The memory of first sightings: kept per Lease, holder and times (paused time: the monotonic
+/// clock moves only when the test says so), and bounded.
+#[tokio::test(start_paused = true)]
+async fn a_sighting_is_kept_per_lease_holder_and_times_and_the_memory_is_bounded() {
+    let memory = sightings::Sightings::default();
+    let hour = Duration::from_secs(3600);
+    let now = t("2026-12-02T06:00:00Z");
+    let ahead = HeldTimes {
+        renewed: Some(t("2026-12-03T06:00:00Z")),
+        ..HeldTimes::default()
+    };
+    let look = |now: jiff::Timestamp, holder: &str, times: HeldTimes| {
+        memory.judged(
+            "kube-shutdown-drain/kube-shutdown-drain-slot-0".into(),
+            holder,
+            times,
+            now,
+            tokio::time::Instant::now(),
+        )
+    };
+    let first = look(now, "node-b/boot-1", ahead);
+    assert_eq!(first.first_seen, Some(now));
+    assert_eq!(held_too_long(first, now, hour), None);
+    // An hour and a second later, by the monotonic clock (the wall clock says the same here).
+    tokio::time::advance(hour + Duration::from_secs(1)).await;
+    let later = now + jiff::SignedDuration::from_secs(3601);
+    let again = look(later, "node-b/boot-1", ahead);
+    assert_eq!(again.first_seen, Some(now));
+    assert!(held_too_long(again, later, hour).is_some());
+    // Another holder or other times are a new sighting, judged from now.
+    let other = look(later, "node-c/boot-1", ahead);
+    assert_eq!(other.first_seen, Some(later));
+    let rewritten = HeldTimes {
+        renewed: Some(t("2026-12-03T07:00:00Z")),
+        ..HeldTimes::default()
+    };
+    assert_eq!(
+        look(later, "node-b/boot-1", rewritten).first_seen,
+        Some(later)
+    );
+    // A Lease read as written is not remembered.
+    let fresh = HeldTimes {
+        renewed: Some(later),
+        ..HeldTimes::default()
+    };
+    assert_eq!(look(later, "node-d/boot-1", fresh), fresh);
+    assert_eq!(memory.len(), 3);
+    for i in 0..sightings::KEPT + 10 {
+        look(later, &format!("node-{i}/boot-1"), ahead);
+    }
+    assert_eq!(memory.len(), sightings::KEPT);
+}
+
 #[test]
 fn held_times_are_read_from_the_lease() {
     let l: Lease = serde_json::from_value(json!({
@@ -181,6 +279,7 @@ fn held_times_are_read_from_the_lease() {
         HeldTimes {
             acquired: Some(t("2026-11-30T06:00:00Z")),
             renewed: Some(t("2100-01-01T00:00:00Z")),
+            first_seen: None,
         }
     );
     assert_eq!(holder_of(&l), None);
