@@ -557,6 +557,56 @@ async fn a_give_back_racing_a_new_take_of_the_same_node_keeps_the_new_holder() {
     assert!(events(&c, "DrainSlotReleased").is_empty());
 }
 
+/// The carry of a slot into this boot (`[fleet] release_delay`) is a guarded write: an admin's
+/// change to the Lease between the carry's read and its write stands (issue 40 item 15: the
+/// carry written without its guard passed the suite). The change is made while the carry's
+/// patch is held at the fake's gate: the slot given back (holder removed), or handed to
+/// another node, its times kept either way.
+#[tokio::test]
+async fn an_admins_change_between_the_carrys_read_and_its_write_stands() {
+    let renewed = jiff::Timestamp::now().to_string();
+    let earlier_boot = format!("{NODE}/0b0e1d00-0000-4000-8000-000000000000");
+    for (change, holder_after) in [
+        ("given back", None),
+        ("handed to node-b", Some("node-b/boot-9")),
+    ] {
+        let c = cluster().await;
+        c.server
+            .store()
+            .upsert(lease(&earlier_boot, &renewed))
+            .unwrap();
+        let patch = Route::new("PATCH", &format!("{LEASES}/{SLOT}"));
+        c.server.faults().gate(patch.clone());
+        let engine = Engine::new(settings_for(&c, NODE, "")).unwrap();
+        let carry = engine.carry_slots(Instant::now() + Duration::from_secs(10));
+        let change_meanwhile = async {
+            c.until_held(&patch, 1).await;
+            c.server
+                .store()
+                .modify(
+                    "Lease",
+                    Some("kube-shutdown-drain"),
+                    SLOT,
+                    |l| match holder_after {
+                        None => {
+                            l["spec"].as_object_mut().unwrap().remove("holderIdentity");
+                        }
+                        Some(h) => l["spec"]["holderIdentity"] = json!(h),
+                    },
+                )
+                .unwrap();
+            c.server.faults().ungate(&patch);
+        };
+        let (carried, ()) = tokio::join!(carry, change_meanwhile);
+        assert_eq!(
+            carried.expect("the carry ends well"),
+            Vec::<String>::new(),
+            "{change}"
+        );
+        assert_eq!(holder(&c, SLOT).as_deref(), holder_after, "{change}");
+    }
+}
+
 /// With the kubelet's credentials the slot Leases may not be listed (403): the node holds no
 /// slot it could give back, and the restore completes (issue 29 item 1), with a marker and
 /// without one.
