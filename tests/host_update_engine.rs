@@ -1,12 +1,13 @@
 //! Flatcar's update_engine as a reboot trigger, against a fake update_engine on a private bus
 //! (tests/logind/fake_update_engine.py): the status read at start, a reboot need seen from the
-//! `StatusUpdate` signal, and an update_engine that is not there said as unknown.
+//! `StatusUpdate` signal, every operation update_engine has read as a need only when it is
+//! `UPDATE_STATUS_UPDATED_NEED_REBOOT`, and an update_engine that is not there said as unknown.
 
 mod logind;
 
 use std::time::Duration;
 
-use kube_shutdown_drain::host::update_engine::{follow, status};
+use kube_shutdown_drain::host::update_engine::{NEED_REBOOT, follow, status};
 use kube_shutdown_drain::reboot::need::Need;
 use logind::{LogindOptions, Rig};
 use tokio::sync::watch;
@@ -57,6 +58,62 @@ async fn a_reboot_need_is_read_at_start_and_seen_from_the_status_signal() {
     );
     // Started again with an update waiting, the status is read without any signal.
     assert!(status(&conn).await.is_needed());
+    drop(rx);
+    rig.set_update_status("UPDATE_STATUS_IDLE", "").await;
+    tokio::time::timeout(HANG_GUARD, follower)
+        .await
+        .expect("the follower kept running without receivers (hang guard)")
+        .unwrap();
+}
+
+/// Every operation update_engine reports: coreos update_engine's `UpdateStatus`
+/// (`src/update_engine/update_attempter.h`, named by `UpdateStatusToString`), the same list
+/// FLUO's agent documents for its status annotation.
+const OPERATIONS: [&str; 8] = [
+    "UPDATE_STATUS_IDLE",
+    "UPDATE_STATUS_CHECKING_FOR_UPDATE",
+    "UPDATE_STATUS_UPDATE_AVAILABLE",
+    "UPDATE_STATUS_DOWNLOADING",
+    "UPDATE_STATUS_VERIFYING",
+    "UPDATE_STATUS_FINALIZING",
+    "UPDATE_STATUS_UPDATED_NEED_REBOOT",
+    "UPDATE_STATUS_REPORTING_ERROR_EVENT",
+];
+
+/// Of every operation, only `UPDATE_STATUS_UPDATED_NEED_REBOOT` is a need, read with
+/// `GetStatus` and seen from the `StatusUpdate` signal alike; the others are not needed, never
+/// unknown (issue 40 item 15: counting `UPDATE_STATUS_REPORTING_ERROR_EVENT` as a need passed
+/// the suite).
+#[tokio::test]
+async fn of_every_operation_update_engine_has_only_updated_need_reboot_is_a_need() {
+    let Some(mut rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    rig.start_update_engine("UPDATE_STATUS_IDLE").await;
+    let conn = rig.connection().await.unwrap();
+    let (tx, mut rx) = watch::channel(Need::Unknown("not asked yet".into()));
+    let follower = tokio::spawn({
+        let conn = conn.clone();
+        async move { follow(&conn, &tx).await }
+    });
+    changed(&mut rx).await;
+    for operation in OPERATIONS {
+        rig.set_update_status(operation, "4459.2.0").await;
+        let seen = changed(&mut rx).await;
+        let read = status(&conn).await;
+        let expected = if operation == NEED_REBOOT {
+            Need::Needed(
+                "update_engine (com.coreos.update1) installed 4459.2.0 and waits for a reboot"
+                    .into(),
+            )
+        } else {
+            Need::NotNeeded(format!(
+                "update_engine (com.coreos.update1) reports {operation}"
+            ))
+        };
+        assert_eq!(seen, expected, "from the signal");
+        assert_eq!(read, expected, "from GetStatus");
+    }
     drop(rx);
     rig.set_update_status("UPDATE_STATUS_IDLE", "").await;
     tokio::time::timeout(HANG_GUARD, follower)
