@@ -1,5 +1,8 @@
-//! Text from outside this program (state files, API answers, the Node) made fit to show: a
-//! message for a Node Event gets its control characters replaced and a length cap ([`clean`]);
+//! Text from outside this program (state files, API answers, the Node) made fit to show. A
+//! string from another program is cut to [`OUTSIDE_MAX`] where it enters ([`outside`]: an
+//! update_engine status, a Lease's holder, another program's inhibitor lock), so no log line,
+//! Event or condition that quotes it grows with it; a message for a Node Event gets its control
+//! characters replaced and a length cap ([`clean`]);
 //! a value `status` prints, every log line (its message and fields, in both sinks of
 //! [`crate::logging`]) and the reboot gate's lock reason get them escaped, visible and inert
 //! ([`escaped`]: the one function, so a Lease holder, an API answer's message or an annotation
@@ -15,6 +18,11 @@ use std::fmt::Write as _;
 /// scheduler cuts its own messages to as well.
 pub const EVENT_MESSAGE_MAX: usize = 1024;
 
+/// The longest string from another program kept where it enters ([`outside`]): a Lease
+/// holder's `NODE/BOOT_ID` at its longest (a 253-byte node name, a 36-byte boot ID) fits, as
+/// does the API server's own message as an error line quotes it.
+pub const OUTSIDE_MAX: usize = 300;
+
 const CUT: &str = " ...";
 
 fn is_control(c: char) -> bool {
@@ -29,15 +37,26 @@ pub fn clean(text: &str, max: usize) -> String {
         .chars()
         .map(|c| if is_control(c) { ' ' } else { c })
         .collect();
-    if clean.len() <= max {
-        return clean;
+    cut(&clean, max)
+}
+
+/// `text` cut (on a character boundary, ending in " ...") to at most `max` bytes; its
+/// characters as they are (a log line escapes them, an Event cleans them).
+pub fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
     }
     let room = max.saturating_sub(CUT.len());
     let end = (0..=room)
         .rev()
-        .find(|&i| clean.is_char_boundary(i))
+        .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
-    format!("{}{CUT}", &clean[..end])
+    format!("{}{CUT}", &text[..end])
+}
+
+/// A string from another program as it enters: cut to [`OUTSIDE_MAX`] bytes.
+pub fn outside(text: &str) -> String {
+    cut(text, OUTSIDE_MAX)
 }
 
 /// `text` with every control character written as an escape (`\n`, `\t`, `\u{1b}`), so it
@@ -74,6 +93,29 @@ mod tests {
         assert!(cut.len() <= EVENT_MESSAGE_MAX, "{}", cut.len());
         assert!(cut.ends_with(" ...") && cut.starts_with("éé"));
         assert_eq!(clean(&"x".repeat(2000), 10), "xxxxxx ...");
+    }
+
+    #[test]
+    fn text_from_outside_is_cut_where_it_enters_and_keeps_its_characters() {
+        assert_eq!(outside("node-b/boot-1"), "node-b/boot-1");
+        assert_eq!(
+            outside("a\nb"),
+            "a\nb",
+            "escaped or cleaned where it is shown"
+        );
+        let long = outside(&"é".repeat(60_000));
+        assert!(
+            long.len() <= OUTSIDE_MAX && long.ends_with(" ..."),
+            "{}",
+            long.len()
+        );
+        let holder = format!(
+            "{}/{}",
+            "n".repeat(253),
+            "0b0e1d00-0000-4000-8000-000000000001"
+        );
+        assert_eq!(outside(&holder), holder, "the longest holder we write fits");
+        assert_eq!(cut("abcdef", 5), "a ...");
     }
 
     #[test]

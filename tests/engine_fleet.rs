@@ -456,6 +456,28 @@ async fn a_holder_that_is_not_node_slash_boot_loses_the_slot_after_hold_max() {
     );
 }
 
+/// A holder identity of 120 kB (any program that may write the Lease can put one there) is
+/// cut where it enters: the holders a full group names stay a few hundred bytes, and so do the
+/// Event and the log line that quote them (issue 40 item 13).
+#[tokio::test]
+async fn a_huge_holder_identity_is_cut_where_it_enters() {
+    let c = cluster().await;
+    let huge = format!("node-b/{}", "b".repeat(120_000));
+    c.server
+        .store()
+        .upsert(lease(&huge, &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    let Taken::Full(holders) = take(&c, NODE, Duration::from_millis(600)).await else {
+        panic!("the slot is held");
+    };
+    assert_eq!(holders.len(), 1);
+    assert!(
+        holders[0].starts_with("node-b/bbb") && holders[0].len() <= 300,
+        "{} bytes",
+        holders[0].len()
+    );
+}
+
 /// A `renewTime` far in the future does not keep a slot taken two days ago (issue 29 item 4):
 /// the holder is alive in the boot it took the slot in, marked, yet its hold began longer ago
 /// than `hold_max`.

@@ -122,6 +122,54 @@ async fn of_every_operation_update_engine_has_only_updated_need_reboot_is_a_need
         .unwrap();
 }
 
+/// A status of 120 kB (what one update_engine sent, and the daemon logged as one line of
+/// 120,106 characters) is cut where it enters: the answer, read or signalled, stays a few
+/// hundred bytes (issue 40 item 13).
+#[tokio::test]
+async fn a_huge_status_is_cut_where_it_enters() {
+    let Some(mut rig) = Rig::start(LogindOptions::default()).await else {
+        return;
+    };
+    rig.start_update_engine("UPDATE_STATUS_IDLE").await;
+    let conn = rig.connection().await.unwrap();
+    let (tx, mut rx) = watch::channel(Need::Unknown("not asked yet".into()));
+    let follower = tokio::spawn({
+        let conn = conn.clone();
+        async move { follow(&conn, &tx).await }
+    });
+    changed(&mut rx).await;
+    let huge = format!("UPDATE_STATUS_{}", "X".repeat(120_000));
+    let version = "4".repeat(120_000);
+    rig.set_update_status(&huge, &version).await;
+    let seen = changed(&mut rx).await;
+    rig.set_update_status(NEED_REBOOT, &version).await;
+    let needed = changed(&mut rx).await;
+    let read = status(&conn).await;
+    for (answer, starts) in [
+        (
+            &seen,
+            "update_engine (com.coreos.update1) reports UPDATE_STATUS_XXX",
+        ),
+        (&needed, "update_engine (com.coreos.update1) installed 4444"),
+        (&read, "update_engine (com.coreos.update1) installed 4444"),
+    ] {
+        let (Need::Needed(why) | Need::NotNeeded(why) | Need::Unknown(why)) = answer;
+        assert!(
+            why.starts_with(starts) && why.len() < 400,
+            "{} bytes: {}",
+            why.len(),
+            &why[..80]
+        );
+    }
+    assert!(!seen.is_needed() && needed.is_needed() && read.is_needed());
+    drop(rx);
+    rig.set_update_status("UPDATE_STATUS_IDLE", "").await;
+    tokio::time::timeout(HANG_GUARD, follower)
+        .await
+        .expect("the follower kept running without receivers (hang guard)")
+        .unwrap();
+}
+
 #[tokio::test]
 async fn an_update_engine_that_is_not_on_the_bus_is_unknown_naming_it() {
     let Some(rig) = Rig::start(LogindOptions::default()).await else {

@@ -51,14 +51,25 @@ pub struct Holder {
     pub boot_id: String,
 }
 
+/// The longest node name a holder names: a Node's name is a DNS subdomain (RFC 1123, as the API
+/// server checks it), at most 253 bytes.
+const NODE_NAME_MAX: usize = 253;
+/// The longest boot ID a holder names: the kernel's is a 36-byte UUID
+/// (`/proc/sys/kernel/random/boot_id`); the rest is room.
+const BOOT_ID_MAX: usize = 64;
+
 impl Holder {
-    /// Reads `NODE/BOOT_ID`; `None` for anything else (a Lease we did not write).
+    /// Reads `NODE/BOOT_ID`; `None` for anything else (a Lease we did not write, or a part longer
+    /// than any node name or boot ID: what a holder names stays short wherever it is quoted).
     pub fn parse(identity: &str) -> Option<Holder> {
         let (node, boot_id) = identity.split_once('/')?;
-        (!node.is_empty() && !boot_id.is_empty() && !boot_id.contains('/')).then(|| Holder {
-            node: node.to_string(),
-            boot_id: boot_id.to_string(),
-        })
+        let sized = |part: &str, max: usize| !part.is_empty() && part.len() <= max;
+        (sized(node, NODE_NAME_MAX) && sized(boot_id, BOOT_ID_MAX) && !boot_id.contains('/')).then(
+            || Holder {
+                node: node.to_string(),
+                boot_id: boot_id.to_string(),
+            },
+        )
     }
 }
 
@@ -122,6 +133,12 @@ fn fnv1a(text: &str) -> u32 {
 /// The holder a Lease names, if it names one we can have written.
 pub fn holder_of(lease: &Lease) -> Option<Holder> {
     identity(lease).and_then(Holder::parse)
+}
+
+/// The holder a Lease names, as a message quotes it: its identity cut where it enters
+/// ([`crate::text::outside`]), `?` without one.
+pub fn shown(lease: &Lease) -> String {
+    identity(lease).map_or_else(|| "?".to_string(), crate::text::outside)
 }
 
 fn identity(lease: &Lease) -> Option<&str> {

@@ -21,7 +21,7 @@ pub use super::held::GivenBack;
 use super::queue::{self, Line, WAITING_LABEL};
 use super::{
     GROUP_LABEL, Holder, held_too_long, holder_of, identity, new_lease, release_patch, renewed,
-    sightings, slot_names, stale, take_patch,
+    shown, sightings, slot_names, stale, take_patch,
 };
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
@@ -507,7 +507,7 @@ impl Slots<'_> {
         for (name, lease) in others {
             let ours = holder_of(&lease).is_some_and(|h| h.node == me.node);
             if !open.is_empty() && !ours {
-                holders.push(identity(&lease).unwrap_or("?").to_string());
+                holders.push(shown(&lease));
                 continue;
             }
             match self.judge(&lease, me, deadline).await? {
@@ -549,7 +549,8 @@ impl Slots<'_> {
             let expected = stale.map(|(id, why)| {
                 tracing::warn!(
                     node = %me.node,
-                    "drain slot {name} is held by {id}, which will not give it back ({why}); node {} takes it",
+                    "drain slot {name} is held by {}, which will not give it back ({why}); node {} takes it",
+                    crate::text::outside(&id),
                     me.node
                 );
                 id
@@ -627,9 +628,7 @@ impl Slots<'_> {
                 tracing::debug!(node = %me.node, "node {} wrote drain slot {name}", me.node);
                 Ok(Attempt::Won)
             }
-            Ok(w) => Ok(Attempt::Lost(
-                identity(&w.object).unwrap_or("?").to_string(),
-            )),
+            Ok(w) => Ok(Attempt::Lost(shown(&w.object))),
             Err(GuardedError::Contended) => Ok(Attempt::Lost(format!("{name} (contended)"))),
             Err(GuardedError::Api(e)) => Err(e),
             Err(GuardedError::Build(e)) => {
@@ -666,7 +665,7 @@ impl Slots<'_> {
         };
         Ok(match why {
             Some(why) => Look::Open(id, why),
-            None => Look::Held(id),
+            None => Look::Held(crate::text::outside(&id)),
         })
     }
 
@@ -678,7 +677,7 @@ impl Slots<'_> {
         let mut views = Vec::new();
         for name in slot_names(fleet, &group) {
             let lease = self.read(&name, deadline).await?;
-            let holder = lease.as_ref().and_then(identity).map(str::to_string);
+            let holder = lease.as_ref().and_then(identity).map(crate::text::outside);
             views.push(SlotView {
                 since: lease
                     .as_ref()

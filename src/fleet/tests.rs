@@ -44,6 +44,18 @@ fn holders_are_node_slash_boot_and_nothing_else() {
     for bad in ["", "node-a", "/b", "a/", "a/b/c", "leader-election-id"] {
         assert_eq!(Holder::parse(bad), None, "{bad:?}");
     }
+    // No node name or boot ID is that long: another program's identity, and quoted cut.
+    let longest = format!("{}/{}", "n".repeat(253), "b".repeat(64));
+    assert!(Holder::parse(&longest).is_some());
+    for long in [
+        format!("{}/boot-1", "n".repeat(254)),
+        format!("node-a/{}", "b".repeat(65)),
+        format!("node-a/{}", "b".repeat(120_000)),
+    ] {
+        assert_eq!(Holder::parse(&long), None, "{}", long.len());
+        let l: Lease = serde_json::from_value(json!({"spec": {"holderIdentity": long}})).unwrap();
+        assert!(shown(&l).len() <= crate::text::OUTSIDE_MAX);
+    }
     assert_eq!(me().to_string(), "node-a/boot-1");
 }
 

@@ -152,7 +152,8 @@ pub fn gate_holders(locks: &[(String, String, String, String, u32, u32)]) -> Vec
 }
 
 /// The block locks on shutdowns other programs hold in `ListInhibitors`' answer, each as
-/// "WHO (WHY, PID N)" with the foreign words escaped. Before systemd 257 logind lets root past
+/// "WHO (WHY, PID N)" with the foreign words cut ([`crate::text::outside`]: any local program may
+/// take a lock with a reason of any length) and escaped. Before systemd 257 logind lets root past
 /// them (`verify_shutdown_creds`), so the daemon's own reboot asks first and honours them. Pure.
 pub fn foreign_blocks(locks: &[(String, String, String, String, u32, u32)]) -> Vec<String> {
     locks
@@ -160,7 +161,10 @@ pub fn foreign_blocks(locks: &[(String, String, String, String, u32, u32)]) -> V
         .filter(|(what, who, _, mode, _, _)| {
             who != INHIBIT_WHO && mode == "block" && what.split(':').any(|w| w == INHIBIT_WHAT)
         })
-        .map(|(_, who, why, _, _, pid)| crate::text::escaped(&format!("{who} ({why}, PID {pid})")))
+        .map(|(_, who, why, _, _, pid)| {
+            let (who, why) = (crate::text::outside(who), crate::text::outside(why));
+            crate::text::escaped(&format!("{who} ({why}, PID {pid})"))
+        })
         .collect()
 }
 
@@ -472,5 +476,47 @@ impl Logind {
     /// Resolves once the bus connection is closed (the bus daemon went away).
     pub async fn closed(&self) {
         self.conn.closed().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another program's lock may carry a reason of any length: it is cut where it enters, and
+    /// its control characters escaped (issue 40 item 13).
+    #[test]
+    fn another_programs_block_lock_is_named_cut_and_escaped() {
+        let lock = |who: &str, why: &str, mode: &str| {
+            (
+                "shutdown:sleep".to_string(),
+                who.to_string(),
+                why.to_string(),
+                mode.to_string(),
+                0,
+                42,
+            )
+        };
+        let locks = [
+            lock(
+                "backup",
+                &format!("\x1b[2J{}", "w".repeat(100_000)),
+                "block",
+            ),
+            lock("delayer", "short", "delay"),
+            lock(INHIBIT_WHO, "ours", "block"),
+        ];
+        let theirs = foreign_blocks(&locks);
+        assert_eq!(theirs.len(), 1, "{theirs:?}");
+        assert!(
+            theirs[0].starts_with("backup (\\u{1b}[2Jwww") && theirs[0].ends_with(" ..., PID 42)"),
+            "{}",
+            &theirs[0][..40]
+        );
+        assert!(
+            theirs[0].len() < 2 * crate::text::OUTSIDE_MAX,
+            "{}",
+            theirs[0].len()
+        );
     }
 }

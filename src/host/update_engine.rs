@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use zbus::{Connection, proxy};
 
 use crate::reboot::need::Need;
+use crate::text;
 
 /// update_engine's bus name.
 pub const SERVICE: &str = "com.coreos.update1";
@@ -42,20 +43,30 @@ pub trait Manager {
     ) -> zbus::Result<()>;
 }
 
-/// What an operation and the version it names say.
+/// What an operation and the version it names say. Both are update_engine's words, cut where
+/// they enter ([`crate::text::outside`]): a status of any length makes a line of a few hundred
+/// bytes at most.
 pub fn need(operation: &str, new_version: &str) -> Need {
     if operation == NEED_REBOOT {
         Need::Needed(format!(
             "update_engine ({SERVICE}) installed {} and waits for a reboot",
             if new_version.is_empty() {
-                "an update"
+                "an update".to_string()
             } else {
-                new_version
+                text::outside(new_version)
             }
         ))
     } else {
-        Need::NotNeeded(format!("update_engine ({SERVICE}) reports {operation}"))
+        Need::NotNeeded(format!(
+            "update_engine ({SERVICE}) reports {}",
+            text::outside(operation)
+        ))
     }
+}
+
+/// A D-Bus error, which may carry the words of whoever answered, cut as [`need`] cuts.
+fn said(e: &zbus::Error) -> String {
+    text::outside(&e.to_string())
 }
 
 /// Asks update_engine for its status once.
@@ -67,7 +78,8 @@ pub async fn status(conn: &Connection) -> Need {
     match asked.await {
         Ok((_, _, operation, version, _)) => need(&operation, &version),
         Err(e) => Need::Unknown(format!(
-            "cannot read update_engine's status ({SERVICE}): {e}"
+            "cannot read update_engine's status ({SERVICE}): {}",
+            said(&e)
         )),
     }
 }
@@ -86,7 +98,8 @@ pub async fn follow(conn: &Connection, tx: &watch::Sender<Need>) {
         Ok(updates) => updates,
         Err(e) => {
             let _ = tx.send(Need::Unknown(format!(
-                "cannot follow update_engine's status ({SERVICE}): {e}"
+                "cannot follow update_engine's status ({SERVICE}): {}",
+                said(&e)
             )));
             return;
         }
@@ -108,7 +121,8 @@ pub async fn follow(conn: &Connection, tx: &watch::Sender<Need>) {
         let answer = match update.args() {
             Ok(args) => need(&args.current_operation, &args.new_version),
             Err(e) => Need::Unknown(format!(
-                "update_engine ({SERVICE}) sent a status this daemon cannot read: {e}"
+                "update_engine ({SERVICE}) sent a status this daemon cannot read: {}",
+                said(&e)
             )),
         };
         if tx.send(answer).is_err() {
