@@ -129,8 +129,9 @@ does this by itself on the next boot.")]
     #[command(long_about = "\
 Shows whether the node is cordoned and tainted, what the marker says this program changed, \
 logind's delay budget and a summary of the last drain report. With [fleet] slots it shows every \
-drain slot of the node's group and its holder (reads only), and with [fleet] gate whether the \
-reboot gate binds root.")]
+drain slot of the node's group and its holder (reads only; slots these credentials may not read, \
+such as the kubelet's, are said with the refusal, and the rest is shown all the same), and with \
+[fleet] gate whether the reboot gate binds root.")]
     Status {
         /// Output format: text for a person, json for scripts.
         #[arg(long, value_enum, default_value_t)]

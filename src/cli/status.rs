@@ -47,6 +47,10 @@ struct Status {
     /// With `[fleet] slots`: the slots of this node's group and their holders.
     #[serde(skip_serializing_if = "Option::is_none")]
     drain_slots: Option<Vec<crate::fleet::slots::SlotView>>,
+    /// With `[fleet] slots`: why the slots could not be read (the kubelet's credentials may
+    /// not read Leases outside `kube-node-lease`); the rest is shown all the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain_slots_error: Option<String>,
     /// With a `[reboot]` trigger: whether a reboot is needed and what holds it.
     #[serde(skip_serializing_if = "Option::is_none")]
     reboot: Option<super::status_reboot::RebootView>,
@@ -82,19 +86,17 @@ async fn read(settings: &Arc<Settings>, engine: &Engine) -> Result<Status, CliEr
     } else {
         None
     };
-    let drain_slots = if settings.fleet.slots > 0 {
+    let (drain_slots, drain_slots_error) = if settings.fleet.slots > 0 {
         let slots = crate::fleet::slots::Slots {
             clients: engine.clients().await?,
             settings,
         };
-        Some(
-            slots
-                .look(&node)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot read {e}"))?,
-        )
+        match slots.look(&node).await {
+            Ok(views) => (Some(views), None),
+            Err(e) => (None, Some(slots_unread(settings, &e))),
+        }
     } else {
-        None
+        (None, None)
     };
     let spec = node.spec.unwrap_or_default();
     Ok(Status {
@@ -113,6 +115,7 @@ async fn read(settings: &Arc<Settings>, engine: &Engine) -> Result<Status, CliEr
         previous_boot: previous_boot(settings),
         restore_waits_for,
         drain_slots,
+        drain_slots_error,
         reboot: super::status_reboot::read(settings, engine).await,
     })
 }
@@ -137,7 +140,13 @@ async fn say_status(settings: &Arc<Settings>, status: &Status, waits: bool) {
         }
     }
     if let Some(slots) = &status.drain_slots {
-        say_slots(&status.node, slots);
+        say!(
+            "  drain slots:   {}",
+            slots_line(&status.node, slots, jiff::Timestamp::now())
+        );
+    }
+    if let Some(why) = &status.drain_slots_error {
+        say!("  drain slots:   cannot be read: {why}");
     }
     super::logind_lines::logind_time_limit(settings, "  ").await;
     super::logind_lines::gate(settings, "  ").await;
@@ -190,28 +199,48 @@ fn say_marker(status: &Status) {
     }
 }
 
-/// The drain slots of `node`'s group and their holders, on one line.
-fn say_slots(node: &str, slots: &[crate::fleet::slots::SlotView]) {
+/// Why the drain slots could not be read, from `e`; a refusal says what the credentials lack.
+fn slots_unread(settings: &Settings, e: &crate::api::ApiError) -> String {
+    if e.is_forbidden() {
+        format!(
+            "{e}; the slot Leases in namespace {} need the node's own identity, not the \
+             kubelet's (docs/credentials.md)",
+            settings.fleet.lease_namespace
+        )
+    } else {
+        e.to_string()
+    }
+}
+
+/// The drain slots of `node`'s group and their holders, as one line, at `now`: a holder's time
+/// ahead of this node's clock is said as such, not as "since". Pure.
+fn slots_line(node: &str, slots: &[crate::fleet::slots::SlotView], now: jiff::Timestamp) -> String {
     let me = format!("{node}/");
+    let skew = jiff::SignedDuration::try_from(crate::fleet::CLOCK_SKEW_MAX).unwrap_or_default();
     let each: Vec<String> = slots
         .iter()
-        .map(|v| match (&v.holder, &v.since) {
-            (None, _) => format!("{} free", v.name),
-            (Some(h), since) => format!(
-                "{} held by {h}{}{}",
-                v.name,
-                since
-                    .as_ref()
-                    .map_or(String::new(), |t| format!(" since {t}")),
-                if h.starts_with(&me) {
-                    " (this node)"
-                } else {
-                    ""
-                }
-            ),
+        .map(|v| {
+            let Some(h) = &v.holder else {
+                return format!("{} free", v.name);
+            };
+            let when =
+                v.since
+                    .as_deref()
+                    .map_or(String::new(), |t| match t.parse::<jiff::Timestamp>() {
+                        Ok(at) if now.duration_until(at) > skew => format!(
+                            " renewed at {t}, in the future of this node's clock (clock skew?)"
+                        ),
+                        _ => format!(" since {t}"),
+                    });
+            let mine = if h.starts_with(&me) {
+                " (this node)"
+            } else {
+                ""
+            };
+            format!("{} held by {h}{when}{mine}", v.name)
         })
         .collect();
-    say!("  drain slots:   {}", each.join("; "));
+    each.join("; ")
 }
 
 /// How the boot before this one ended, as the daemon judged it.
@@ -248,4 +277,43 @@ fn previous_boot(settings: &Settings) -> Option<PreviousBoot> {
 
 fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::slots::SlotView;
+
+    fn view(name: &str, holder: Option<&str>, since: Option<&str>) -> SlotView {
+        SlotView {
+            name: name.into(),
+            holder: holder.map(str::to_string),
+            since: since.map(str::to_string),
+        }
+    }
+
+    /// A holder's time more than the skew ahead is not shown as "since" (issue 40 item 7).
+    #[test]
+    fn a_slot_renewed_in_the_future_is_said_so_not_since() {
+        let now: jiff::Timestamp = "2026-12-02T06:00:00Z".parse().unwrap();
+        let slots = [
+            view(
+                "slot-0",
+                Some("node-b/boot-1"),
+                Some("2026-12-03T06:00:00Z"),
+            ),
+            view(
+                "slot-1",
+                Some("node-a/boot-2"),
+                Some("2026-12-02T06:00:30Z"),
+            ),
+            view("slot-2", None, None),
+        ];
+        assert_eq!(
+            slots_line("node-a", &slots, now),
+            "slot-0 held by node-b/boot-1 renewed at 2026-12-03T06:00:00Z, in the future of \
+             this node's clock (clock skew?); slot-1 held by node-a/boot-2 since \
+             2026-12-02T06:00:30Z (this node); slot-2 free"
+        );
+    }
 }

@@ -599,9 +599,20 @@ impl Slots<'_> {
                 tracing::debug!(node = %me.node, "node {} created drain slot {name}", me.node);
                 Ok(Attempt::Won)
             }
-            // Another node created it first: it is theirs.
-            Err(e) if e.is_conflict() => Ok(Attempt::Lost(format!("{name} (just taken)"))),
+            // Another node created it first: it is theirs, named as read now.
+            Err(e) if e.is_conflict() => Ok(Attempt::Lost(self.just_taken(name, deadline).await)),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Who holds slot `name`, just created by another node: its holder as read now, else the
+    /// slot's name; "(just taken)" either way.
+    async fn just_taken(&self, name: &str, deadline: Instant) -> String {
+        match self.read(name, deadline).await {
+            Ok(Some(lease)) if identity(&lease).is_some() => {
+                format!("{} (just taken)", shown(&lease))
+            }
+            _ => format!("{name} (just taken)"),
         }
     }
 
