@@ -47,7 +47,7 @@ trait Service {
 }
 
 /// Whether the system is shutting down now (`SystemState` is `stopping`).
-pub async fn shutting_down(conn: &Connection) -> zbus::Result<bool> {
+pub async fn shutting_down(conn: &Connection) -> Result<bool, AskError> {
     let manager = ManagerProxy::builder(conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
@@ -65,7 +65,7 @@ pub async fn version(conn: &Connection) -> zbus::Result<String> {
 }
 
 /// The daemon's own unit's `TimeoutStopUSec`; `None` when it has none (infinity).
-pub async fn stop_timeout(conn: &Connection) -> zbus::Result<Option<Duration>> {
+pub async fn stop_timeout(conn: &Connection) -> Result<Option<Duration>, AskError> {
     let manager = ManagerProxy::builder(conn)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
@@ -87,8 +87,44 @@ pub enum AskError {
     NoBus,
     #[error("systemd did not answer within {} ms", .0.as_millis())]
     NoAnswer(Duration),
-    #[error("systemd did not say the unit's TimeoutStopUSec: {0}")]
-    Bus(#[from] zbus::Error),
+    /// Nothing on the bus owns systemd's name (the bus answers `ServiceUnknown`): the daemon
+    /// runs where systemd is not the service manager (the demo and the tests, on a private
+    /// bus; a container), so no stop phase follows a shutdown's window.
+    #[error(
+        "systemd is not on this system bus (no {SERVICE}): the daemon does not run under \
+         systemd"
+    )]
+    NotOnBus,
+    #[error("systemd answered with an error: {0}")]
+    Bus(zbus::Error),
+}
+
+/// systemd's bus name.
+pub const SERVICE: &str = "org.freedesktop.systemd1";
+
+impl From<zbus::Error> for AskError {
+    /// `ServiceUnknown` or `NameHasNoOwner` from the bus itself is [`AskError::NotOnBus`].
+    fn from(e: zbus::Error) -> AskError {
+        let fdo = |e: &zbus::fdo::Error| {
+            matches!(
+                e,
+                zbus::fdo::Error::ServiceUnknown(_) | zbus::fdo::Error::NameHasNoOwner(_)
+            )
+        };
+        match &e {
+            zbus::Error::FDO(e) if fdo(e) => AskError::NotOnBus,
+            zbus::Error::MethodError(name, _, _)
+                if matches!(
+                    name.as_str(),
+                    "org.freedesktop.DBus.Error.ServiceUnknown"
+                        | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                ) =>
+            {
+                AskError::NotOnBus
+            }
+            _ => AskError::Bus(e),
+        }
+    }
 }
 
 /// [`stop_timeout`] on `conn`, bounded by `within`.
@@ -98,7 +134,7 @@ pub async fn stop_timeout_within(
 ) -> Result<Option<Duration>, AskError> {
     let conn = conn.ok_or(AskError::NoBus)?;
     match tokio::time::timeout(within, stop_timeout(conn)).await {
-        Ok(read) => Ok(read?),
+        Ok(read) => read,
         Err(_) => Err(AskError::NoAnswer(within)),
     }
 }
