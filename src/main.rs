@@ -3,11 +3,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use kube_shutdown_drain::cli::{Cli, Command, EXIT_USAGE};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_args() {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();

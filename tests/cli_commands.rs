@@ -264,9 +264,15 @@ async fn exit_codes() {
     assert_eq!(r.code, 3, "{}", r.stderr);
     c.server.start_listener().await.unwrap();
 
-    // 0 and the documentation of all of it.
+    // 0 and the documentation of all of it, after the summary `-h` shows.
     let r = cli(&config, &["--help"]).await;
     assert_eq!(r.code, 0);
+    let short = cli(&config, &["-h"]).await;
+    assert_eq!(
+        r.stdout.lines().next(),
+        short.stdout.lines().next(),
+        "--help starts with -h's summary"
+    );
     for line in [
         "0  done",
         "1  drain incomplete",

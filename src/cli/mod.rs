@@ -235,6 +235,19 @@ fn human(text: String, _error: &(dyn std::error::Error + 'static)) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// `cmd` and its subcommands with every `long_about` led by its `about` and a blank line.
+fn with_summaries(cmd: clap::Command) -> clap::Command {
+    let long = match (cmd.get_about(), cmd.get_long_about()) {
+        (Some(about), Some(long)) => Some(format!("{about}\n\n{long}")),
+        _ => None,
+    };
+    let cmd = match long {
+        Some(long) => cmd.long_about(long),
+        None => cmd,
+    };
+    cmd.mut_subcommands(with_summaries)
+}
+
 impl CliError {
     /// The documented exit code for this error.
     pub fn exit_code(&self) -> u8 {
@@ -250,6 +263,22 @@ impl CliError {
 }
 
 impl Cli {
+    /// The command line as the program parses it: the derived one with every `long_about` led
+    /// by its `about` ([`with_summaries`]), so `--help` starts with the one-line summary `-h`
+    /// shows (clap shows one or the other). The man pages use [`clap::CommandFactory::command`]
+    /// itself: their NAME says the summary, their DESCRIPTION the rest.
+    pub fn help_command() -> clap::Command {
+        with_summaries(<Cli as clap::CommandFactory>::command())
+    }
+
+    /// Parses the process's arguments with [`Cli::help_command`] (what `Cli::try_parse` does
+    /// with the derived command).
+    pub fn try_parse_args() -> Result<Cli, clap::Error> {
+        let mut matches = Cli::help_command().try_get_matches()?;
+        <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
+            .map_err(|e| e.format(&mut Cli::help_command()))
+    }
+
     /// The config file: `--config`, else [`CONFIG_ENV`] (an empty value is an error naming the
     /// variable), else [`DEFAULT_CONFIG_PATH`].
     pub fn config_path(&self) -> Result<PathBuf, CliError> {
@@ -364,6 +393,31 @@ pub(crate) use {out, outln};
 mod tests {
     use super::*;
     use crate::api::ApiError;
+
+    /// `--help` starts with the summary `-h` shows, for the program and every subcommand
+    /// (issue 40 item 16: clap shows `long_about` instead of `about`).
+    #[test]
+    fn long_help_starts_with_the_short_helps_summary() {
+        let mut cmd = Cli::help_command();
+        cmd.build();
+        let mut all = vec![cmd.clone()];
+        all.extend(cmd.get_subcommands().cloned());
+        for mut c in all {
+            let short = c.render_help().to_string();
+            let long = c.render_long_help().to_string();
+            let summary = short.lines().next().unwrap_or_default().to_string();
+            assert!(
+                !summary.is_empty() && !summary.starts_with("Usage"),
+                "{short}"
+            );
+            assert_eq!(
+                long.lines().next(),
+                Some(summary.as_str()),
+                "{}",
+                c.get_name()
+            );
+        }
+    }
 
     fn refusal(code: u16, reason: &str, message: &str) -> ApiError {
         let status: kube::core::Status = serde_json::from_value(serde_json::json!({
