@@ -447,3 +447,52 @@ async fn the_lifecycle_conditions_follow_the_need_the_drain_and_the_restore() {
         w.log()
     );
 }
+
+/// The node's own reboot takes its drain slot once: the drain at logind's announcement, which
+/// finds the node drained, keeps the slot without writing it again (its `acquireTime` stays),
+/// and the take is said once (journal and `DrainSlotTaken`).
+#[tokio::test]
+async fn the_own_reboot_writes_its_drain_slot_once_and_says_the_take_once() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(w) = world(&sentinel, "[fleet]\nslots = 1\n").await else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    let outcome = w
+        .rig
+        .wait_outcome(0, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("logind never rebooted; log:\n{}", w.log()));
+    assert_eq!(outcome.what, "released", "{}", outcome.line);
+    let slot_path = format!("/leases/{}", daemon_support::SLOT);
+    let writes: Vec<String> = w
+        .api
+        .recorder()
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            (r.method == "POST"
+                && r.path.ends_with("/leases")
+                && r.body.contains(daemon_support::SLOT))
+                || (r.method != "GET" && r.path.ends_with(&slot_path))
+        })
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert_eq!(
+        writes.len(),
+        1,
+        "one write of the slot: {writes:?}\n{}",
+        w.log()
+    );
+    let log = w.log();
+    assert_eq!(
+        log.matches("took drain slot").count(),
+        1,
+        "the take is said once: {log}"
+    );
+    assert_eq!(w.node_events("DrainSlotTaken").len(), 1, "{log}");
+    assert!(
+        w.slot_holder().is_some_and(|h| h.starts_with(NODE)),
+        "{log}"
+    );
+}

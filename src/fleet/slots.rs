@@ -81,6 +81,18 @@ impl Watched {
     }
 }
 
+/// Whether `me` holds `lease` already in this very boot, taken less than half of `hold_max`
+/// ago: it stays this node's without a write. An older take is written again (a fresh
+/// `acquireTime`), so a drain that starts late in a long hold is not judged stale by the other
+/// nodes before it ends; a take of another boot is written (the holder names this boot). Pure.
+fn kept(lease: &Lease, me: &Holder, now: jiff::Timestamp, hold_max: Duration) -> bool {
+    let Some(acquired) = HeldTimes::of(lease).acquired else {
+        return false;
+    };
+    let half = jiff::SignedDuration::try_from(hold_max / 2).unwrap_or(jiff::SignedDuration::MAX);
+    holder_of(lease).as_ref() == Some(me) && now.duration_since(acquired) < half && acquired <= now
+}
+
 /// A watch of one group's slot Leases ([`Slots::changes`]).
 pub type Changes = BoxStream<'static, Result<Event<Lease>, watcher::Error>>;
 
@@ -100,6 +112,10 @@ pub async fn next_look(changes: &mut Changes, until: Instant, every: Duration) {
 pub enum Taken {
     /// This node holds the slot Lease of this name.
     Slot(String),
+    /// This node held the slot Lease of this name already, in this boot and recently taken
+    /// ([`kept`]): nothing was written (the drain at logind's announcement of a reboot the node
+    /// drained for takes no slot twice).
+    Kept(String),
     /// Every slot of the group is held, by these holders (`NODE/BOOT_ID`, or a foreign
     /// identity as the Lease says it).
     Full(Vec<String>),
@@ -512,6 +528,9 @@ impl Slots<'_> {
             }
             match self.judge(&lease, me, deadline).await? {
                 Look::Free => open.push((name, Some(lease), None)),
+                Look::Ours(_) if kept(&lease, me, jiff::Timestamp::now(), fleet.hold_max) => {
+                    return Ok(Taken::Kept(name));
+                }
                 Look::Ours(id) => match self
                     .write_take(me, &name, lease, Some(id), deadline)
                     .await?
@@ -689,5 +708,51 @@ impl Slots<'_> {
             });
         }
         Ok(views)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FleetSettings;
+
+    /// A slot this node took in this boot minutes ago is kept as it is; one of another boot, or
+    /// taken longer than half of `hold_max` ago, is written again.
+    #[test]
+    fn a_slot_taken_in_this_boot_lately_is_kept_without_a_write() {
+        let fleet = FleetSettings::default();
+        let me = Holder {
+            node: "n1".into(),
+            boot_id: "boot-2".into(),
+        };
+        let now: jiff::Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
+        let taken_at = |ago: i64, holder: &Holder| {
+            super::super::new_lease(
+                "s",
+                &fleet,
+                "all",
+                holder,
+                now - jiff::SignedDuration::from_secs(ago),
+            )
+        };
+        let hold_max = Duration::from_secs(3600);
+        assert!(kept(&taken_at(60, &me), &me, now, hold_max));
+        assert!(kept(&taken_at(1799, &me), &me, now, hold_max));
+        assert!(
+            !kept(&taken_at(1801, &me), &me, now, hold_max),
+            "half of hold_max gone"
+        );
+        let before = Holder {
+            boot_id: "boot-1".into(),
+            ..me.clone()
+        };
+        assert!(
+            !kept(&taken_at(60, &before), &me, now, hold_max),
+            "another boot"
+        );
+        assert!(
+            !kept(&taken_at(-60, &me), &me, now, hold_max),
+            "taken in the future"
+        );
     }
 }

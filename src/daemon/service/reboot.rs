@@ -357,7 +357,7 @@ async fn take_slot(engine: Engine) -> Option<Engine> {
     let started = Instant::now();
     loop {
         match engine.wait_for_slot(Instant::now() + SLOT_WAIT).await {
-            Ok(Taken::Slot(name)) => {
+            Ok(Taken::Slot(name) | Taken::Kept(name)) => {
                 tracing::info!(node = %node, "node {node} holds drain slot {name} for its reboot");
                 return Some(engine.holding_slot(name, started.elapsed()));
             }
