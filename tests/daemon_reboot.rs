@@ -244,6 +244,18 @@ async fn expect_said(w: &World, needle: &str, count: usize, why: &str) {
     .await;
 }
 
+/// The holder of this node's waiting Lease (the line for a drain slot), if it is held.
+fn waiting_holder(w: &World) -> Option<String> {
+    let name = format!("kube-shutdown-drain-waiting.{NODE}");
+    w.api
+        .store()
+        .get("Lease", Some("kube-shutdown-drain"), &name)
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+/// The reboot waits for the one slot, in line (its waiting Lease written after 5 s); the need
+/// goes away: nothing was changed, the waiting Lease goes back at once (not when it goes stale
+/// half an hour later), and the slot once free is not taken.
 #[tokio::test]
 async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing() {
     let (_dir, sentinel) = sentinel_dir();
@@ -260,6 +272,12 @@ async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing()
         "the reboot waits for the slot demo-node-2 holds",
     )
     .await;
+    w.expect_until(
+        Duration::from_secs(20),
+        |w| waiting_holder(w).is_some_and(|h| h.starts_with(&format!("{NODE}/"))),
+        "the node joins the line: its waiting Lease is held",
+    )
+    .await;
     std::fs::remove_file(&sentinel).unwrap();
     let gone = format!(
         "node {NODE} needs no reboot: {} does not exist",
@@ -274,6 +292,12 @@ async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing()
     );
     assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
     assert_eq!(w.slot_holder(), Some(holder), "the slot is not ours");
+    w.expect_until(
+        Duration::from_secs(10),
+        |w| waiting_holder(w).is_none(),
+        "the waiting Lease goes back with the wait called off",
+    )
+    .await;
     // demo-node-2 gives the slot back: the reboot called off takes it no more.
     w.api.store().upsert(slot_lease(None)).unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -156,6 +156,51 @@ struct Waiting {
     listed: bool,
 }
 
+impl Waiting {
+    /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
+    /// earlier run of its daemon).
+    fn in_line(&self) -> bool {
+        self.renewed.is_some() || self.listed
+    }
+}
+
+/// A wait for a slot that gives its waiting Lease back however it ends: [`Slots::take`] gives
+/// it back itself when the wait ends; a wait dropped before that (the reboot it was for called
+/// off, the daemon's task aborted) leaves the give-back to a task of its own, since a drop
+/// cannot wait. Otherwise the Lease would stay held, and cost each node behind it a pass-over
+/// at every hand-off, until it went stale.
+struct LeaveOnDrop<'a> {
+    slots: &'a Slots<'a>,
+    me: Holder,
+    waiting: Waiting,
+    /// The give-back ran (or was not needed): nothing to do when dropped.
+    left: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.left || !self.waiting.in_line() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (clients, settings, me) = (
+            self.slots.clients.clone(),
+            self.slots.settings.clone(),
+            self.me.clone(),
+        );
+        runtime.spawn(async move {
+            let slots = Slots {
+                clients: &clients,
+                settings: &settings,
+            };
+            let deadline = Instant::now() + clients.request_timeout;
+            slots.leave_line(&me, deadline).await;
+        });
+    }
+}
+
 /// One slot as `status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SlotView {
@@ -214,19 +259,25 @@ impl Slots<'_> {
             boot_id: boot_id.to_string(),
         };
         let group = super::group_of(&self.settings.fleet, node);
-        let mut waiting = Waiting {
-            started: Instant::now(),
-            renewed: None,
-            failed: false,
-            listed: false,
+        let mut wait = LeaveOnDrop {
+            slots: self,
+            me: me.clone(),
+            waiting: Waiting {
+                started: Instant::now(),
+                renewed: None,
+                failed: false,
+                listed: false,
+            },
+            left: false,
         };
         let taken = self
-            .take_in_line(&me, &group, until, look_by, &mut waiting)
+            .take_in_line(&me, &group, until, look_by, &mut wait.waiting)
             .await;
-        if waiting.renewed.is_some() || waiting.listed {
+        if wait.waiting.in_line() {
             let deadline = Instant::now() + self.clients.request_timeout;
             self.leave_line(&me, deadline).await;
         }
+        wait.left = true;
         taken
     }
 
