@@ -262,6 +262,12 @@ async fn a_need_that_goes_away_while_the_reboot_waits_for_a_slot_takes_nothing()
     let Some(w) = world(&sentinel, "[fleet]\nslots = 1\n").await else {
         return;
     };
+    w.expect_log(
+        &format!("node {NODE} needs no reboot"),
+        Duration::from_secs(15),
+        "the file's absence counts once it has stood",
+    )
+    .await;
     // demo-node-2 holds the one slot, in the boot its Node reports (not stale).
     let holder = w.other_holder();
     w.api.store().upsert(slot_lease(Some(&holder))).unwrap();
@@ -519,4 +525,46 @@ async fn the_own_reboot_writes_its_drain_slot_once_and_says_the_take_once() {
         w.slot_holder().is_some_and(|h| h.starts_with(NODE)),
         "{log}"
     );
+}
+
+/// A sentinel file created and removed 100 times within a second, as a package upgrade may:
+/// the need never stands 5 s, so nothing is said, posted, written or taken; the file left in
+/// place then reboots the node, with one `RebootRequired` for the episode.
+#[tokio::test]
+async fn a_need_that_flaps_for_a_second_drains_nothing_and_posts_nothing() {
+    let (_dir, sentinel) = sentinel_dir();
+    let Some(w) = world(&sentinel, "[fleet]\nslots = 1\n").await else {
+        return;
+    };
+    w.expect_log(
+        &format!("node {NODE} needs no reboot"),
+        Duration::from_secs(15),
+        "the file's absence counts once it has stood",
+    )
+    .await;
+    for _ in 0..100 {
+        std::fs::write(&sentinel, "").unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        std::fs::remove_file(&sentinel).unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Twice the time a need must stand, after the burst.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let log = w.log();
+    assert!(!log.contains("needs a reboot"), "{log}");
+    for reason in ["RebootRequired", "RebootStarted", "DrainSlotTaken"] {
+        assert!(w.node_events(reason).is_empty(), "{reason}: {log}");
+    }
+    assert!(!w.is_cordoned() && w.marker().is_none(), "{log}");
+    assert_eq!(w.slot_holder(), None, "no slot taken: {log}");
+    let evictions = w.api.recorder().count("POST", "/eviction");
+    assert_eq!(evictions, 0, "no pod evicted: {log}");
+    // The file that stays: one episode, one RebootRequired, the reboot.
+    std::fs::write(&sentinel, "").unwrap();
+    w.rig
+        .wait_outcome(0, Duration::from_secs(40))
+        .await
+        .unwrap_or_else(|| panic!("logind never rebooted; log:\n{}", w.log()));
+    assert_eq!(w.node_events("RebootRequired").len(), 1, "{}", w.log());
+    assert_eq!(w.node_events("RebootStarted").len(), 1, "{}", w.log());
 }

@@ -7,7 +7,9 @@
 //! (`host::update_engine`, on the system bus), and the update agent's FleetLock requests
 //! (`[fleetlock]`: a pre-reboot makes a need that stands [`AGENT_ASKS_WITHIN`]; a steady-state
 //! ends it). A reboot is needed when any says so; an unknown
-//! answer (a command that failed, update_engine unreachable) never starts one and is said.
+//! answer (a command that failed, update_engine unreachable) never starts one and is said. Their
+//! combined answer counts once it has stood `reboot::need::SETTLE` (5 s): a need that flaps is
+//! never acted on, and each need is said (and `RebootRequired` posted) once per episode.
 //! While one is needed the holds are judged (`reboot::holds`: the hold annotation, the fleet's
 //! pause, a blocking pod, the windows) now, then every [`LOOK_EVERY`] and at the next window's
 //! opening; each new set of reasons is said once. The verdict is `Go` only when nothing holds
@@ -32,7 +34,7 @@ use crate::node::conditions::{Condition, Type as ConditionType};
 use crate::reboot::fleetlock::Operation;
 use crate::reboot::holds::{Holds, Key};
 use crate::reboot::holds_read::Weighed;
-use crate::reboot::need::Need;
+use crate::reboot::need::{Need, Settled};
 use crate::reboot::window::Windows;
 
 /// How often the holds are judged again while a reboot is needed and held (a hold annotation
@@ -245,6 +247,7 @@ pub(crate) async fn follow(
         drained,
     } = from_loop;
     let mut needs = start_triggers(&access.settings.reboot, &bus_address, agent);
+    let mut settled = Settled::default();
     let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
@@ -261,12 +264,25 @@ pub(crate) async fn follow(
             .iter_mut()
             .map(|n| n.borrow_and_update().clone())
             .collect();
-        let need = Need::combined(&now);
+        // Nothing is said, written or taken for an answer that has not stood SETTLE.
+        let (counts, settles_at) = settled.see(Need::combined(&now), Instant::now());
+        let Some(need) = counts.cloned() else {
+            tokio::select! {
+                () = changed_any(&mut needs) => {}
+                () = sleep_until(settles_at) => {}
+                () = verdict.closed() => return,
+            }
+            continue;
+        };
         follower.say_need(&need);
         let pause = not_before
             .borrow_and_update()
             .filter(|at| *at > Instant::now());
         let (next, recheck) = follower.verdict(&need, pause).await;
+        let recheck = match (recheck, settles_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let now_facts = RebootFacts {
             required: need.is_needed(),
             waiting: match next.ask {
