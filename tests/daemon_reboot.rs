@@ -476,6 +476,38 @@ async fn the_lifecycle_conditions_follow_the_need_the_drain_and_the_restore() {
         lifecycle_conditions(&w),
         w.log()
     );
+    // Every write of the conditions, in order: a transition time only where the status
+    // changes; DrainInProgress True once (the drain in logind's window after the reboot's own
+    // drain finds nothing to do and writes nothing); messages without a repeated prefix.
+    let mut status: std::collections::HashMap<String, String> = Default::default();
+    let mut in_progress = 0;
+    let patches = w
+        .api
+        .recorder()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with(&format!("/nodes/{NODE}/status")));
+    for r in patches {
+        let body: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        for c in body["status"]["conditions"].as_array().unwrap() {
+            let (kind, now) = (c["type"].as_str().unwrap(), c["status"].as_str().unwrap());
+            let changed = status.insert(kind.to_string(), now.to_string()).as_deref() != Some(now);
+            assert_eq!(
+                c.get("lastTransitionTime").is_some(),
+                changed,
+                "{kind} {now} in {}",
+                r.body
+            );
+            in_progress += usize::from(kind == "DrainInProgress" && now == "True");
+            let message = c["message"].as_str().unwrap_or_default();
+            assert!(
+                message.matches(&format!("node {NODE}")).count() <= 1,
+                "{message}"
+            );
+            assert!(!message.contains("0 evicted"), "{message}");
+        }
+    }
+    assert_eq!(in_progress, 1, "one drain in progress: {}", w.log());
 }
 
 /// The node's own reboot takes its drain slot once: the drain at logind's announcement, which
