@@ -600,3 +600,68 @@ async fn a_need_that_flaps_for_a_second_drains_nothing_and_posts_nothing() {
     assert_eq!(w.node_events("RebootRequired").len(), 1, "{}", w.log());
     assert_eq!(w.node_events("RebootStarted").len(), 1, "{}", w.log());
 }
+
+/// The holds are judged again once the drain is over, before logind is asked: a hold set while
+/// the reboot's drain runs keeps the node from its reboot, which is restored and tried again
+/// after a pause said with what ended it.
+#[tokio::test]
+async fn a_hold_set_during_the_reboots_drain_keeps_the_node_from_its_reboot() {
+    let (_dir, sentinel) = sentinel_dir();
+    let mut seed = open_seed();
+    // The cart pod takes 3 s to stop: the drain lasts long enough to be held meanwhile.
+    for object in &mut seed {
+        if object["metadata"]["name"] == "cart-7f9b8c6d5-x2k4f" {
+            object["metadata"]["annotations"]["fake-apiserver.test/termination-seconds"] =
+                json!("3");
+        }
+    }
+    let Some(w) = daemon_support::started(Setup {
+        seed,
+        config: format!("[reboot]\nsentinel_file = \"{}\"\n", sentinel.display()),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("drain of node {NODE} started (reboot the node asked for ([reboot]))"),
+        Duration::from_secs(20),
+        "the reboot's drain starts",
+    )
+    .await;
+    w.api
+        .store()
+        .modify("Node", None, NODE, |n| {
+            n["metadata"]["annotations"]["kube-shutdown-drain/hold"] = json!("kernel bisect, ana")
+        })
+        .unwrap();
+    w.expect_log(
+        &format!("node {NODE} drained for its reboot"),
+        Duration::from_secs(20),
+        "the drain completes",
+    )
+    .await;
+    w.expect_log(
+        "(looked at after its drain)",
+        Duration::from_secs(10),
+        "the hold set during the drain is seen after it",
+    )
+    .await;
+    w.expect_restored(Duration::from_secs(20), "the drained node is restored")
+        .await;
+    w.expect_log(
+        &format!("node {NODE} still needs a reboot (a hold came before its reboot)"),
+        Duration::from_secs(5),
+        "the next try waits, said with what ended this one",
+    )
+    .await;
+    assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
+    assert!(
+        !w.log()
+            .contains(&format!("asking logind to reboot node {NODE}")),
+        "{}",
+        w.log()
+    );
+}

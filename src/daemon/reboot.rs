@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use crate::config::reboot::RebootSettings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::{Metrics, RebootFacts};
-use crate::daemon::phase::Ask;
+use crate::daemon::phase::{Ask, Setback};
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::forecast::Forecast;
@@ -81,6 +81,8 @@ pub(crate) struct Verdict {
     pub why: String,
     /// What holds the node, when it waits for the holds (none otherwise).
     pub keys: Vec<Key>,
+    /// What ended the last reboot, while the verdict waits out the pause after it.
+    pub setback: Option<Setback>,
 }
 
 impl Verdict {
@@ -89,6 +91,7 @@ impl Verdict {
             ask: Ask::NotNeeded,
             why: why.into(),
             keys: Vec::new(),
+            setback: None,
         }
     }
 }
@@ -221,8 +224,8 @@ async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
 
 /// What the daemon's loop gives the follower besides the settings.
 pub(crate) struct FromLoop {
-    /// The table's pause after a reboot that ended without one.
-    pub not_before: watch::Receiver<Option<Instant>>,
+    /// The table's pause after a reboot that ended without one, and what ended it.
+    pub not_before: watch::Receiver<Option<(Instant, Setback)>>,
     /// The update agent's FleetLock requests, with `[fleetlock]`.
     pub agent: Option<mpsc::UnboundedReceiver<Operation>>,
     /// The last forecast (`[daemon] forecast_interval`).
@@ -277,7 +280,7 @@ pub(crate) async fn follow(
         follower.say_need(&need);
         let pause = not_before
             .borrow_and_update()
-            .filter(|at| *at > Instant::now());
+            .filter(|(at, _)| *at > Instant::now());
         let (next, recheck) = follower.verdict(&need, pause).await;
         let recheck = match (recheck, settles_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -352,8 +355,12 @@ impl Follower {
     }
 
     /// The verdict for `need` now, and when to look again (none: only at a trigger's change).
-    /// `pause`: the table's pause after a reboot that ended without one.
-    async fn verdict(&mut self, need: &Need, pause: Option<Instant>) -> (Verdict, Option<Instant>) {
+    /// `pause`: the table's pause after a reboot that ended without one, and what ended it.
+    async fn verdict(
+        &mut self,
+        need: &Need,
+        pause: Option<(Instant, Setback)>,
+    ) -> (Verdict, Option<Instant>) {
         let node = &self.access.settings.node_name;
         let why = match need {
             Need::Needed(why) => why,
@@ -362,15 +369,19 @@ impl Follower {
                 return (Verdict::not_needed(other.to_string()), None);
             }
         };
-        if let Some(at) = pause {
+        if let Some((at, setback)) = pause {
             let left = crate::time_limit::seconds(at - Instant::now());
-            let why =
-                format!("{why}; a reboot of node {node} ended without one: trying again in {left}");
+            let why = format!(
+                "{why}; the last reboot of node {node} ended without one ({}): trying again in \
+                 {left}",
+                setback.says()
+            );
             return (
                 Verdict {
                     ask: Ask::Waits,
                     why,
                     keys: Vec::new(),
+                    setback: Some(setback),
                 },
                 Some(at),
             );
@@ -402,12 +413,14 @@ impl Follower {
                 ask: Ask::Go,
                 why: why.clone(),
                 keys: Vec::new(),
+                setback: None,
             }
         } else {
             Verdict {
                 ask: Ask::Waits,
                 why: holds.to_string(),
                 keys,
+                setback: None,
             }
         };
         (verdict, Some(recheck))
