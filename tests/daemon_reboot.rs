@@ -392,7 +392,10 @@ async fn another_programs_block_lock_keeps_the_node_from_its_own_reboot_even_whe
         .await;
     assert!(w.rig.outcomes().is_empty(), "no reboot; log:\n{}", w.log());
     w.expect_log(
-        &format!("node {NODE} still needs a reboot; trying again in 600 s"),
+        &format!(
+            "node {NODE} still needs a reboot (a step of it failed, as the journal says); trying \
+             again in 600 s"
+        ),
         Duration::from_secs(5),
         "the next try waits",
     )

@@ -66,8 +66,8 @@ impl Setback {
             Setback::DrainIncomplete => "its drain did not complete",
             Setback::Held => "a hold came before its reboot",
             Setback::Overdue => "the reboot did not come in its time",
-            Setback::Cancelled => "the shutdown was cancelled",
-            Setback::Failed => "it failed (the journal says why)",
+            Setback::Cancelled => "its shutdown was cancelled",
+            Setback::Failed => "a step of it failed, as the journal says",
         }
     }
 }
