@@ -528,7 +528,7 @@ impl Taker {
             .take(&self.node, boot, until, until)
             .await
         {
-            Ok(Taken::Slot(name)) => Some(name),
+            Ok(Taken::Slot(name) | Taken::Kept(name)) => Some(name),
             Ok(Taken::Full(_)) => None,
             Err(e) => panic!("{}: {e}", self.settings.node_name),
         }

@@ -306,3 +306,50 @@ async fn a_local_user_who_is_not_the_agent_is_refused_and_nothing_changes() {
         "{status}"
     );
 }
+
+/// With the bus (and logind) gone, the daemon could neither see the agent's reboot nor hold it
+/// for a drain: every request gets 503 `no_answer`, which zincati retries, and none starts a
+/// drain; once logind is back, the agent's pre-reboot is heard again.
+#[tokio::test]
+async fn without_logind_the_agent_is_answered_503_and_nothing_is_drained() {
+    let addr = free_port();
+    let Some(mut w) = world(addr, &me(), "").await else {
+        return;
+    };
+    until_200(&w, || steady_state(addr), Duration::from_secs(20)).await;
+    w.rig.stop_bus();
+    w.expect_log(
+        "reconnecting to logind",
+        Duration::from_secs(10),
+        "the daemon sees logind go",
+    )
+    .await;
+    for _ in 0..15 {
+        assert_eq!(pre_reboot(addr).await, (503, "no_answer".to_string()));
+        assert_eq!(steady_state(addr).await, (503, "no_answer".to_string()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = w.log();
+    assert!(!log.contains("needs a reboot"), "no need heard: {log}");
+    assert!(!w.is_cordoned() && w.marker().is_none(), "{log}");
+    w.rig
+        .start_bus_again(logind::LogindOptions::default())
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, kind) = pre_reboot(addr).await;
+        if status == 409 {
+            assert_eq!(kind, "reboot_pending", "{}", w.log());
+            break;
+        }
+        assert_eq!((status, kind.as_str()), (503, "no_answer"));
+        assert!(tokio::time::Instant::now() < deadline, "{}", w.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    w.expect_log(
+        "needs a reboot",
+        Duration::from_secs(15),
+        "the pre-reboot after logind's return is a need",
+    )
+    .await;
+}

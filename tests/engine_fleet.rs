@@ -671,14 +671,23 @@ async fn with_the_kubelets_credentials_the_restore_completes_holding_no_slot() {
 }
 
 #[tokio::test]
-async fn a_slot_this_node_already_holds_is_taken_again_at_once_not_waited_for() {
+async fn a_slot_this_node_already_holds_is_kept_at_once_not_waited_for_nor_written() {
     let c = cluster().await;
     held_fresh_by_node_a(&c);
+    c.server.recorder().clear();
     assert_eq!(
         take(&c, NODE, Duration::from_secs(2)).await,
-        Taken::Slot(SLOT.into()),
+        Taken::Kept(SLOT.into()),
         "node-a's own fresh hold is no other holder's"
     );
+    let writes = c
+        .server
+        .recorder()
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains("/leases"))
+        .count();
+    assert_eq!(writes, 0, "a slot held in this boot is not written again");
     assert_eq!(holder(&c, SLOT), Some(format!("{NODE}/{BOOT}")));
 }
 

@@ -27,7 +27,7 @@ pub async fn wait(engine: Engine, timeout: Duration, what: &str) -> Result<SlotW
     );
     let started = Instant::now();
     match engine.wait_for_slot(started + timeout).await? {
-        Taken::Slot(name) => {
+        Taken::Slot(name) | Taken::Kept(name) => {
             eprintln!("node {node} holds drain slot {name}");
             Ok(SlotWait::Holding(Box::new(
                 engine.holding_slot(name, started.elapsed()),

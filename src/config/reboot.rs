@@ -299,13 +299,17 @@ pub fn from_toml(src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
         reboot: RawReboot,
     }
     let only: Only = toml::from_str(src.text).map_err(|e| src.toml_error(&e))?;
-    settings(only.reboot, src)
+    settings(only.reboot, false, src)
 }
 
 /// Applies the defaults and the checks that span several keys: timing only with a command, a
-/// timeout below the interval, windows, a zone and a blocking pod selector only with a trigger,
-/// every window key given.
-pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, ConfigError> {
+/// timeout below the interval, windows, a zone and a blocking pod selector only with a trigger
+/// (`agent`: `[fleetlock]` is set, whose update agent is one), every window key given.
+pub fn settings(
+    raw: RawReboot,
+    agent: bool,
+    src: &Source<'_>,
+) -> Result<RebootSettings, ConfigError> {
     let sentinel_command = sentinel_command(
         raw.sentinel_command,
         raw.check_interval.as_ref(),
@@ -331,7 +335,7 @@ pub fn settings(raw: RawReboot, src: &Source<'_>) -> Result<RebootSettings, Conf
             .as_ref()
             .map(|s| s.get_ref().0.clone()),
     };
-    if !settings.enabled() {
+    if !settings.enabled() && !agent {
         only_with_a_trigger(
             &raw.window,
             raw.time_zone.as_ref(),
@@ -396,8 +400,8 @@ fn sentinel_command(
     Ok(sentinel_command)
 }
 
-/// Windows, a zone and a blocking pod selector apply only to a node with a trigger: refused
-/// without one.
+/// Windows, a zone and a blocking pod selector apply only to a node with a trigger (the update
+/// agent of `[fleetlock]` is one): refused without one.
 fn only_with_a_trigger(
     window: &[Spanned<WindowEntry>],
     time_zone: Option<&Spanned<ZoneName>>,
@@ -433,7 +437,8 @@ fn only_with_a_trigger(
 }
 
 /// What a `[reboot]` without a trigger lacks.
-const NEEDS_A_TRIGGER: &str = "sentinel_file, sentinel_command or update_engine = true in [reboot]";
+const NEEDS_A_TRIGGER: &str =
+    "sentinel_file, sentinel_command or update_engine = true in [reboot], or [fleetlock]";
 
 /// `reboot.window[i]`: one [`Window`] per day.
 fn window(

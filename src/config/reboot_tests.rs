@@ -265,7 +265,7 @@ const BAD: &[Refusal<'_>] = &[
         1,
         "reboot.window[0]",
         "windows without a trigger never apply: the node never asks for a reboot; allowed: \
-         sentinel_file, sentinel_command or update_engine = true in [reboot]",
+         sentinel_file, sentinel_command or update_engine = true in [reboot], or [fleetlock]",
     ),
     (
         "[reboot]\ntime_zone = \"UTC\"",
@@ -301,9 +301,28 @@ const BAD: &[Refusal<'_>] = &[
         25,
         "reboot.blocking_pod_selector",
         "a blocking pod selector without a trigger never applies: the node never asks for a \
-         reboot; allowed: sentinel_file, sentinel_command or update_engine = true in [reboot]",
+         reboot; allowed: sentinel_file, sentinel_command or update_engine = true in [reboot], \
+         or [fleetlock]",
     ),
 ];
+
+/// zincati's FleetLock requests are a trigger: with `[fleetlock]` alone, the windows, the zone
+/// and the blocking pod selector apply to its reboots (they replace zincati's own windows).
+#[test]
+fn windows_a_zone_and_a_blocking_selector_apply_with_fleetlock_as_the_only_trigger() {
+    let text = "[fleetlock]\nlisten = \"127.0.0.1:9753\"\n[reboot]\ntime_zone = \"UTC\"\n\
+                blocking_pod_selector = \"app=backup\"\n[[reboot.window]]\ndays = [\"Sat\"]\n\
+                start_time = \"22:30\"\nlength_minutes = 60";
+    let src = Source {
+        path: Path::new("/etc/x.toml"),
+        text,
+    };
+    let s = super::from_toml(&src, Ok("n1")).unwrap().reboot;
+    assert!(!s.enabled(), "no trigger of [reboot]'s own");
+    assert_eq!(s.windows.len(), 1);
+    assert_eq!(s.zone, Zone::Named("UTC".into()));
+    assert!(s.blocking_pod_selector.is_some());
+}
 
 #[test]
 fn every_bad_reboot_value_is_refused_at_its_place_with_what_is_allowed() {

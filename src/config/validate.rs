@@ -41,8 +41,8 @@ pub fn settings(
     let drain = drain(raw.drain);
     let daemon = daemon(raw.daemon, &drain);
     let fleet = fleet(raw.fleet, src)?;
-    let reboot = super::reboot::settings(raw.reboot, src)?;
     let fleetlock = super::fleetlock::settings(raw.fleetlock, src)?;
+    let reboot = super::reboot::settings(raw.reboot, fleetlock.is_some(), src)?;
     Ok(Settings {
         source: Some(src.path.to_path_buf()),
         kubeconfig: raw

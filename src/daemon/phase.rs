@@ -174,9 +174,10 @@ pub enum Event {
     /// The reboot follower's verdict (`crate::daemon::reboot`): no reboot needed, needed and
     /// held, or needed and nothing holds it.
     Reboot(Ask),
-    /// The daemon's own reboot ended: `asked`, logind was asked to reboot (its announcement
-    /// follows); else it gave up (no drain, an incomplete one, logind refused) and said why.
-    RebootEnded { asked: bool },
+    /// The daemon's own reboot ended: logind was asked to reboot (its announcement follows),
+    /// or the node was handed over drained to the update agent; else it gave up (no drain, an
+    /// incomplete one, a hold, logind refused) and said why.
+    RebootEnded(RebootEnd),
 }
 
 /// What the reboot follower says of the node's reboot (`[reboot]`).
@@ -292,9 +293,9 @@ pub enum Effect {
     StartReboot,
     /// Stop the daemon's own reboot.
     AbortReboot,
-    /// A reboot is still needed after a shutdown or a reboot of ours ended without one: the
-    /// follower holds its go for a pause before it says it again.
-    RebootLater,
+    /// A reboot is still needed after a shutdown or a reboot of ours ended without one (`after`:
+    /// what ended it): the follower holds its go for a pause before it says it again.
+    RebootLater { after: Setback },
 }
 
 /// The step back to waiting once a shutdown is over: the drain (if `drained` runs) stops, the
@@ -625,7 +626,7 @@ impl Phase {
             | Event::Ended { .. }
             | Event::StopInShutdown { .. }
             | Event::StopAsked { .. }
-            | Event::RebootEnded { .. } => {
+            | Event::RebootEnded(_) => {
                 return None;
             }
             // The reboot part answers first (`phase_reboot.rs`); the same answer here.
@@ -710,7 +711,7 @@ mod tests;
 
 #[path = "phase_reboot.rs"]
 mod reboot;
-pub use reboot::AgentAsk;
+pub use reboot::{AgentAsk, RebootEnd, Setback};
 
 #[path = "phase_state.rs"]
 mod state;

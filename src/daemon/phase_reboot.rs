@@ -10,15 +10,16 @@
 //! | Rebooting | Reboot(NotNeeded) | Waiting | AbortReboot, ForgetShutdown + restore, ShowWaiting |
 //! | Rebooting | Reboot(Waits, Go) | unchanged | (the holds are looked at again before the reboot) |
 //! | Rebooting, not asked | RebootEnded, asked | Rebooting, asked | (logind announces the reboot; its timer, `Overdue`, runs) |
-//! | Rebooting, not asked | RebootEnded, not asked | Waiting | ForgetShutdown + restore, ShowWaiting (then RebootLater: the need stands) |
-//! | Rebooting, asked | Overdue (no announcement within the window of a fired schedule) | Waiting | ForgetShutdown + restore, ShowWaiting (then RebootLater) |
+//! | Rebooting, not asked | RebootEnded, gave up | Waiting | ForgetShutdown + restore, ShowWaiting (then RebootLater after its setback: the need stands) |
+//! | Rebooting, asked | Overdue (no announcement within the window of a fired schedule, or the agent's hand-over) | Waiting | ForgetShutdown + restore, ShowWaiting (then RebootLater after `Overdue`) |
 //! | Rebooting | Announced, or Connected with one under way | Draining | AbortReboot, Quiet(false), StartDrain |
 //! | Rebooting | Connected with none under way, Cancelled, Scheduled, Unscheduled | unchanged | |
 //! | Rebooting | Ended, Due; Overdue before logind was asked | refused | |
 //! | any but Rebooting (not asked) | RebootEnded | refused | (no reboot of ours runs) |
 //!
 //! Back in Waiting from any other phase while the verdict is Go, [`super::State::on`] adds
-//! `RebootLater`: the follower says Go again after a pause, and only then does a reboot start.
+//! `RebootLater` with what ended it ([`Setback`]: the reboot's own, `Overdue`, else `Cancelled`):
+//! the follower says Go again after a pause, and only then does a reboot start.
 //! A stop in Rebooting stops the reboot first (`AbortReboot`, then as from Waiting); the
 //! node's prepare stays until the next start, whose restore tells the own reboot's marker (its
 //! reason, `crate::daemon::reboot::OWN_REBOOT_WHY`) from a shutdown's and undoes it.
@@ -27,6 +28,58 @@ use super::{Ask, Effect, Event, Part, Phase, Undo};
 use crate::reboot::fleetlock::{Kind, Operation};
 use crate::reboot::holds::Key;
 use crate::reboot::server::Answer;
+
+/// Why a reboot the node asked for ended without one. The pause before the next try follows it
+/// (`RebootLater`), and the update agent is told it meanwhile, as its own `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setback {
+    /// The drain did not complete within its timeout.
+    DrainIncomplete,
+    /// A hold was found at the look before or after the drain (an annotation, the pause, a
+    /// blocking pod, a window that closed).
+    Held,
+    /// The reboot did not come in its time: logind announced none after it was asked, or the
+    /// update agent did not reboot within its hand-over.
+    Overdue,
+    /// The shutdown was cancelled (`shutdown -c`, logind's `PrepareForShutdown(false)`).
+    Cancelled,
+    /// Something failed: the slots or the API could not be read, the prepare failed, logind
+    /// refused or was not reachable, another program blocks shutdowns.
+    Failed,
+}
+
+impl Setback {
+    /// The FleetLock `kind` the update agent is told during the pause after it.
+    pub fn kind(self) -> Kind {
+        match self {
+            Setback::DrainIncomplete => Kind::DrainIncomplete,
+            Setback::Held => Kind::Held,
+            Setback::Overdue => Kind::Overdue,
+            Setback::Cancelled => Kind::Cancelled,
+            Setback::Failed => Kind::Failed,
+        }
+    }
+
+    /// What happened, for the journal, the status line and the agent.
+    pub fn says(self) -> &'static str {
+        match self {
+            Setback::DrainIncomplete => "its drain did not complete",
+            Setback::Held => "a hold came before its reboot",
+            Setback::Overdue => "the reboot did not come in its time",
+            Setback::Cancelled => "its shutdown was cancelled",
+            Setback::Failed => "a step of it failed, as the journal says",
+        }
+    }
+}
+
+/// How the daemon's own reboot ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootEnd {
+    /// logind was asked to reboot, or the node is drained and handed over to the update agent.
+    Asked,
+    /// It gave up, and said why.
+    GaveUp(Setback),
+}
 
 /// What the loop knows, besides the phase, when the update agent asks (`[fleetlock]`).
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +98,12 @@ pub struct AgentAsk<'a> {
     pub by_agent: bool,
     /// A restore runs (with `[fleet] release_delay`, its slot is kept until it ends).
     pub restoring: bool,
+    /// While the verdict waits out the pause after a reboot that ended without one: why it
+    /// ended.
+    pub setback: Option<Setback>,
+    /// The daemon is connected to logind: without it no reboot could be seen, nor delayed for
+    /// a drain.
+    pub connected: bool,
 }
 
 impl Phase {
@@ -57,27 +116,28 @@ impl Phase {
     /// | pre-reboot | Rebooting, asked, by the agent, the verdict Go | 200: drained, its slot held, inside a window, not held |
     /// | pre-reboot | Rebooting, asked, by the agent, the verdict Waits | 409 as for Waiting below (the table restores the node when the agent's time is up) |
     /// | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
-    /// | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds), `drain_incomplete` (the pause after a drain that did not complete) |
+    /// | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds); in the pause after a reboot that ended without one, what ended it: `drain_incomplete`, `reboot_held`, `reboot_overdue`, `reboot_cancelled`, `reboot_failed` |
     /// | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the holds are judged now) |
     /// | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
     /// | steady-state | Waiting, no restore running | 200: restored, no slot held |
     /// | steady-state | Waiting with a restore running, Rebooting | 409 `restore_in_progress` |
     /// | steady-state | a shutdown scheduled or under way | 409 `drain_in_progress` |
-    /// | either | Starting, Stopped | 503 `no_answer` |
+    /// | either | Starting, Stopped, or logind not connected | 503 `no_answer` |
     pub fn answer_agent(&self, a: &AgentAsk<'_>) -> Answer {
         let node = a.node;
         let refused = |kind, why: String| Answer::Refused { kind, why };
-        if matches!(self, Phase::Starting | Phase::Stopped) {
+        if matches!(self, Phase::Starting | Phase::Stopped) || !a.connected {
             return Answer::Unavailable(format!(
-                "the daemon of node {node} is not connected to logind now; ask again later"
+                "the daemon of node {node} is not connected to logind now, so a reboot could be \
+                 neither seen nor held for a drain; ask again later"
             ));
         }
-        let waits = |a: &AgentAsk<'_>| match (a.ask, a.keys.first()) {
-            (Ask::Waits, Some(Key::OutsideWindow)) if a.keys.len() == 1 => {
+        let waits = |a: &AgentAsk<'_>| match (a.ask, a.keys.first(), a.setback) {
+            (Ask::Waits, Some(Key::OutsideWindow), _) if a.keys.len() == 1 => {
                 Some(refused(Kind::OutsideWindow, a.why.to_owned()))
             }
-            (Ask::Waits, Some(_)) => Some(refused(Kind::Held, a.why.to_owned())),
-            (Ask::Waits, None) => Some(refused(Kind::DrainIncomplete, a.why.to_owned())),
+            (Ask::Waits, Some(_), _) => Some(refused(Kind::Held, a.why.to_owned())),
+            (Ask::Waits, None, Some(setback)) => Some(refused(setback.kind(), a.why.to_owned())),
             _ => None,
         };
         let shutdown = || {
@@ -148,16 +208,16 @@ impl Phase {
         const RUNS: Phase = Phase::Rebooting { asked: false };
         const ASKED: Phase = Phase::Rebooting { asked: true };
         match (self, event) {
-            (Phase::Stopped, Event::Reboot(_) | Event::RebootEnded { .. }) => Part::Refused,
+            (Phase::Stopped, Event::Reboot(_) | Event::RebootEnded(_)) => Part::Refused,
             (Phase::Waiting, Event::Reboot(Ask::Go)) => Part::Step(RUNS, vec![StartReboot]),
             (Phase::Rebooting { .. }, Event::Reboot(Ask::NotNeeded)) => restored(&[AbortReboot]),
             (Phase::Waiting, Event::Reboot(_)) => Part::Step(Phase::Waiting, vec![ShowWaiting]),
             (_, Event::Reboot(_)) => Part::Step(self.clone(), vec![]),
-            (&RUNS, Event::RebootEnded { asked: true }) => Part::Step(ASKED, vec![]),
-            (&RUNS, Event::RebootEnded { asked: false }) | (&ASKED, Event::Overdue) => {
+            (&RUNS, Event::RebootEnded(RebootEnd::Asked)) => Part::Step(ASKED, vec![]),
+            (&RUNS, Event::RebootEnded(RebootEnd::GaveUp(_))) | (&ASKED, Event::Overdue) => {
                 restored(&[])
             }
-            (_, Event::RebootEnded { .. }) => Part::Refused,
+            (_, Event::RebootEnded(_)) => Part::Refused,
             (Phase::Rebooting { .. }, Event::Announced { kind, locked })
             | (
                 Phase::Rebooting { .. },

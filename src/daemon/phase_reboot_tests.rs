@@ -7,8 +7,8 @@ use super::super::*;
 const GO: Event = Event::Reboot(Ask::Go);
 const WAITS: Event = Event::Reboot(Ask::Waits);
 const NOT_NEEDED: Event = Event::Reboot(Ask::NotNeeded);
-const ASKED: Event = Event::RebootEnded { asked: true };
-const GAVE_UP: Event = Event::RebootEnded { asked: false };
+const ASKED: Event = Event::RebootEnded(RebootEnd::Asked);
+const GAVE_UP: Event = Event::RebootEnded(RebootEnd::GaveUp(Setback::DrainIncomplete));
 /// The own reboot runs; it has asked logind.
 const RUNS: Phase = Phase::Rebooting { asked: false };
 const ASKED_LOGIND: Phase = Phase::Rebooting { asked: true };
@@ -248,23 +248,49 @@ fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failur
     let (next, effects) = next.on(connected).unwrap();
     assert_eq!(next.phase, RUNS);
     assert_eq!(effects.last(), Some(&StartReboot), "{effects:?}");
-    // A reboot of ours that gave up: back to waiting, and the follower pauses before its go.
+    // A reboot of ours that gave up: back to waiting, and the follower pauses before its go,
+    // told what ended it.
     let (next, effects) = next.on(GAVE_UP).unwrap();
     assert_eq!(next.phase, Phase::Waiting);
-    assert_eq!(effects.last(), Some(&RebootLater), "{effects:?}");
+    let later = |after| RebootLater { after };
+    assert_eq!(
+        effects.last(),
+        Some(&later(Setback::DrainIncomplete)),
+        "{effects:?}"
+    );
+    for setback in [Setback::Held, Setback::Failed] {
+        let (_, effects) = state(RUNS, Ask::Go)
+            .on(Event::RebootEnded(RebootEnd::GaveUp(setback)))
+            .unwrap();
+        assert_eq!(effects.last(), Some(&later(setback)), "{effects:?}");
+    }
+    // Drained and handed over, the reboot never came in its time.
+    let (next, effects) = state(ASKED_LOGIND, Ask::Go).on(Event::Overdue).unwrap();
+    assert_eq!(next.phase, Phase::Waiting);
+    assert_eq!(
+        effects.last(),
+        Some(&later(Setback::Overdue)),
+        "{effects:?}"
+    );
     // logind's reboot cancelled (`shutdown -c`) while still needed: the same pause.
     let cancelled = state(Phase::Released(shutdown(true)), Ask::Go)
         .on(Event::Cancelled)
         .unwrap();
     assert_eq!(cancelled.0.phase, Phase::Waiting);
-    assert_eq!(cancelled.1.last(), Some(&RebootLater), "{:?}", cancelled.1);
+    assert_eq!(
+        cancelled.1.last(),
+        Some(&later(Setback::Cancelled)),
+        "{:?}",
+        cancelled.1
+    );
+    let is_later = |e: &Effect| matches!(e, RebootLater { .. });
     // Not needed any more: no pause asked for.
     let (next, effects) = state(RUNS, Ask::Go).on(NOT_NEEDED).unwrap();
     assert_eq!(next.reboot, Ask::NotNeeded);
-    assert!(!effects.contains(&RebootLater), "{effects:?}");
+    assert!(!effects.iter().any(is_later), "{effects:?}");
     // Waiting with a standing go on another event: nothing new.
     let (_, effects) = state(Phase::Waiting, Ask::Go).on(Event::Cancelled).unwrap();
-    assert!(!effects.contains(&RebootLater) && !effects.contains(&StartReboot));
+    assert!(!effects.iter().any(is_later) && !effects.contains(&StartReboot));
 }
 
 #[test]
@@ -307,6 +333,8 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
         slot_wait: false,
         by_agent: true,
         restoring: false,
+        setback: None,
+        connected: true,
     };
     let kind = |a: Answer| match a {
         Answer::Refused { kind, .. } => Some(kind),
@@ -348,13 +376,43 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
         (&[Key::Held][..], Kind::Held),
         (&[Key::BlockingPods][..], Kind::Held),
         (&[Key::Held, Key::OutsideWindow][..], Kind::Held),
-        (&[][..], Kind::DrainIncomplete),
     ] {
         assert_eq!(
             kind(Phase::Waiting.answer_agent(&held(keys))),
             Some(want),
             "{keys:?}"
         );
+    }
+    // The pause after a reboot that ended without one: the kind says what ended it.
+    for (setback, want) in [
+        (Setback::DrainIncomplete, Kind::DrainIncomplete),
+        (Setback::Held, Kind::Held),
+        (Setback::Overdue, Kind::Overdue),
+        (Setback::Cancelled, Kind::Cancelled),
+        (Setback::Failed, Kind::Failed),
+    ] {
+        let paused = AgentAsk {
+            setback: Some(setback),
+            ..held(&[])
+        };
+        assert_eq!(
+            kind(Phase::Waiting.answer_agent(&paused)),
+            Some(want),
+            "{setback:?}"
+        );
+    }
+    // Without logind, nothing the agent asks can be acted on: 503, whatever the phase.
+    let away = |a: &AgentAsk<'static>| AgentAsk {
+        connected: false,
+        ..*a
+    };
+    for phase in [Phase::Waiting, ASKED_LOGIND, RUNS] {
+        for a in [&pre, &steady] {
+            assert!(
+                matches!(phase.answer_agent(&away(a)), Answer::Unavailable(_)),
+                "{phase:?}"
+            );
+        }
     }
     for phase in [
         Phase::Scheduled(planned()),

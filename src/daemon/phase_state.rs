@@ -2,7 +2,18 @@
 //! left, and the reboot follower's last verdict; `State::on` is the phase table's step plus the
 //! gate's (the second table of `phase.rs`'s module doc) and the rules for a standing `Go`.
 
-use super::{Ask, Effect, Event, Phase, Refused, StopSignal};
+use super::{Ask, Effect, Event, Phase, RebootEnd, Refused, Setback, StopSignal};
+
+/// What ended a reboot when `event` brings `phase` back to waiting with the reboot still
+/// wanted: the reboot's own setback, its time run out, else a shutdown cancelled (logind's
+/// window, a schedule's). Pure.
+fn setback_of(phase: &Phase, event: Event) -> Setback {
+    match (phase, event) {
+        (_, Event::RebootEnded(RebootEnd::GaveUp(setback))) => setback,
+        (Phase::Rebooting { asked: true }, Event::Overdue) => Setback::Overdue,
+        _ => Setback::Cancelled,
+    }
+}
 
 /// Why the reboot gate opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +86,8 @@ impl State {
                 phase = Phase::Rebooting { asked: false };
                 effects.push(Effect::StartReboot);
             } else if self.phase != Phase::Waiting {
-                effects.push(Effect::RebootLater);
+                let after = setback_of(&self.phase, event);
+                effects.push(Effect::RebootLater { after });
             }
         }
         match event {

@@ -7,7 +7,9 @@
 //! (`host::update_engine`, on the system bus), and the update agent's FleetLock requests
 //! (`[fleetlock]`: a pre-reboot makes a need that stands [`AGENT_ASKS_WITHIN`]; a steady-state
 //! ends it). A reboot is needed when any says so; an unknown
-//! answer (a command that failed, update_engine unreachable) never starts one and is said.
+//! answer (a command that failed, update_engine unreachable) never starts one and is said. Their
+//! combined answer counts once it has stood `reboot::need::SETTLE` (5 s): a need that flaps is
+//! never acted on, and each need is said (and `RebootRequired` posted) once per episode.
 //! While one is needed the holds are judged (`reboot::holds`: the hold annotation, the fleet's
 //! pause, a blocking pod, the windows) now, then every [`LOOK_EVERY`] and at the next window's
 //! opening; each new set of reasons is said once. The verdict is `Go` only when nothing holds
@@ -24,7 +26,7 @@ use tokio::time::Instant;
 use crate::config::reboot::RebootSettings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::{Metrics, RebootFacts};
-use crate::daemon::phase::Ask;
+use crate::daemon::phase::{Ask, Setback};
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
 use crate::forecast::Forecast;
@@ -32,7 +34,7 @@ use crate::node::conditions::{Condition, Type as ConditionType};
 use crate::reboot::fleetlock::Operation;
 use crate::reboot::holds::{Holds, Key};
 use crate::reboot::holds_read::Weighed;
-use crate::reboot::need::Need;
+use crate::reboot::need::{Need, Settled};
 use crate::reboot::window::Windows;
 
 /// How often the holds are judged again while a reboot is needed and held (a hold annotation
@@ -79,6 +81,8 @@ pub(crate) struct Verdict {
     pub why: String,
     /// What holds the node, when it waits for the holds (none otherwise).
     pub keys: Vec<Key>,
+    /// What ended the last reboot, while the verdict waits out the pause after it.
+    pub setback: Option<Setback>,
 }
 
 impl Verdict {
@@ -87,6 +91,7 @@ impl Verdict {
             ask: Ask::NotNeeded,
             why: why.into(),
             keys: Vec::new(),
+            setback: None,
         }
     }
 }
@@ -219,8 +224,8 @@ async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
 
 /// What the daemon's loop gives the follower besides the settings.
 pub(crate) struct FromLoop {
-    /// The table's pause after a reboot that ended without one.
-    pub not_before: watch::Receiver<Option<Instant>>,
+    /// The table's pause after a reboot that ended without one, and what ended it.
+    pub not_before: watch::Receiver<Option<(Instant, Setback)>>,
     /// The update agent's FleetLock requests, with `[fleetlock]`.
     pub agent: Option<mpsc::UnboundedReceiver<Operation>>,
     /// The last forecast (`[daemon] forecast_interval`).
@@ -245,6 +250,7 @@ pub(crate) async fn follow(
         drained,
     } = from_loop;
     let mut needs = start_triggers(&access.settings.reboot, &bus_address, agent);
+    let mut settled = Settled::default();
     let mut facts = None;
     let mut follower = Follower {
         windows: Windows::of(&access.settings),
@@ -261,12 +267,25 @@ pub(crate) async fn follow(
             .iter_mut()
             .map(|n| n.borrow_and_update().clone())
             .collect();
-        let need = Need::combined(&now);
+        // Nothing is said, written or taken for an answer that has not stood SETTLE.
+        let (counts, settles_at) = settled.see(Need::combined(&now), Instant::now());
+        let Some(need) = counts.cloned() else {
+            tokio::select! {
+                () = changed_any(&mut needs) => {}
+                () = sleep_until(settles_at) => {}
+                () = verdict.closed() => return,
+            }
+            continue;
+        };
         follower.say_need(&need);
         let pause = not_before
             .borrow_and_update()
-            .filter(|at| *at > Instant::now());
+            .filter(|(at, _)| *at > Instant::now());
         let (next, recheck) = follower.verdict(&need, pause).await;
+        let recheck = match (recheck, settles_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let now_facts = RebootFacts {
             required: need.is_needed(),
             waiting: match next.ask {
@@ -336,8 +355,12 @@ impl Follower {
     }
 
     /// The verdict for `need` now, and when to look again (none: only at a trigger's change).
-    /// `pause`: the table's pause after a reboot that ended without one.
-    async fn verdict(&mut self, need: &Need, pause: Option<Instant>) -> (Verdict, Option<Instant>) {
+    /// `pause`: the table's pause after a reboot that ended without one, and what ended it.
+    async fn verdict(
+        &mut self,
+        need: &Need,
+        pause: Option<(Instant, Setback)>,
+    ) -> (Verdict, Option<Instant>) {
         let node = &self.access.settings.node_name;
         let why = match need {
             Need::Needed(why) => why,
@@ -346,15 +369,19 @@ impl Follower {
                 return (Verdict::not_needed(other.to_string()), None);
             }
         };
-        if let Some(at) = pause {
+        if let Some((at, setback)) = pause {
             let left = crate::time_limit::seconds(at - Instant::now());
-            let why =
-                format!("{why}; a reboot of node {node} ended without one: trying again in {left}");
+            let why = format!(
+                "{why}; the last reboot of node {node} ended without one ({}): trying again in \
+                 {left}",
+                setback.says()
+            );
             return (
                 Verdict {
                     ask: Ask::Waits,
                     why,
                     keys: Vec::new(),
+                    setback: Some(setback),
                 },
                 Some(at),
             );
@@ -386,12 +413,14 @@ impl Follower {
                 ask: Ask::Go,
                 why: why.clone(),
                 keys: Vec::new(),
+                setback: None,
             }
         } else {
             Verdict {
                 ask: Ask::Waits,
                 why: holds.to_string(),
                 keys,
+                setback: None,
             }
         };
         (verdict, Some(recheck))

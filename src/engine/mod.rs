@@ -337,6 +337,12 @@ impl Engine {
             let _ = over.send(());
             if let Ok(out) = &outcome {
                 self.say_foreign_replaced(out, deadline).await;
+            }
+            // A node this boot drained already keeps what that drain wrote, unless this one
+            // finds more to do (below).
+            if let Ok(out) = &outcome
+                && !out.again
+            {
                 let started = Condition {
                     kind: ConditionType::DrainInProgress,
                     status: true,
@@ -385,9 +391,12 @@ impl Engine {
             }
         };
         let (prepared, report) = tokio::join!(prepare, drain);
-        if prepared.is_ok() {
+        if prepared
+            .as_ref()
+            .is_ok_and(|out| conditions::drain_changes_them(out, &report))
+        {
             let by = deadline.min(Instant::now() + FINAL_EVENTS_MAX);
-            self.set_conditions(&conditions::drain_ended(node, &report), by)
+            self.set_conditions(&conditions::drain_ended(&report), by)
                 .await;
         }
         (prepared, report)

@@ -65,11 +65,17 @@ impl Engine {
             error: None,
         };
         match &taken {
-            Ok(Taken::Slot(name)) => slot.slot = Some(name.clone()),
+            Ok(Taken::Slot(name) | Taken::Kept(name)) => slot.slot = Some(name.clone()),
             Ok(Taken::Full(holders)) => slot.holders = holders.clone(),
             Err(e) => slot.error = Some(e.to_string()),
         }
         let (reason, message, refused) = match taken {
+            // Taken for this boot's earlier drain (the reboot's, before logind's announcement):
+            // said then, and written then.
+            Ok(Taken::Kept(name)) => {
+                tracing::debug!(node = %node, "node {node} holds drain slot {name} already");
+                return (slot, None);
+            }
             Ok(Taken::Slot(name)) => (
                 EventReason::SlotTaken,
                 format!("node {node} took drain slot {name} after {waited:.1} s"),

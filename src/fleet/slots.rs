@@ -20,8 +20,8 @@ use tokio::time::Instant;
 pub use super::held::GivenBack;
 use super::queue::{self, Line, WAITING_LABEL};
 use super::{
-    GROUP_LABEL, Holder, held_too_long, holder_of, identity, new_lease, release_patch, renewed,
-    shown, sightings, slot_names, stale, take_patch,
+    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
+    renewed, shown, sightings, slot_names, stale, take_patch,
 };
 use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
@@ -81,6 +81,18 @@ impl Watched {
     }
 }
 
+/// Whether `me` holds `lease` already in this very boot, taken less than half of `hold_max`
+/// ago: it stays this node's without a write. An older take is written again (a fresh
+/// `acquireTime`), so a drain that starts late in a long hold is not judged stale by the other
+/// nodes before it ends; a take of another boot is written (the holder names this boot). Pure.
+fn kept(lease: &Lease, me: &Holder, now: jiff::Timestamp, hold_max: Duration) -> bool {
+    let Some(acquired) = HeldTimes::of(lease).acquired else {
+        return false;
+    };
+    let half = jiff::SignedDuration::try_from(hold_max / 2).unwrap_or(jiff::SignedDuration::MAX);
+    holder_of(lease).as_ref() == Some(me) && now.duration_since(acquired) < half && acquired <= now
+}
+
 /// A watch of one group's slot Leases ([`Slots::changes`]).
 pub type Changes = BoxStream<'static, Result<Event<Lease>, watcher::Error>>;
 
@@ -100,6 +112,10 @@ pub async fn next_look(changes: &mut Changes, until: Instant, every: Duration) {
 pub enum Taken {
     /// This node holds the slot Lease of this name.
     Slot(String),
+    /// This node held the slot Lease of this name already, in this boot and recently taken
+    /// ([`kept`]): nothing was written (the drain at logind's announcement of a reboot the node
+    /// drained for takes no slot twice).
+    Kept(String),
     /// Every slot of the group is held, by these holders (`NODE/BOOT_ID`, or a foreign
     /// identity as the Lease says it).
     Full(Vec<String>),
@@ -138,6 +154,51 @@ struct Waiting {
     failed: bool,
     /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
     listed: bool,
+}
+
+impl Waiting {
+    /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
+    /// earlier run of its daemon).
+    fn in_line(&self) -> bool {
+        self.renewed.is_some() || self.listed
+    }
+}
+
+/// A wait for a slot that gives its waiting Lease back however it ends: [`Slots::take`] gives
+/// it back itself when the wait ends; a wait dropped before that (the reboot it was for called
+/// off, the daemon's task aborted) leaves the give-back to a task of its own, since a drop
+/// cannot wait. Otherwise the Lease would stay held, and cost each node behind it a pass-over
+/// at every hand-off, until it went stale.
+struct LeaveOnDrop<'a> {
+    slots: &'a Slots<'a>,
+    me: Holder,
+    waiting: Waiting,
+    /// The give-back ran (or was not needed): nothing to do when dropped.
+    left: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.left || !self.waiting.in_line() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (clients, settings, me) = (
+            self.slots.clients.clone(),
+            self.slots.settings.clone(),
+            self.me.clone(),
+        );
+        runtime.spawn(async move {
+            let slots = Slots {
+                clients: &clients,
+                settings: &settings,
+            };
+            let deadline = Instant::now() + clients.request_timeout;
+            slots.leave_line(&me, deadline).await;
+        });
+    }
 }
 
 /// One slot as `status` shows it.
@@ -198,19 +259,25 @@ impl Slots<'_> {
             boot_id: boot_id.to_string(),
         };
         let group = super::group_of(&self.settings.fleet, node);
-        let mut waiting = Waiting {
-            started: Instant::now(),
-            renewed: None,
-            failed: false,
-            listed: false,
+        let mut wait = LeaveOnDrop {
+            slots: self,
+            me: me.clone(),
+            waiting: Waiting {
+                started: Instant::now(),
+                renewed: None,
+                failed: false,
+                listed: false,
+            },
+            left: false,
         };
         let taken = self
-            .take_in_line(&me, &group, until, look_by, &mut waiting)
+            .take_in_line(&me, &group, until, look_by, &mut wait.waiting)
             .await;
-        if waiting.renewed.is_some() || waiting.listed {
+        if wait.waiting.in_line() {
             let deadline = Instant::now() + self.clients.request_timeout;
             self.leave_line(&me, deadline).await;
         }
+        wait.left = true;
         taken
     }
 
@@ -512,6 +579,9 @@ impl Slots<'_> {
             }
             match self.judge(&lease, me, deadline).await? {
                 Look::Free => open.push((name, Some(lease), None)),
+                Look::Ours(_) if kept(&lease, me, jiff::Timestamp::now(), fleet.hold_max) => {
+                    return Ok(Taken::Kept(name));
+                }
                 Look::Ours(id) => match self
                     .write_take(me, &name, lease, Some(id), deadline)
                     .await?
@@ -700,5 +770,51 @@ impl Slots<'_> {
             });
         }
         Ok(views)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FleetSettings;
+
+    /// A slot this node took in this boot minutes ago is kept as it is; one of another boot, or
+    /// taken longer than half of `hold_max` ago, is written again.
+    #[test]
+    fn a_slot_taken_in_this_boot_lately_is_kept_without_a_write() {
+        let fleet = FleetSettings::default();
+        let me = Holder {
+            node: "n1".into(),
+            boot_id: "boot-2".into(),
+        };
+        let now: jiff::Timestamp = "2026-12-06T12:00:00Z".parse().unwrap();
+        let taken_at = |ago: i64, holder: &Holder| {
+            super::super::new_lease(
+                "s",
+                &fleet,
+                "all",
+                holder,
+                now - jiff::SignedDuration::from_secs(ago),
+            )
+        };
+        let hold_max = Duration::from_secs(3600);
+        assert!(kept(&taken_at(60, &me), &me, now, hold_max));
+        assert!(kept(&taken_at(1799, &me), &me, now, hold_max));
+        assert!(
+            !kept(&taken_at(1801, &me), &me, now, hold_max),
+            "half of hold_max gone"
+        );
+        let before = Holder {
+            boot_id: "boot-1".into(),
+            ..me.clone()
+        };
+        assert!(
+            !kept(&taken_at(60, &before), &me, now, hold_max),
+            "another boot"
+        );
+        assert!(
+            !kept(&taken_at(-60, &me), &me, now, hold_max),
+            "taken in the future"
+        );
     }
 }

@@ -135,6 +135,9 @@ pub struct PrepareOutcome {
     pub cordoned: bool,
     /// The marker found was foreign (why); prepare replaced it.
     pub replaced_foreign: Option<String>,
+    /// The Node carried our marker of this boot already: an earlier drain of this boot prepared
+    /// it (the node's own reboot, a scheduled shutdown's early drain, a `drain` by hand).
+    pub again: bool,
 }
 
 /// The result of restore.

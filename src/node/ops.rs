@@ -189,6 +189,7 @@ impl NodeOps<'_> {
                     .any(|x| x.key == k && x.effect == e)
             });
         let outcome = PrepareOutcome {
+            again: before.as_ref().is_some_and(|m| m.boot_id == boot_id),
             cordoned: marker.cordoned && !had_cordon,
             tainted: listed(&marker) && !had_taint,
             taint_forbidden,

@@ -72,6 +72,14 @@ pub enum Kind {
     Draining,
     /// The node's drain ended without emptying it.
     DrainIncomplete,
+    /// The node was drained for a reboot that did not come in its time (the agent did not
+    /// reboot within its hand-over): it was restored, and is tried again after a pause.
+    Overdue,
+    /// The reboot's shutdown was cancelled; tried again after a pause.
+    Cancelled,
+    /// The reboot failed (the slots unreadable, logind refusing, another program blocking
+    /// shutdowns); tried again after a pause.
+    Failed,
     /// The request was heard: the node's holds are judged, and its drain starts when they allow.
     Pending,
     /// steady-state: the node's drain is being undone (or its slot kept `release_delay`).
@@ -97,6 +105,9 @@ impl Kind {
             Kind::Held => "reboot_held",
             Kind::Draining => "drain_in_progress",
             Kind::DrainIncomplete => "drain_incomplete",
+            Kind::Overdue => "reboot_overdue",
+            Kind::Cancelled => "reboot_cancelled",
+            Kind::Failed => "reboot_failed",
             Kind::Pending => "reboot_pending",
             Kind::Restoring => "restore_in_progress",
             Kind::NotTheAgent => "caller_not_update_agent",

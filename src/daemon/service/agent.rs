@@ -6,6 +6,7 @@
 //! finds the node drained.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -15,17 +16,38 @@ use crate::config::Settings;
 use crate::daemon::phase::AgentAsk;
 use crate::daemon::reboot::AGENT_ASKS_WITHIN;
 use crate::reboot::fleetlock::Operation;
-use crate::reboot::server::{self, Identity, Limits, Question, Server, StartError};
+use crate::reboot::server::{self, Answer, Identity, Limits, Question, Server, StartError};
 use crate::reboot::zincati_id::{self, MACHINE_ID_PATH, MachineIdError};
 
 /// Names a file to read the machine id from instead of `/etc/machine-id`. Only the tests set it.
 pub const MACHINE_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_MACHINE_ID_FILE";
 
-/// How long the update agent has to reboot the node once its drain ended: two of zincati's
-/// 5-minute ticks (it gets its 200 at the next tick, finalizes and reboots in it, and asks again
-/// in the one after if that failed). Past it the node is restored, however often the agent
-/// asked meanwhile, and its slot goes back.
-pub const AGENT_REBOOTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
+/// The longest the node stays drained, holding its slot, for the update agent's reboot once the
+/// drain for it ended. The agent's own pace sets the hand-over: each pre-reboot keeps its need
+/// standing (`crate::daemon::reboot::AGENT_ASKS_WITHIN`, four of zincati's ticks), so a
+/// steady-state or a silence ends it; zincati that postpones its reboot while a user is logged
+/// in (up to 10 times 60 s, asking again each time) keeps it. Past this the node is restored
+/// whatever the agent asks, and told `reboot_overdue`.
+pub const AGENT_HOLD_MAX: Duration = Duration::from_secs(2 * 3600);
+
+/// The shortest hand-over, whatever `hold_max` leaves: two of zincati's 5-minute ticks (its 200
+/// at the next one, its reboot in it, another try in the one after).
+pub const AGENT_HOLD_MIN: Duration = Duration::from_secs(600);
+
+/// When the hand-over to the update agent ends, its drain having ended at `drained_at`:
+/// [`AGENT_HOLD_MAX`] later, but with a drain slot taken at `slot_since` no later than half of
+/// `[fleet] hold_max` after the take (the other half is the reboot's and the next boot's
+/// restore, before the other nodes may judge the slot stale); never sooner than
+/// [`AGENT_HOLD_MIN`] after the drain. Pure.
+pub fn handover_ends(
+    drained_at: Instant,
+    slot_since: Option<Instant>,
+    hold_max: Duration,
+) -> Instant {
+    let most = drained_at + AGENT_HOLD_MAX;
+    let by_slot = slot_since.map_or(most, |taken| taken + hold_max / 2);
+    most.min(by_slot).max(drained_at + AGENT_HOLD_MIN)
+}
 
 /// Why the FleetLock server could not start: the daemon does not start either (an admin who set
 /// `[fleetlock]` would otherwise believe zincati's reboots wait for a drain).
@@ -117,23 +139,18 @@ pub(super) async fn next_question(agent: &mut Option<Agent>) -> Question {
 }
 
 impl Daemon {
-    /// Answers one request from the table, and passes it on to the follower.
+    /// Answers one request from the table, and passes it on to the follower unless the daemon
+    /// cannot act on it now (503: not connected to logind, which would neither announce the
+    /// agent's reboot nor wait for a drain).
     pub(super) fn answer_agent(&mut self, question: Question) {
         let operation = question.request.operation;
         let slot_wait = *self.reboot.slot_wait.borrow();
+        let connected = self.reboot.logind.borrow().is_some();
         let restoring = self
             .tasks
             .restore
             .as_ref()
             .is_some_and(|r| !r.is_finished());
-        let Some(agent) = &mut self.reboot.agent else {
-            return;
-        };
-        agent.asked = match operation {
-            Operation::PreReboot => Some(Instant::now()),
-            Operation::SteadyState => None,
-        };
-        let _ = agent.asks.send(operation);
         let verdict = self.reboot.verdict.borrow().clone();
         let answer = self.state.phase.answer_agent(&AgentAsk {
             operation,
@@ -144,9 +161,19 @@ impl Daemon {
             slot_wait,
             by_agent: self.reboot.by_agent,
             restoring,
+            setback: verdict.setback,
+            connected,
         });
-        // The agent's time to reboot counts from the end of its drain, not from each 200: an
-        // agent that keeps asking and never reboots does not keep the node drained.
+        let Some(agent) = &mut self.reboot.agent else {
+            return;
+        };
+        if !matches!(answer, Answer::Unavailable(_)) {
+            agent.asked = match operation {
+                Operation::PreReboot => Some(Instant::now()),
+                Operation::SteadyState => None,
+            };
+            let _ = agent.asks.send(operation);
+        }
         let _ = question.answer.send(answer);
     }
 }

@@ -88,7 +88,7 @@ impl Daemon {
             Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
             Effect::StartReboot => self.start_reboot(),
             Effect::AbortReboot => self.abort_reboot(),
-            Effect::RebootLater => self.reboot_later(),
+            Effect::RebootLater { after } => self.reboot_later(after),
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {

@@ -295,9 +295,7 @@ impl Daemon {
                 }
                 left_work = self.tasks.work.end() => Event::Ended { left_work },
                 _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
-                asked = reboot::ended(&mut self.reboot.task, &mut self.reboot.asked_at) => {
-                    Event::RebootEnded { asked }
-                }
+                ended = reboot::ended(&mut self.reboot.task) => self.reboot_ended(ended),
                 question = agent::next_question(&mut self.reboot.agent) => {
                     self.answer_agent(question);
                     continue;

@@ -18,10 +18,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Daemon;
-use super::agent::{AGENT_REBOOTS_WITHIN, Agent, SlotWait};
+use super::agent::{Agent, SlotWait, handover_ends};
 use super::scheduled::ANNOUNCE_WINDOW;
 use crate::daemon::access::Access;
-use crate::daemon::phase::{Ask, Event};
+use crate::daemon::phase::{Ask, Event, RebootEnd, Setback};
 use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, Verdict};
 use crate::engine::Engine;
 use crate::fleet::slots::Taken;
@@ -41,18 +41,22 @@ pub(crate) struct Reboot {
     /// The follower's verdict.
     pub(super) verdict: watch::Receiver<Verdict>,
     verdict_tx: watch::Sender<Verdict>,
-    /// The table's pause after a reboot that ended without one (`RebootLater`).
-    not_before: watch::Sender<Option<Instant>>,
+    /// The table's pause after a reboot that ended without one (`RebootLater`), and what ended
+    /// it.
+    not_before: watch::Sender<Option<(Instant, Setback)>>,
     /// The daemon's own reboot while it runs: its end says whether logind was asked.
-    pub(super) task: Option<JoinHandle<bool>>,
+    pub(super) task: Option<JoinHandle<Ended>>,
     /// logind as the loop is connected to it now (none while the bus is away): the reboot's
     /// last step asks the connection of that moment, not the one of its start.
     pub(super) logind: watch::Sender<Option<Logind>>,
     /// Reboots of ours that ended without one, in a row: each doubles the pause before the next.
     failures: u32,
     /// When the running reboot last asked logind, or was handed over to the update agent: the
-    /// announcement is due within the window of a fired schedule, or [`AGENT_REBOOTS_WITHIN`].
+    /// announcement is due within the window of a fired schedule, or by the hand-over's end
+    /// ([`handover_ends`]).
     pub(super) asked_at: Option<Instant>,
+    /// When the running reboot took its drain slot (none without `[fleet] slots`).
+    pub(super) slot_since: Option<Instant>,
     /// The update agent's FleetLock requests (`[fleetlock]`).
     pub(super) agent: Option<Agent>,
     /// The follower's end of them, until the follower starts.
@@ -76,6 +80,7 @@ impl Reboot {
             ask: Ask::NotNeeded,
             why: "not looked at yet".into(),
             keys: Vec::new(),
+            setback: None,
         });
         Reboot {
             verdict,
@@ -85,6 +90,7 @@ impl Reboot {
             logind: watch::Sender::new(None),
             failures: 0,
             asked_at: None,
+            slot_since: None,
             enabled: enabled || agent.is_some(),
             agent,
             agent_asks,
@@ -99,15 +105,15 @@ impl Reboot {
     }
 
     /// When logind's announcement of the running reboot is due: [`ANNOUNCE_WINDOW`] after the
-    /// daemon asked logind, [`AGENT_REBOOTS_WITHIN`] after the update agent was last told it
-    /// may reboot.
-    pub(super) fn announce_due(&self) -> Option<Instant> {
-        let window = if self.by_agent {
-            AGENT_REBOOTS_WITHIN
+    /// daemon asked logind; for the update agent's reboot, at the end of its hand-over
+    /// ([`handover_ends`], from the end of its drain; `hold_max`: `[fleet] hold_max`).
+    pub(super) fn announce_due(&self, hold_max: Duration) -> Option<Instant> {
+        let at = self.asked_at?;
+        Some(if self.by_agent {
+            handover_ends(at, self.slot_since, hold_max)
         } else {
-            ANNOUNCE_WINDOW
-        };
-        self.asked_at.map(|at| at + window)
+            at + ANNOUNCE_WINDOW
+        })
     }
 }
 
@@ -197,61 +203,90 @@ impl Daemon {
     }
 
     /// `RebootLater`: the follower says go again only after the pause, doubled for each reboot
-    /// of ours in a row that ended without one (`follower::retry_pause`).
-    pub(super) fn reboot_later(&mut self) {
+    /// of ours in a row that ended without one (`follower::retry_pause`); `after`: what ended it.
+    pub(super) fn reboot_later(&mut self, after: Setback) {
         let pause = follower::retry_pause(self.reboot.failures);
         self.reboot.failures += 1;
         tracing::info!(
             node = %self.access.settings.node_name,
-            "node {} still needs a reboot; trying again in {}",
+            "node {} still needs a reboot ({}); trying again in {}",
             self.access.settings.node_name,
+            after.says(),
             crate::time_limit::seconds(pause)
         );
         self.reboot
             .not_before
-            .send_replace(Some(Instant::now() + pause));
+            .send_replace(Some((Instant::now() + pause, after)));
     }
 }
 
-/// The end of the running reboot, once it ends: whether logind was asked (and when, kept for
-/// the announcement's timer). Never while none runs.
-pub(super) async fn ended(
-    task: &mut Option<JoinHandle<bool>>,
-    asked_at: &mut Option<Instant>,
-) -> bool {
+/// How the daemon's own reboot task ended: its end, and when it took its drain slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ended {
+    end: RebootEnd,
+    slot_since: Option<Instant>,
+}
+
+impl Ended {
+    fn gave_up(setback: Setback, slot_since: Option<Instant>) -> Ended {
+        Ended {
+            end: RebootEnd::GaveUp(setback),
+            slot_since,
+        }
+    }
+}
+
+/// The end of the running reboot, once it ends. Never while none runs.
+pub(super) async fn ended(task: &mut Option<JoinHandle<Ended>>) -> Ended {
     let Some(running) = task else {
         return std::future::pending().await;
     };
-    let asked = match running.await {
-        Ok(asked) => asked,
+    let ended = match running.await {
+        Ok(ended) => ended,
         Err(e) => {
             tracing::warn!("the reboot task ended: {e}");
-            false
+            Ended::gave_up(Setback::Failed, None)
         }
     };
     *task = None;
-    *asked_at = asked.then(Instant::now);
-    asked
+    ended
+}
+
+impl Daemon {
+    /// The running reboot ended: when logind was asked (or the node handed over) and when the
+    /// slot was taken are kept for the announcement's timer; the table's event.
+    pub(super) fn reboot_ended(&mut self, ended: Ended) -> Event {
+        let asked = ended.end == RebootEnd::Asked;
+        self.reboot.asked_at = asked.then(Instant::now);
+        self.reboot.slot_since = ended.slot_since;
+        Event::RebootEnded(ended.end)
+    }
 }
 
 /// The daemon's own reboot: a slot, the holds again, the drain, the holds once more, logind's
-/// `Reboot`. Whether logind was asked; every way it gives up is said, naming the node, and the
-/// table then restores the node (the slot goes back with the restore).
+/// `Reboot`. Whether logind was asked, or why not; every way it gives up is said, naming the
+/// node, and the table then restores the node (the slot goes back with the restore).
 ///
 /// The update agent's reboot (`by_agent`) ends drained instead: the agent is answered 200 and
-/// reboots through systemd itself. `slot_wait` is true while it waits for a slot.
+/// reboots through systemd itself. `slot_wait` is true while it waits for a slot. Without logind
+/// nothing starts: no reboot could be asked for, seen or held for the drain.
 async fn reboot(
     access: Access,
     logind: watch::Receiver<Option<Logind>>,
     slot_wait: SlotWait,
     by_agent: bool,
     forecast: watch::Receiver<Option<Arc<Forecast>>>,
-) -> bool {
+) -> Ended {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
-    let Some(engine) = engine_with_slot(&access, &slot_wait).await else {
-        return false;
+    if logind.borrow().is_none() {
+        tracing::warn!("not rebooting node {node}: logind is not reachable now");
+        return Ended::gave_up(Setback::Failed, None);
+    }
+    let Some((engine, slot_since)) = engine_with_slot(&access, &slot_wait).await else {
+        return Ended::gave_up(Setback::Failed, None);
     };
+    let gave_up = |setback| Ended::gave_up(setback, slot_since);
     let windows = Windows::of(&settings);
     // The wait for the slot may have outlasted a window or met a hold.
     // The forecast and the drain's estimated length weigh before the drain, not after it.
@@ -261,7 +296,7 @@ async fn reboot(
         drain_to_come: true,
     };
     if !clear(&access, &windows, before, "before its drain").await {
-        return false;
+        return gave_up(Setback::Held);
     }
     let deadline = Instant::now() + settings.drain.timeout;
     let (prepared, report) = engine
@@ -269,7 +304,7 @@ async fn reboot(
         .await;
     if let Err(e) = prepared {
         tracing::warn!("not rebooting node {node}: its prepare failed: {e}");
-        return false;
+        return gave_up(Setback::Failed);
     }
     if !report.complete {
         tracing::warn!(
@@ -278,26 +313,34 @@ async fn reboot(
             crate::time_limit::seconds(settings.drain.timeout),
             report.to_text()
         );
-        return false;
+        return gave_up(Setback::DrainIncomplete);
     }
     tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
     // A hold set, or a window closed, during the drain: no reboot now.
     if !clear(&access, &windows, Weighed::default(), "after its drain").await {
-        return false;
+        return gave_up(Setback::Held);
     }
+    let asked = Ended {
+        end: RebootEnd::Asked,
+        slot_since,
+    };
     if by_agent {
         tracing::info!(
             node = %node,
             "node {node} is drained for the update agent's reboot: its next FleetLock \
              pre-reboot is answered 200"
         );
-        return true;
+        return asked;
     }
     let Some(logind) = logind.borrow().clone() else {
         tracing::warn!("not rebooting node {node}: logind is not reachable now");
-        return false;
+        return gave_up(Setback::Failed);
     };
-    ask_logind(&node, &logind).await
+    if ask_logind(&node, &logind).await {
+        asked
+    } else {
+        gave_up(Setback::Failed)
+    }
 }
 
 /// The reboot's last step: another program's block lock on shutdowns is honoured (logind before
@@ -332,8 +375,12 @@ async fn ask_logind(node: &str, logind: &Logind) -> bool {
 }
 
 /// The reboot's engine, holding a drain slot with `[fleet] slots` (waited for as long as it
-/// takes, `slot_wait` true meanwhile); `None` when there is no engine or no slot (said).
-async fn engine_with_slot(access: &Access, slot_wait: &SlotWait) -> Option<Engine> {
+/// takes, `slot_wait` true meanwhile), and when it took it; `None` when there is no engine or
+/// no slot (said).
+async fn engine_with_slot(
+    access: &Access,
+    slot_wait: &SlotWait,
+) -> Option<(Engine, Option<Instant>)> {
     let engine = match access.engine().await {
         Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
         Err(e) => {
@@ -343,11 +390,12 @@ async fn engine_with_slot(access: &Access, slot_wait: &SlotWait) -> Option<Engin
         }
     };
     if access.settings.fleet.slots == 0 {
-        return Some(engine);
+        return Some((engine, None));
     }
     // Back to false however the wait ends, an abort of the task included.
     let _waiting = WaitFlag::raise(slot_wait);
-    take_slot(engine).await
+    let engine = take_slot(engine).await?;
+    Some((engine, Some(Instant::now())))
 }
 
 /// Waits for a drain slot as long as it takes, said once per wait; `None` when the slots cannot
@@ -357,7 +405,7 @@ async fn take_slot(engine: Engine) -> Option<Engine> {
     let started = Instant::now();
     loop {
         match engine.wait_for_slot(Instant::now() + SLOT_WAIT).await {
-            Ok(Taken::Slot(name)) => {
+            Ok(Taken::Slot(name) | Taken::Kept(name)) => {
                 tracing::info!(node = %node, "node {node} holds drain slot {name} for its reboot");
                 return Some(engine.holding_slot(name, started.elapsed()));
             }
@@ -408,17 +456,31 @@ mod tests {
     use super::*;
 
     /// logind announces the daemon's own reboot at once; zincati reboots on its own clock after
-    /// the 200 it got, so its hand-over waits [`AGENT_REBOOTS_WITHIN`] before the node is restored.
+    /// the 200 it got, so its hand-over lasts as long as it keeps asking, up to
+    /// [`super::super::agent::AGENT_HOLD_MAX`] after the drain, and half of `hold_max` after the
+    /// slot's take, never less than [`super::super::agent::AGENT_HOLD_MIN`].
     #[test]
     fn the_announcement_is_due_sooner_for_our_reboot_than_for_the_agents() {
+        use super::super::agent::{AGENT_HOLD_MAX, AGENT_HOLD_MIN};
+        let hour = Duration::from_secs(3600);
         let mut reboot = Reboot::new(true, None);
-        assert_eq!(reboot.announce_due(), None, "nothing asked yet");
+        assert_eq!(reboot.announce_due(hour), None, "nothing asked yet");
         let at = Instant::now();
         reboot.asked_at = Some(at);
-        assert_eq!(reboot.announce_due(), Some(at + ANNOUNCE_WINDOW));
+        assert_eq!(reboot.announce_due(hour), Some(at + ANNOUNCE_WINDOW));
         reboot.by_agent = true;
-        assert_eq!(reboot.announce_due(), Some(at + AGENT_REBOOTS_WITHIN));
-        assert_eq!(AGENT_REBOOTS_WITHIN, Duration::from_secs(600));
-        assert!(ANNOUNCE_WINDOW < AGENT_REBOOTS_WITHIN);
+        assert_eq!(reboot.announce_due(hour), Some(at + AGENT_HOLD_MAX));
+        assert_eq!(AGENT_HOLD_MAX, 2 * hour);
+        // A slot taken 5 minutes before the drain's end, hold_max 1 h: 25 minutes more.
+        reboot.slot_since = Some(at - Duration::from_secs(300));
+        assert_eq!(
+            reboot.announce_due(hour),
+            Some(at + Duration::from_secs(1500))
+        );
+        assert_eq!(reboot.announce_due(10 * hour), Some(at + AGENT_HOLD_MAX));
+        // A drain that took most of hold_max still leaves the agent two of its ticks.
+        reboot.slot_since = Some(at - Duration::from_secs(1790));
+        assert_eq!(reboot.announce_due(hour), Some(at + AGENT_HOLD_MIN));
+        assert!(ANNOUNCE_WINDOW < AGENT_HOLD_MIN);
     }
 }

@@ -146,7 +146,9 @@ impl Daemon {
         let event = self.state.phase.timer()?;
         let at = match (event, &self.state.phase) {
             (Event::Due, _) => self.scheduled.due_at,
-            (_, Phase::Rebooting { .. }) => self.reboot.announce_due(),
+            (_, Phase::Rebooting { .. }) => self
+                .reboot
+                .announce_due(self.access.settings.fleet.hold_max),
             _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
         };
         at.map(|at| (at, event))
@@ -159,11 +161,16 @@ impl Daemon {
         let window = seconds(ANNOUNCE_WINDOW);
         if let Phase::Rebooting { .. } = self.state.phase {
             if self.reboot.by_agent {
+                let (at, slot) = (self.reboot.asked_at, self.reboot.slot_since);
+                let hold_max = self.access.settings.fleet.hold_max;
+                let within = at.map_or(Duration::ZERO, |at| {
+                    super::agent::handover_ends(at, slot, hold_max) - at
+                });
                 tracing::warn!(
                     node = %node,
                     "the update agent did not reboot node {node} within {} of the end of the \
                      drain for it; restoring node {node}",
-                    seconds(super::agent::AGENT_REBOOTS_WITHIN)
+                    seconds(within)
                 );
                 return;
             }
