@@ -113,7 +113,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::client::{Cause, Kind};
+    use crate::api::error::{Cause, Kind};
     use crate::backoff::{FIRST, JITTER, MAX};
 
     fn timeout() -> ApiError {

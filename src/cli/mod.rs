@@ -425,9 +425,15 @@ mod tests {
             "details": {"name": "node-a", "kind": "nodes"},
         }))
         .unwrap();
+        let trust = crate::api::error::Trust {
+            kubeconfig: "/etc/kc".into(),
+            authority: true,
+            server_name: None,
+        };
         ApiError::from_kube(
             "pods of node node-a",
             "https://s:6443",
+            &trust,
             kube::Error::Api(Box::new(status)),
         )
     }
@@ -474,13 +480,47 @@ mod tests {
             source: ApiError::new(
                 "pods of node node-a",
                 "https://s:6443",
-                crate::api::client::Kind::Timeout(std::time::Duration::from_secs(10)),
+                crate::api::error::Kind::Timeout(std::time::Duration::from_secs(10)),
             ),
         });
         assert_eq!(
             timeout.to_string(),
             "cannot list pods of node node-a: no answer from API server https://s:6443 within 10s"
         );
+        assert_eq!(timeout.exit_code(), EXIT_UNREACHABLE);
+    }
+
+    /// A certificate the kubeconfig's trust refuses is a configuration problem (exit 2), for the
+    /// Node read (`check`, `plan`, `status`, `drain`) and for the list (`forecast`); a server
+    /// that does not answer stays exit 3.
+    #[test]
+    fn a_refused_certificate_exits_as_a_configuration_error_not_as_unreachable() {
+        use crate::api::error::{Cause, Kind, Refusal, Trust, Untrusted};
+        let untrusted = ApiError::new(
+            "node node-a",
+            "https://s:6443",
+            Kind::Untrusted(Untrusted {
+                refusal: Refusal::UnknownIssuer,
+                trust: Trust {
+                    kubeconfig: "/etc/kc".into(),
+                    authority: false,
+                    server_name: None,
+                },
+            }),
+        );
+        let refused = ApiError::new(
+            "node node-a",
+            "https://s:6443",
+            Kind::Transport(Cause::ConnectionRefused),
+        );
+        let read = |e: &ApiError| {
+            CliError::from(engine::Error::Node(crate::node::NodeError::Get(e.clone())))
+        };
+        assert_eq!(read(&untrusted).exit_code(), EXIT_USAGE);
+        assert_eq!(read(&refused).exit_code(), EXIT_UNREACHABLE);
+        let list = |e: &ApiError| CliError::from(crate::forecast::read::ReadError::List(e.clone()));
+        assert_eq!(list(&untrusted).exit_code(), EXIT_USAGE);
+        assert_eq!(list(&refused).exit_code(), EXIT_UNREACHABLE);
     }
 
     /// `--config` wins, then the environment variable, then the default; an empty variable is

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, 
 use tokio::time::Instant;
 
 use super::gone::is_pod_not_found;
-use crate::api::client::Kind;
+use crate::api::error::Kind;
 use crate::api::path::segment;
 use crate::api::{ApiError, Clients};
 use crate::policy::plan::PlannedPod;

@@ -11,7 +11,7 @@ use kube::api::Api;
 use kube::core::Status;
 use tokio::time::Instant;
 
-use crate::api::client::Kind;
+use crate::api::error::Kind;
 use crate::api::path::segment;
 use crate::api::{ApiError, Clients};
 use crate::policy::plan::PlannedPod;

@@ -77,7 +77,7 @@ pub fn outage_message(server: &str, node: &str, what: &str, outage: &Outage) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::client::Kind;
+    use crate::api::error::Kind;
 
     #[test]
     fn server_health_remembers_the_start_of_an_outage_until_an_answer() {

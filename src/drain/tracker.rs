@@ -16,7 +16,8 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{Notify, mpsc};
 
 use super::health::ServerHealth;
-use crate::api::client::{Kind, WATCH_SECONDS};
+use crate::api::client::WATCH_SECONDS;
+use crate::api::error::Kind;
 use crate::api::retry;
 use crate::api::{ApiError, Clients};
 use crate::policy::filters::is_completed;

@@ -63,9 +63,17 @@ impl Error {
         matches!(self, Error::Node(NodeError::Missing { .. }))
     }
 
-    /// The kubeconfig is unusable (a configuration problem).
+    /// The kubeconfig is unusable, or its trust refused the server's certificate
+    /// ([`ApiError::is_permanent`]): a configuration problem no retry mends.
     pub fn is_config(&self) -> bool {
-        matches!(self, Error::Client(_))
+        match self {
+            Error::Client(_) => true,
+            Error::Node(e) => e.api().is_some_and(ApiError::is_permanent),
+            Error::ListPods { source, .. } | Error::Event(source) | Error::Slot { source, .. } => {
+                source.is_permanent()
+            }
+            Error::Report(_) => false,
+        }
     }
 }
 

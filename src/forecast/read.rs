@@ -39,9 +39,13 @@ impl ReadError {
         }
     }
 
-    /// The kubeconfig is unusable: exit 2 in the CLI.
+    /// The kubeconfig is unusable, or its trust refused the server's certificate: exit 2 in the
+    /// CLI.
     pub fn is_config(&self) -> bool {
-        matches!(self, ReadError::Engine(e) if e.is_config())
+        match self {
+            ReadError::Engine(e) => e.is_config(),
+            ReadError::List(e) => e.is_permanent(),
+        }
     }
 }
 

@@ -119,6 +119,17 @@ impl NodeError {
             _ => false,
         }
     }
+
+    /// The API error that ended the operation, if one did.
+    pub fn api(&self) -> Option<&ApiError> {
+        match self {
+            NodeError::Get(source)
+            | NodeError::WriteMarker(source)
+            | NodeError::Patch { source, .. }
+            | NodeError::TaintLeft { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// The result of prepare.

@@ -19,7 +19,7 @@ use super::holds::{
 };
 use super::window::{Window, Windows};
 use crate::api::ApiError;
-use crate::api::client::{Cause, Kind};
+use crate::api::error::{Cause, Kind};
 use crate::config::Settings;
 use crate::config::reboot::RebootSettings;
 use crate::config::selector::Selector;
