@@ -1,17 +1,22 @@
 //! `kube-shutdown-drain run` (the real binary) with a kubeconfig whose exec credential plugin
 //! hangs, on a private bus with the fake logind: the lock still goes before logind's maximum
 //! (from the fake logind's ledger), SIGTERM during the plugin still stops the daemon, and the
-//! plugin (with what it started) is killed; nothing it printed reaches the log.
+//! plugin (with what it started) is killed; nothing it printed reaches the log. And with a
+//! kubeconfig whose certificate authority did not sign the API server's certificate: the lock
+//! goes at the first refused handshake, not at the drain's deadline.
 
 mod daemon_support;
 mod logind;
+mod tls_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use daemon_support::{Setup, World};
+use daemon_support::{IDENTITY, Setup, World};
+use logind::LogindOptions;
 use nix::sys::signal::Signal;
+use tls_support::{Ca, Front, b64, server_tls};
 
 const SECRET: &str = "s3cr3t-token-never-logged";
 
@@ -225,5 +230,85 @@ async fn the_credential_is_fetched_ahead_and_refreshed_before_it_expires_not_at_
         before,
         "the shutdown's drain ran the plugin; log:\n{}",
         world.log()
+    );
+}
+
+/// The API server's certificate is signed by a CA the kubeconfig does not name: no request can
+/// pass. At start the boot restore tries once and then waits at its slowest pace, saying so;
+/// at a reboot with a budget of a minute the drain sends each of its first requests once and
+/// ends at the refusal, and logind gets its lock back before the drain's deadline could have
+/// come. Judged by the handshakes the API server's TLS front saw during the drain (a drain that
+/// retried would make dozens in its minute), the lock's release and the report naming the
+/// refusal and the kubeconfig; the release's time is printed, not judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_certificate_gives_the_lock_back_at_once_at_a_reboot() {
+    let setup = Setup {
+        logind: LogindOptions {
+            delay_max: Duration::from_secs(70),
+            ..LogindOptions::default()
+        },
+        config: "[drain]\ntimeout = \"60s\"\n".to_owned(),
+        ..Setup::default()
+    };
+    let Some(mut world) = World::start(setup).await else {
+        return;
+    };
+    let ca = Ca::new();
+    let front = Front::start(
+        &world.api.url(),
+        server_tls(&ca.server(&["127.0.0.1"]), None),
+    )
+    .await;
+    let stranger = Ca::named("another cluster's CA");
+    let kubeconfig = world.dir().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    \
+             certificate-authority-data: {}\nusers:\n- name: u\n  user:\n    token: {IDENTITY}\n\
+             contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+            front.url,
+            b64(&stranger.pem)
+        ),
+    )
+    .unwrap();
+    world.spawn_daemon();
+    world.wait_ready().await;
+    world
+        .expect_log(
+            "trying again in 30 s, once the kubeconfig, the server's certificate or the node's \
+             clock is put right",
+            Duration::from_secs(20),
+            "the boot restore waits at its slowest pace after a refused certificate",
+        )
+        .await;
+    let before = front.connections();
+    world.rig.reboot().await;
+    let outcome = world.expect_released(Duration::from_secs(90)).await;
+    let during = front.connections() - before;
+    println!(
+        "lock released {:.3} s after the announcement (InhibitDelayMaxSec 70 s, drain timeout \
+         60 s), {during} handshakes during the drain",
+        outcome.elapsed
+    );
+    assert!(
+        during <= 6,
+        "{during} handshakes during the drain: a request was sent again; log:\n{}",
+        world.log()
+    );
+    let refused = format!(
+        "certificate refused (UnknownIssuer): not signed by the certificate-authority of \
+         kubeconfig {}",
+        kubeconfig.display()
+    );
+    let report = world.expect_report("the drain's report").await;
+    let errors = report["errors"].to_string();
+    assert!(errors.contains(&refused), "{report:#}");
+    let log = world.log();
+    assert!(log.contains(&refused), "{log}");
+    assert!(!log.contains("attempts in"), "nothing was retried:\n{log}");
+    assert!(
+        world.api.recorder().requests().is_empty(),
+        "nothing passed the front"
     );
 }

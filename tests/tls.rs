@@ -334,6 +334,64 @@ async fn every_command_ends_at_once_on_a_refused_certificate() {
     assert!(users(&c).is_empty(), "nothing reached the fake");
 }
 
+/// The server's certificate changes during a drain to one the kubeconfig does not trust (its
+/// connections closed): the eviction the budget keeps refusing is not tried again once its
+/// certificate is refused; the pod is failed, naming the refusal, and the drain ends before its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_refused_during_the_drain_fails_the_eviction_at_once() {
+    let c = Cluster::start(vec![
+        pod(NS, "guarded", NODE),
+        pdb(NS, "guarded-pdb", "guarded", 1),
+    ])
+    .await;
+    let ca = Ca::new();
+    let front = Front::start(
+        &c.server.url(),
+        server_tls(&ca.server(&["127.0.0.1"]), None),
+    )
+    .await;
+    let kc = kubeconfig_with(
+        &kube_dir(&c),
+        "kubeconfig",
+        &trusting(&front.url, &ca),
+        &token(IDENTITY),
+    );
+    let text = format!(
+        "node_name = \"{NODE}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
+         request_timeout = \"2s\"\n[drain]\nretry_interval = \"200ms\"\n",
+        kc.display(),
+        c.dir.path().join("state").display()
+    );
+    let settings = kube_shutdown_drain::config::Settings::from_str_at(&kc, &text).unwrap();
+    let engine = kube_shutdown_drain::engine::Engine::new(std::sync::Arc::new(settings)).unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let swap = async {
+        until("a refused eviction", || {
+            c.server.recorder().count("POST", "/eviction") >= 1
+        })
+        .await;
+        let stranger = Ca::named("another cluster's CA");
+        front.swap(server_tls(&stranger.server(&["127.0.0.1"]), None));
+    };
+    let (report, ()) = tokio::join!(engine.drain(deadline), swap);
+    let text = report.to_text();
+    assert!(!report.deadline_reached, "{text}");
+    let row = report.pods.iter().find(|p| p.name == "guarded").unwrap();
+    assert_eq!(
+        row.outcome,
+        kube_shutdown_drain::report::Outcome::Failed,
+        "{text}"
+    );
+    assert!(
+        row.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("certificate refused (UnknownIssuer)")),
+        "{text}"
+    );
+    assert!(c.pod(NS, "guarded").is_some(), "the pod stays");
+}
+
 /// A transient failure is still retried: `plan` against a port where nothing listens yet
 /// (connection refused) tries again until the front comes up there, and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,7 +37,12 @@ pub(crate) async fn post_until_done(access: Access, log: BootLog, previous: Prev
                 return;
             }
             Err(e) => {
-                let wait = backoff.next_pause();
+                // A refused certificate passes no sooner for asking: the slowest pace.
+                let wait = if e.is_permanent() {
+                    POST_RETRY_MAX
+                } else {
+                    backoff.next_pause()
+                };
                 tracing::warn!(
                     "{e}; the Event about boot {} is retried in {:.1} s",
                     previous.boot_id,

@@ -57,6 +57,18 @@ pub(crate) async fn restore_until_done(
                 }
                 return;
             }
+            Err(e) if e.is_permanent() => {
+                // No try passes sooner for asking: the slowest pace, until the kubeconfig, the
+                // server's certificate or the node's clock is put right.
+                metrics.restored(false);
+                tracing::error!(
+                    "restoring node {node} failed: {e}; trying again in {} s, once the \
+                     kubeconfig, the server's certificate or the node's clock is put right",
+                    RETRY_MAX.as_secs()
+                );
+                status.set_restore(Some(format!("restore of node {node} failing: {e}")));
+                tokio::time::sleep(RETRY_MAX).await;
+            }
             Err(e) => {
                 metrics.restored(false);
                 let wait = backoff.next_pause();
@@ -169,7 +181,12 @@ async fn give_back_restored(access: &Access, engine: &Engine, status: &Status) {
         let Err(e) = engine.give_back_slots(deadline).await else {
             return;
         };
-        let wait = backoff.next_pause();
+        // A refused certificate passes no sooner for asking: the slowest pace.
+        let wait = if e.is_permanent() {
+            RETRY_MAX
+        } else {
+            backoff.next_pause()
+        };
         tracing::warn!(
             "node {node} is restored but cannot give back its drain slot: {e}; retrying in {:.1} s",
             wait.as_secs_f64()

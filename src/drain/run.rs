@@ -260,6 +260,17 @@ impl Run {
                 Ok(answer) => self
                     .refused(id, &pod, answer, &mut backoff)
                     .unwrap_or(Pause::For(self.settings.drain.retry_interval)),
+                Err(e) if e.is_permanent() => {
+                    // Every try would be refused the same way (the server's certificate): the
+                    // pod stays, failed, and the drain does not wait for it.
+                    tracing::error!("eviction failed for good: {e}");
+                    let ms = self.ms();
+                    return self.update(id, |p| {
+                        p.outcome = Outcome::Failed;
+                        p.detail = Some(e.problem());
+                        p.finished_ms = Some(ms);
+                    });
+                }
                 Err(e) => {
                     tracing::warn!("eviction failed: {e}");
                     let transient = e.is_transient();

@@ -304,6 +304,11 @@ pub async fn follow(
                     }
                     return;
                 }
+                // After it, a refused certificate ends the watch: no retry would pass.
+                if e.is_permanent() {
+                    tracing::error!(node = %node, "the pod watch of node {node} stops: {e}");
+                    return;
+                }
             }
         }
     }

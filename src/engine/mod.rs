@@ -64,15 +64,20 @@ impl Error {
     }
 
     /// The kubeconfig is unusable, or its trust refused the server's certificate
-    /// ([`ApiError::is_permanent`]): a configuration problem no retry mends.
+    /// ([`Error::is_permanent`]): a configuration problem no retry mends.
     pub fn is_config(&self) -> bool {
+        matches!(self, Error::Client(_)) || self.is_permanent()
+    }
+
+    /// The server's certificate was refused ([`ApiError::is_permanent`]): every request fails
+    /// the same way until a person changes the kubeconfig, the certificate or the clock.
+    pub fn is_permanent(&self) -> bool {
         match self {
-            Error::Client(_) => true,
             Error::Node(e) => e.api().is_some_and(ApiError::is_permanent),
             Error::ListPods { source, .. } | Error::Event(source) | Error::Slot { source, .. } => {
                 source.is_permanent()
             }
-            Error::Report(_) => false,
+            Error::Client(_) | Error::Report(_) => false,
         }
     }
 }

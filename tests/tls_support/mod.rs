@@ -201,6 +201,10 @@ pub struct Front {
     sent: Arc<Mutex<Vec<Sent>>>,
     refused: Arc<Mutex<Vec<String>>>,
     connections: Arc<AtomicUsize>,
+    /// The TLS of the next connections ([`Front::swap`]).
+    acceptor: Arc<Mutex<TlsAcceptor>>,
+    /// The connections open now, to close at a swap.
+    open: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -222,17 +226,19 @@ impl Front {
         let upstream = upstream.trim_start_matches("http://").to_string();
         assert!(upstream.starts_with("127.0.0.1:"), "{upstream}");
         let url = format!("https://{}", listener.local_addr().unwrap());
-        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        let acceptor = Arc::new(Mutex::new(TlsAcceptor::from(Arc::new(tls))));
         let sent: Arc<Mutex<Vec<Sent>>> = Arc::default();
         let refused: Arc<Mutex<Vec<String>>> = Arc::default();
         let connections: Arc<AtomicUsize> = Arc::default();
+        let open: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let (log, errors, count) = (sent.clone(), refused.clone(), connections.clone());
+        let (tls, handles) = (acceptor.clone(), open.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+                let (acceptor, upstream) = (tls.lock().unwrap().clone(), upstream.clone());
                 let (log, errors) = (log.clone(), errors.clone());
-                tokio::spawn(async move {
+                let connection = tokio::spawn(async move {
                     let tls = match acceptor.accept(tcp).await {
                         Ok(tls) => tls,
                         Err(e) => return errors.lock().unwrap().push(e.to_string()),
@@ -248,6 +254,7 @@ impl Front {
                     };
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut api).await;
                 });
+                handles.lock().unwrap().push(connection.abort_handle());
             }
         });
         Front {
@@ -255,7 +262,18 @@ impl Front {
             sent,
             refused,
             connections,
+            acceptor,
+            open,
             task,
+        }
+    }
+
+    /// From now on the front answers with `tls` (a server whose certificate changed), and the
+    /// connections open now are closed, so a client's next request makes a new one.
+    pub fn swap(&self, tls: rustls::ServerConfig) {
+        *self.acceptor.lock().unwrap() = TlsAcceptor::from(Arc::new(tls));
+        for connection in self.open.lock().unwrap().drain(..) {
+            connection.abort();
         }
     }
 
