@@ -32,10 +32,12 @@ problem, \fBforecast\fR says the drain would not complete (blocked, or cut at th
 \fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node.
 .TP
 \fB2\fR
-Usage or configuration error (the configuration file, the kubeconfig).
+Usage or configuration error (the configuration file, the kubeconfig), including an API server
+certificate the kubeconfig does not trust (unknown issuer, a name it does not carry, expired or
+not yet valid): no retry passes, so none is made.
 .TP
 \fB3\fR
-The cluster is unreachable or the node does not exist.
+The cluster is unreachable (retried until the command's time is up) or the node does not exist.
 "#;
 
 const EXIT_STATUS_RUN: &str = r#".SH "EXIT STATUS"
