@@ -129,6 +129,9 @@ impl Refusal {
                 not_before: at(not_before),
                 now: at(time),
             },
+            // A verifier's own error (webpki's through the platform verifier): its words, not
+            // rustls' `Other(OtherError(..))` around them.
+            C::Other(other) => Refusal::Other(other.to_string()),
             other => Refusal::Other(other.to_string()),
         }
     }

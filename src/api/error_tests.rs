@@ -239,4 +239,11 @@ fn a_refusal_names_the_names_and_the_validity_as_rustls_found_them() {
         "API server https://s:6443: certificate refused: InvalidPurpose; kubeconfig /etc/kc"
     );
     assert!(other.is_permanent());
+    // A verifier's own error is named by its words, not by rustls' wrapping of them.
+    let own = rustls::OtherError(std::sync::Arc::new(io::Error::other("CaUsedAsEndEntity")));
+    let wrapped = classified(tls(rustls::CertificateError::Other(own).into()));
+    assert_eq!(
+        wrapped.problem(),
+        "API server https://s:6443: certificate refused: CaUsedAsEndEntity; kubeconfig /etc/kc"
+    );
 }
