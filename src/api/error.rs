@@ -159,28 +159,7 @@ impl fmt::Display for Untrusted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kubeconfig = self.trust.kubeconfig.display();
         match &self.refusal {
-            Refusal::UnknownIssuer if self.trust.authority => write!(
-                f,
-                "certificate refused (UnknownIssuer): not signed by the certificate-authority \
-                 of kubeconfig {kubeconfig}"
-            ),
-            Refusal::UnknownIssuer => write!(
-                f,
-                "certificate refused (UnknownIssuer): kubeconfig {kubeconfig} names no \
-                 certificate-authority, and no authority of the system's trust store signed it"
-            ),
-            Refusal::BadSignature if self.trust.authority => write!(
-                f,
-                "certificate refused (BadSignature): not signed by the certificate-authority of \
-                 kubeconfig {kubeconfig}, though that authority bears its issuer's name (another \
-                 cluster's authority of the same name?)"
-            ),
-            Refusal::BadSignature => write!(
-                f,
-                "certificate refused (BadSignature): not signed by the authority of the system's \
-                 trust store that bears its issuer's name; kubeconfig {kubeconfig} names no \
-                 certificate-authority"
-            ),
+            Refusal::UnknownIssuer | Refusal::BadSignature => self.issuer(f),
             Refusal::NotValidForName {
                 expected,
                 presented,
@@ -206,10 +185,7 @@ impl fmt::Display for Untrusted {
                     Some(t) => write!(f, "not valid after {t}")?,
                     None => f.write_str("it has expired")?,
                 }
-                if let Some(now) = now {
-                    write!(f, ", and the node's clock says {now}")?;
-                }
-                write!(f, "; kubeconfig {kubeconfig}")
+                self.clock(f, *now, "")
             }
             Refusal::NotValidYet { not_before, now } => {
                 f.write_str("certificate refused (NotValidYet): ")?;
@@ -217,13 +193,57 @@ impl fmt::Display for Untrusted {
                     Some(t) => write!(f, "not valid before {t}")?,
                     None => f.write_str("not valid yet")?,
                 }
-                if let Some(now) = now {
-                    write!(f, ", and the node's clock says {now} (is it right?)")?;
-                }
-                write!(f, "; kubeconfig {kubeconfig}")
+                self.clock(f, *now, " (is it right?)")
             }
             Refusal::Other(s) => write!(f, "certificate refused: {s}; kubeconfig {kubeconfig}"),
         }
+    }
+}
+
+impl Untrusted {
+    /// An issuer refused: by the kubeconfig's certificate authority, or by the system's trust
+    /// store when it names none.
+    fn issuer(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kubeconfig = self.trust.kubeconfig.display();
+        let unknown = self.refusal == Refusal::UnknownIssuer;
+        match (unknown, self.trust.authority) {
+            (true, true) => write!(
+                f,
+                "certificate refused (UnknownIssuer): not signed by the certificate-authority \
+                 of kubeconfig {kubeconfig}"
+            ),
+            (true, false) => write!(
+                f,
+                "certificate refused (UnknownIssuer): kubeconfig {kubeconfig} names no \
+                 certificate-authority, and no authority of the system's trust store signed it"
+            ),
+            (false, true) => write!(
+                f,
+                "certificate refused (BadSignature): not signed by the certificate-authority of \
+                 kubeconfig {kubeconfig}, though that authority bears its issuer's name (another \
+                 cluster's authority of the same name?)"
+            ),
+            (false, false) => write!(
+                f,
+                "certificate refused (BadSignature): not signed by the authority of the system's \
+                 trust store that bears its issuer's name; kubeconfig {kubeconfig} names no \
+                 certificate-authority"
+            ),
+        }
+    }
+
+    /// The end of a validity refusal: the node's clock at the check (with `doubt`, when the
+    /// clock may be the fault), and the kubeconfig.
+    fn clock(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        now: Option<jiff::Timestamp>,
+        doubt: &str,
+    ) -> fmt::Result {
+        if let Some(now) = now {
+            write!(f, ", and the node's clock says {now}{doubt}")?;
+        }
+        write!(f, "; kubeconfig {}", self.trust.kubeconfig.display())
     }
 }
 
@@ -519,7 +539,7 @@ fn failure(e: &(dyn StdError + 'static)) -> Failure {
         Cause::NameResolution(last)
     } else if sent {
         // Sent on a connection that then failed in a way no type above names: dead before an
-        // answer, as a kept-alive connection the server closed (retry.rs).
+        // answer, as a kept-alive connection the server closed (see [`super::retry`]).
         Cause::ConnectionClosed
     } else {
         Cause::Other(last)
