@@ -292,7 +292,8 @@ async fn tls_server_name_is_the_name_the_certificate_is_checked_against() {
 }
 
 /// Every command that reads the cluster (`check`, `plan`, `drain`, `forecast`, `reboot`,
-/// `status`) ends at once on a refused certificate: exit 2, the problem and the kubeconfig
+/// `status`; `drain` and `reboot` also waiting for a drain slot) ends at once on a refused
+/// certificate: exit 2, the problem and the kubeconfig
 /// named, one handshake per request it sends at once (`reboot`: the prepare's read, the drain's
 /// list and the watch that holds the cordon), none sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,9 +315,24 @@ async fn every_command_ends_at_once_on_a_refused_certificate() {
     // A mutant that retries would stop at the drain's deadline, not run for two minutes.
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("{text}[drain]\ntimeout = \"5s\"\n")).unwrap();
-    for command in ["check", "plan", "drain", "forecast", "reboot", "status"] {
+    // With drain slots, `drain` and `reboot` wait for one first (its reads, not the node's).
+    let slots = c.dir.path().join("slots.toml");
+    std::fs::write(
+        &slots,
+        format!("{text}[drain]\ntimeout = \"5s\"\n[fleet]\nslots = 1\n"),
+    )
+    .unwrap();
+    let waiting: &[&str] = &["--slot-timeout", "5s"];
+    let runs = ["check", "plan", "drain", "forecast", "reboot", "status"]
+        .map(|command| (command, &config, &[][..]))
+        .into_iter()
+        .chain([("drain", &slots, waiting), ("reboot", &slots, waiting)]);
+    for (command, config, more) in runs {
         let before = front.connections();
-        let r = cli(&config, &[command]).await;
+        let args: Vec<&str> = std::iter::once(command)
+            .chain(more.iter().copied())
+            .collect();
+        let r = cli(config, &args).await;
         assert_eq!(r.code, 2, "{command}: {}\n{}", r.stdout, r.stderr);
         assert!(
             r.stderr.contains("certificate refused (UnknownIssuer)")
