@@ -1,6 +1,6 @@
 //! A child process that leads a process group of its own, so that ending it ends what it started
 //! too: the one way this program runs a command it may have to stop (exec credential plugins,
-//! `crate::api::exec`; the reboot sentinel command, `crate::host::sentinel_command`).
+//! `crate::api::exec`; the reboot sentinel command, `crate::reboot::sentinel_command`).
 //!
 //! [`spawn`] starts the command with `setpgid(0, 0)` (tokio's `process_group(0)`) and returns a
 //! [`Group`] beside the child. Dropping the `Group` sends SIGKILL to the whole group

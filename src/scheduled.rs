@@ -29,8 +29,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent, WatchDe
 use crate::host::inotify::Events;
 use crate::shutdown_kind::ShutdownKind;
 
-/// Where logind keeps its schedule (logind-dbus.c `SHUTDOWN_SCHEDULE_FILE`'s directory).
-pub const SCHEDULE_DIR: &str = "/run/systemd/shutdown";
+pub use crate::config::SCHEDULE_DIR;
 /// The schedule file's name in [`SCHEDULE_DIR`].
 pub const SCHEDULE_FILE: &str = "scheduled";
 

@@ -7,8 +7,8 @@ mod logind;
 
 use std::time::Duration;
 
-use kube_shutdown_drain::host::update_engine::{NEED_REBOOT, follow, status};
 use kube_shutdown_drain::reboot::need::Need;
+use kube_shutdown_drain::reboot::update_engine::{NEED_REBOOT, follow, status};
 use logind::{LogindOptions, Rig};
 use tokio::sync::watch;
 

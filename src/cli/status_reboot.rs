@@ -36,10 +36,10 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
     }
     let mut needs = Vec::new();
     if let Some(file) = &reboot.sentinel_file {
-        needs.push(crate::host::sentinel_file::need(file));
+        needs.push(crate::reboot::sentinel_file::need(file));
     }
     if let Some(command) = &reboot.sentinel_command {
-        needs.push(crate::host::sentinel_command::check(&command.argv, command.timeout).await);
+        needs.push(crate::reboot::sentinel_command::check(&command.argv, command.timeout).await);
     }
     if reboot.update_engine {
         needs.push(update_engine().await);
@@ -88,7 +88,7 @@ pub async fn read(settings: &Settings, engine: &Engine) -> Option<RebootView> {
 
 async fn update_engine() -> Need {
     match crate::host::logind::Logind::connect().await {
-        Ok(bus) => crate::host::update_engine::status(bus.connection()).await,
+        Ok(bus) => crate::reboot::update_engine::status(bus.connection()).await,
         Err(e) => Need::Unknown(format!(
             "cannot reach the system bus for update_engine: {e}"
         )),

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::raw::Table;
+use super::table::Table;
 use super::values::{FromValue, Invalid, Value, deserialize_checked, quote, string};
 use super::{ConfigError, Source};
 

@@ -40,6 +40,7 @@ pub mod reboot;
 #[cfg(test)]
 mod reboot_tests;
 pub mod selector;
+mod table;
 mod validate;
 mod values;
 
@@ -64,6 +65,9 @@ pub const DEFAULT_KUBELET_CONFIG: &str = "/var/lib/kubelet/config.yaml";
 pub const DEFAULT_KUBELET_CONFIG_DIR: &str = "/etc/kubernetes/kubelet.conf.d";
 /// The kernel's boot ID: a new random UUID every boot.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+/// Where logind keeps its schedule (logind-dbus.c `SHUTDOWN_SCHEDULE_FILE`'s directory; read
+/// by `crate::scheduled`).
+pub const SCHEDULE_DIR: &str = "/run/systemd/shutdown";
 /// The taint key we own. Nothing else ever writes it.
 pub const DEFAULT_TAINT_KEY: &str = "kube-shutdown-drain/shutdown";
 /// `request_timeout` when absent: short, because the whole shutdown has a time limit.
@@ -430,7 +434,7 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Not a TOML key: the kernel's boot ID file, replaceable in tests.
     pub boot_id_path: PathBuf,
-    /// Not a TOML key: logind's schedule directory (`scheduled::SCHEDULE_DIR`), replaceable in
+    /// Not a TOML key: logind's schedule directory ([`SCHEDULE_DIR`]), replaceable in
     /// tests.
     pub schedule_dir: PathBuf,
     /// Not a TOML key: how long SIGUSR1 opens the reboot gate (`DEFAULT_GATE_PASS`),

@@ -25,14 +25,28 @@ use jiff::civil::Weekday;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::raw::{Table, table};
 use super::selector::Selector;
+use super::table::{Table, table};
 use super::values::{
     AbsolutePath, DurationIn, Flag, FromValue, Invalid, List, ListElement, MAX_DURATION_MS,
     PodSelector, Positive, Value, deserialize_checked, quote, string,
 };
 use super::{ConfigError, Source};
-use crate::reboot::window::{WEEK_MINUTES, Window};
+
+/// Minutes in a week: a window's longest length, and the weekly calendar's span (from 0,
+/// Monday 00:00, to this, excluded; `crate::reboot::window`).
+pub const WEEK_MINUTES: u32 = 7 * 24 * 60;
+
+/// One window as configured: a weekday, its start (minutes after midnight) and its length. The
+/// windows are judged by `crate::reboot::window::Windows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub day: Weekday,
+    /// Minutes after 00:00, below 1440.
+    pub start_minute: u32,
+    /// From 1 to [`WEEK_MINUTES`].
+    pub length_minutes: u32,
+}
 
 /// How often `sentinel_command` runs when `check_interval` is not given: kured's `--period`.
 pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(3600);

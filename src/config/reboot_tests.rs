@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use jiff::civil::Weekday;
 
+use super::reboot::Window;
 use super::reboot::{
     DEFAULT_CHECK_INTERVAL, DEFAULT_COMMAND_TIMEOUT, RebootSettings, SentinelCommand, Zone,
     from_toml,
 };
 use super::test_cases::{Refusal, unexpected_refusals};
 use super::{ConfigError, Source};
-use crate::reboot::window::Window;
 
 fn parse(text: &str) -> Result<RebootSettings, ConfigError> {
     from_toml(&Source {

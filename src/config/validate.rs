@@ -56,7 +56,7 @@ pub fn settings(
             .request_timeout
             .map_or(DEFAULT_REQUEST_TIMEOUT, |DurationIn(d)| d),
         boot_id_path: PathBuf::from(DEFAULT_BOOT_ID_PATH),
-        schedule_dir: PathBuf::from(crate::scheduled::SCHEDULE_DIR),
+        schedule_dir: PathBuf::from(super::SCHEDULE_DIR),
         gate_pass: super::DEFAULT_GATE_PASS,
         landing_window: super::DEFAULT_LANDING_WINDOW,
         taint: taint(raw.taint),

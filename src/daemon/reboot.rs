@@ -2,9 +2,9 @@
 //! the triggers and the holds into one verdict for the phase table ([`Ask`]), and the daemon's
 //! own reboot, which runs once the table says so (`service/reboot.rs`).
 //!
-//! The triggers: `sentinel_file` (inotify, `host::sentinel_file`), `sentinel_command` (run
-//! every `check_interval`, `host::sentinel_command`), Flatcar's update_engine
-//! (`host::update_engine`, on the system bus), and the update agent's FleetLock requests
+//! The triggers: `sentinel_file` (inotify, `reboot::sentinel_file`), `sentinel_command` (run
+//! every `check_interval`, `reboot::sentinel_command`), Flatcar's update_engine
+//! (`reboot::update_engine`, on the system bus), and the update agent's FleetLock requests
 //! (`[fleetlock]`: a pre-reboot makes a need that stands [`AGENT_ASKS_WITHIN`]; a steady-state
 //! ends it). A reboot is needed when any says so; an unknown
 //! answer (a command that failed, update_engine unreachable) never starts one and is said. Their
@@ -112,17 +112,17 @@ fn start_triggers(
         needs.push(rx);
     }
     if let Some(file) = &reboot.sentinel_file {
-        let (tx, rx) = watch::channel(crate::host::sentinel_file::need(file));
+        let (tx, rx) = watch::channel(crate::reboot::sentinel_file::need(file));
         tokio::spawn(follow_file(file.clone(), tx));
         needs.push(rx);
     }
     if let Some(command) = &reboot.sentinel_command {
         let first = Need::Unknown(format!(
             "{} has not answered yet",
-            crate::host::sentinel_command::shown(&command.argv)
+            crate::reboot::sentinel_command::shown(&command.argv)
         ));
         let (tx, rx) = watch::channel(first);
-        tokio::spawn(crate::host::sentinel_command::run_every(
+        tokio::spawn(crate::reboot::sentinel_command::run_every(
             command.argv.clone(),
             command.interval,
             command.timeout,
@@ -142,7 +142,7 @@ fn start_triggers(
 /// up again after [`TRIGGER_RETRY`] (inotify instances run out on busy nodes, then free up).
 async fn follow_file(file: std::path::PathBuf, tx: watch::Sender<Need>) {
     loop {
-        let failed = match crate::host::sentinel_file::SentinelFile::new(&file) {
+        let failed = match crate::reboot::sentinel_file::SentinelFile::new(&file) {
             Ok(mut watch) => loop {
                 match watch.next().await {
                     Ok(need) => {
@@ -214,7 +214,7 @@ async fn follow_agent(mut asks: mpsc::UnboundedReceiver<Operation>, tx: watch::S
 async fn follow_update_engine(address: String, tx: watch::Sender<Need>) {
     loop {
         let bus = crate::host::logind::Logind::connect_with_backoff(&address).await;
-        crate::host::update_engine::follow(bus.connection(), &tx).await;
+        crate::reboot::update_engine::follow(bus.connection(), &tx).await;
         tokio::select! {
             () = tokio::time::sleep(TRIGGER_RETRY) => {}
             () = tx.closed() => return,

@@ -49,6 +49,10 @@ use serde_json::json;
 use super::{CLOCK_SKEW_MAX, HeldTimes, Holder, fnv1a, guard, holder_of};
 use crate::config::FleetSettings;
 
+/// The longest pause between two looks at a full group whose Leases do not change (a holder
+/// that went stale writes nothing): the take's pace, and the line's (`super::slots`).
+pub const WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// The label of a waiting Lease: the group whose slots its node waits for.
 pub const WAITING_LABEL: &str = "kube-shutdown-drain/waiting-in";
 
@@ -58,15 +62,15 @@ pub const RENEW: Duration = Duration::from_secs(600);
 
 /// How long a node waits before it joins the line: a wait shorter than that (a slot back within
 /// seconds, two nodes by hand) writes nothing more than the take; the waits a herd is made of
-/// last minutes. One look of [`super::slots::WAIT_MAX`].
-pub const JOIN_AFTER: Duration = super::slots::WAIT_MAX;
+/// last minutes. One look of [`WAIT_MAX`].
+pub const JOIN_AFTER: Duration = WAIT_MAX;
 
 /// A waiting Lease not renewed for this long is not in the line: three renewals missed.
 pub const STALE: Duration = Duration::from_secs(1800);
 
 /// How long the first nodes of the line have to take an open slot before the next ones try: a
 /// live waiter reacts to the slot's watch event in milliseconds, and looks every
-/// [`super::slots::WAIT_MAX`] without one.
+/// [`WAIT_MAX`] without one.
 pub const PASS_OVER: Duration = Duration::from_secs(2);
 
 const PREFIX: &str = "kube-shutdown-drain-waiting.";
@@ -77,11 +81,11 @@ pub const LOOK_MAX: Duration = Duration::from_secs(60);
 
 /// How often the node at `place` in line reads the slots and their holders when no watch event
 /// calls it (a holder gone stale writes nothing): the first `slots` every
-/// [`super::slots::WAIT_MAX`], the next ones less often, by the hand-offs ahead of them, at most
+/// [`WAIT_MAX`], the next ones less often, by the hand-offs ahead of them, at most
 /// [`LOOK_MAX`]. With 200 waiting on 2 slots, 4 looks a second in all instead of 40. Pure.
 pub fn look_every(place: usize, slots: usize) -> Duration {
     let rounds = u32::try_from(place / slots.max(1)).unwrap_or(u32::MAX);
-    super::slots::WAIT_MAX
+    WAIT_MAX
         .saturating_mul(rounds.saturating_add(1))
         .min(LOOK_MAX)
 }

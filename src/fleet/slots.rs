@@ -29,8 +29,7 @@ use crate::api::retry;
 use crate::api::{ApiError, Clients};
 use crate::config::Settings;
 
-/// The longest pause between two looks at a full group whose Leases do not change.
-pub const WAIT_MAX: Duration = Duration::from_secs(5);
+pub use super::queue::WAIT_MAX;
 
 /// Resolves at the next change of a watched Lease (written or deleted); never when the watch
 /// only lists, or ends. A failing watch yields its errors at the backoff's pace.

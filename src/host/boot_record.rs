@@ -276,10 +276,14 @@ impl BootLog {
     /// Returns the verdict whose Event is still to be posted.
     pub fn open(&self, settings: &Settings, under_way: bool) -> Option<PreviousBoot> {
         let node = &settings.node_name;
-        let boot_id = match crate::node::read_boot_id(&settings.boot_id_path) {
+        let path = &settings.boot_id_path;
+        let boot_id = match super::boot_id(path) {
             Ok(id) => id,
             Err(e) => {
-                tracing::warn!("{e}; node {node}'s boots are not recorded");
+                let path = path.display();
+                tracing::warn!(
+                    "cannot read the boot id from {path}: {e}; node {node}'s boots are not recorded"
+                );
                 return None;
             }
         };

@@ -5,11 +5,9 @@
 //! (kubernetes#96129): worth one warning.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::config::Settings;
 use crate::config::file::FileError;
-use crate::events::Reason as EventReason;
 use crate::host::logind::{Logind, LogindError};
 
 /// The `who` the kubelet's inhibitor carries (kubelet `nodeshutdown/systemd` `InhibitShutdown`).
@@ -159,28 +157,6 @@ pub(crate) async fn inspect(
         true,
         &settings_grace(settings),
     ))
-}
-
-/// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
-/// inhibitor for shutdowns.
-pub(crate) async fn check(settings: &Arc<Settings>, logind: &Logind) {
-    let node = &settings.node_name;
-    match inspect(settings, logind).await {
-        Err(e) => tracing::warn!(
-            "{e}; cannot tell whether the kubelet on node {node} holds a shutdown inhibitor"
-        ),
-        Ok(None) => {
-            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns")
-        }
-        Ok(Some(warning)) => {
-            tracing::warn!("{warning}");
-            tokio::spawn(crate::engine::Engine::post_event(
-                settings.clone(),
-                EventReason::KubeletShutdown,
-                warning,
-            ));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -32,12 +32,7 @@ const MARKER_POINTER: &str = "/metadata/annotations/kube-shutdown-drain~1marker"
 pub const MARKER_MAX_BYTES: usize = 4096;
 /// The marker format this build writes; a marker naming another one is foreign.
 pub const MARKER_VERSION: u32 = 1;
-/// Every taint key under this prefix is ours (besides the configured `[taint] key`).
-pub const OUR_TAINT_PREFIX: &str = "kube-shutdown-drain/";
-/// The well-known label that takes a node out of external load balancers (the service
-/// controller's `node.kubernetes.io/exclude-from-external-load-balancers`; set the same way by
-/// aws-node-termination-handler and bottlerocket-update-operator while they drain).
-pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub use super::ownership::{EXCLUDE_LB_LABEL, OUR_TAINT_PREFIX};
 /// [`EXCLUDE_LB_LABEL`] as a JSON pointer under `/metadata/labels` (RFC 6901: `/` is `~1`).
 const EXCLUDE_LB_POINTER: &str =
     "/metadata/labels/node.kubernetes.io~1exclude-from-external-load-balancers";

@@ -197,12 +197,10 @@ impl RestoreOutcome {
 
 /// Reads the current boot ID.
 pub fn read_boot_id(path: &Path) -> Result<String, NodeError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(|source| NodeError::BootId {
-            path: path.to_path_buf(),
-            source,
-        })
+    crate::host::boot_id(path).map_err(|source| NodeError::BootId {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// When this boot began: `btime` of `/proc/stat`, else now minus `CLOCK_BOOTTIME`.

@@ -15,8 +15,14 @@
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::marker::{EXCLUDE_LB_LABEL, OUR_TAINT_PREFIX};
 use crate::api::guarded::FIELD_MANAGER;
+
+/// Every taint key under this prefix is ours (besides the configured `[taint] key`).
+pub const OUR_TAINT_PREFIX: &str = "kube-shutdown-drain/";
+/// The well-known label that takes a node out of external load balancers (the service
+/// controller's `node.kubernetes.io/exclude-from-external-load-balancers`; set the same way by
+/// aws-node-termination-handler and bottlerocket-update-operator while they drain).
+pub const EXCLUDE_LB_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
 /// A field we may have set, as restore names it.
 struct Field {

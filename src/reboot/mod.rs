@@ -10,7 +10,10 @@
 //! | `server.rs` | the FleetLock HTTP server: checks the caller and the request, asks the daemon |
 //! | `peer.rs` | the uid owning a loopback connection's client socket (`/proc/net/tcp`) |
 //! | `zincati_id.rs` | the node id zincati sends, derived from `/etc/machine-id` |
-//! | `need.rs` | what a trigger says: a reboot needed, not needed, or unknown and why |
+//! | `need.rs` | what a trigger says: a reboot needed, not needed, or unknown and why; the answer that counts once it has stood |
+//! | `sentinel_file.rs` | the trigger of a sentinel file (inotify on its directory) |
+//! | `sentinel_command.rs` | the trigger of a sentinel command (run every `check_interval` in its own process group) |
+//! | `update_engine.rs` | the trigger of Flatcar's update_engine (its status on the system bus) |
 //! | `holds.rs` | what holds a node that needs a reboot: every reason it waits, judged purely |
 //! | `holds_read.rs` | the reads behind the holds (the Node, the pause Lease, the node's pods) |
 
@@ -21,7 +24,10 @@ pub mod holds_read;
 mod holds_tests;
 pub mod need;
 pub mod peer;
+pub mod sentinel_command;
+pub mod sentinel_file;
 pub mod server;
+pub mod update_engine;
 pub mod window;
 #[cfg(test)]
 mod window_tests;

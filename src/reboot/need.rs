@@ -1,6 +1,6 @@
 //! What one reboot trigger says about the node: a reboot is needed, is not, or cannot be told
 //! (and why). The sentinel file, the sentinel command and Flatcar's update_engine
-//! (`crate::host::sentinel`, `crate::host::update_engine`) all answer with this one type.
+//! (`sentinel_file.rs`, `sentinel_command.rs`, `update_engine.rs`) all answer with this one type.
 //! The daemon's reboot follower combines them (`crate::daemon::reboot::combined`), and acts on
 //! the result only once it has stood [`SETTLE`] ([`Settled`]).
 

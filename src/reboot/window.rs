@@ -20,12 +20,12 @@
 
 use std::ops::Range;
 
-use jiff::civil::{DateTime, Weekday};
+use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
-/// Minutes in a week: the weekly calendar runs from 0 (Monday 00:00) to this, excluded.
-pub const WEEK_MINUTES: u32 = 7 * 24 * 60;
+pub use crate::config::reboot::{WEEK_MINUTES, Window};
+
 /// Minutes in a day.
 const DAY_MINUTES: u32 = 24 * 60;
 /// The local time zone's file, for `time_zone = "localtime"` (localtime(5)).
@@ -33,16 +33,6 @@ const LOCALTIME: &str = "/etc/localtime";
 /// How far ahead [`Windows::next_open`] and [`Windows::closes_at`] look: two weeks and a day,
 /// so a window that a daylight-saving shift swallows one week is found the next.
 const HORIZON: SignedDuration = SignedDuration::from_hours(15 * 24);
-
-/// One window as configured: a weekday, its start (minutes after midnight) and its length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    pub day: Weekday,
-    /// Minutes after 00:00, below 1440.
-    pub start_minute: u32,
-    /// From 1 to [`WEEK_MINUTES`].
-    pub length_minutes: u32,
-}
 
 /// The node's windows in their time zone.
 #[derive(Debug, Clone)]

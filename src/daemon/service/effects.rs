@@ -264,7 +264,7 @@ impl Daemon {
         tokio::spawn(self.access.clone().keep_fresh(within));
         if let Some(logind) = logind {
             let (settings, logind) = (self.access.settings.clone(), logind.clone());
-            tokio::spawn(async move { crate::host::kubelet::check(&settings, &logind).await });
+            tokio::spawn(async move { check_kubelet(&settings, &logind).await });
         }
     }
 
@@ -289,6 +289,28 @@ impl Daemon {
                 self.access.settings.node_name
             );
             self.out.status.set_restore(None);
+        }
+    }
+}
+
+/// Once per start: warns (journal, one Node Event) when the kubelet holds its own delay
+/// inhibitor for shutdowns (`crate::host::kubelet`).
+async fn check_kubelet(settings: &std::sync::Arc<crate::config::Settings>, logind: &Logind) {
+    let node = &settings.node_name;
+    match crate::host::kubelet::inspect(settings, logind).await {
+        Err(e) => tracing::warn!(
+            "{e}; cannot tell whether the kubelet on node {node} holds a shutdown inhibitor"
+        ),
+        Ok(None) => {
+            tracing::info!("the kubelet on node {node} holds no delay inhibitor for shutdowns")
+        }
+        Ok(Some(warning)) => {
+            tracing::warn!("{warning}");
+            tokio::spawn(crate::engine::Engine::post_event(
+                settings.clone(),
+                crate::events::Reason::KubeletShutdown,
+                warning,
+            ));
         }
     }
 }
