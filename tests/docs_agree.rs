@@ -440,3 +440,61 @@ fn the_configuration_reference_names_every_key() {
         "keys of config.example.toml not in docs/configuration.md: {missing:?}"
     );
 }
+
+/// The modules of `src/`: each folder, and each file directly in it but the test files
+/// (`*_tests.rs`), by name (`main.rs` as `main.rs`, `daemon/` as `daemon`, `text.rs` as
+/// `text`).
+fn src_modules() -> BTreeSet<String> {
+    let dir = Path::new(ROOT).join("src");
+    std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("src: {e}"))
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().is_dir() {
+                name
+            } else if name == "main.rs" || name == "lib.rs" {
+                name
+            } else {
+                name.trim_end_matches(".rs").to_string()
+            }
+        })
+        .filter(|name| !name.ends_with("_tests"))
+        .collect()
+}
+
+/// The modules the design doc's module map names: the first cell of each row of the table
+/// under "## Source layout", each name in backquotes.
+fn mapped_modules(design: &str) -> BTreeSet<String> {
+    let start = design
+        .find("## Source layout")
+        .expect("docs/design.md has a \"## Source layout\" section");
+    design[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .flat_map(|row| {
+            let first = row.split('|').nth(1).unwrap_or_default();
+            first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn the_design_doc_s_module_map_names_every_module_and_only_those() {
+    let design = read("docs/design.md");
+    let (code, doc) = (src_modules(), mapped_modules(&design));
+    let unmapped: Vec<_> = code.difference(&doc).collect();
+    let gone: Vec<_> = doc.difference(&code).collect();
+    assert!(
+        unmapped.is_empty() && gone.is_empty(),
+        "docs/design.md's module map: no row for {unmapped:?}; rows for modules that do not \
+         exist: {gone:?}"
+    );
+}
