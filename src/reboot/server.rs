@@ -8,7 +8,9 @@
 //! POST pre-reboot, which would have the node drained and rebooted. The server answers only
 //! connections whose client socket is owned by the agent's user (`[fleetlock] agent_user`,
 //! `zincati` by default), read from the kernel's socket table when the connection is accepted
-//! (`peer.rs`); any other caller gets 403 `caller_not_update_agent` and nothing is asked.
+//! (`peer.rs`); any other caller gets 403 `caller_not_update_agent` and nothing is asked. It
+//! needs a user namespace that maps the agent's uid (`userns.rs`: the server does not start
+//! otherwise).
 //! Chosen over a secret path segment in zincati's `base_url` because the kernel's uid needs
 //! nothing generated, stored or rotated at install, cannot leak through a log line or a
 //! world-readable drop-in (zincati prints its base URL), and names the caller in the refusal.
@@ -100,6 +102,15 @@ pub enum StartError {
     NoSuchUser { user: String },
     #[error("cannot look up the FleetLock agent user {user:?}: {source}")]
     UserLookup { user: String, source: nix::Error },
+    #[error(transparent)]
+    Unseen(#[from] super::userns::Unseen),
+}
+
+impl StartError {
+    /// An error of the system's or the unit's configuration: restarting cannot fix it.
+    pub fn is_config(&self) -> bool {
+        matches!(self, StartError::NoSuchUser { .. } | StartError::Unseen(_))
+    }
 }
 
 /// The uid of `user`, looked up once when the server starts.
