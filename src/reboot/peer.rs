@@ -19,9 +19,6 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// The state of a row a closed connection leaves (`TCP_TIME_WAIT`, in hex as the table prints it).
-const TIME_WAIT: &str = "06";
-
 /// The socket table listing `addr`'s family.
 pub fn table_path(addr: &SocketAddr) -> &'static str {
     match addr {
@@ -33,20 +30,21 @@ pub fn table_path(addr: &SocketAddr) -> &'static str {
 /// The owners of the client sockets connected to `server`, by client address, from the text of
 /// a socket table: the rows whose remote address is `server` (the server's own rows have it as
 /// their local address, and the listener's remote address is all zeros). A client that has gone
-/// has no row. TIME_WAIT rows (state `06`) are left out: they belong to no process (the kernel
-/// prints uid 0 for them) and a new connection may reuse their address.
+/// has no row, and neither has one whose socket no process holds any more: a row with inode 0
+/// (a connection closed by its client, orphaned or in TIME_WAIT, `get_timewait4_sock` printing
+/// uid 0 for the latter) could otherwise pass a request its client sent before it closed as
+/// root's, or have a new connection that reuses its address judged by it.
 pub fn owners(table: &str, server: SocketAddr) -> HashMap<SocketAddr, u32> {
     table
         .lines()
         .skip(1)
         .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let local = address(fields.nth(1)?)?;
-            let remote = address(fields.next()?)?;
-            let state = fields.next()?;
-            // The uid is the eighth field, after tx_queue:rx_queue, tr:tm->when and retrnsmt.
-            let uid = fields.nth(3)?.parse().ok()?;
-            (remote == server && state != TIME_WAIT).then_some((local, uid))
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl, local_address, rem_address, st, tx_queue:rx_queue, tr:tm->when, retrnsmt,
+            // uid, timeout, inode.
+            let (local, remote) = (address(fields.get(1)?)?, address(fields.get(2)?)?);
+            let (uid, inode) = (fields.get(7)?.parse().ok()?, *fields.get(9)?);
+            (remote == server && inode != "0").then_some((local, uid))
         })
         .collect()
 }
@@ -88,10 +86,11 @@ mod tests {
     }
 
     #[test]
-    fn the_client_row_gives_its_owner_and_the_server_and_time_wait_rows_do_not() {
+    fn the_client_row_gives_its_owner_and_the_server_and_closed_rows_do_not() {
         let lo = word([127, 0, 0, 1]);
-        // The listener, the server's end (root) and the client's end (uid 980) of one connection,
-        // then a TIME_WAIT row (uid 0) an earlier connection from the same port left.
+        // The listener, the server's end (root) and the client's end (uid 980) of one connection;
+        // then a TIME_WAIT row (uid 0) an earlier connection from the same port left, and a
+        // client of uid 65534 that sent its request and closed (FIN_WAIT1, no inode).
         let table = format!(
             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  \
              timeout inode\n\
@@ -102,7 +101,9 @@ mod tests {
              \x20  2: {lo}:C350 {lo}:2611 01 00000000:00000000 00:00000000 00000000   980 \
              0 102 1 0 20 4 30 10 -1\n\
              \x20  3: {lo}:C350 {lo}:2611 06 00000000:00000000 03:00000D1C 00000000     0 \
-             0 0 3 0000000000000000\n"
+             0 0 3 0000000000000000\n\
+             \x20  4: {lo}:C351 {lo}:2611 04 00000051:00000000 01:00000014 00000000 65534 \
+             0 0 1 0000000000000000 20 4 30 10 -1\n"
         );
         let server: SocketAddr = "127.0.0.1:9745".parse().unwrap();
         let client: SocketAddr = "127.0.0.1:50000".parse().unwrap();
