@@ -1252,3 +1252,66 @@ async fn a_refused_budget_watch_is_one_line_without_a_debug_dump() {
         assert!(!r.stderr.contains(dump), "{dump:?} in:\n{}", r.stderr);
     }
 }
+
+/// `check` with `[fleetlock]` says whether the unit's user namespace maps the update agent, in
+/// the daemon's words: `PrivateUsers=self` (the shipped unit) and a systemd older than 257 with
+/// `PrivateUsers=yes` do not, and check fails; `identity` (the FleetLock drop-in) and `no` do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_says_whether_the_units_namespace_maps_the_update_agent() {
+    // A system user every Debian or Fedora has, with a uid of its own below 65536.
+    let Some((user, uid)) = ["daemon", "bin", "adm"].iter().find_map(|name| {
+        let u = nix::unistd::User::from_name(name).ok().flatten()?;
+        let uid = u.uid.as_raw();
+        (uid != 0 && uid < 65534).then(|| (name.to_string(), uid))
+    }) else {
+        println!("skipped: no system user daemon, bin or adm");
+        return;
+    };
+    let c = Cluster::start(vec![]).await;
+    let config = c.config(&format!(
+        "[drain]\ntimeout = \"10s\"\n[fleetlock]\nlisten = \"127.0.0.1:9753\"\n\
+         agent_user = \"{user}\"\n"
+    ));
+    let Some(mut rig) = logind::Rig::start(logind::LogindOptions::default()).await else {
+        println!("skipped: dbus-daemon or python3-dbusmock missing");
+        return;
+    };
+    rig.start_systemd("running", Duration::from_secs(30)).await;
+    for (word, seen) in [
+        ("self", false),
+        ("", false),
+        ("identity", true),
+        ("no", true),
+    ] {
+        rig.set_private_users(word).await;
+        let r = cli_on_bus(&config, &["check"], rig.address()).await;
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("fleetlock: "))
+            .unwrap_or_else(|| panic!("PrivateUsers={word:?}: no fleetlock line:\n{}", r.stdout));
+        if seen {
+            assert_eq!(r.code, 0, "{word}: {}\n{}", r.stdout, r.stderr);
+            assert_eq!(
+                line,
+                format!(
+                    "fleetlock: the update agent, user {user} (uid {uid}), is seen by the daemon \
+                     (kube-shutdown-drain.service has PrivateUsers={word}); answering on \
+                     http://127.0.0.1:9753/"
+                )
+            );
+        } else {
+            assert_eq!(r.code, 1, "{word:?}: {}\n{}", r.stdout, r.stderr);
+            let want = format!(
+                "fleetlock: CANNOT ANSWER the update agent: the update agent's user {user} (uid \
+                 {uid}) is not mapped in the daemon's user namespace (kube-shutdown-drain.service \
+                 has PrivateUsers=self: 0 0 1): "
+            );
+            assert!(line.starts_with(&want), "{word:?}: {line}");
+            assert!(
+                line.contains("zincati/kube-shutdown-drain.service.d/50-fleetlock.conf"),
+                "{line}"
+            );
+        }
+    }
+}

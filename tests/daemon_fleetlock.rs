@@ -353,3 +353,66 @@ async fn without_logind_the_agent_is_answered_503_and_nothing_is_drained() {
     )
     .await;
 }
+
+/// Under a unit whose user namespace does not map the agent (the shipped `PrivateUsers=yes`:
+/// only root), the daemon does not start: exit 2, which the unit does not restart, and one
+/// line naming the agent, the map, the drop-in to install and the way for an older systemd.
+#[tokio::test]
+async fn a_namespace_that_does_not_map_the_agent_stops_the_daemon_at_start_with_exit_2() {
+    let addr = free_port();
+    let Some(mut w) = World::start(Setup {
+        seed: open_seed(),
+        config: format!("[fleetlock]\nlisten = \"{addr}\"\nagent_user = \"nobody\"\n"),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    if nix::unistd::User::from_name("nobody")
+        .ok()
+        .flatten()
+        .is_none()
+    {
+        eprintln!("SKIPPED: no user `nobody` on this host");
+        assert!(std::env::var_os("CI").is_none(), "CI needs user nobody");
+        return;
+    }
+    std::fs::write(w.dir().join("machine-id"), format!("{MACHINE_ID}\n")).unwrap();
+    // What PrivateUsers=self shows a root service in /proc/self/uid_map.
+    let uid_map = w.dir().join("uid_map");
+    std::fs::write(&uid_map, "         0          0          1\n").unwrap();
+    let (machine_id, map_file) = (w.dir().join("machine-id"), uid_map.clone());
+    let wrap = move |bin: &Path, _: &std::fs::File| {
+        let mut c = std::process::Command::new(bin);
+        c.env_remove("JOURNAL_STREAM")
+            .env(MACHINE_ID_ENV, &machine_id)
+            .env("KUBE_SHUTDOWN_DRAIN_UID_MAP_FILE", &map_file);
+        c
+    };
+    w.spawn_daemon_into(Some(&wrap));
+    let status = w
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the daemon runs; log:\n{}", w.log()));
+    assert_eq!(status.code(), Some(2), "{}", w.log());
+    let log = w.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("is not mapped in the daemon's user namespace"))
+        .unwrap_or_else(|| panic!("no line says why; log:\n{log}"));
+    let map = uid_map.display();
+    for part in [
+        &format!("[fleetlock] of node {NODE}: the update agent's user nobody (uid 65534)"),
+        &format!("({map}: 0 0 1)"),
+        "/usr/share/kube-shutdown-drain/zincati/kube-shutdown-drain.service.d/50-fleetlock.conf",
+        "PrivateUsers=identity",
+        "PrivateUsers=no",
+        "systemctl restart kube-shutdown-drain.service",
+    ] {
+        assert!(line.contains(part), "{part:?} not in {line}");
+    }
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "nothing listens on {addr}"
+    );
+}

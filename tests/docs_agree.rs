@@ -451,9 +451,8 @@ fn src_modules() -> BTreeSet<String> {
         .map(|entry| {
             let entry = entry.unwrap();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if entry.path().is_dir() {
-                name
-            } else if name == "main.rs" || name == "lib.rs" {
+            let keeps_rs = entry.path().is_dir() || name == "main.rs" || name == "lib.rs";
+            if keeps_rs {
                 name
             } else {
                 name.trim_end_matches(".rs").to_string()

@@ -1,8 +1,9 @@
 //! The FleetLock server spoken to as zincati speaks to it, over real HTTP on 127.0.0.1, with a
 //! fake answerer in the daemon's place: steady-state at start, pre-reboot asked again until 200;
 //! every bad request refused with a 4xx, a `kind` and a `value`, and the answerer never asked;
-//! a caller that is not the agent refused without a question; slow, idle and surplus clients
-//! bounded. curl is the oracle client where another uid is needed.
+//! a caller that is not the agent refused at accept without a question; slow, idle and surplus
+//! clients bounded, and the agent answered while 500 connections of another user are held open.
+//! curl and bash are the clients where another uid is needed.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -414,30 +415,116 @@ async fn slow_and_idle_clients_are_cut_off_before_anything_is_asked() {
     assert_eq!(*seen.lock().unwrap(), vec![], "the answerer was asked");
 }
 
+/// The agent's own bound: beyond it a connection of the agent's is answered 503 at once, and
+/// a new one is served once one has ended.
 #[tokio::test]
-async fn connections_beyond_the_limit_wait_unread_until_one_ends() {
+async fn the_agents_connections_beyond_its_bound_get_503_at_once() {
     let limits = Limits {
-        connections: 1,
+        agent_connections: 1,
         ..Limits::default()
     };
     let (addr, seen) = start(me(), limits, |_, _| Some(Answer::Released)).await;
+    // Accepted first (the kernel's queue is in connection order), it holds the one permit.
     let idle = TcpStream::connect(addr).await.unwrap();
-    let mut waiting = TcpStream::connect(addr).await.unwrap();
-    waiting
-        .write_all(zincati(addr, "/v1/steady-state", &body(NODE_ID, "g")).as_bytes())
-        .await
-        .unwrap();
-    let mut byte = [0u8; 1];
-    let early = tokio::time::timeout(Duration::from_millis(500), waiting.read(&mut byte)).await;
-    assert!(
-        early.is_err(),
-        "answered while the only connection was taken"
+    let request = zincati(addr, "/v1/steady-state", &body(NODE_ID, "g"));
+    let (status, reply) = send(addr, request.as_bytes()).await;
+    assert_eq!(status, 503, "{reply}");
+    let (kind, value) = error(&reply);
+    assert_eq!(kind, "no_answer");
+    assert_eq!(
+        value,
+        "the update agent (user the-agent) has 1 FleetLock connection open already, the most \
+         served at once; ask again once one has ended"
     );
     assert_eq!(*seen.lock().unwrap(), vec![]);
+    // Once the server has seen the idle one go, the agent is served again (asked as zincati
+    // does: again until 200).
     drop(idle);
-    let (status, _) = read_answer(&mut waiting).await;
-    assert_eq!(status, 200);
+    let mut tries = 0;
+    while send(addr, request.as_bytes()).await.0 != 200 {
+        tries += 1;
+        assert!(tries < 100, "the agent's permit never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// Another user is refused at accept, before a byte of its request is read: a connection that
+/// never sends anything gets its 403 long before the head's timeout (60 s here), read or not.
+#[tokio::test]
+async fn a_silent_stranger_gets_its_403_without_sending_a_byte() {
+    let agent = if me() == 0 { 65533 } else { me() + 1 };
+    for refusals in [1, 0] {
+        let limits = Limits {
+            header_timeout: Duration::from_secs(60),
+            connection_timeout: Duration::from_secs(60),
+            refusals,
+            refusal_read: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let (addr, seen) = start(agent, limits, |_, _| Some(Answer::Granted)).await;
+        let mut silent = TcpStream::connect(addr).await.unwrap();
+        let (status, reply) = read_answer(&mut silent).await;
+        assert_eq!(status, 403, "refusals {refusals}: {reply}");
+        assert_eq!(error(&reply).0, "caller_not_update_agent");
+        assert_eq!(*seen.lock().unwrap(), vec![]);
+    }
+}
+
+/// The agent is answered while 500 connections of another local user are held open (they are
+/// refused at accept and take nothing of the agent's). Needs root, to run the holder as
+/// `nobody`; the holder is bash, whose `/dev/tcp` opens each connection.
+#[tokio::test]
+async fn the_agent_is_answered_while_500_connections_of_another_user_are_held_open() {
+    if me() != 0 {
+        eprintln!("not root: cannot hold connections as another user");
+        return;
+    }
+    let (addr, seen) = start(me(), Limits::default(), |_, _| Some(Answer::Released)).await;
+    let mut holder = hold_connections(addr, 500, 65534).await;
+    let (status, reply) = send(
+        addr,
+        zincati(addr, "/v1/steady-state", &body(NODE_ID, "default")).as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "only the agent was asked about"
+    );
+    holder.kill().await.unwrap();
+}
+
+/// A bash run as `uid` that opens `n` connections to `addr` and holds them open, sending
+/// nothing; returned once all are open.
+async fn hold_connections(addr: SocketAddr, n: usize, uid: u32) -> tokio::process::Child {
+    use tokio::io::AsyncBufReadExt;
+    let script = format!(
+        "for i in $(seq {n}); do exec {{fd}}<>/dev/tcp/{}/{} || exit 1; done; echo ready; \
+         exec sleep 600",
+        addr.ip(),
+        addr.port()
+    );
+    let mut child = tokio::process::Command::new("bash")
+        .args(["-c", &script])
+        .uid(uid)
+        .gid(uid)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bash");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the holder opens its connections")
+        .unwrap();
+    assert_eq!(
+        ready.as_deref(),
+        Some("ready"),
+        "the holder could not open {n} connections"
+    );
+    child
 }
 
 #[tokio::test]

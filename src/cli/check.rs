@@ -1,8 +1,9 @@
 //! `check`: the configuration is valid (it loaded), the API server answers, the node exists,
 //! every permission the drain uses is granted (SelfSubjectAccessReview), the taint may be written,
 //! the state directory is writable, nobody else can write the files the daemon trusts
-//! ([`super::file_modes`]) and logind answers with a budget that fits. Exit 1 when
-//! something the service needs is missing.
+//! ([`super::file_modes`]), logind answers with a budget that fits, and with `[fleetlock]` the
+//! unit's user namespace maps the update agent ([`super::agent_line`]). Exit 1 when something
+//! the service needs is missing.
 //!
 //! The taint is checked by a server-side dry run of the taint patch (`?dryRun=All`): no review
 //! can show it, because NodeRestriction is admission, not authorization, and a dry-run patch goes
@@ -385,6 +386,7 @@ pub async fn run(settings: Arc<Settings>) -> Result<u8, CliError> {
         ok = false;
     }
     super::logind_lines::gate(&settings, "").await;
+    ok &= super::agent_line::fleetlock(&settings, "").await;
     super::forecast::line(&settings, "").await;
     Ok(if ok { EXIT_DONE } else { EXIT_INCOMPLETE })
 }

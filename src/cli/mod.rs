@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::config::{CONFIG_ENV, ConfigError, DEFAULT_CONFIG_PATH, Settings};
 use crate::engine;
 
+mod agent_line;
 pub mod check;
 pub mod drain;
 pub mod file_modes;

@@ -88,8 +88,15 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<i32> {
         tracing::error!("cannot run for node {}: {e}", settings.node_name);
         return Ok(i32::from(EXIT_USAGE));
     }
-    service::run(settings, logind::system_bus_address()).await?;
-    Ok(0)
+    match service::run(settings.clone(), logind::system_bus_address()).await {
+        // The unit's RestartPreventExitStatus=2: restarting cannot fix it.
+        Err(e) if e.is_config() => {
+            tracing::error!("cannot run: {e}");
+            Ok(i32::from(EXIT_USAGE))
+        }
+        Err(e) => Err(e.into()),
+        Ok(()) => Ok(0),
+    }
 }
 
 /// `settings` with the duration `field` picks replaced by the test-only variable `var`, when it

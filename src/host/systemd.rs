@@ -11,10 +11,15 @@
 //! The stage's time is the unit's own `TimeoutStopUSec` (the unit's `TimeoutStopSec=`, read from
 //! the unit the daemon runs in, `GetUnitByPID(0)`: the caller's unit): one number in one place,
 //! which a drop-in or `systemctl edit` changes for systemd and the daemon alike.
+//!
+//! `check` asks one more thing, of the unit by name: its `PrivateUsers=`, which decides whether
+//! the FleetLock server can see the update agent's uid (`crate::reboot::userns`).
 
 use std::time::Duration;
 
 use zbus::{Connection, proxy};
+
+use crate::reboot::userns::PrivateUsers;
 
 /// `org.freedesktop.systemd1.Manager`, only what the daemon reads.
 #[proxy(
@@ -34,9 +39,12 @@ trait Manager {
     /// The manager's version: `257.13-1~deb13u1`, `252.38-1~deb12u1`.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> zbus::Result<String>;
+
+    /// The object of the unit `name`, loaded from its file when it is not loaded yet.
+    fn load_unit(&self, name: &str) -> zbus::Result<zbus::OwnedObjectPath>;
 }
 
-/// `org.freedesktop.systemd1.Service`, only its stop timeout.
+/// `org.freedesktop.systemd1.Service`: its stop timeout and its user namespace.
 #[proxy(
     interface = "org.freedesktop.systemd1.Service",
     default_service = "org.freedesktop.systemd1"
@@ -44,6 +52,33 @@ trait Manager {
 trait Service {
     #[zbus(property(emits_changed_signal = "false"), name = "TimeoutStopUSec")]
     fn timeout_stop_usec(&self) -> zbus::Result<u64>;
+
+    /// `PrivateUsers=` as a word (`no`, `self`, `identity`, ...), systemd 257 and newer.
+    #[zbus(property(emits_changed_signal = "const"), name = "PrivateUsersEx")]
+    fn private_users_ex(&self) -> zbus::Result<String>;
+
+    /// `PrivateUsers=` as a boolean, the only form before systemd 257.
+    #[zbus(property(emits_changed_signal = "const"), name = "PrivateUsers")]
+    fn private_users(&self) -> zbus::Result<bool>;
+}
+
+/// What the unit `name` asks for as `PrivateUsers=` (loaded as systemd has it now, drop-ins
+/// included): `PrivateUsersEx`, else the boolean of a systemd older than 257.
+pub async fn private_users(conn: &Connection, name: &str) -> zbus::Result<PrivateUsers> {
+    let manager = ManagerProxy::builder(conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    let unit = manager.load_unit(name).await?;
+    let service = ServiceProxy::builder(conn)
+        .path(unit)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    match service.private_users_ex().await {
+        Ok(word) => Ok(PrivateUsers::from_ex(&word)),
+        Err(_) => Ok(PrivateUsers::from_bool(service.private_users().await?)),
+    }
 }
 
 /// Whether the system is shutting down now (`SystemState` is `stopping`).

@@ -7,9 +7,16 @@
 //! that uid, and a process that is not root cannot create a socket with another user's uid, so
 //! it is an identity where the address (any local user can connect to loopback) is none.
 //!
+//! The uid is printed as the reader's user namespace sees it: the kernel maps it into the
+//! namespace of whoever opened the table (`from_kuid_munged(seq_user_ns(f), sock_i_uid(sk))`,
+//! `get_tcp4_sock` in Linux's net/ipv4/tcp_ipv4.c), and a uid that namespace does not map reads
+//! as the overflow uid 65534. A server in a namespace that does not map the agent could not tell
+//! it from anyone else: `userns.rs` refuses to start it there.
+//!
 //! Addresses are printed as the raw bytes of the address read as native-endian 32-bit words in
 //! hex (`%08X` of each `__be32`), ports as big-endian numbers in hex.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The socket table listing `addr`'s family.
@@ -20,23 +27,34 @@ pub fn table_path(addr: &SocketAddr) -> &'static str {
     }
 }
 
-/// The uid owning the socket whose local address is `client` and remote address is `server`,
-/// from the text of a socket table; `None` when no row matches (the client has gone).
-pub fn owner(table: &str, client: SocketAddr, server: SocketAddr) -> Option<u32> {
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (local, remote, uid) = (fields.get(1)?, fields.get(2)?, fields.get(7)?);
-        (address(local)? == client && address(remote)? == server)
-            .then(|| uid.parse().ok())
-            .flatten()
-    })
+/// The owners of the client sockets connected to `server`, by client address, from the text of
+/// a socket table: the rows whose remote address is `server` (the server's own rows have it as
+/// their local address, and the listener's remote address is all zeros). A client that has gone
+/// has no row, and neither has one whose socket no process holds any more: a row with inode 0
+/// (a connection closed by its client, orphaned or in TIME_WAIT, `get_timewait4_sock` printing
+/// uid 0 for the latter) could otherwise pass a request its client sent before it closed as
+/// root's, or have a new connection that reuses its address judged by it.
+pub fn owners(table: &str, server: SocketAddr) -> HashMap<SocketAddr, u32> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl, local_address, rem_address, st, tx_queue:rx_queue, tr:tm->when, retrnsmt,
+            // uid, timeout, inode.
+            let (local, remote) = (address(fields.get(1)?)?, address(fields.get(2)?)?);
+            let (uid, inode) = (fields.get(7)?.parse().ok()?, *fields.get(9)?);
+            (remote == server && inode != "0").then_some((local, uid))
+        })
+        .collect()
 }
 
-/// The uid owning the client's end of a connection accepted from `client` on `server`. The
-/// server listens on one loopback address of one family, so both ends are in the same table.
-pub async fn lookup(client: SocketAddr, server: SocketAddr) -> std::io::Result<Option<u32>> {
-    let table = tokio::fs::read_to_string(table_path(&client)).await?;
-    Ok(owner(&table, client, server))
+/// [`owners`] of the table listing `server`'s family, read now: one read for every connection
+/// accepted at once. The server listens on one loopback address of one family, so both ends of
+/// each connection are in that table.
+pub async fn read_owners(server: SocketAddr) -> std::io::Result<HashMap<SocketAddr, u32>> {
+    let table = tokio::fs::read_to_string(table_path(&server)).await?;
+    Ok(owners(&table, server))
 }
 
 /// `0100007F:2611` or the 32-digit IPv6 form, into an address.
@@ -68,9 +86,11 @@ mod tests {
     }
 
     #[test]
-    fn the_client_row_gives_its_owner_and_the_server_row_does_not() {
+    fn the_client_row_gives_its_owner_and_the_server_and_closed_rows_do_not() {
         let lo = word([127, 0, 0, 1]);
-        // The listener, the server's end (root) and the client's end (uid 980) of one connection.
+        // The listener, the server's end (root) and the client's end (uid 980) of one connection;
+        // then a TIME_WAIT row (uid 0) an earlier connection from the same port left, and a
+        // client of uid 65534 that sent its request and closed (FIN_WAIT1, no inode).
         let table = format!(
             "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  \
              timeout inode\n\
@@ -79,14 +99,20 @@ mod tests {
              \x20  1: {lo}:2611 {lo}:C350 01 00000000:00000000 00:00000000 00000000     0 \
              0 101 1 0 20 4 30 10 -1\n\
              \x20  2: {lo}:C350 {lo}:2611 01 00000000:00000000 00:00000000 00000000   980 \
-             0 102 1 0 20 4 30 10 -1\n"
+             0 102 1 0 20 4 30 10 -1\n\
+             \x20  3: {lo}:C350 {lo}:2611 06 00000000:00000000 03:00000D1C 00000000     0 \
+             0 0 3 0000000000000000\n\
+             \x20  4: {lo}:C351 {lo}:2611 04 00000051:00000000 01:00000014 00000000 65534 \
+             0 0 1 0000000000000000 20 4 30 10 -1\n"
         );
         let server: SocketAddr = "127.0.0.1:9745".parse().unwrap();
         let client: SocketAddr = "127.0.0.1:50000".parse().unwrap();
-        assert_eq!(owner(&table, client, server), Some(980));
-        assert_eq!(owner(&table, server, client), Some(0));
+        let owners = owners(&table, server);
+        assert_eq!(owners.get(&client), Some(&980));
+        // The server's own end, the listener and the closed connection are not its clients.
+        assert_eq!(owners.len(), 1, "{owners:?}");
         let other: SocketAddr = "127.0.0.1:50001".parse().unwrap();
-        assert_eq!(owner(&table, other, server), None);
+        assert_eq!(owners.get(&other), None);
     }
 
     #[test]
@@ -102,13 +128,10 @@ mod tests {
             "header\n   0: {one}:C350 {one}:2611 01 00000000:00000000 00:00000000 00000000  \
              1000 0 7 1\n"
         );
+        let client: SocketAddr = "[::1]:50000".parse().unwrap();
         assert_eq!(
-            owner(
-                &table,
-                "[::1]:50000".parse().unwrap(),
-                "[::1]:9745".parse().unwrap()
-            ),
-            Some(1000)
+            owners(&table, "[::1]:9745".parse().unwrap()).get(&client),
+            Some(&1000)
         );
     }
 
@@ -121,8 +144,8 @@ mod tests {
         let (_accepted, peer) = listener.accept().await.unwrap();
         assert_eq!(peer, client.local_addr().unwrap());
         assert_eq!(
-            lookup(peer, server).await.unwrap(),
-            Some(nix::unistd::geteuid().as_raw())
+            read_owners(server).await.unwrap().get(&peer),
+            Some(&nix::unistd::geteuid().as_raw())
         );
     }
 }

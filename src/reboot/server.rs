@@ -7,23 +7,33 @@
 //! Who may ask. Loopback is not an identity: any local user can connect to 127.0.0.1 and
 //! POST pre-reboot, which would have the node drained and rebooted. The server answers only
 //! connections whose client socket is owned by the agent's user (`[fleetlock] agent_user`,
-//! `zincati` by default), read from the kernel's socket table when the connection is accepted
-//! (`peer.rs`); any other caller gets 403 `caller_not_update_agent` and nothing is asked.
-//! Chosen over a secret path segment in zincati's `base_url` because the kernel's uid needs
-//! nothing generated, stored or rotated at install, cannot leak through a log line or a
-//! world-readable drop-in (zincati prints its base URL), and names the caller in the refusal.
-//! root passes only when `agent_user` is root (the tests); root can reboot the node anyway.
+//! `zincati` by default), read from the kernel's socket table when the connection is accepted,
+//! before a byte of it is read (`peer.rs`, `caller.rs`); any other caller gets 403
+//! `caller_not_update_agent`, written at once, and nothing is asked. Chosen over a secret path
+//! segment in zincati's `base_url` because the kernel's uid needs nothing generated, stored or
+//! rotated at install, cannot leak through a log line or a world-readable drop-in (zincati prints
+//! its base URL), and names the caller in the refusal. It needs a user namespace that maps the
+//! agent's uid (`userns.rs`: the server does not start otherwise). root passes only when
+//! `agent_user` is root (the tests); root can reboot the node anyway.
 //!
 //! Which node. Requests name a node by `client_params.id`; this server answers for one node,
 //! whose id is zincati's for this machine (`zincati_id.rs`). Another id gets 403
 //! `not_this_node` without a question, so no request changes another node. The group is passed
 //! on as the client sent it.
 //!
-//! Limits (named in [`Limits`]): at most [`Limits::connections`] connections at once (more wait
-//! in the kernel's backlog, unread); headers within [`Limits::header_timeout`] and 8 KiB; a body
-//! over `fleetlock::MAX_BODY` refused from its `Content-Length` unread, or cut off as it is read;
-//! each connection closed after [`Limits::connection_timeout`] whatever it does; the daemon's
-//! answer awaited at most [`Limits::answer_timeout`] (then 503 `no_answer`, which zincati retries).
+//! No local user delays the agent (`accept.rs`). The accept loop waits on nothing but the next
+//! connection: it takes every connection already waiting, reads the socket table once for them
+//! all, and hands each on without waiting: the agent's to a task of its own while fewer than
+//! [`Limits::agent_connections`] of the agent's are open (beyond it 503 `no_answer` at once);
+//! anyone else's to a refusal that reads at most the request's head for at most
+//! [`Limits::refusal_read`] before its 403, while fewer than [`Limits::refusals`] are being
+//! refused (beyond it the 403 is written unread and the connection closed). A refused caller is
+//! said in the journal once a minute with a count (`refusals.rs`).
+//!
+//! The agent's connections: headers within [`Limits::header_timeout`] and 8 KiB; a body over
+//! `fleetlock::MAX_BODY` refused from its `Content-Length` unread, or cut off as it is read; each
+//! connection closed after [`Limits::connection_timeout`] whatever it does; the daemon's answer
+//! awaited at most [`Limits::answer_timeout`] (then 503 `no_answer`, which zincati retries).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,10 +46,9 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::fleetlock::{self, Kind, MAX_BODY, Operation, Refusal, Request};
-use super::peer;
 
 /// One request for the daemon to answer.
 #[derive(Debug)]
@@ -64,8 +73,13 @@ pub enum Answer {
 /// The server's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections served at once; zincati makes one at a time.
-    pub connections: usize,
+    /// The agent's connections served at once; zincati makes one at a time.
+    pub agent_connections: usize,
+    /// Other callers' connections whose request head is awaited before their 403, at once.
+    pub refusals: usize,
+    /// How long a refused connection's request head, and then its reading of the 403, are
+    /// awaited.
+    pub refusal_read: Duration,
     /// How long the request's headers may take to arrive (hyper's `header_read_timeout`).
     pub header_timeout: Duration,
     /// How long one connection may last, from accept to the last byte of the answer.
@@ -77,7 +91,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            connections: 8,
+            agent_connections: 4,
+            refusals: 16,
+            refusal_read: Duration::from_secs(1),
             header_timeout: Duration::from_secs(5),
             connection_timeout: Duration::from_secs(30),
             answer_timeout: Duration::from_secs(10),
@@ -86,7 +102,7 @@ impl Default for Limits {
 }
 
 /// hyper's smallest read buffer: the longest head accepted.
-const MAX_HEAD: usize = 8192;
+pub(super) const MAX_HEAD: usize = 8192;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +116,15 @@ pub enum StartError {
     NoSuchUser { user: String },
     #[error("cannot look up the FleetLock agent user {user:?}: {source}")]
     UserLookup { user: String, source: nix::Error },
+    #[error(transparent)]
+    Unseen(#[from] super::userns::Unseen),
+}
+
+impl StartError {
+    /// An error of the system's or the unit's configuration: restarting cannot fix it.
+    pub fn is_config(&self) -> bool {
+        matches!(self, StartError::NoSuchUser { .. } | StartError::Unseen(_))
+    }
 }
 
 /// The uid of `user`, looked up once when the server starts.
@@ -134,8 +159,8 @@ pub struct Server {
 }
 
 /// What every connection reads.
-struct Shared {
-    identity: Identity,
+pub(super) struct Shared {
+    pub(super) identity: Identity,
     questions: mpsc::Sender<Question>,
     answer_timeout: Duration,
 }
@@ -167,96 +192,42 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serves until dropped (the task aborted). A failed accept (out of descriptors) is logged
-    /// and retried after a pause, as the listener stays valid.
+    /// Serves until dropped (the task aborted): `accept.rs`.
     pub async fn run(self) {
-        let permits = Arc::new(Semaphore::new(self.limits.connections));
-        let local = match self.listener.local_addr() {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::error!("the FleetLock listener has no address: {e}");
-                return;
-            }
-        };
-        loop {
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
-            };
-            let (stream, client) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    tracing::warn!("cannot accept a FleetLock connection on {local}: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let shared = self.shared.clone();
-            let limits = self.limits;
-            tokio::spawn(async move {
-                let _permit = permit;
-                let caller = Caller::of(client, local, &shared.identity).await;
-                let service = hyper::service::service_fn(move |request| {
-                    let shared = shared.clone();
-                    let caller = caller.clone();
-                    async move { Ok::<_, Infallible>(answer(request, &shared, &caller).await) }
-                });
-                let mut builder = http1::Builder::new();
-                builder
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(limits.header_timeout)
-                    .max_buf_size(MAX_HEAD)
-                    .keep_alive(false);
-                let connection = builder.serve_connection(TokioIo::new(stream), service);
-                match tokio::time::timeout(limits.connection_timeout, connection).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::debug!("fleetlock connection from {client}: {e}"),
-                    Err(_) => tracing::debug!(
-                        "fleetlock connection from {client} closed after {:?}",
-                        limits.connection_timeout
-                    ),
-                }
-            });
-        }
+        super::accept::serve(self.listener, self.shared, self.limits).await;
     }
 }
 
-/// Who is calling, as the kernel says.
-#[derive(Debug, Clone)]
-enum Caller {
-    Agent,
-    /// Another user; the refusal's text.
-    Other(String),
-}
-
-impl Caller {
-    async fn of(client: SocketAddr, local: SocketAddr, identity: &Identity) -> Caller {
-        let (user, uid) = (&identity.agent_user, identity.agent_uid);
-        match peer::lookup(client, local).await {
-            Ok(Some(owner)) if owner == uid => Caller::Agent,
-            Ok(Some(owner)) => Caller::Other(format!(
-                "only the update agent (user {user}, uid {uid}) may ask this node's FleetLock \
-                 server; this connection is from uid {owner}"
-            )),
-            Ok(None) => Caller::Other(format!(
-                "the connection from {client} is not in {}: its owner is unknown, and only the \
-                 update agent (user {user}) may ask",
-                peer::table_path(&client)
-            )),
-            Err(e) => Caller::Other(format!(
-                "cannot read {} to identify the caller ({e}); only the update agent (user \
-                 {user}) may ask",
-                peer::table_path(&client)
-            )),
-        }
+/// Serves one connection of the agent with hyper, within the connection's timeout.
+pub(super) async fn serve_agent(
+    stream: tokio::net::TcpStream,
+    client: SocketAddr,
+    shared: Arc<Shared>,
+    limits: Limits,
+) {
+    let service = hyper::service::service_fn(move |request| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(answer(request, &shared).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD)
+        .keep_alive(false);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    match tokio::time::timeout(limits.connection_timeout, connection).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!("fleetlock connection from {client}: {e}"),
+        Err(_) => tracing::debug!(
+            "fleetlock connection from {client} closed after {:?}",
+            limits.connection_timeout
+        ),
     }
 }
 
-/// One request's response: the checks in order, then the question.
-async fn answer(request: http::Request<Incoming>, shared: &Shared, caller: &Caller) -> Reply {
-    if let Caller::Other(why) = caller {
-        tracing::warn!("refused a fleetlock request: {why}");
-        return refused(&Refusal::new(StatusCode::FORBIDDEN, Kind::NotTheAgent, why));
-    }
+/// One request of the agent's: the checks in order, then the question.
+async fn answer(request: http::Request<Incoming>, shared: &Shared) -> Reply {
     let (head, body) = request.into_parts();
     let operation = match fleetlock::head(&head.method, head.uri.path(), &head.headers) {
         Ok(op) => op,

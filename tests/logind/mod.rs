@@ -324,6 +324,21 @@ impl Rig {
         .unwrap_or_else(|e| panic!("fake systemd SetSystemState: {e}"));
     }
 
+    /// Makes the fake systemd's unit report `PrivateUsers=word` (`self`, `identity`, `no`); the
+    /// empty word is a systemd older than 257 with `PrivateUsers=yes` (no `PrivateUsersEx`).
+    pub async fn set_private_users(&self, word: &str) {
+        let conn = self.connection().await.expect("connect to the private bus");
+        conn.call_method(
+            Some("org.freedesktop.systemd1"),
+            "/org/freedesktop/systemd1",
+            Some(MOCK),
+            "SetPrivateUsers",
+            &(word,),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("fake systemd SetPrivateUsers: {e}"));
+    }
+
     /// Kills the bus daemon and the fake logind, then starts both again on the same socket:
     /// what a `systemctl restart dbus` looks like to a client. The locks granted before are
     /// still held (the keeper hands them to the new fake), as real logind keeps them.

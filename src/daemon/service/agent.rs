@@ -17,10 +17,15 @@ use crate::daemon::phase::AgentAsk;
 use crate::daemon::reboot::AGENT_ASKS_WITHIN;
 use crate::reboot::fleetlock::Operation;
 use crate::reboot::server::{self, Answer, Identity, Limits, Question, Server, StartError};
+use crate::reboot::userns;
 use crate::reboot::zincati_id::{self, MACHINE_ID_PATH, MachineIdError};
 
 /// Names a file to read the machine id from instead of `/etc/machine-id`. Only the tests set it.
 pub const MACHINE_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_MACHINE_ID_FILE";
+
+/// Names a file to read the daemon's uid map from instead of `/proc/self/uid_map` (the tests:
+/// the unit's `PrivateUsers=` without the unit).
+pub const UID_MAP_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_UID_MAP_FILE";
 
 /// The longest the node stays drained, holding its slot, for the update agent's reboot once the
 /// drain for it ended. The agent's own pace sets the hand-over: each pre-reboot keeps its need
@@ -62,6 +67,14 @@ pub enum AgentError {
     },
 }
 
+impl AgentError {
+    /// An error of the system's or the unit's configuration, which a restart cannot fix (the
+    /// agent's user, the namespace that does not map it): the daemon exits 2.
+    pub fn is_config(&self) -> bool {
+        matches!(self, AgentError::Start { source, .. } if source.is_config())
+    }
+}
+
 /// The server's side the loop holds.
 pub(crate) struct Agent {
     questions: mpsc::Receiver<Question>,
@@ -98,9 +111,15 @@ pub(crate) async fn start(settings: &Settings) -> Result<Option<Started>, AgentE
         node: node.clone(),
         source,
     };
+    let agent_uid = server::agent_uid(&fleetlock.agent_user).map_err(start)?;
+    // The socket table shows the agent's uid only where this process's namespace maps it.
+    let uid_map = std::env::var_os(UID_MAP_FILE_ENV)
+        .map_or_else(|| PathBuf::from(userns::UID_MAP), PathBuf::from);
+    userns::judge_self(&uid_map, &fleetlock.agent_user, agent_uid)
+        .map_err(|e| start(StartError::Unseen(e)))?;
     let identity = Identity {
         node_id: node_id.clone(),
-        agent_uid: server::agent_uid(&fleetlock.agent_user).map_err(start)?,
+        agent_uid,
         agent_user: fleetlock.agent_user.clone(),
     };
     let (questions_tx, questions) = mpsc::channel(1);

@@ -69,6 +69,13 @@ pub enum DaemonError {
     Agent(#[from] agent::AgentError),
 }
 
+impl DaemonError {
+    /// A configuration error that a restart cannot fix (the daemon exits 2).
+    pub fn is_config(&self) -> bool {
+        matches!(self, DaemonError::Agent(e) if e.is_config())
+    }
+}
+
 /// A connection to logind, set up: the signals subscribed, the budget read, the shutdown state
 /// read, and the lock taken unless a shutdown is under way.
 struct Connection {
