@@ -44,7 +44,7 @@ pub struct Snapshot {
 }
 
 /// What the metrics say of the reboots the node asks for.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RebootFacts {
     /// A trigger says a reboot is needed.
     pub required: bool,

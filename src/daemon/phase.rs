@@ -74,6 +74,8 @@
 //! stop. The daemon logs a refusal and stays where it was.
 
 use crate::config::ShutdownPolicy;
+use crate::daemon::metrics::RebootFacts;
+use crate::reboot::need::Need;
 use crate::shutdown_kind::ShutdownKind;
 
 /// Where the daemon is.
@@ -123,7 +125,7 @@ pub struct Shutdown {
 }
 
 /// What happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// logind was reached (at start or after the bus came back). `under_way`: the shutdown
     /// logind is preparing now (no lock was asked for then); `locked`: a lock of ours is held.
@@ -178,6 +180,14 @@ pub enum Event {
     /// or the node was handed over drained to the update agent; else it gave up (no drain, an
     /// incomplete one, a hold, logind refused) and said why.
     RebootEnded(RebootEnd),
+    /// A follower saw something about the reboots: the triggers' answer, what holds the node,
+    /// a window opening or closing (`phase_verdict.rs`).
+    Seen(Seen),
+    /// The update agent asked (FleetLock; `[fleetlock]`): the facts its answer is made of.
+    AgentAsked(AgentFacts),
+    /// The verdict's own time passed: an answer settled, the agent's pre-reboot ran out, a
+    /// pause ended ([`State::timer`]).
+    Tick,
 }
 
 /// What the reboot follower says of the node's reboot (`[reboot]`).
@@ -231,7 +241,7 @@ pub enum During {
 }
 
 /// What the daemon does on a transition, in the order given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// logind prepares no shutdown (true) or does (false): the restore of a soft-reboot's
     /// marker waits for true.
@@ -294,8 +304,28 @@ pub enum Effect {
     /// Stop the daemon's own reboot.
     AbortReboot,
     /// A reboot is still needed after a shutdown or a reboot of ours ended without one (`after`:
-    /// what ended it): the follower holds its go for a pause before it says it again.
-    RebootLater { after: Setback },
+    /// what ended it): the verdict waits `pause` before it says go again.
+    RebootLater {
+        after: Setback,
+        pause: std::time::Duration,
+    },
+    /// Say the need for a reboot (the journal).
+    SayNeed(Need),
+    /// A need for a reboot starts an episode: `RebootRequired`, and `MaintenancePlanned` true.
+    PostRequired(Need),
+    /// The episode's need went: `MaintenancePlanned` false.
+    NotPlanned(Need),
+    /// Say what holds the reboot (the journal), `why` the verdict's words.
+    SayHolds { holds: HoldsSeen, why: String },
+    /// `RebootWaiting`, with the holds' messages.
+    PostWaiting(String),
+    /// The metrics' facts of the reboots.
+    RebootFacts(RebootFacts),
+    /// The holds are looked at now, and every minute (and at a window's opening) after;
+    /// `drain_to_come`: a window that closes before the drain ends holds the node.
+    LookAtHolds { drain_to_come: bool },
+    /// The holds are no longer looked at (no need, or a pause).
+    StopLooking,
 }
 
 /// The step back to waiting once a shutdown is over: the drain (if `drained` runs) stops, the
@@ -392,7 +422,7 @@ impl Phase {
     pub fn on(&self, event: Event) -> Result<(Phase, Vec<Effect>), Refused> {
         let refused = || Refused {
             phase: self.clone(),
-            event,
+            event: event.clone(),
         };
         if event.is_gate() {
             return match self {
@@ -408,19 +438,22 @@ impl Phase {
             return Err(refused());
         }
         if let Phase::Stopping(s) = self {
-            return Ok(stopping_on(*s, event));
+            return Ok(stopping_on(*s, event.clone()));
         }
-        for part in [self.on_reboot(event), self.on_schedule(event)] {
+        for part in [
+            self.on_reboot(event.clone()),
+            self.on_schedule(event.clone()),
+        ] {
             match part {
                 Part::Step(phase, effects) => return Ok((phase, effects)),
                 Part::Refused => return Err(refused()),
                 Part::NotMine => {}
             }
         }
-        match (self, event) {
+        match (self, &event) {
             (Phase::Stopped, _) => Err(refused()),
-            (_, Event::Stop { signal }) => Ok(self.stopped(signal)),
-            _ => self.window_on(event).ok_or_else(refused),
+            (_, Event::Stop { signal }) => Ok(self.stopped(*signal)),
+            _ => self.window_on(event.clone()).ok_or_else(refused),
         }
     }
 
@@ -584,7 +617,11 @@ mod reboot;
 
 #[path = "phase_schedule.rs"]
 mod schedule;
-pub use reboot::{AgentAsk, RebootEnd, Setback};
+pub use reboot::{AgentAsk, AgentFacts, RebootEnd, Setback};
+
+#[path = "phase_verdict.rs"]
+pub mod verdict;
+pub use verdict::{HoldsSeen, Reboots, Seen, Verdict};
 
 #[path = "phase_state.rs"]
 mod state;

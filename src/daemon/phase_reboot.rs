@@ -16,13 +16,32 @@
 //! | Rebooting | Connected with none under way, Cancelled, Scheduled, Unscheduled | unchanged | |
 //! | Rebooting | Ended, Due; Overdue before logind was asked | refused | |
 //! | any but Rebooting (not asked) | RebootEnded | refused | (no reboot of ours runs) |
+//! | any but Stopped | Seen, AgentAsked, Tick | unchanged | (the verdict's: `phase_verdict.rs`; a changed verdict is the table's own `Reboot` event) |
 //!
 //! Back in Waiting from any other phase while the verdict is Go, [`super::State::on`] adds
 //! `RebootLater` with what ended it ([`Setback`]: the reboot's own, `Overdue`, else `Cancelled`):
-//! the follower says Go again after a pause, and only then does a reboot start.
+//! the verdict says Go again after a pause, and only then does a reboot start.
 //! A stop in Rebooting stops the reboot first (`AbortReboot`, then as from Waiting); the
 //! node's prepare stays until the next start, whose restore tells the own reboot's marker (its
 //! reason, `crate::daemon::reboot::OWN_REBOOT_WHY`) from a shutdown's and undoes it.
+//!
+//! The update agent's FleetLock requests are answered from the state the request moved the
+//! table to ([`Phase::answer_agent`], through `State::answer_agent`), in the loop's same turn:
+//!
+//! | request | phase | answer |
+//! |---|---|---|
+//! | pre-reboot | Rebooting, asked, by the agent, the verdict Go | 200: drained, its slot held, inside a window, not held |
+//! | pre-reboot | Rebooting, asked, by the agent, the verdict Waits | 409 as for Waiting below (the table restores the node when the agent's time is up) |
+//! | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
+//! | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds); in the pause after a reboot that ended without one, what ended it: `drain_incomplete`, `reboot_held`, `reboot_overdue`, `reboot_cancelled`, `reboot_failed` |
+//! | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the need has not stood yet, or its holds are being looked at) |
+//! | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
+//! | steady-state | Waiting, no restore running | 200: restored, no slot held |
+//! | steady-state | Waiting with a restore running, Rebooting | 409 `restore_in_progress` |
+//! | steady-state | a shutdown scheduled or under way | 409 `drain_in_progress` |
+//! | either | Starting, Stopped, or logind not connected | 503 `no_answer` |
+
+use tokio::time::Instant;
 
 use super::{Ask, Effect, Event, Part, Phase, Undo};
 use crate::reboot::fleetlock::{Kind, Operation};
@@ -75,10 +94,24 @@ impl Setback {
 /// How the daemon's own reboot ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RebootEnd {
-    /// logind was asked to reboot, or the node is drained and handed over to the update agent.
-    Asked,
+    /// logind was asked to reboot, or the node is drained and handed over to the update agent;
+    /// `slot_since`: when it took its drain slot (the agent's hand-over ends by `hold_max`).
+    Asked { slot_since: Option<Instant> },
     /// It gave up, and said why.
     GaveUp(Setback),
+}
+
+/// What the loop knows of the world when the update agent asks (`[fleetlock]`): the request,
+/// and the facts its answer is made of besides the table's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentFacts {
+    pub operation: Operation,
+    /// The running reboot waits for a drain slot.
+    pub slot_wait: bool,
+    /// A restore runs (with `[fleet] release_delay`, its slot is kept until it ends).
+    pub restoring: bool,
+    /// The daemon is connected to logind.
+    pub connected: bool,
 }
 
 /// What the loop knows, besides the phase, when the update agent asks (`[fleetlock]`).
@@ -107,22 +140,9 @@ pub struct AgentAsk<'a> {
 }
 
 impl Phase {
-    /// The answer to the update agent's FleetLock request (`crate::reboot::server`), which
-    /// changes nothing here: the request itself is a trigger of the follower (pre-reboot: a
-    /// need; steady-state: none), whose verdict the table then follows.
-    ///
-    /// | request | phase | answer |
-    /// |---|---|---|
-    /// | pre-reboot | Rebooting, asked, by the agent, the verdict Go | 200: drained, its slot held, inside a window, not held |
-    /// | pre-reboot | Rebooting, asked, by the agent, the verdict Waits | 409 as for Waiting below (the table restores the node when the agent's time is up) |
-    /// | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
-    /// | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds); in the pause after a reboot that ended without one, what ended it: `drain_incomplete`, `reboot_held`, `reboot_overdue`, `reboot_cancelled`, `reboot_failed` |
-    /// | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the holds are judged now) |
-    /// | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
-    /// | steady-state | Waiting, no restore running | 200: restored, no slot held |
-    /// | steady-state | Waiting with a restore running, Rebooting | 409 `restore_in_progress` |
-    /// | steady-state | a shutdown scheduled or under way | 409 `drain_in_progress` |
-    /// | either | Starting, Stopped, or logind not connected | 503 `no_answer` |
+    /// The answer to the update agent's FleetLock request (`crate::reboot::server`), as the
+    /// module doc's last table says; it changes nothing: the request itself was the table's
+    /// `AgentAsked` event (pre-reboot: a need; steady-state: none), applied before.
     pub fn answer_agent(&self, a: &AgentAsk<'_>) -> Answer {
         let node = a.node;
         let refused = |kind, why: String| Answer::Refused { kind, why };
@@ -207,13 +227,18 @@ impl Phase {
         };
         const RUNS: Phase = Phase::Rebooting { asked: false };
         const ASKED: Phase = Phase::Rebooting { asked: true };
+        let announced_now = matches!(event, Event::Announced { .. });
         match (self, event) {
             (Phase::Stopped, Event::Reboot(_) | Event::RebootEnded(_)) => Part::Refused,
+            (Phase::Stopped, Event::Seen(_) | Event::AgentAsked(_) | Event::Tick) => Part::Refused,
+            (_, Event::Seen(_) | Event::AgentAsked(_) | Event::Tick) => {
+                Part::Step(self.clone(), vec![])
+            }
             (Phase::Waiting, Event::Reboot(Ask::Go)) => Part::Step(RUNS, vec![StartReboot]),
             (Phase::Rebooting { .. }, Event::Reboot(Ask::NotNeeded)) => restored(&[AbortReboot]),
             (Phase::Waiting, Event::Reboot(_)) => Part::Step(Phase::Waiting, vec![ShowWaiting]),
             (_, Event::Reboot(_)) => Part::Step(self.clone(), vec![]),
-            (&RUNS, Event::RebootEnded(RebootEnd::Asked)) => Part::Step(ASKED, vec![]),
+            (&RUNS, Event::RebootEnded(RebootEnd::Asked { .. })) => Part::Step(ASKED, vec![]),
             (&RUNS, Event::RebootEnded(RebootEnd::GaveUp(_))) | (&ASKED, Event::Overdue) => {
                 restored(&[])
             }
@@ -226,7 +251,6 @@ impl Phase {
                     locked,
                 },
             ) => {
-                let announced_now = matches!(event, Event::Announced { .. });
                 let draining = Phase::Draining(super::Shutdown {
                     kind,
                     guarded: locked,

@@ -7,7 +7,7 @@ use super::super::*;
 const GO: Event = Event::Reboot(Ask::Go);
 const WAITS: Event = Event::Reboot(Ask::Waits);
 const NOT_NEEDED: Event = Event::Reboot(Ask::NotNeeded);
-const ASKED: Event = Event::RebootEnded(RebootEnd::Asked);
+const ASKED: Event = Event::RebootEnded(RebootEnd::Asked { slot_since: None });
 const GAVE_UP: Event = Event::RebootEnded(RebootEnd::GaveUp(Setback::DrainIncomplete));
 /// The own reboot runs; it has asked logind.
 const RUNS: Phase = Phase::Rebooting { asked: false };
@@ -48,6 +48,7 @@ fn step(from: &Phase, event: Event) -> (Phase, Vec<Effect>) {
 
 fn state(phase: Phase, reboot: Ask) -> State {
     State {
+        reboots: State::starting().reboots,
         phase,
         gate: Gate::default(),
         left_work: true,
@@ -67,7 +68,7 @@ fn a_go_while_waiting_starts_the_reboot_and_only_then() {
                 _ => vec![],
             };
             assert_eq!(
-                step(&from, event),
+                step(&from, event.clone()),
                 (from.clone(), unchanged),
                 "{from:?} {event:?}"
             );
@@ -183,10 +184,10 @@ fn loginds_announcement_takes_over_from_the_reboot() {
         },
         Event::Unscheduled { fired: false },
     ] {
-        assert_eq!(step(&RUNS, event), (RUNS, vec![]), "{event:?}");
+        assert_eq!(step(&RUNS, event.clone()), (RUNS, vec![]), "{event:?}");
     }
     for event in [Event::Ended { left_work: true }, Event::Due, Event::Overdue] {
-        assert!(RUNS.on(event).is_err(), "{event:?}");
+        assert!(RUNS.on(event.clone()).is_err(), "{event:?}");
     }
 }
 
@@ -252,7 +253,10 @@ fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failur
     // told what ended it.
     let (next, effects) = next.on(GAVE_UP).unwrap();
     assert_eq!(next.phase, Phase::Waiting);
-    let later = |after| RebootLater { after };
+    let later = |after| RebootLater {
+        after,
+        pause: crate::daemon::phase::verdict::RETRY_AFTER,
+    };
     assert_eq!(
         effects.last(),
         Some(&later(Setback::DrainIncomplete)),
@@ -296,6 +300,7 @@ fn a_standing_go_starts_at_the_first_connection_and_waits_a_pause_after_a_failur
 #[test]
 fn the_gate_opens_while_the_node_reboots_itself() {
     let closed = State {
+        reboots: State::starting().reboots,
         phase: Phase::Waiting,
         gate: Gate {
             full: true,

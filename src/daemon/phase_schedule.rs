@@ -97,7 +97,9 @@ impl Phase {
                 return None;
             }
             // The reboot part answers first (`phase_reboot.rs`); the same answer here.
-            Event::Reboot(_) => (self.clone(), vec![]),
+            Event::Reboot(_) | Event::Seen(_) | Event::AgentAsked(_) | Event::Tick => {
+                (self.clone(), vec![])
+            }
             Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired => {
                 (self.clone(), vec![])
             }

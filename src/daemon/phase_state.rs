@@ -2,14 +2,20 @@
 //! left, and the reboot follower's last verdict; `State::on` is the phase table's step plus the
 //! gate's (the second table of `phase.rs`'s module doc) and the rules for a standing `Go`.
 
-use super::{Ask, Effect, Event, Phase, RebootEnd, Refused, Setback, StopSignal};
+use tokio::time::Instant;
+
+use super::{
+    AgentAsk, AgentFacts, Ask, Effect, Event, Phase, RebootEnd, Reboots, Refused, Setback,
+    StopSignal,
+};
+use crate::reboot::server::Answer;
 
 /// What ended a reboot when `event` brings `phase` back to waiting with the reboot still
 /// wanted: the reboot's own setback, its time run out, else a shutdown cancelled (logind's
 /// window, a schedule's). Pure.
-fn setback_of(phase: &Phase, event: Event) -> Setback {
+fn setback_of(phase: &Phase, event: &Event) -> Setback {
     match (phase, event) {
-        (_, Event::RebootEnded(RebootEnd::GaveUp(setback))) => setback,
+        (_, Event::RebootEnded(RebootEnd::GaveUp(setback))) => *setback,
         (Phase::Rebooting { asked: true }, Event::Overdue) => Setback::Overdue,
         _ => Setback::Cancelled,
     }
@@ -42,7 +48,8 @@ impl Gate {
     }
 }
 
-/// The daemon's whole state: its phase, the reboot gate, and what the last work left.
+/// The daemon's whole state: its phase, the reboot gate, what the last work left, and the
+/// verdict on the reboots the node asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
     pub phase: Phase,
@@ -50,48 +57,110 @@ pub struct State {
     /// The last shutdown work left pods to drain (incomplete, or none ran yet): a stop in a
     /// shutdown drains them in the stop phase.
     pub left_work: bool,
-    /// The reboot follower's last verdict.
+    /// The verdict on the node's reboot as the phases last took it.
     pub reboot: Ask,
+    /// What the verdict is made of (`phase_verdict.rs`).
+    pub reboots: Reboots,
 }
 
 impl State {
-    /// A state at start: no phase yet, the gate open, work left (none ran).
+    /// A state at start: no phase yet, the gate open, work left (none ran), no reboot asked for
+    /// (with no trigger and no update agent: the tests give the verdict as `Reboot` events).
     pub fn starting() -> State {
+        State::starting_with(Reboots::new(false, false, crate::config::DEFAULT_HOLD_MAX))
+    }
+
+    /// A state at start whose reboots are `reboots`'s.
+    pub fn starting_with(reboots: Reboots) -> State {
         State {
             phase: Phase::Starting,
             gate: Gate::default(),
             left_work: true,
             reboot: Ask::NotNeeded,
+            reboots,
         }
     }
 
-    /// The state after `event`, and what to do on the way there: the phase's step, then the
-    /// gate's (the module doc's second table).
+    /// [`State::step`] now.
     pub fn on(&self, event: Event) -> Result<(State, Vec<Effect>), Refused> {
+        self.step(event, Instant::now())
+    }
+
+    /// The state after `event` at `now`, and what to do on the way there: the phase's step and
+    /// the gate's (the module doc's second table); the facts of the reboots taken into the
+    /// verdict (`phase_verdict.rs`), and a verdict that changed applied as the table's own
+    /// `Reboot` event.
+    pub fn step(&self, event: Event, now: Instant) -> Result<(State, Vec<Effect>), Refused> {
         if let Event::StopAsked { signal } = event {
             return self.on_stop_asked(signal);
         }
-        let (mut phase, mut effects) = self.phase.on(event)?;
-        let mut gate = self.gate;
-        let mut left_work = self.left_work;
-        let mut reboot = self.reboot;
+        let (mut next, mut effects) = self.phase_step(event.clone(), now)?;
+        let weigh = next.drain_to_come();
+        match event {
+            Event::Seen(seen) => effects.extend(next.reboots.saw(seen, now, weigh)),
+            Event::AgentAsked(facts) if facts.connected => {
+                effects.extend(next.reboots.agent_asked(facts.operation, now, weigh))
+            }
+            Event::RebootEnded(RebootEnd::Asked { slot_since }) => {
+                next.reboots.asked(now, slot_since)
+            }
+            _ => {}
+        }
+        effects.extend(next.reboots.settle(now, weigh));
+        let verdict = next.reboots.verdict(now);
+        let ask = verdict.ask;
+        let live = next.reboots.enabled() && next.phase != Phase::Stopped;
+        if live && next.reboots.applied(verdict) {
+            let (after, more) = next.phase_step(Event::Reboot(ask), now)?;
+            next = after;
+            effects.extend(more);
+            effects.extend(next.reboots.settle(now, next.drain_to_come()));
+        }
+        Ok((next, effects))
+    }
+
+    /// Whether the node's drain for its reboot is still to come (the holds weigh its length).
+    fn drain_to_come(&self) -> bool {
+        self.phase != (Phase::Rebooting { asked: true })
+    }
+
+    /// The phase's step and the gate's, and the rules of a standing `Go`.
+    fn phase_step(&self, event: Event, now: Instant) -> Result<(State, Vec<Effect>), Refused> {
+        let (mut phase, mut effects) = self.phase.on(event.clone())?;
+        let mut next = self.clone();
         if let Event::Reboot(ask) = event {
-            reboot = ask;
+            next.reboot = ask;
         }
         // Back to waiting with a reboot still wanted: at the first connection it starts now;
-        // after a shutdown or a reboot of ours that ended without one, the follower says it
+        // after a shutdown or a reboot of ours that ended without one, the verdict says it
         // again after a pause (an admin's `shutdown -c` is not undone at once).
-        if phase == Phase::Waiting && reboot == Ask::Go {
+        if phase == Phase::Waiting && next.reboot == Ask::Go {
             if self.phase == Phase::Starting {
                 phase = Phase::Rebooting { asked: false };
                 effects.push(Effect::StartReboot);
             } else if self.phase != Phase::Waiting {
-                let after = setback_of(&self.phase, event);
-                effects.push(Effect::RebootLater { after });
+                let after = setback_of(&self.phase, &event);
+                let pause = next.reboots.later(after, now);
+                effects.push(Effect::RebootLater { after, pause });
             }
         }
+        if effects.contains(&Effect::StartReboot) {
+            next.reboots.starts(now);
+        }
+        if phase != (Phase::Rebooting { asked: true }) {
+            next.reboots.not_asked();
+        }
+        next.gate_step(&event, &phase, &mut effects);
+        next.phase = phase;
+        Ok((next, effects))
+    }
+
+    /// The gate's step for `event`, the phase moving to `phase` (the module doc's second
+    /// table).
+    fn gate_step(&mut self, event: &Event, phase: &Phase, effects: &mut Vec<Effect>) {
+        let mut gate = self.gate;
         match event {
-            Event::Ended { left_work: left } => left_work = left,
+            Event::Ended { left_work } => self.left_work = *left_work,
             Event::SlotsFull => gate.full = true,
             Event::SlotsOpen => gate.full = false,
             Event::PassGiven => gate.pass = true,
@@ -103,7 +172,7 @@ impl State {
             }
             _ => {}
         }
-        let (was, is) = (self.gate.closed_in(&self.phase), gate.closed_in(&phase));
+        let (was, is) = (self.gate.closed_in(&self.phase), gate.closed_in(phase));
         let again = matches!(event, Event::SlotsFull | Event::Connected { .. });
         if is && (!was || again) {
             effects.push(Effect::HoldGate);
@@ -117,15 +186,40 @@ impl State {
             };
             effects.push(Effect::DropGate { because });
         }
-        Ok((
-            State {
-                phase,
-                gate,
-                left_work,
-                reboot,
-            },
-            effects,
-        ))
+        self.gate = gate;
+    }
+
+    /// The verdict's timer: the reboot's announcement due (`Overdue`), or the verdict's own
+    /// time (`Tick`: an answer settling, the agent's pre-reboot running out, a pause ending),
+    /// whichever comes first.
+    pub fn timer(&self, now: Instant) -> Option<(Instant, Event)> {
+        let overdue = (self.phase == Phase::Rebooting { asked: true })
+            .then(|| self.reboots.announce_due())
+            .flatten()
+            .map(|at| (at, Event::Overdue));
+        let tick = self.reboots.next_tick(now).map(|at| (at, Event::Tick));
+        [overdue, tick]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(at, _)| *at)
+    }
+
+    /// The answer to the update agent's request (`facts`), from the state the request moved the
+    /// table to (`Phase::answer_agent`).
+    pub fn answer_agent(&self, facts: AgentFacts, node: &str, now: Instant) -> Answer {
+        let verdict = self.reboots.verdict(now);
+        self.phase.answer_agent(&AgentAsk {
+            operation: facts.operation,
+            node,
+            ask: verdict.ask,
+            why: &verdict.why,
+            keys: &verdict.keys,
+            slot_wait: facts.slot_wait,
+            by_agent: self.reboots.by_agent(),
+            restoring: facts.restoring,
+            setback: verdict.setback,
+            connected: facts.connected,
+        })
     }
 
     /// SIGTERM or SIGINT: a plain stop when nothing is left to drain (during the stop phase, or

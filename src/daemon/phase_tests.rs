@@ -52,7 +52,7 @@ fn step(from: Phase, event: Event) -> (Phase, Vec<Effect>) {
 /// Each row: `from` on `event` leads `to`, with `effects`.
 fn assert_steps(cases: Vec<(Phase, Event, Phase, Vec<Effect>)>) {
     for (from, event, to, effects) in cases {
-        let (next, did) = step(from.clone(), event);
+        let (next, did) = step(from.clone(), event.clone());
         assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
     }
 }
@@ -60,7 +60,7 @@ fn assert_steps(cases: Vec<(Phase, Event, Phase, Vec<Effect>)>) {
 /// Each row, with the whole state (phase and gate).
 fn assert_state_steps(cases: Vec<(State, Event, State, Vec<Effect>)>) {
     for (from, event, to, effects) in cases {
-        let (next, did) = state_step(&from, event);
+        let (next, did) = state_step(&from, event.clone());
         assert_eq!((&next, &did), (&to, &effects), "{from:?} on {event:?}");
     }
 }
@@ -266,7 +266,7 @@ fn events_a_phase_does_not_expect_are_refused_and_change_nothing() {
         (Phase::Stopped, connected(None, true)),
     ];
     for (from, event) in refused {
-        let err = from.on(event).expect_err("refused");
+        let err = from.on(event.clone()).expect_err("refused");
         assert_eq!((err.phase, err.event), (from, event));
     }
 }
@@ -640,7 +640,7 @@ fn a_schedule_s_timers_out_of_their_phase_are_refused() {
         (Phase::Scheduled(planned(false)), ENDED),
     ];
     for (from, event) in refused {
-        let err = from.on(event).expect_err("refused");
+        let err = from.on(event.clone()).expect_err("refused");
         assert_eq!((err.phase, err.event), (from, event));
     }
 }
@@ -662,7 +662,7 @@ fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown(
     let mut phase = Phase::Starting;
     let mut all = Vec::new();
     for event in script {
-        let (next, effects) = step(phase, event);
+        let (next, effects) = step(phase, event.clone());
         if matches!(event, Event::Announced { .. }) {
             assert!(
                 !all.contains(&ReleaseLock) && !all.contains(&TakeLock),
@@ -682,6 +682,7 @@ fn a_scheduled_drain_never_touches_the_lock_until_logind_announces_the_shutdown(
 
 fn state(phase: Phase, full: bool, pass: bool) -> State {
     State {
+        reboots: State::starting().reboots,
         phase,
         gate: Gate { full, pass },
         left_work: true,
@@ -914,12 +915,12 @@ fn the_gate_s_events_move_no_phase_and_are_refused_after_the_stop() {
         Phase::Early(planned(false)),
         Phase::Ready(planned(true)),
     ] {
-        for event in gate_events {
+        for event in gate_events.clone() {
             assert_eq!(step(phase.clone(), event), (phase.clone(), vec![]));
         }
     }
     for event in gate_events {
-        let err = Phase::Stopped.on(event).expect_err("refused");
+        let err = Phase::Stopped.on(event.clone()).expect_err("refused");
         assert_eq!((err.phase, err.event), (Phase::Stopped, event));
     }
 }
@@ -941,6 +942,7 @@ fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_a
         during,
     };
     let with_work = |phase, left_work| State {
+        reboots: State::starting().reboots,
         phase,
         gate: Gate::default(),
         left_work,
@@ -978,12 +980,12 @@ fn a_stop_signal_is_a_plain_stop_when_nothing_is_left_to_drain_else_systemd_is_a
         ),
     ];
     for (from, to, effects) in cases {
-        let (next, did) = state_step(&from, asked);
+        let (next, did) = state_step(&from, asked.clone());
         assert_eq!((&next, &did), (&to, &effects), "{from:?}");
     }
     // After the stop: refused, by the state and by the phase alone.
-    let err = stopped(true).on(asked).expect_err("refused");
-    assert_eq!((err.phase, err.event), (Phase::Stopped, asked));
+    let err = stopped(true).on(asked.clone()).expect_err("refused");
+    assert_eq!((err.phase, err.event), (Phase::Stopped, asked.clone()));
     assert!(Phase::Waiting.on(asked).is_err());
 }
 
@@ -1031,7 +1033,17 @@ fn only_a_scheduled_shutdown_s_phases_run_a_timer() {
     assert_eq!(
         timers,
         [
-            None, None, due, None, overdue, None, overdue, None, None, None, None
+            None,
+            None,
+            due,
+            None,
+            overdue.clone(),
+            None,
+            overdue,
+            None,
+            None,
+            None,
+            None
         ]
     );
 }

@@ -74,7 +74,7 @@ impl fmt::Display for Need {
 
 /// The need that counts: the last combined answer that stood [`SETTLE`], and the one seen since
 /// that has not stood long enough yet.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settled {
     counts: Option<Need>,
     pending: Option<(Need, Instant)>,

@@ -6,17 +6,14 @@
 //! finds the node drained.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::Daemon;
 use crate::config::Settings;
-use crate::daemon::phase::AgentAsk;
-use crate::daemon::reboot::AGENT_ASKS_WITHIN;
-use crate::reboot::fleetlock::Operation;
-use crate::reboot::server::{self, Answer, Identity, Limits, Question, Server, StartError};
+use crate::daemon::phase::{AgentFacts, Event};
+use crate::reboot::server::{self, Identity, Limits, Question, Server, StartError};
 use crate::reboot::userns;
 use crate::reboot::zincati_id::{self, MACHINE_ID_PATH, MachineIdError};
 
@@ -26,33 +23,6 @@ pub const MACHINE_ID_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_MACHINE_ID_FILE";
 /// Names a file to read the daemon's uid map from instead of `/proc/self/uid_map` (the tests:
 /// the unit's `PrivateUsers=` without the unit).
 pub const UID_MAP_FILE_ENV: &str = "KUBE_SHUTDOWN_DRAIN_UID_MAP_FILE";
-
-/// The longest the node stays drained, holding its slot, for the update agent's reboot once the
-/// drain for it ended. The agent's own pace sets the hand-over: each pre-reboot keeps its need
-/// standing (`crate::daemon::reboot::AGENT_ASKS_WITHIN`, four of zincati's ticks), so a
-/// steady-state or a silence ends it; zincati that postpones its reboot while a user is logged
-/// in (up to 10 times 60 s, asking again each time) keeps it. Past this the node is restored
-/// whatever the agent asks, and told `reboot_overdue`.
-pub const AGENT_HOLD_MAX: Duration = Duration::from_secs(2 * 3600);
-
-/// The shortest hand-over, whatever `hold_max` leaves: two of zincati's 5-minute ticks (its 200
-/// at the next one, its reboot in it, another try in the one after).
-pub const AGENT_HOLD_MIN: Duration = Duration::from_secs(600);
-
-/// When the hand-over to the update agent ends, its drain having ended at `drained_at`:
-/// [`AGENT_HOLD_MAX`] later, but with a drain slot taken at `slot_since` no later than half of
-/// `[fleet] hold_max` after the take (the other half is the reboot's and the next boot's
-/// restore, before the other nodes may judge the slot stale); never sooner than
-/// [`AGENT_HOLD_MIN`] after the drain. Pure.
-pub fn handover_ends(
-    drained_at: Instant,
-    slot_since: Option<Instant>,
-    hold_max: Duration,
-) -> Instant {
-    let most = drained_at + AGENT_HOLD_MAX;
-    let by_slot = slot_since.map_or(most, |taken| taken + hold_max / 2);
-    most.min(by_slot).max(drained_at + AGENT_HOLD_MIN)
-}
 
 /// Why the FleetLock server could not start: the daemon does not start either (an admin who set
 /// `[fleetlock]` would otherwise believe zincati's reboots wait for a drain).
@@ -75,28 +45,15 @@ impl AgentError {
     }
 }
 
-/// The server's side the loop holds.
+/// The server's side the loop holds: its questions, and the one being answered.
 pub(crate) struct Agent {
     questions: mpsc::Receiver<Question>,
-    /// Each request, to the follower (its agent trigger).
-    asks: mpsc::UnboundedSender<Operation>,
-    /// When the agent last asked pre-reboot (none since a steady-state).
-    asked: Option<Instant>,
+    /// The request the loop's turn applies, whose answer is sent once the table moved.
+    pub(super) answering: Option<(AgentFacts, Question)>,
 }
-
-impl Agent {
-    /// Whether the agent's pre-reboot stands (asked within [`AGENT_ASKS_WITHIN`]).
-    pub(super) fn wants_reboot(&self) -> bool {
-        self.asked
-            .is_some_and(|at| at.elapsed() < AGENT_ASKS_WITHIN)
-    }
-}
-
-/// A started server: the loop's side, and the follower's receiver of the requests.
-pub(crate) type Started = (Agent, mpsc::UnboundedReceiver<Operation>);
 
 /// Starts the FleetLock server with `[fleetlock]`. Nothing without `[fleetlock]`.
-pub(crate) async fn start(settings: &Settings) -> Result<Option<Started>, AgentError> {
+pub(crate) async fn start(settings: &Settings) -> Result<Option<Agent>, AgentError> {
     let Some(fleetlock) = &settings.fleetlock else {
         return Ok(None);
     };
@@ -135,15 +92,10 @@ pub(crate) async fn start(settings: &Settings) -> Result<Option<Started>, AgentE
         fleetlock.listen
     );
     tokio::spawn(bound.run());
-    let (asks, follower) = mpsc::unbounded_channel();
-    Ok(Some((
-        Agent {
-            questions,
-            asks,
-            asked: None,
-        },
-        follower,
-    )))
+    Ok(Some(Agent {
+        questions,
+        answering: None,
+    }))
 }
 
 /// The next request, once one comes; never without a server.
@@ -158,41 +110,35 @@ pub(super) async fn next_question(agent: &mut Option<Agent>) -> Question {
 }
 
 impl Daemon {
-    /// Answers one request from the table, and passes it on to the follower unless the daemon
-    /// cannot act on it now (503: not connected to logind, which would neither announce the
-    /// agent's reboot nor wait for a drain).
-    pub(super) fn answer_agent(&mut self, question: Question) {
-        let operation = question.request.operation;
-        let slot_wait = *self.reboot.slot_wait.borrow();
-        let connected = self.reboot.logind.borrow().is_some();
+    /// A request of the agent: the event for the table, with the facts its answer is made of;
+    /// the question waits for the table's turn ([`Daemon::answer_agent`]). Two hops in all:
+    /// the server's connection to this loop, and the answer back.
+    pub(super) fn agent_asked(&mut self, question: Question) -> Event {
         let restoring = self
             .tasks
             .restore
             .as_ref()
             .is_some_and(|r| !r.is_finished());
-        let verdict = self.reboot.verdict.borrow().clone();
-        let answer = self.state.phase.answer_agent(&AgentAsk {
-            operation,
-            node: &self.access.settings.node_name,
-            ask: verdict.ask,
-            why: &verdict.why,
-            keys: &verdict.keys,
-            slot_wait,
-            by_agent: self.reboot.by_agent,
+        let facts = AgentFacts {
+            operation: question.request.operation,
+            slot_wait: *self.reboot.slot_wait.borrow(),
             restoring,
-            setback: verdict.setback,
-            connected,
-        });
-        let Some(agent) = &mut self.reboot.agent else {
+            connected: self.reboot.logind.borrow().is_some(),
+        };
+        if let Some(agent) = &mut self.reboot.agent {
+            agent.answering = Some((facts, question));
+        }
+        Event::AgentAsked(facts)
+    }
+
+    /// After the table's turn: the answer to the request it applied, from the state it moved to.
+    pub(super) fn answer_agent(&mut self) {
+        let Some((facts, question)) = self.reboot.agent.as_mut().and_then(|a| a.answering.take())
+        else {
             return;
         };
-        if !matches!(answer, Answer::Unavailable(_)) {
-            agent.asked = match operation {
-                Operation::PreReboot => Some(Instant::now()),
-                Operation::SteadyState => None,
-            };
-            let _ = agent.asks.send(operation);
-        }
+        let node = &self.access.settings.node_name;
+        let answer = self.state.answer_agent(facts, node, Instant::now());
         let _ = question.answer.send(answer);
     }
 }

@@ -88,7 +88,15 @@ impl Daemon {
             Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
             Effect::StartReboot => self.start_reboot(),
             Effect::AbortReboot => self.abort_reboot(),
-            Effect::RebootLater { after } => self.reboot_later(after),
+            Effect::RebootLater { after, pause } => self.say_later(after, pause),
+            Effect::SayNeed(need) => self.say_need(&need),
+            Effect::PostRequired(need) => self.post_required(&need),
+            Effect::NotPlanned(need) => self.not_planned(&need),
+            Effect::SayHolds { holds, why } => self.say_holds(&holds, &why),
+            Effect::PostWaiting(text) => self.post_waiting(text),
+            Effect::RebootFacts(facts) => self.out.metrics.reboot(facts),
+            Effect::LookAtHolds { drain_to_come } => self.reboot.look(true, drain_to_come),
+            Effect::StopLooking => self.reboot.look(false, false),
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {

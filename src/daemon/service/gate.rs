@@ -72,17 +72,35 @@ impl Gate {
 }
 
 impl Daemon {
-    /// Starts the follower as a task beside the loop (with `[fleet] gate`).
-    pub(super) fn spawn_gate(&self) {
-        if !self.gate.enabled {
+    /// Starts the cluster's follower as one task beside the loop: the gate's follower (with
+    /// `[fleet] gate`) and the looker at the reboot's holds (with reboots), each a future of
+    /// it; none without either.
+    pub(super) fn spawn_cluster_follower(&self) {
+        let gate = self.gate.enabled.then(|| {
+            gate::follow(
+                self.access.clone(),
+                self.gate.wanted.subscribe(),
+                self.gate.forecast_blocked.subscribe(),
+                self.gate.verdict_tx.clone(),
+            )
+        });
+        let looker = self.looker();
+        if gate.is_none() && looker.is_none() {
             return;
         }
-        tokio::spawn(gate::follow(
-            self.access.clone(),
-            self.gate.wanted.subscribe(),
-            self.gate.forecast_blocked.subscribe(),
-            self.gate.verdict_tx.clone(),
-        ));
+        tokio::spawn(async move {
+            let gate = async {
+                if let Some(gate) = gate {
+                    gate.await;
+                }
+            };
+            let looker = async {
+                if let Some(looker) = looker {
+                    looker.await;
+                }
+            };
+            tokio::join!(gate, looker);
+        });
     }
 
     /// SIGUSR1: the gate opens for `gate_pass` ([`crate::config::DEFAULT_GATE_PASS`] outside

@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::phase::{During, Event, Phase, State, StopSignal};
+use crate::daemon::phase::{During, Event, Phase, Reboots, State, StopSignal};
 use crate::daemon::restore::Trigger;
 use crate::daemon::signals::{Asked, Signals};
 use crate::daemon::status::Status;
@@ -158,7 +158,7 @@ pub async fn run(settings: Arc<Settings>, bus_address: String) -> Result<(), Dae
     warn_about_the_state_dir(&settings);
     let mut daemon = Daemon::new(settings, inhibitor, &writer, agent);
     daemon.spawn_forecast();
-    daemon.spawn_gate();
+    daemon.spawn_cluster_follower();
     daemon.spawn_reboot_follower(&bus_address);
     // The boot restore runs beside the lock, never before it.
     daemon.spawn_restore(Trigger::Boot);
@@ -187,7 +187,7 @@ impl Daemon {
         settings: Arc<Settings>,
         inhibitor: Inhibitor,
         writer: &Writer,
-        agent: Option<agent::Started>,
+        agent: Option<agent::Agent>,
     ) -> Daemon {
         let node = &settings.node_name;
         let status = Status::default();
@@ -201,7 +201,11 @@ impl Daemon {
             writer.clone(),
         );
         Daemon {
-            state: State::starting(),
+            state: State::starting_with(Reboots::new(
+                settings.reboot.enabled(),
+                agent.is_some(),
+                settings.fleet.hold_max,
+            )),
             out: Out { status, metrics },
             inhibitor,
             boot: Boot {
@@ -289,7 +293,7 @@ impl Daemon {
                     if timed == Event::Overdue {
                         self.say_overdue();
                     }
-                    timed
+                    timed.clone()
                 }
                 _ = self.gate.verdict.changed(), if self.gate.enabled() => self.gate_verdict(),
                 _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
@@ -301,12 +305,11 @@ impl Daemon {
                     continue;
                 }
                 left_work = self.tasks.work.end() => Event::Ended { left_work },
-                _ = self.reboot.verdict.changed(), if self.reboot.enabled() => self.reboot_verdict(),
-                ended = reboot::ended(&mut self.reboot.task) => self.reboot_ended(ended),
-                question = agent::next_question(&mut self.reboot.agent) => {
-                    self.answer_agent(question);
-                    continue;
+                seen = reboot::next_seen(&mut self.reboot.seen), if self.reboot.enabled() => {
+                    Event::Seen(seen)
                 }
+                ended = reboot::ended(&mut self.reboot.task) => Event::RebootEnded(ended.end),
+                question = agent::next_question(&mut self.reboot.agent) => self.agent_asked(question),
                 mut made = connect(bus_address, &self.access.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);
                     connection = Some(made);
@@ -326,12 +329,10 @@ impl Daemon {
                 },
             };
             let logind = connection.as_ref().map(|c| &c.logind);
+            let connected = matches!(event, Event::Connected { .. });
             self.apply(event, logind).await;
-            let drained = self.state.phase == (Phase::Rebooting { asked: true });
-            self.reboot
-                .drained
-                .send_if_modified(|d| std::mem::replace(d, drained) != drained);
-            if matches!(event, Event::Connected { .. }) {
+            self.answer_agent();
+            if connected {
                 self.ready_once(logind).await;
             }
             if self.state.phase == Phase::Stopped {

@@ -18,85 +18,58 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Daemon;
-use super::agent::{Agent, SlotWait, handover_ends};
-use super::scheduled::ANNOUNCE_WINDOW;
+use super::agent::{Agent, SlotWait};
 use crate::daemon::access::Access;
-use crate::daemon::phase::{Ask, Event, RebootEnd, Setback};
-use crate::daemon::reboot::{self as follower, OWN_REBOOT_WHY, Verdict};
+use crate::daemon::phase::{Ask, HoldsSeen, RebootEnd, Seen, Setback};
+use crate::daemon::reboot::{self as follower, Look, OWN_REBOOT_WHY};
 use crate::engine::Engine;
+use crate::events::Reason as EventReason;
 use crate::fleet::slots::Taken;
 use crate::forecast::Forecast;
 use crate::host::logind::Logind;
-use crate::reboot::fleetlock::Operation;
+use crate::node::conditions::{Condition, Type as ConditionType};
 use crate::reboot::holds_read::Weighed;
+use crate::reboot::need::Need;
 use crate::reboot::window::Windows;
 use crate::shutdown_kind::ShutdownKind;
 
 /// How long one wait for a drain slot lasts before it is said again and renewed.
 const SLOT_WAIT: Duration = Duration::from_secs(600);
 
-/// The reboots as the loop holds them.
+/// The reboots as the loop holds them: the followers' channels and the running reboot. What
+/// they mean is the table's (`daemon::phase::verdict`).
 pub(crate) struct Reboot {
     enabled: bool,
-    /// The follower's verdict.
-    pub(super) verdict: watch::Receiver<Verdict>,
-    verdict_tx: watch::Sender<Verdict>,
-    /// The table's pause after a reboot that ended without one (`RebootLater`), and what ended
-    /// it.
-    not_before: watch::Sender<Option<(Instant, Setback)>>,
+    /// What the followers saw, for the table.
+    pub(super) seen: mpsc::Receiver<Seen>,
+    seen_tx: mpsc::Sender<Seen>,
+    /// How the table wants the holds looked at, for the looker.
+    looks: watch::Sender<Look>,
     /// The daemon's own reboot while it runs: its end says whether logind was asked.
     pub(super) task: Option<JoinHandle<Ended>>,
     /// logind as the loop is connected to it now (none while the bus is away): the reboot's
     /// last step asks the connection of that moment, not the one of its start.
     pub(super) logind: watch::Sender<Option<Logind>>,
-    /// Reboots of ours that ended without one, in a row: each doubles the pause before the next.
-    failures: u32,
-    /// When the running reboot last asked logind, or was handed over to the update agent: the
-    /// announcement is due within the window of a fired schedule, or by the hand-over's end
-    /// ([`handover_ends`]).
-    pub(super) asked_at: Option<Instant>,
-    /// When the running reboot took its drain slot (none without `[fleet] slots`).
-    pub(super) slot_since: Option<Instant>,
     /// The update agent's FleetLock requests (`[fleetlock]`).
     pub(super) agent: Option<Agent>,
-    /// The follower's end of them, until the follower starts.
-    agent_asks: Option<mpsc::UnboundedReceiver<Operation>>,
-    /// The running reboot is the agent's: it ends drained and handed over.
-    pub(super) by_agent: bool,
     /// True while the running reboot waits for a drain slot.
     pub(super) slot_wait: SlotWait,
-    /// True while the phase is `Rebooting { asked: true }`: the node is drained for its reboot
-    /// (logind asked, or handed over to the agent), and the follower no longer weighs a drain
-    /// to come against the window. Set from the phase after every step.
-    pub(super) drained: watch::Sender<bool>,
 }
 
 impl Reboot {
     /// `enabled`: a `[reboot]` trigger is set; `agent`: the FleetLock server's side, with
     /// `[fleetlock]` (which enables the reboots too).
-    pub(crate) fn new(enabled: bool, agent: Option<super::agent::Started>) -> Reboot {
-        let (agent, agent_asks) = agent.unzip();
-        let (verdict_tx, verdict) = watch::channel(Verdict {
-            ask: Ask::NotNeeded,
-            why: "not looked at yet".into(),
-            keys: Vec::new(),
-            setback: None,
-        });
+    pub(crate) fn new(enabled: bool, agent: Option<Agent>) -> Reboot {
+        let (seen_tx, seen) = mpsc::channel(16);
         Reboot {
-            verdict,
-            verdict_tx,
-            not_before: watch::Sender::new(None),
+            enabled: enabled || agent.is_some(),
+            seen,
+            seen_tx,
+            looks: watch::Sender::new(Look::default()),
             task: None,
             logind: watch::Sender::new(None),
-            failures: 0,
-            asked_at: None,
-            slot_since: None,
-            enabled: enabled || agent.is_some(),
             agent,
-            agent_asks,
-            by_agent: false,
             slot_wait: SlotWait::new(false),
-            drained: watch::Sender::new(false),
         }
     }
 
@@ -104,21 +77,28 @@ impl Reboot {
         self.enabled
     }
 
-    /// When logind's announcement of the running reboot is due: [`ANNOUNCE_WINDOW`] after the
-    /// daemon asked logind; for the update agent's reboot, at the end of its hand-over
-    /// ([`handover_ends`], from the end of its drain; `hold_max`: `[fleet] hold_max`).
-    pub(super) fn announce_due(&self, hold_max: Duration) -> Option<Instant> {
-        let at = self.asked_at?;
-        Some(if self.by_agent {
-            handover_ends(at, self.slot_since, hold_max)
-        } else {
-            at + ANNOUNCE_WINDOW
-        })
+    /// `LookAtHolds` / `StopLooking`: tells the looker.
+    pub(super) fn look(&self, wanted: bool, drain_to_come: bool) {
+        self.looks.send_modify(|look| {
+            look.wanted = wanted;
+            look.drain_to_come = drain_to_come;
+            look.asked += 1;
+        });
+    }
+}
+
+/// What a follower saw next; never once none follows.
+pub(super) async fn next_seen(seen: &mut mpsc::Receiver<Seen>) -> Seen {
+    match seen.recv().await {
+        Some(seen) => seen,
+        None => std::future::pending().await,
     }
 }
 
 impl Daemon {
-    /// Starts the follower as a task beside the loop (with a `[reboot]` trigger).
+    /// Starts the followers as tasks beside the loop (with a `[reboot]` trigger or
+    /// `[fleetlock]`): the triggers' (with a trigger) and the looker at the holds (run in the
+    /// gate's task, `spawn_gate`).
     pub(super) fn spawn_reboot_follower(&mut self, bus_address: &str) {
         if !self.reboot.enabled {
             return;
@@ -127,35 +107,34 @@ impl Daemon {
             "node {} reboots when it needs to ([reboot]), as its windows and holds allow",
             self.access.settings.node_name
         );
-        let from_loop = follower::FromLoop {
-            not_before: self.reboot.not_before.subscribe(),
-            agent: self.reboot.agent_asks.take(),
-            forecast: self.watches.forecast.subscribe(),
-            drained: self.reboot.drained.subscribe(),
-        };
-        tokio::spawn(follower::follow(
-            self.access.clone(),
-            bus_address.to_owned(),
-            from_loop,
-            self.reboot.verdict_tx.clone(),
-            self.out.metrics.clone(),
-        ));
-    }
-
-    /// The follower's verdict, for the table.
-    pub(super) fn reboot_verdict(&mut self) -> Event {
-        let ask = self.reboot.verdict.borrow_and_update().ask;
-        if ask == Ask::NotNeeded {
-            self.reboot.failures = 0;
+        if self.access.settings.reboot.enabled() {
+            tokio::spawn(follower::follow_triggers(
+                self.access.settings.reboot.clone(),
+                bus_address.to_owned(),
+                self.reboot.seen_tx.clone(),
+            ));
         }
-        Event::Reboot(ask)
     }
 
-    /// `StartReboot`: a running restore stops, the reboot runs as a task beside the loop.
+    /// The looker at the holds, to run in the cluster's task beside the gate's follower;
+    /// nothing without reboots.
+    pub(super) fn looker(&self) -> Option<impl std::future::Future<Output = ()> + use<>> {
+        self.reboot.enabled.then(|| {
+            follower::look(
+                self.access.clone(),
+                self.reboot.looks.subscribe(),
+                self.watches.forecast.subscribe(),
+                self.reboot.seen_tx.clone(),
+            )
+        })
+    }
+
+    /// `StartReboot`: a running restore stops, the reboot runs as a task beside the loop; the
+    /// table said whose it is.
     pub(super) fn start_reboot(&mut self) {
         let node = self.access.settings.node_name.clone();
-        let why = self.reboot.verdict.borrow().why.clone();
-        let by_agent = self.reboot.agent.as_ref().is_some_and(Agent::wants_reboot);
+        let why = self.state.reboots.verdict(Instant::now()).why;
+        let by_agent = self.state.reboots.by_agent();
         let last = if by_agent {
             "then the update agent's reboot (FleetLock pre-reboot answered 200)"
         } else {
@@ -171,7 +150,6 @@ impl Daemon {
             crate::events::Reason::RebootStarted,
             format!("rebooting node {node} ({why}): a drain slot, the drain, {last}"),
         ));
-        self.reboot.by_agent = by_agent;
         let work = reboot(
             self.access.clone(),
             self.reboot.logind.subscribe(),
@@ -185,7 +163,7 @@ impl Daemon {
     /// What the status line adds while a reboot is needed and waits: "; reboot needed, waits:
     /// REASONS". Nothing otherwise.
     pub(super) fn reboot_status(&self) -> String {
-        let verdict = self.reboot.verdict.borrow();
+        let verdict = self.state.reboots.verdict(Instant::now());
         match verdict.ask {
             Ask::Waits if self.reboot.enabled => {
                 format!("; reboot needed, waits: {}", verdict.why)
@@ -202,11 +180,96 @@ impl Daemon {
         }
     }
 
-    /// `RebootLater`: the follower says go again only after the pause, doubled for each reboot
-    /// of ours in a row that ended without one (`follower::retry_pause`); `after`: what ended it.
-    pub(super) fn reboot_later(&mut self, after: Setback) {
-        let pause = follower::retry_pause(self.reboot.failures);
-        self.reboot.failures += 1;
+    /// `SayNeed`: the journal's line of the need that counts now.
+    pub(super) fn say_need(&self, need: &Need) {
+        let node = &self.access.settings.node_name;
+        match need {
+            Need::Needed(why) => tracing::info!(node = %node, "node {node} needs a reboot: {why}"),
+            Need::NotNeeded(why) => {
+                tracing::info!(node = %node, "node {node} needs no reboot: {why}")
+            }
+            Need::Unknown(why) => tracing::warn!(
+                node = %node,
+                "cannot tell whether node {node} needs a reboot ({why}); no reboot starts until a \
+                 trigger says so"
+            ),
+        }
+    }
+
+    /// `PostRequired`: `RebootRequired`, and `MaintenancePlanned` true.
+    pub(super) fn post_required(&self, need: &Need) {
+        let message = format!("node {} {need}", self.access.settings.node_name);
+        self.post(EventReason::RebootRequired, message.clone());
+        self.planned(true, message);
+    }
+
+    /// `NotPlanned`: `MaintenancePlanned` false.
+    pub(super) fn not_planned(&self, need: &Need) {
+        self.planned(
+            false,
+            format!("node {} {need}", self.access.settings.node_name),
+        );
+    }
+
+    /// `PostWaiting`: `RebootWaiting` with what holds the reboot.
+    pub(super) fn post_waiting(&self, text: String) {
+        self.post(EventReason::RebootWaiting, text);
+    }
+
+    /// `SayHolds`: the journal's line of what holds the reboot (`why`: the need's words).
+    pub(super) fn say_holds(&self, holds: &HoldsSeen, why: &str) {
+        let node = &self.access.settings.node_name;
+        if holds.keys.is_empty() {
+            tracing::info!(node = %node, "nothing holds the reboot of node {node} ({why}): starting it");
+        } else {
+            let keys: Vec<&str> = holds.keys.iter().map(|k| k.as_str()).collect();
+            tracing::info!(
+                node = %node,
+                "the reboot of node {node} waits ({}): {}",
+                keys.join(", "),
+                holds.text
+            );
+        }
+    }
+
+    /// One Event on the Node, off the loop's way (a failure is only logged).
+    fn post(&self, reason: EventReason, message: String) {
+        tokio::spawn(Engine::post_event(
+            self.access.settings.clone(),
+            reason,
+            message,
+        ));
+    }
+
+    /// With `[node] lifecycle_conditions`, the Node condition `MaintenancePlanned` (KEP-5683):
+    /// true while a reboot is needed, false once not; off the loop's way (a failure is only
+    /// logged).
+    fn planned(&self, status: bool, message: String) {
+        let settings = self.access.settings.clone();
+        if !settings.lifecycle_conditions {
+            return;
+        }
+        tokio::spawn(async move {
+            let Ok(engine) = Engine::new(settings.clone()) else {
+                return;
+            };
+            let condition = Condition {
+                kind: ConditionType::MaintenancePlanned,
+                status,
+                reason: if status {
+                    "RebootNeeded"
+                } else {
+                    "RebootNotNeeded"
+                },
+                message,
+            };
+            let by = Instant::now() + settings.request_timeout;
+            engine.set_conditions(&[condition], by).await;
+        });
+    }
+
+    /// `RebootLater`: says the pause the table set before the next try, and what ended the last.
+    pub(super) fn say_later(&self, after: Setback, pause: Duration) {
         tracing::info!(
             node = %self.access.settings.node_name,
             "node {} still needs a reboot ({}); trying again in {}",
@@ -214,16 +277,13 @@ impl Daemon {
             after.says(),
             crate::time_limit::seconds(pause)
         );
-        self.reboot
-            .not_before
-            .send_replace(Some((Instant::now() + pause, after)));
     }
 }
 
 /// How the daemon's own reboot task ended: its end, and when it took its drain slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Ended {
-    end: RebootEnd,
+    pub(super) end: RebootEnd,
     slot_since: Option<Instant>,
 }
 
@@ -250,17 +310,6 @@ pub(super) async fn ended(task: &mut Option<JoinHandle<Ended>>) -> Ended {
     };
     *task = None;
     ended
-}
-
-impl Daemon {
-    /// The running reboot ended: when logind was asked (or the node handed over) and when the
-    /// slot was taken are kept for the announcement's timer; the table's event.
-    pub(super) fn reboot_ended(&mut self, ended: Ended) -> Event {
-        let asked = ended.end == RebootEnd::Asked;
-        self.reboot.asked_at = asked.then(Instant::now);
-        self.reboot.slot_since = ended.slot_since;
-        Event::RebootEnded(ended.end)
-    }
 }
 
 /// The daemon's own reboot: a slot, the holds again, the drain, the holds once more, logind's
@@ -321,7 +370,7 @@ async fn reboot(
         return gave_up(Setback::Held);
     }
     let asked = Ended {
-        end: RebootEnd::Asked,
+        end: RebootEnd::Asked { slot_since },
         slot_since,
     };
     if by_agent {
@@ -448,39 +497,5 @@ impl<'a> WaitFlag<'a> {
 impl Drop for WaitFlag<'_> {
     fn drop(&mut self) {
         self.0.send_replace(false);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// logind announces the daemon's own reboot at once; zincati reboots on its own clock after
-    /// the 200 it got, so its hand-over lasts as long as it keeps asking, up to
-    /// [`super::super::agent::AGENT_HOLD_MAX`] after the drain, and half of `hold_max` after the
-    /// slot's take, never less than [`super::super::agent::AGENT_HOLD_MIN`].
-    #[test]
-    fn the_announcement_is_due_sooner_for_our_reboot_than_for_the_agents() {
-        use super::super::agent::{AGENT_HOLD_MAX, AGENT_HOLD_MIN};
-        let hour = Duration::from_secs(3600);
-        let mut reboot = Reboot::new(true, None);
-        assert_eq!(reboot.announce_due(hour), None, "nothing asked yet");
-        let at = Instant::now();
-        reboot.asked_at = Some(at);
-        assert_eq!(reboot.announce_due(hour), Some(at + ANNOUNCE_WINDOW));
-        reboot.by_agent = true;
-        assert_eq!(reboot.announce_due(hour), Some(at + AGENT_HOLD_MAX));
-        assert_eq!(AGENT_HOLD_MAX, 2 * hour);
-        // A slot taken 5 minutes before the drain's end, hold_max 1 h: 25 minutes more.
-        reboot.slot_since = Some(at - Duration::from_secs(300));
-        assert_eq!(
-            reboot.announce_due(hour),
-            Some(at + Duration::from_secs(1500))
-        );
-        assert_eq!(reboot.announce_due(10 * hour), Some(at + AGENT_HOLD_MAX));
-        // A drain that took most of hold_max still leaves the agent two of its ticks.
-        reboot.slot_since = Some(at - Duration::from_secs(1790));
-        assert_eq!(reboot.announce_due(hour), Some(at + AGENT_HOLD_MIN));
-        assert!(ANNOUNCE_WINDOW < AGENT_HOLD_MIN);
     }
 }

@@ -29,9 +29,7 @@ use crate::time_limit::seconds;
 /// A schedule file that goes less than this before its time went because it fired (logind's
 /// timer and our clock reading are not the same instant).
 const FIRE_SLACK: Duration = Duration::from_secs(2);
-/// How long after a fired schedule logind may take to announce its shutdown; logind sends
-/// `PrepareForShutdown(true)` as it starts it, so this is generous.
-pub(super) const ANNOUNCE_WINDOW: Duration = Duration::from_secs(30);
+pub(super) use crate::daemon::phase::verdict::ANNOUNCE_WINDOW;
 
 /// Where the daemon is with the schedule file.
 #[derive(Default)]
@@ -140,18 +138,24 @@ impl Daemon {
         })
     }
 
-    /// When the one timer the phase needs ([`crate::daemon::phase::Phase::timer`]) rings, and its event: the lead of
-    /// a scheduled shutdown, or the wait for the announcement of one that fired.
+    /// When the next timer rings, and its event: the table's ([`State::timer`]: the reboot's
+    /// announcement due, the verdict's own time), or a schedule's
+    /// ([`crate::daemon::phase::Phase::timer`]: its lead, or the wait for the announcement of
+    /// one that fired), whichever comes first.
     pub(super) fn timer(&self) -> Option<(Instant, Event)> {
-        let event = self.state.phase.timer()?;
-        let at = match (event, &self.state.phase) {
-            (Event::Due, _) => self.scheduled.due_at,
-            (_, Phase::Rebooting { .. }) => self
-                .reboot
-                .announce_due(self.access.settings.fleet.hold_max),
-            _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
-        };
-        at.map(|at| (at, event))
+        let schedule = self.state.phase.timer().and_then(|event| {
+            let at = match (&event, &self.state.phase) {
+                (Event::Due, _) => self.scheduled.due_at,
+                (_, Phase::Rebooting { .. }) => None,
+                _ => self.scheduled.gone_at.map(|at| at + ANNOUNCE_WINDOW),
+            };
+            at.map(|at| (at, event))
+        });
+        let table = self.state.timer(Instant::now());
+        [schedule, table]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(at, _)| *at)
     }
 
     /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so
@@ -160,12 +164,8 @@ impl Daemon {
         let node = &self.access.settings.node_name;
         let window = seconds(ANNOUNCE_WINDOW);
         if let Phase::Rebooting { .. } = self.state.phase {
-            if self.reboot.by_agent {
-                let (at, slot) = (self.reboot.asked_at, self.reboot.slot_since);
-                let hold_max = self.access.settings.fleet.hold_max;
-                let within = at.map_or(Duration::ZERO, |at| {
-                    super::agent::handover_ends(at, slot, hold_max) - at
-                });
+            if self.state.reboots.by_agent() {
+                let within = self.state.reboots.handover().unwrap_or_default();
                 tracing::warn!(
                     node = %node,
                     "the update agent did not reboot node {node} within {} of the end of the \
