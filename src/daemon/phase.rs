@@ -16,7 +16,9 @@
 //! | Draining | Connected, a shutdown under way | Draining | (the drain went on while the bus was away) |
 //! | Draining, Released | Announced | unchanged | (logind announces once per shutdown) |
 //! | any but Stopped | StopAsked, nothing left to drain (Stopping; Released, Ready after an Ended that left no pods) | as Stop | as Stop |
-//! | any other but Stopped | StopAsked | unchanged | AskSystemd (its answer is the next event: Stop, or StopInShutdown while the system shuts down) |
+//! | any other but Stopped | StopAsked | unchanged | AskSystemd (its answer is the next event: SystemSaid) |
+//! | any but Stopped | SystemSaid, the system runs on | as Stop | as Stop |
+//! | any but Stopped | SystemSaid, the system shuts down | as StopInShutdown, or as Stop with no stage worth starting (less than STAGE_MIN of the drain's time left, or nothing left after the margin) | SayStopStage, then as that |
 //! | Starting, Waiting | Stop | Stopped | SayStop, RecordStopped, ReleaseLock |
 //! | Draining | Stop | Stopped | SayStop, AbortDrain, ReleaseLock |
 //! | Released | Stop | Stopped | SayStop (the lock is already gone) |
@@ -188,6 +190,66 @@ pub enum Event {
     /// The verdict's own time passed: an answer settled, the agent's pre-reboot ran out, a
     /// pause ended ([`State::timer`]).
     Tick,
+    /// systemd's answer to `AskSystemd` for SIGTERM or SIGINT (`signal`): the table decides
+    /// whether a second stage is worth starting ([`State::step`]: `Stop` or `StopInShutdown`).
+    SystemSaid {
+        signal: StopSignal,
+        said: SystemSaid,
+    },
+}
+
+/// What systemd said when the daemon was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SystemSaid {
+    /// The system runs on (a plain `systemctl stop` or restart), or systemd could not say
+    /// (the loop said why): a plain stop.
+    Runs,
+    /// The system shuts down: the unit's stop timeout (`None`: infinity), what is left of the
+    /// drain's `[drain] timeout` for this shutdown, and `[daemon] release_margin`.
+    ShutsDown {
+        stop_timeout: Option<std::time::Duration>,
+        drain_left: std::time::Duration,
+        margin: std::time::Duration,
+    },
+}
+
+/// Why the stop phase has, or has no, second stage, for the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageSaid {
+    /// The drain had its whole `[drain] timeout` but for `left` (below [`STAGE_MIN`]).
+    NoTimeLeft { left: std::time::Duration },
+    /// The unit's stop timeout leaves nothing after the margin.
+    NoRoom {
+        stop_timeout: Option<std::time::Duration>,
+        margin: std::time::Duration,
+    },
+    /// The second stage drains what is left, within this long.
+    Draining { within: std::time::Duration },
+}
+
+/// The shortest second stage worth starting: a list, an eviction and a pod's stop take seconds,
+/// and a stage that cannot finish one would only replace the window's report with an emptier
+/// one.
+pub const STAGE_MIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether a second stage is worth starting when systemd says the system shuts down, and for how
+/// long (`[daemon] release_margin` off the unit's stop timeout, at most what is left of the
+/// drain's time; none below [`STAGE_MIN`] left, or when nothing is left after the margin). Pure.
+pub fn stop_stage(
+    stop_timeout: Option<std::time::Duration>,
+    drain_left: std::time::Duration,
+    margin: std::time::Duration,
+) -> StageSaid {
+    if drain_left < STAGE_MIN {
+        return StageSaid::NoTimeLeft { left: drain_left };
+    }
+    match crate::host::systemd::stage_time(stop_timeout, margin, drain_left) {
+        Some(within) => StageSaid::Draining { within },
+        None => StageSaid::NoRoom {
+            stop_timeout,
+            margin,
+        },
+    }
 }
 
 /// What the reboot follower says of the node's reboot (`[reboot]`).
@@ -326,6 +388,8 @@ pub enum Effect {
     LookAtHolds { drain_to_come: bool },
     /// The holds are no longer looked at (no need, or a pause).
     StopLooking,
+    /// Say whether the stop phase has a second stage, and why.
+    SayStopStage(StageSaid),
 }
 
 /// The step back to waiting once a shutdown is over: the drain (if `drained` runs) stops, the

@@ -93,6 +93,7 @@ impl Phase {
             | Event::Ended { .. }
             | Event::StopInShutdown { .. }
             | Event::StopAsked { .. }
+            | Event::SystemSaid { .. }
             | Event::RebootEnded(_) => {
                 return None;
             }

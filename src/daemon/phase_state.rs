@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use super::{
     AgentAsk, AgentFacts, Ask, Effect, Event, Phase, RebootEnd, Reboots, Refused, Setback,
-    StopSignal,
+    StageSaid, StopSignal, SystemSaid, stop_stage,
 };
 use crate::reboot::server::Answer;
 
@@ -93,6 +93,9 @@ impl State {
     pub fn step(&self, event: Event, now: Instant) -> Result<(State, Vec<Effect>), Refused> {
         if let Event::StopAsked { signal } = event {
             return self.on_stop_asked(signal);
+        }
+        if let Event::SystemSaid { signal, said } = event {
+            return self.on_system_said(signal, said, now);
         }
         let (mut next, mut effects) = self.phase_step(event.clone(), now)?;
         let weigh = next.drain_to_come();
@@ -220,6 +223,33 @@ impl State {
             setback: verdict.setback,
             connected: facts.connected,
         })
+    }
+
+    /// systemd's answer to `AskSystemd`: a plain stop while the system runs on; while it shuts
+    /// down, the second stage when it is worth starting ([`stop_stage`]), said either way.
+    fn on_system_said(
+        &self,
+        signal: StopSignal,
+        said: SystemSaid,
+        now: Instant,
+    ) -> Result<(State, Vec<Effect>), Refused> {
+        let SystemSaid::ShutsDown {
+            stop_timeout,
+            drain_left,
+            margin,
+        } = said
+        else {
+            return self.step(Event::Stop { signal }, now);
+        };
+        let stage = stop_stage(stop_timeout, drain_left, margin);
+        let decided = match stage {
+            StageSaid::Draining { within } => Event::StopInShutdown { within },
+            _ => Event::Stop { signal },
+        };
+        let (next, effects) = self.step(decided, now)?;
+        let mut said = vec![Effect::SayStopStage(stage)];
+        said.extend(effects);
+        Ok((next, said))
     }
 
     /// SIGTERM or SIGINT: a plain stop when nothing is left to drain (during the stop phase, or

@@ -1047,3 +1047,65 @@ fn only_a_scheduled_shutdown_s_phases_run_a_timer() {
         ]
     );
 }
+
+/// systemd's answer decides the stop phase in the table: a plain stop while the system runs
+/// on; while it shuts down, a second stage of what is left of the drain's time (at most the
+/// unit's stop timeout less the margin), unless less than `STAGE_MIN` is left or the timeout
+/// leaves nothing.
+#[test]
+fn systemd_s_answer_starts_a_second_stage_only_when_it_is_worth_starting() {
+    let secs = std::time::Duration::from_secs;
+    let from = State {
+        reboots: State::starting().reboots,
+        phase: draining(true),
+        gate: Gate::default(),
+        left_work: true,
+        reboot: Ask::NotNeeded,
+    };
+    let signal = StopSignal::Term;
+    let said = |stop_timeout, drain_left| Event::SystemSaid {
+        signal,
+        said: SystemSaid::ShutsDown {
+            stop_timeout,
+            drain_left,
+            margin: secs(5),
+        },
+    };
+    let runs = Event::SystemSaid {
+        signal,
+        said: SystemSaid::Runs,
+    };
+    assert_eq!(
+        from.on(runs).unwrap(),
+        from.on(Event::Stop { signal }).unwrap()
+    );
+    let stage = |event: Event| {
+        let (next, effects) = from.on(event).unwrap();
+        (next.phase, effects[0].clone())
+    };
+    let (phase, said_first) = stage(said(Some(secs(125)), secs(100)));
+    assert!(matches!(phase, Phase::Stopping(_)), "{phase:?}");
+    assert_eq!(
+        said_first,
+        SayStopStage(StageSaid::Draining { within: secs(100) })
+    );
+    let (phase, _) = stage(said(None, secs(100)));
+    assert!(
+        matches!(phase, Phase::Stopping(_)),
+        "no stop timeout: the drain's time"
+    );
+    let (phase, said_first) = stage(said(Some(secs(125)), secs(4)));
+    assert_eq!(phase, Phase::Stopped, "4 s left: not worth a stage");
+    assert_eq!(
+        said_first,
+        SayStopStage(StageSaid::NoTimeLeft { left: secs(4) })
+    );
+    let (phase, said_first) = stage(said(Some(secs(5)), secs(100)));
+    assert_eq!(
+        phase,
+        Phase::Stopped,
+        "the margin takes the whole stop timeout"
+    );
+    assert!(matches!(said_first, SayStopStage(StageSaid::NoRoom { .. })));
+    assert_eq!(STAGE_MIN, secs(5));
+}

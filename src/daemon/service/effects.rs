@@ -97,6 +97,7 @@ impl Daemon {
             Effect::RebootFacts(facts) => self.out.metrics.reboot(facts),
             Effect::LookAtHolds { drain_to_come } => self.reboot.look(true, drain_to_come),
             Effect::StopLooking => self.reboot.look(false, false),
+            Effect::SayStopStage(stage) => self.say_stop_stage(stage),
             // Carried out by `apply_one`, whose next event is its answer.
             Effect::AskSystemd { .. } => {}
             Effect::SayOutcome => {

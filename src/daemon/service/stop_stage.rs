@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::Daemon;
 use super::work::{Stage, Work};
-use crate::daemon::phase::{Event, StopSignal};
+use crate::daemon::phase::{Event, STAGE_MIN, StageSaid, StopSignal, SystemSaid};
 use crate::drain::GraceTo;
 use crate::host::boot_record;
 use crate::host::logind::Logind;
@@ -31,22 +31,24 @@ use crate::time_limit::seconds;
 /// long the unit may take; no answer by then is a plain stop. Also how long a shutdown's start
 /// waits for the unit's `TimeoutStopSec` (beside logind's maximum, read again meanwhile).
 pub(super) const ASK_SYSTEMD_MAX: Duration = Duration::from_secs(1);
-/// The shortest stage worth starting: a list, an eviction and a pod's stop take seconds, and a
-/// stage that cannot finish one would only replace the window's report with an emptier one.
-const STAGE_MIN: Duration = Duration::from_secs(5);
 
 impl Daemon {
-    /// `AskSystemd`, for SIGTERM or SIGINT (`signal`) when work may be left: the second stage
-    /// when the system shuts down, else a plain stop.
+    /// `AskSystemd`, for SIGTERM or SIGINT (`signal`) when work may be left: what systemd says
+    /// of the system (shutting down, with the unit's stop timeout) and what is left of the
+    /// drain's time, for the table to decide (`Event::SystemSaid`). A systemd that cannot say is
+    /// a system that runs on (said here).
     pub(super) async fn stop_answer(
         &mut self,
         signal: StopSignal,
         logind: Option<&Logind>,
     ) -> Event {
         let node = self.access.settings.node_name.clone();
-        let stop = Event::Stop { signal };
+        let runs = Event::SystemSaid {
+            signal,
+            said: SystemSaid::Runs,
+        };
         let Some(conn) = logind.map(Logind::connection) else {
-            return stop;
+            return runs;
         };
         let asked = async {
             if !systemd::shutting_down(conn).await? {
@@ -54,17 +56,17 @@ impl Daemon {
             }
             systemd::stop_timeout(conn).await.map(Some)
         };
-        let timeout = match tokio::time::timeout(ASK_SYSTEMD_MAX, asked).await {
+        let stop_timeout = match tokio::time::timeout(ASK_SYSTEMD_MAX, asked).await {
             Ok(Ok(Some(timeout))) => timeout,
-            Ok(Ok(None)) => return stop,
+            Ok(Ok(None)) => return runs,
             // Without systemd (the demo, the tests) a stop is only ever a plain one.
-            Ok(Err(AskError::NotOnBus)) => return stop,
+            Ok(Err(AskError::NotOnBus)) => return runs,
             Ok(Err(e)) => {
                 tracing::info!(
                     "cannot ask systemd whether the system shuts down ({e}); stopping the daemon \
                      of node {node} at once"
                 );
-                return stop;
+                return runs;
             }
             Err(_) => {
                 tracing::warn!(
@@ -72,35 +74,44 @@ impl Daemon {
                      the daemon of node {node} at once",
                     ASK_SYSTEMD_MAX.as_millis()
                 );
-                return stop;
+                return runs;
             }
         };
-        let margin = self.access.settings.daemon.release_margin;
-        let left = self.drain_time_left();
-        if left < STAGE_MIN {
-            tracing::info!(
+        Event::SystemSaid {
+            signal,
+            said: SystemSaid::ShutsDown {
+                stop_timeout,
+                drain_left: self.drain_time_left(),
+                margin: self.access.settings.daemon.release_margin,
+            },
+        }
+    }
+
+    /// `SayStopStage`: whether the stop phase has a second stage, and why.
+    pub(super) fn say_stop_stage(&self, stage: StageSaid) {
+        let node = &self.access.settings.node_name;
+        match stage {
+            StageSaid::NoTimeLeft { left } => tracing::info!(
                 "the system shuts down and the drain of node {node} has had its [drain] timeout \
                  ({}) but for {}: no second stage; stopping at once",
                 seconds(self.access.settings.drain.timeout),
                 seconds(left)
-            );
-            return stop;
-        }
-        let Some(stage) = systemd::stage_time(timeout, margin, left) else {
-            tracing::warn!(
+            ),
+            StageSaid::NoRoom {
+                stop_timeout,
+                margin,
+            } => tracing::warn!(
                 "the system shuts down, but the unit's TimeoutStopSec ({}) leaves nothing after \
                  the {} margin; stopping the daemon of node {node} at once",
-                timeout.map_or_else(|| "infinity".to_owned(), seconds),
+                stop_timeout.map_or_else(|| "infinity".to_owned(), seconds),
                 seconds(margin)
-            );
-            return stop;
-        };
-        tracing::warn!(
-            "systemd stops the daemon of node {node} while the system shuts down (the kubelet \
-             and the network still run); draining what is left in the stop phase, within {}",
-            seconds(stage)
-        );
-        Event::StopInShutdown { within: stage }
+            ),
+            StageSaid::Draining { within } => tracing::warn!(
+                "systemd stops the daemon of node {node} while the system shuts down (the kubelet \
+                 and the network still run); draining what is left in the stop phase, within {}",
+                seconds(within)
+            ),
+        }
     }
 
     /// What is left of `[drain] timeout` for this shutdown: the drain's one time across both
