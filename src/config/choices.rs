@@ -2,7 +2,7 @@
 //! `[shutdown]`'s policies, ...): an enum each, read by its name ([`Named`]), written back by it
 //! (`as_str`, `Serialize`).
 
-use super::values::{Named, deserialize_checked};
+use super::from_value::{Named, deserialize_checked};
 
 /// The effect of our own taint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@
 //! | `source.rs` | error positions: line and column, the key an error is about |
 //! | `file.rs` | reading a config file or kubeconfig within limits (regular file, 1 MiB) |
 //! | `values.rs` | the checked newtypes (bounded durations, names, enum names) |
+//! | `from_value.rs` | how a value is checked as toml reads it (`FromValue`, `checked`) |
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
@@ -36,6 +37,7 @@ pub mod file;
 pub mod fleetlock;
 #[cfg(test)]
 mod fleetlock_tests;
+mod from_value;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
@@ -52,9 +54,10 @@ pub use choices::{DaemonSetPolicy, OnDeadline, OnNoSlot, Policy, ShutdownPolicy,
 pub use duration::format_duration;
 pub use file::{FileError, MAX_FILE_SIZE};
 // Kept for callers that import these from `config` (they live in `names`).
+pub use from_value::Invalid;
 pub use names::{is_label_value, is_qualified_name};
 pub use source::Source;
-pub use values::{Invalid, NodeCondition};
+pub use values::NodeCondition;
 
 /// Where the configuration is read from when neither `--config` nor the environment names a file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/kube-shutdown-drain/config.toml";
@@ -390,7 +393,7 @@ pub fn hostname() -> Result<String, HostnameError> {
 }
 
 /// Checks a node name given on the command line or elsewhere, as `node_name` is checked.
-pub fn check_node_name(name: &str) -> Result<(), values::Invalid> {
+pub fn check_node_name(name: &str) -> Result<(), from_value::Invalid> {
     values::NodeName::parse(name).map(|_| ())
 }
 
