@@ -15,6 +15,7 @@ pub mod file_modes;
 pub mod forecast;
 mod logind_lines;
 pub mod manual;
+mod permissions;
 pub mod plan;
 pub mod reboot;
 pub mod restore;

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::from_value::{FromValue, Invalid, Value, deserialize_checked, quote, string};
 use super::table::Table;
-use super::values::{FromValue, Invalid, Value, deserialize_checked, quote, string};
 use super::{ConfigError, Source};
 
 /// The user zincati runs as on Fedora CoreOS (`User=zincati` in zincati's

@@ -8,9 +8,12 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `mod.rs` | `Settings`, the enums, `ConfigError`, loading and error positions |
+//! | `mod.rs` | `Settings`, `ConfigError`, loading |
+//! | `choices.rs` | the enums of the keys that name one of a few choices |
+//! | `source.rs` | error positions: line and column, the key an error is about |
 //! | `file.rs` | reading a config file or kubeconfig within limits (regular file, 1 MiB) |
 //! | `values.rs` | the checked newtypes (bounded durations, names, enum names) |
+//! | `from_value.rs` | how a value is checked as toml reads it (`FromValue`, `checked`) |
 //! | `raw.rs` | the serde structs mirroring the TOML (`deny_unknown_fields`) |
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
@@ -28,11 +31,13 @@ use crate::shutdown_kind::ShutdownKind;
 use selector::Selector;
 
 pub mod advice;
+mod choices;
 pub mod duration;
 pub mod file;
 pub mod fleetlock;
 #[cfg(test)]
 mod fleetlock_tests;
+mod from_value;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
@@ -40,16 +45,19 @@ pub mod reboot;
 #[cfg(test)]
 mod reboot_tests;
 pub mod selector;
+mod source;
 mod table;
 mod validate;
 mod values;
 
+pub use choices::{DaemonSetPolicy, OnDeadline, OnNoSlot, Policy, ShutdownPolicy, TaintEffect};
 pub use duration::format_duration;
 pub use file::{FileError, MAX_FILE_SIZE};
 // Kept for callers that import these from `config` (they live in `names`).
+pub use from_value::Invalid;
 pub use names::{is_label_value, is_qualified_name};
-pub use values::{Invalid, NodeCondition};
-use values::{Named, deserialize_checked};
+pub use source::Source;
+pub use values::NodeCondition;
 
 /// Where the configuration is read from when neither `--config` nor the environment names a file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/kube-shutdown-drain/config.toml";
@@ -81,139 +89,6 @@ pub const MIN_RETRY_INTERVAL: Duration = Duration::from_millis(100);
 /// 1 s because 0 s means an immediate force deletion, at most a day.
 pub const MIN_GRACE_PERIOD: Duration = Duration::from_secs(1);
 pub const MAX_GRACE_PERIOD: Duration = Duration::from_secs(24 * 3600);
-
-/// The effect of our own taint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaintEffect {
-    /// The scheduler avoids the node but may still use it (kured's choice; safe while cordoned).
-    PreferNoSchedule,
-    /// New pods that do not tolerate it are not scheduled.
-    NoSchedule,
-    /// Running pods that do not tolerate it are evicted by the taint manager, ignoring budgets.
-    NoExecute,
-}
-
-impl Named for TaintEffect {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("PreferNoSchedule", TaintEffect::PreferNoSchedule),
-        ("NoSchedule", TaintEffect::NoSchedule),
-        ("NoExecute", TaintEffect::NoExecute),
-    ];
-}
-
-/// What to do with a class of pods (emptyDir, unreplicated, completed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// Evict it like any other pod.
-    Evict,
-    /// Leave it alone.
-    Skip,
-}
-
-impl Named for Policy {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("evict", Policy::Evict), ("skip", Policy::Skip)];
-}
-
-/// What happens when the drain deadline is reached with pods left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnDeadline {
-    /// Report the remaining pods and the budgets that blocked them, then stop.
-    Report,
-    /// Delete the remaining pods, ignoring their disruption budgets.
-    Delete,
-}
-
-impl Named for OnDeadline {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("report", OnDeadline::Report),
-        ("delete", OnDeadline::Delete),
-    ];
-}
-
-/// What the drain does with the node's DaemonSet pods (`[drain] daemonsets`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DaemonSetPolicy {
-    /// Leave them running, as `kubectl drain --ignore-daemonsets` does (the default).
-    Leave,
-    /// Once every other planned pod is gone, taint the node with
-    /// [`crate::node::DAEMONSETS_TAINT_KEY`]`:NoSchedule` and stop the DaemonSet pods that do
-    /// not tolerate it, by priority, `system-node-critical` last.
-    StopLast,
-}
-
-impl Named for DaemonSetPolicy {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("leave", DaemonSetPolicy::Leave),
-        ("stop-last", DaemonSetPolicy::StopLast),
-    ];
-}
-
-/// What a node does at a shutdown when no drain slot came in time (`[fleet] on_no_slot`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnNoSlot {
-    /// Taint and cordon, evict nothing (the default).
-    Cordon,
-    /// Drain anyway.
-    Drain,
-}
-
-impl Named for OnNoSlot {
-    const NAMES: &'static [(&'static str, Self)] =
-        &[("cordon", OnNoSlot::Cordon), ("drain", OnNoSlot::Drain)];
-}
-
-/// `as_str` (the spelling in the file and, for the taint effect, the API's) and `Serialize`,
-/// both from `NAMES`.
-macro_rules! named_enum {
-    ($($t:ty),*) => {$(
-        impl $t {
-            pub fn as_str(self) -> &'static str {
-                self.name()
-            }
-        }
-        impl serde::Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.name())
-            }
-        }
-    )*};
-}
-/// What the daemon does for one kind of shutdown (`[shutdown]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShutdownPolicy {
-    /// Taint, cordon and drain (the default).
-    Drain,
-    /// Taint and cordon, evict nothing.
-    Cordon,
-    /// Change nothing and release the inhibitor at once.
-    None,
-}
-
-impl Named for ShutdownPolicy {
-    const NAMES: &'static [(&'static str, Self)] = &[
-        ("drain", ShutdownPolicy::Drain),
-        ("cordon", ShutdownPolicy::Cordon),
-        ("none", ShutdownPolicy::None),
-    ];
-}
-
-named_enum!(
-    TaintEffect,
-    Policy,
-    OnDeadline,
-    ShutdownPolicy,
-    DaemonSetPolicy,
-    OnNoSlot
-);
-deserialize_checked!(
-    TaintEffect,
-    Policy,
-    OnDeadline,
-    ShutdownPolicy,
-    DaemonSetPolicy,
-    OnNoSlot
-);
 
 /// What a matching rule does with a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -460,9 +335,6 @@ pub struct Settings {
     pub lifecycle_conditions: bool,
 }
 
-/// The most characters of a toml parser message an error repeats (it may quote the file).
-const MESSAGE_LIMIT: usize = 400;
-
 /// A configuration that could not be used. Every variant names the file (or the variable).
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -490,141 +362,6 @@ pub enum ConfigError {
     NoNodeName { path: PathBuf, reason: String },
     #[error("{path}: key `node_name` is not set and {problem}")]
     HostName { path: PathBuf, problem: Invalid },
-}
-
-/// The text of a config file and the name to show in errors.
-pub struct Source<'a> {
-    pub path: &'a Path,
-    pub text: &'a str,
-}
-
-impl Source<'_> {
-    /// 1-based line and column (in characters) of a byte offset.
-    fn position(&self, offset: usize) -> (usize, usize) {
-        let mut offset = offset.min(self.text.len());
-        while !self.text.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let before = &self.text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
-        (line, before[line_start..].chars().count() + 1)
-    }
-
-    fn invalid(&self, span: std::ops::Range<usize>, key: &str, problem: Invalid) -> ConfigError {
-        let (line, column) = self.position(span.start);
-        ConfigError::Invalid {
-            path: self.path.to_path_buf(),
-            line,
-            column,
-            key: key.to_string(),
-            problem: problem.to_string(),
-        }
-    }
-
-    /// A toml error: our own refusals and toml's messages about a key's value name the key,
-    /// found from the error's span; anything else is a syntax error at its position.
-    fn toml_error(&self, e: &toml::de::Error) -> ConfigError {
-        let offset = e.span().map_or(0, |s| s.start);
-        let (line, column) = self.position(offset);
-        let mut message = e.message().trim().to_string();
-        if message.chars().count() > MESSAGE_LIMIT {
-            message = message.chars().take(MESSAGE_LIMIT).collect::<String>() + "...";
-        }
-        let path = self.path.to_path_buf();
-        if message == "duplicate key"
-            && let Some(key) = e.span().and_then(|span| duplicate_key(self.text, span))
-        {
-            return ConfigError::Invalid {
-                path,
-                line,
-                column,
-                key,
-                problem: "given twice; allowed: each key once in its table".to_string(),
-            };
-        }
-        match e.span().and_then(|_| key_at(self.text, offset)) {
-            Some(key) => ConfigError::Invalid {
-                path,
-                line,
-                column,
-                key,
-                problem: message,
-            },
-            None => ConfigError::Syntax {
-                path,
-                line,
-                column,
-                message,
-            },
-        }
-    }
-}
-
-/// The dotted key (`drain.timeout`, `rules[0].action`) whose value holds byte `offset`, from the
-/// document's own spans; `None` outside every value or when the text does not parse. A `[table]`
-/// or `[[table]]` spans only its header, so every table is searched.
-fn key_at(text: &str, offset: usize) -> Option<String> {
-    use toml::de::{DeTable, DeValue};
-    fn search(table: &DeTable<'_>, offset: usize, prefix: &str) -> Option<String> {
-        table.iter().find_map(|(k, v)| {
-            let path = if prefix.is_empty() {
-                k.get_ref().to_string()
-            } else {
-                format!("{prefix}.{}", k.get_ref())
-            };
-            let inner = match v.get_ref() {
-                DeValue::Table(t) => search(t, offset, &path),
-                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, item)| match item
-                    .get_ref()
-                {
-                    DeValue::Table(t) => search(t, offset, &format!("{path}[{i}]")),
-                    _ => None,
-                }),
-                _ => None,
-            };
-            inner.or_else(|| v.span().contains(&offset).then_some(path))
-        })
-    }
-    search(DeTable::parse(text).ok()?.get_ref(), offset, "")
-}
-
-/// The dotted key (`drain.timeout`, `rules[1].action`, `drain` for a second `[drain]`) of a
-/// duplicate key toml found at `span`. toml gives only the span of the key's second place and the
-/// document does not parse, so its spans cannot be searched: the table comes from the closest
-/// `[table]` or `[[table]]` header line above (an array's entries counted), a dotted key's
-/// prefix from its own line.
-fn duplicate_key(text: &str, span: std::ops::Range<usize>) -> Option<String> {
-    let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |nl| nl + 1);
-    let written = text.get(line_start..span.end)?.trim();
-    let unquote = |k: &str| -> String {
-        k.split('.')
-            .map(|p| p.trim().trim_matches(['"', '\'']))
-            .collect::<Vec<_>>()
-            .join(".")
-    };
-    if let Some(header) = written.strip_prefix('[') {
-        return Some(unquote(header.trim_start_matches('[')));
-    }
-    let before = &text[..line_start];
-    let header = before
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['));
-    let table = match header {
-        None => String::new(),
-        Some(h) if h.starts_with("[[") => {
-            let name = unquote(h.trim_start_matches('[').split(']').next()?);
-            let earlier = before
-                .lines()
-                .filter(|l| l.trim().starts_with("[[") && l.contains(name.as_str()))
-                .count();
-            format!("{name}[{}].", earlier.saturating_sub(1))
-        }
-        Some(h) => format!("{}.", unquote(h.trim_start_matches('[').split(']').next()?)),
-    };
-    Some(format!("{table}{}", unquote(written)))
 }
 
 /// Parses and validates a configuration text. Pure: the host name is passed in (`Err(reason)`
@@ -656,7 +393,7 @@ pub fn hostname() -> Result<String, HostnameError> {
 }
 
 /// Checks a node name given on the command line or elsewhere, as `node_name` is checked.
-pub fn check_node_name(name: &str) -> Result<(), values::Invalid> {
+pub fn check_node_name(name: &str) -> Result<(), from_value::Invalid> {
     values::NodeName::parse(name).map(|_| ())
 }
 

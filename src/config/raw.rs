@@ -8,10 +8,11 @@ use std::fmt;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::from_value::List;
 use super::table::{Table, table};
 use super::values::{
-    AbsolutePath, ActionName, Concurrency, Delay, Flag, GracePeriod, Interval, LabelKey, List,
-    Namespace, Namespaces, NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin,
+    AbsolutePath, ActionName, Concurrency, Delay, Flag, GracePeriod, Interval, LabelKey, Namespace,
+    Namespaces, NodeCondition, NodeName, Order, PodSelector, Positive, ReleaseMargin,
     RetryInterval, Slots, TaintKey, TaintValue, TextfilePath,
 };
 use super::{DaemonSetPolicy, OnDeadline, OnNoSlot, Policy, ShutdownPolicy, TaintEffect};

@@ -25,12 +25,12 @@ use jiff::civil::Weekday;
 use serde::Deserialize;
 use toml::Spanned;
 
+use super::from_value::{
+    FromValue, Invalid, List, ListElement, Value, deserialize_checked, quote, string,
+};
 use super::selector::Selector;
 use super::table::{Table, table};
-use super::values::{
-    AbsolutePath, DurationIn, Flag, FromValue, Invalid, List, ListElement, MAX_DURATION_MS,
-    PodSelector, Positive, Value, deserialize_checked, quote, string,
-};
+use super::values::{AbsolutePath, DurationIn, Flag, MAX_DURATION_MS, PodSelector, Positive};
 use super::{ConfigError, Source};
 
 /// Minutes in a week: a window's longest length, and the weekly calendar's span (from 0,

@@ -304,12 +304,13 @@ fn keys_in_inline_tables_are_named_in_full() {
 /// itself, and serializes as the same name.
 #[test]
 fn enum_names_are_listed_once_and_round_trip() {
-    fn round_trip<T: values::Named + std::fmt::Debug + serde::Serialize>(all: &[T]) {
+    fn round_trip<T: from_value::Named + std::fmt::Debug + serde::Serialize>(all: &[T]) {
         assert_eq!(T::NAMES.len(), all.len());
         for v in all {
             let name = v.name();
             assert!(!name.is_empty(), "{v:?}");
-            let read = <T as values::FromValue>::from_value(values::Value::String(name.into()));
+            let read =
+                <T as from_value::FromValue>::from_value(from_value::Value::String(name.into()));
             assert_eq!(read.ok(), Some(*v));
             assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(name));
         }
@@ -319,14 +320,16 @@ fn enum_names_are_listed_once_and_round_trip() {
     round_trip(&[Policy::Evict, Policy::Skip]);
     round_trip(&[OnDeadline::Report, OnDeadline::Delete]);
     round_trip(&[DaemonSetPolicy::Leave, DaemonSetPolicy::StopLast]);
-    use values::{ActionName, Named};
+    use from_value::Named;
+    use values::ActionName;
     for a in [
         ActionName::Drain,
         ActionName::Skip,
         ActionName::WaitCompleted,
     ] {
-        let read =
-            <ActionName as values::FromValue>::from_value(values::Value::String(a.name().into()));
+        let read = <ActionName as from_value::FromValue>::from_value(from_value::Value::String(
+            a.name().into(),
+        ));
         assert_eq!(read.ok(), Some(a));
     }
     assert_eq!(NoExecute.as_str(), "NoExecute");

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::from_value::{Invalid, List, quote};
 use super::raw::{
     RawConfig, RawDaemon, RawDrain, RawFilters, RawFleet, RawRule, RawShutdown, RawTaint,
 };
 use super::selector::Selector;
-use super::values::{ActionName, DurationIn, Flag, Invalid, List, NodeName, quote};
+use super::values::{ActionName, DurationIn, Flag, NodeName};
 use super::{
     ConfigError, DEFAULT_BOOT_ID_PATH, DEFAULT_KUBECONFIG, DEFAULT_KUBELET_CONFIG,
     DEFAULT_KUBELET_CONFIG_DIR, DEFAULT_REQUEST_TIMEOUT, DEFAULT_STATE_DIR, DEFAULT_TAINT_KEY,

@@ -26,23 +26,24 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, reflector};
-use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::run::Row;
-use super::tracker::watch_error;
-use crate::api::client::WATCH_SECONDS;
-use crate::api::{ApiError, Clients, retry};
+use crate::api::{ApiError, Clients};
 use crate::policy::filters::Action;
 use crate::policy::plan::Plan;
 use crate::report::{Outcome, VolumeReport};
+
+#[path = "volumes_watched.rs"]
+mod watched;
+use watched::{Seen, first_look, spawn_watch, watch_until_gone};
+
+#[path = "volumes_by_name.rs"]
+mod by_name;
+use by_name::{get_by_name, poll_until_gone};
 
 /// How often an attachment followed by name is read again: the lock goes at most this long
 /// after the detach.
@@ -113,20 +114,6 @@ struct Volume {
 struct Tracked {
     volume: String,
     gone_ms: Option<u64>,
-}
-
-/// What the watch saw, published by its task.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    /// The first complete list is in.
-    listed: bool,
-    /// When it came (ms after the drain started).
-    listed_ms: u64,
-    /// Every attachment of interest seen on this node, by name.
-    tracked: BTreeMap<String, Tracked>,
-    /// The last error; `fatal` when it ended the watch before its first list.
-    error: Option<ApiError>,
-    fatal: bool,
 }
 
 /// How the attachments are followed.
@@ -387,103 +374,6 @@ async fn read_volume(
     )))
 }
 
-/// Starts the watch of the attachments (kube's watcher into a reflector store) in a task that
-/// publishes every attachment on `node` it sees, and when each goes.
-fn spawn_watch(
-    clients: &Clients,
-    node: &str,
-    started: Instant,
-) -> (watch::Receiver<Seen>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(Seen::default());
-    let api: Api<VolumeAttachment> = Api::all(clients.watch.clone());
-    let object = format!("volumeattachments of node {node}");
-    let config = watcher::Config::default().timeout(WATCH_SECONDS);
-    let (store, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher::watcher(api, config).backoff(retry::for_watches()),
-    );
-    let (clients, node) = (clients.clone(), node.to_owned());
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            let ms = started.elapsed().as_millis() as u64;
-            match event {
-                Ok(Event::InitDone) => tx.send_modify(|s| {
-                    if !s.listed {
-                        s.listed = true;
-                        s.listed_ms = ms;
-                    }
-                }),
-                Ok(_) => {}
-                Err(e) => {
-                    let e = watch_error(&clients, &object, e);
-                    tracing::debug!(node = %node, "volumeattachment watch: {e}");
-                    // Before the first list, a final answer (403, ...) ends the watch.
-                    let fatal = !tx.borrow().listed && !e.is_transient() && e.code() != Some(410);
-                    tx.send_modify(|s| {
-                        s.error = Some(e);
-                        s.fatal = fatal;
-                    });
-                    if fatal {
-                        return;
-                    }
-                    continue;
-                }
-            }
-            if !tx.borrow().listed {
-                continue;
-            }
-            let now: BTreeMap<String, String> = store
-                .state()
-                .iter()
-                .filter(|va| va.spec.node_name == node)
-                .filter_map(|va| {
-                    let pv = va.spec.source.persistent_volume_name.clone()?;
-                    Some((va.metadata.name.clone()?, pv))
-                })
-                .collect();
-            tx.send_if_modified(|s| track(&mut s.tracked, &now, ms));
-        }
-    });
-    (rx, task)
-}
-
-/// Adds the attachments in `now` to `tracked` and marks those no longer there gone at `ms`;
-/// whether anything changed. Pure.
-fn track(tracked: &mut BTreeMap<String, Tracked>, now: &BTreeMap<String, String>, ms: u64) -> bool {
-    let mut changed = false;
-    for (name, pv) in now {
-        if !tracked.contains_key(name) {
-            tracked.insert(
-                name.clone(),
-                Tracked {
-                    volume: pv.clone(),
-                    gone_ms: None,
-                },
-            );
-            changed = true;
-        }
-    }
-    for (name, t) in tracked.iter_mut() {
-        if t.gone_ms.is_none() && !now.contains_key(name) {
-            t.gone_ms = Some(ms);
-            changed = true;
-        }
-    }
-    changed
-}
-
-/// Waits by `by` for the watch's first list or its final error; what it saw then (`None`: it
-/// had not listed by then).
-async fn first_look(mut seen: watch::Receiver<Seen>, by: Instant) -> Option<Seen> {
-    let done = tokio::time::timeout_at(by, seen.wait_for(|s| s.listed || s.fatal)).await;
-    match done {
-        Ok(Ok(s)) => Some(s.clone()),
-        _ => None,
-    }
-}
-
 /// The reports of `tracked` for `volumes`: every attachment of those volumes seen, with the
 /// time it went. Pure.
 fn reports_of(
@@ -502,173 +392,6 @@ fn reports_of(
             })
         })
         .collect()
-}
-
-/// Volumes whose attachment a look after the pods went did not find, though nothing had looked
-/// before the evictions: reported as detached by that look (the pod's deletion and the
-/// attachment's absence), not left out.
-fn absent_at_first_look(
-    reports: &mut Vec<VolumeReport>,
-    volumes: &BTreeMap<String, Volume>,
-    at_ms: u64,
-    node: &str,
-) {
-    for (pv, v) in volumes {
-        if reports.iter().any(|r| &r.volume == pv) {
-            continue;
-        }
-        let attachment = v.attachment.clone().unwrap_or_default();
-        tracing::info!(
-            "volume {pv} (claim {}/{}) detached from node {node} before the first look at its \
-             attachments",
-            v.claim.0,
-            v.claim.1
-        );
-        reports.push(VolumeReport {
-            volume: pv.clone(),
-            claim: format!("{}/{}", v.claim.0, v.claim.1),
-            attachment,
-            detached_ms: Some(at_ms),
-        });
-    }
-}
-
-/// The wait on the watch: until every attachment seen of `volumes` is gone, or `deadline`.
-/// `Err`: the watch's first list was refused (403), so the caller follows by name.
-async fn watch_until_gone(
-    mut seen: watch::Receiver<Seen>,
-    node: &str,
-    volumes: &BTreeMap<String, Volume>,
-    deadline: Instant,
-    errors: &mut Vec<String>,
-) -> Result<Vec<VolumeReport>, ApiError> {
-    let listed_before = seen.borrow().listed;
-    let object = format!("volumeattachments of node {node}");
-    let mut announced = false;
-    loop {
-        let now = seen.borrow_and_update().clone();
-        // The deadline passed, or the watch's task ended (its error, if any, is in `now`).
-        let last = Instant::now() >= deadline || seen.has_changed().is_err();
-        if now.listed {
-            let mut reports = reports_of(&now.tracked, volumes);
-            if !listed_before {
-                absent_at_first_look(&mut reports, volumes, now.listed_ms, node);
-            }
-            if !announced {
-                announced = true;
-                let waiting = still_attached(&reports);
-                if !waiting.is_empty() {
-                    tracing::info!(
-                        "waiting for {} of the evicted pods to detach from node {node}: {}",
-                        crate::words::count(waiting.len(), "volume", "volumes"),
-                        waiting.join(", ")
-                    );
-                }
-            }
-            if last || reports.iter().all(|r| r.detached_ms.is_some()) {
-                say_detached(&reports, node);
-                return Ok(reports);
-            }
-        } else if now.fatal || last {
-            if let Some(e) = now.error.clone().filter(|e| now.fatal && e.is_forbidden()) {
-                return Err(e);
-            }
-            let why = now.error.map_or_else(
-                || format!("{object}: no complete list before the drain deadline"),
-                |e| e.to_string(),
-            );
-            let message =
-                format!("cannot list {why}; the detach of the evicted pods' volumes is not known");
-            tracing::warn!("{message}");
-            errors.push(message);
-            return Ok(Vec::new());
-        }
-        // A change, the deadline, or the task's end: each leads to one more pass.
-        let _ = tokio::time::timeout_at(deadline, seen.changed()).await;
-    }
-}
-
-/// The wait by name: each attachment read every [`BY_NAME_POLL`] until gone, or `deadline`.
-/// `tracked`: the attachments found before the evictions (`None`: not looked at then, so the
-/// first read decides, and one already gone is reported as detached by that read).
-async fn poll_until_gone(
-    clients: &Clients,
-    node: &str,
-    volumes: &BTreeMap<String, Volume>,
-    tracked: Option<BTreeMap<String, Tracked>>,
-    started: Instant,
-    deadline: Instant,
-    errors: &mut Vec<String>,
-) -> Vec<VolumeReport> {
-    let looked_before = tracked.is_some();
-    let mut tracked = tracked.unwrap_or_else(|| {
-        volumes
-            .iter()
-            .filter_map(|(pv, v)| {
-                let name = v.attachment.clone()?;
-                Some((
-                    name,
-                    Tracked {
-                        volume: pv.clone(),
-                        gone_ms: None,
-                    },
-                ))
-            })
-            .collect()
-    });
-    tracked.retain(|_, t| volumes.contains_key(&t.volume));
-    let mut last_error: BTreeMap<String, ApiError> = BTreeMap::new();
-    loop {
-        let ms = started.elapsed().as_millis() as u64;
-        for (name, t) in tracked.iter_mut().filter(|(_, t)| t.gone_ms.is_none()) {
-            match get_by_name(clients, name, node, deadline).await {
-                Ok(true) => {}
-                Ok(false) => t.gone_ms = Some(ms),
-                Err(e) => {
-                    last_error.insert(name.clone(), e);
-                }
-            }
-        }
-        let reports = reports_of(&tracked, volumes);
-        let done = reports.iter().all(|r| r.detached_ms.is_some());
-        if done || Instant::now() + BY_NAME_POLL >= deadline {
-            for (name, e) in last_error {
-                if tracked.get(&name).is_some_and(|t| t.gone_ms.is_none()) {
-                    let message = format!(
-                        "cannot read {e}; the detach of volume {} is not known",
-                        tracked[&name].volume
-                    );
-                    tracing::warn!("{message}");
-                    errors.push(message);
-                }
-            }
-            if !looked_before {
-                tracing::debug!(node = %node, "attachments first read after the evictions");
-            }
-            say_detached(&reports, node);
-            return reports;
-        }
-        tokio::time::sleep(BY_NAME_POLL).await;
-    }
-}
-
-/// Reads the attachment `name` (by `by`): `true` while it attaches its volume to `node`,
-/// `false` once it is gone: 404, or the Node authorizer's 403 for an object it no longer relates
-/// to the node ("no relationship found", `node_authorizer.go`), which is how a node's own
-/// credentials see a deleted attachment.
-async fn get_by_name(
-    clients: &Clients,
-    name: &str,
-    node: &str,
-    by: Instant,
-) -> Result<bool, ApiError> {
-    let api: Api<VolumeAttachment> = Api::all(clients.api.clone());
-    let object = format!("volumeattachment {name}");
-    match clients.retry(by, &object, || api.get_opt(name)).await {
-        Ok(va) => Ok(va.is_some_and(|va| va.spec.node_name == node)),
-        Err(e) if e.is_forbidden() && e.problem().contains("no relationship found") => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 /// The volumes of `reports` still attached.
@@ -703,17 +426,5 @@ mod tests {
             attachment_name("vol-0123", "ebs.csi.aws.com", "node-a"),
             "csi-75ca382fa280a2856eb71379f0b86ec93393f4c0275616e3d8d803542c2f3d83"
         );
-    }
-
-    #[test]
-    fn tracking_adds_what_appears_and_times_what_goes() {
-        let mut tracked = BTreeMap::new();
-        let one = BTreeMap::from([("va-1".to_string(), "pv-1".to_string())]);
-        assert!(track(&mut tracked, &one, 5));
-        assert!(!track(&mut tracked, &one, 6), "nothing new");
-        assert!(track(&mut tracked, &BTreeMap::new(), 40));
-        assert_eq!(tracked["va-1"].gone_ms, Some(40));
-        assert!(!track(&mut tracked, &BTreeMap::new(), 50), "gone once");
-        assert_eq!(tracked["va-1"].gone_ms, Some(40));
     }
 }

@@ -10,7 +10,7 @@
 //!   `acquireTime` the start of its wait and `renewTime` its last sign of life. It writes it once
 //!   it has waited [`JOIN_AFTER`], renews it every [`RENEW`] and gives it back (as a slot is given
 //!   back) when its wait ends, however it ends (a wait dropped midway gives it back from a task of
-//!   its own: `slots::LeaveOnDrop`).
+//!   its own: `slots::line::LeaveOnDrop`).
 //! - Every waiting node watches the slots and the line (two watches, each listed once), and
 //!   decides from what they show whether its turn may have come; only then does it read the
 //!   slots and their holders' Nodes and write. It also reads them at a pace ([`look_every`]: the

@@ -3,82 +3,33 @@
 //! [`crate::api::guarded`], rebuilt from the Lease read again after a failed guard, so a race
 //! for one slot has one winner. A node that waits does so in line ([`super::queue`]).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector;
-use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 pub use super::held::GivenBack;
 use super::queue::{self, Line, WAITING_LABEL};
 use super::{
-    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, release_patch,
-    renewed, shown, sightings, slot_names, stale, take_patch,
+    GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, renewed, shown,
+    sightings, slot_names, stale, take_patch,
 };
-use crate::api::client::WATCH_SECONDS;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
-use crate::api::retry;
 use crate::api::{ApiError, Clients};
 use crate::config::Settings;
 
 pub use super::queue::WAIT_MAX;
 
-/// Resolves at the next change of a watched Lease (written or deleted); never when the watch
-/// only lists, or ends. A failing watch yields its errors at the backoff's pace.
-async fn next_change(changes: &mut Changes) {
-    loop {
-        match changes.next().await {
-            Some(Ok(Event::Apply(_) | Event::Delete(_))) | Some(Err(_)) => return,
-            Some(Ok(_)) => {}
-            None => std::future::pending::<()>().await,
-        }
-    }
-}
+#[path = "slots_watch.rs"]
+mod watch;
+pub use watch::{Changes, next_look};
+use watch::{Watched, keep_watching, until_listed};
 
-/// Keeps the watch of `waits` polled (its store current); never resolves.
-async fn keep_watching(waits: &mut Changes) {
-    while waits.next().await.is_some() {}
-    std::future::pending::<()>().await
-}
-
-/// Polls `waits` until its watch has listed its Leases once (never, when it cannot list).
-async fn until_listed(waits: &mut Changes, seen: &Watched) {
-    while !seen.ready.load(Ordering::Relaxed) {
-        if waits.next().await.is_none() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// What a watch has seen of its Leases: `None` until it has listed them once.
-struct Watched {
-    store: reflector::Store<Lease>,
-    ready: Arc<AtomicBool>,
-}
-
-impl Watched {
-    /// Whether a Lease seen is held by node `node`.
-    fn holds(&self, node: &str) -> bool {
-        self.leases().is_some_and(|l| {
-            l.iter()
-                .any(|l| holder_of(l).is_some_and(|h| h.node == node))
-        })
-    }
-
-    fn leases(&self) -> Option<Vec<Arc<Lease>>> {
-        self.ready
-            .load(Ordering::Relaxed)
-            .then(|| self.store.state())
-    }
-}
+#[path = "slots_line.rs"]
+mod line;
+use line::{LeaveOnDrop, Waiting};
 
 /// Whether `me` holds `lease` already in this very boot, taken less than half of `hold_max`
 /// ago: it stays this node's without a write. An older take is written again (a fresh
@@ -90,20 +41,6 @@ fn kept(lease: &Lease, me: &Holder, now: jiff::Timestamp, hold_max: Duration) ->
     };
     let half = jiff::SignedDuration::try_from(hold_max / 2).unwrap_or(jiff::SignedDuration::MAX);
     holder_of(lease).as_ref() == Some(me) && now.duration_since(acquired) < half && acquired <= now
-}
-
-/// A watch of one group's slot Leases ([`Slots::changes`]).
-pub type Changes = BoxStream<'static, Result<Event<Lease>, watcher::Error>>;
-
-/// Waits for the next look at a group: a change of its Leases, or `every` without one (a
-/// holder that went stale, its Node deleted or back in another boot or `hold_max` passed,
-/// writes nothing to the Lease), or `until`.
-pub async fn next_look(changes: &mut Changes, until: Instant, every: Duration) {
-    let look = until.min(Instant::now() + every);
-    tokio::select! {
-        () = next_change(changes) => {}
-        () = tokio::time::sleep_until(look) => {}
-    }
 }
 
 /// What a wait for a slot came to.
@@ -140,64 +77,6 @@ enum Look {
     Open(String, String),
     /// Someone else holds it, by this identity.
     Held(String),
-}
-
-/// What a node that waits for a slot has written of its wait.
-#[derive(Debug)]
-struct Waiting {
-    /// When it started to wait.
-    started: Instant,
-    /// When it last wrote its waiting Lease; `None`: it has not.
-    renewed: Option<Instant>,
-    /// Its waiting Lease could not be written: it waits out of line.
-    failed: bool,
-    /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
-    listed: bool,
-}
-
-impl Waiting {
-    /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
-    /// earlier run of its daemon).
-    fn in_line(&self) -> bool {
-        self.renewed.is_some() || self.listed
-    }
-}
-
-/// A wait for a slot that gives its waiting Lease back however it ends: [`Slots::take`] gives
-/// it back itself when the wait ends; a wait dropped before that (the reboot it was for called
-/// off, the daemon's task aborted) leaves the give-back to a task of its own, since a drop
-/// cannot wait. Otherwise the Lease would stay held, and cost each node behind it a pass-over
-/// at every hand-off, until it went stale.
-struct LeaveOnDrop<'a> {
-    slots: &'a Slots<'a>,
-    me: Holder,
-    waiting: Waiting,
-    /// The give-back ran (or was not needed): nothing to do when dropped.
-    left: bool,
-}
-
-impl Drop for LeaveOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.left || !self.waiting.in_line() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (clients, settings, me) = (
-            self.slots.clients.clone(),
-            self.slots.settings.clone(),
-            self.me.clone(),
-        );
-        runtime.spawn(async move {
-            let slots = Slots {
-                clients: &clients,
-                settings: &settings,
-            };
-            let deadline = Instant::now() + clients.request_timeout;
-            slots.leave_line(&me, deadline).await;
-        });
-    }
 }
 
 /// One slot as `status` shows it.
@@ -355,166 +234,6 @@ impl Slots<'_> {
                 return Ok(Taken::Full(holders));
             }
         }
-    }
-
-    /// Whether, as the watches saw them, a slot is open to `me` and its turn in `line` has come
-    /// (a slot of a holder gone stale is not seen here: the look every [`WAIT_MAX`] finds it).
-    /// Before a watch has listed, yes.
-    fn turn_as_seen(
-        &self,
-        me: &Holder,
-        group: &str,
-        slots_seen: &Watched,
-        line_seen: &Watched,
-        line: &mut Line,
-    ) -> bool {
-        let (Some(slots), Some(leases)) = (slots_seen.leases(), line_seen.leases()) else {
-            return true;
-        };
-        let open = slot_names(&self.settings.fleet, group)
-            .iter()
-            .filter(|name| {
-                slots
-                    .iter()
-                    .find(|l| l.metadata.name.as_ref() == Some(*name))
-                    .is_none_or(|l| {
-                        identity(l).is_none() || holder_of(l).is_some_and(|h| h.node == me.node)
-                    })
-            })
-            .count();
-        line.turn(
-            &leases,
-            &me.node,
-            open,
-            jiff::Timestamp::now(),
-            Instant::now(),
-        )
-        .is_some()
-    }
-
-    /// A watch of this node's namespace's Leases labelled `labels`, and what it has seen.
-    fn watched(&self, labels: &str) -> (Changes, Watched) {
-        let (store, writer) = reflector::store();
-        let ready = Arc::new(AtomicBool::new(false));
-        let listed = ready.clone();
-        let config = watcher::Config::default()
-            .labels(labels)
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        let changes = watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
-            .reflect(writer)
-            .inspect(move |e| {
-                if matches!(e, Ok(Event::InitDone)) {
-                    listed.store(true, Ordering::Relaxed);
-                }
-            })
-            .boxed();
-        (changes, Watched { store, ready })
-    }
-
-    /// Writes this node's waiting Lease once it has waited [`queue::JOIN_AFTER`], and renews it
-    /// every [`queue::RENEW`]. A line that cannot
-    /// be written is no line: the node waits and tries as it would without one (said once).
-    async fn wait_in_line(
-        &self,
-        me: &Holder,
-        group: &str,
-        waiting: &mut Waiting,
-        deadline: Instant,
-    ) {
-        let due = match waiting.renewed {
-            None => waiting.started.elapsed() >= queue::JOIN_AFTER,
-            Some(at) => at.elapsed() >= queue::RENEW,
-        };
-        if !due || waiting.failed {
-            return;
-        }
-        let name = queue::wait_name(&me.node);
-        let object = self.object(&name);
-        let api = self.api();
-        let written = match self.read(&name, deadline).await {
-            Ok(None) => {
-                let now = jiff::Timestamp::now();
-                let lease = queue::new_wait(&self.settings.fleet, group, me, now);
-                let pp = PostParams {
-                    field_manager: Some(FIELD_MANAGER.to_string()),
-                    ..PostParams::default()
-                };
-                self.clients
-                    .retry(deadline, &object, || api.create(&pp, &lease))
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            }
-            Ok(Some(lease)) => {
-                let now = jiff::Timestamp::now();
-                let renewed =
-                    guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
-                        queue::wait_patch(l, me, group, now)
-                    })
-                    .await;
-                match renewed {
-                    Ok(_) => Ok(()),
-                    Err(GuardedError::Api(e)) => Err(e.to_string()),
-                    Err(GuardedError::Contended) => Err("it keeps changing".to_string()),
-                    Err(GuardedError::Build(e)) => Err(e.to_string()),
-                }
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match written {
-            Ok(()) => waiting.renewed = Some(Instant::now()),
-            Err(e) => {
-                waiting.failed = true;
-                tracing::warn!(
-                    node = %me.node,
-                    "node {} waits for a drain slot out of line: cannot write {object}: {e}",
-                    me.node
-                );
-            }
-        }
-    }
-
-    /// Gives this node's waiting Lease back: its wait has ended. A failure is said and left: the
-    /// Lease drops out of the line once not renewed for [`queue::STALE`].
-    async fn leave_line(&self, me: &Holder, deadline: Instant) {
-        let name = queue::wait_name(&me.node);
-        let object = self.object(&name);
-        let api = self.api();
-        let lease = match self.read(&name, deadline).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
-                return;
-            }
-        };
-        let given = guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
-            release_patch(l, &me.node)
-        })
-        .await;
-        if let Err(GuardedError::Api(e)) = given {
-            tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
-        }
-    }
-
-    /// The group's Leases, watched: a slot given back wakes the next look at once
-    /// ([`next_look`]).
-    pub fn changes(&self, group: &str) -> Changes {
-        let config = watcher::Config::default()
-            .labels(&format!("{GROUP_LABEL}={group}"))
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
-            .boxed()
     }
 
     /// Whether a slot of `group` is open to `me` now (free, stale or already this node's),

@@ -10,7 +10,8 @@
 //! are retried ([`crate::api::retry`]) until the caller's deadline.
 //!
 //! - [`marker`]: the marker and the pure patch builders.
-//! - [`ops`]: the calls (read, prepare, restore, wait for Ready).
+//! - [`ops`]: the calls (read, restore, wait for Ready).
+//! - `prepare`: the prepare call (one guarded patch, tried again until its deadline).
 //! - [`agents`]: the boot restore's wait for the node's own agents (pods, conditions).
 //! - [`daemonsets`]: the taint of the drain's last stage, which stops DaemonSet pods.
 //! - [`hold`]: what another writer took from a prepared node while it drains.
@@ -22,6 +23,7 @@ pub mod hold;
 pub mod marker;
 pub mod ops;
 pub mod ownership;
+mod prepare;
 
 use std::path::Path;
 use std::time::Duration;

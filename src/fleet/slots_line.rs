@@ -1,0 +1,192 @@
+//! A slot wait's place in line: its waiting Lease, written once the wait has lasted
+//! [`queue::JOIN_AFTER`], renewed, given back however the wait ends ([`LeaveOnDrop`]).
+
+use kube::api::PostParams;
+use tokio::time::Instant;
+
+use super::Slots;
+use super::watch::Watched;
+use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
+use crate::fleet::queue::{self, Line};
+use crate::fleet::{Holder, holder_of, identity, release_patch, slot_names};
+
+/// What a node that waits for a slot has written of its wait.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    /// When it started to wait.
+    pub(super) started: Instant,
+    /// When it last wrote its waiting Lease; `None`: it has not.
+    pub(super) renewed: Option<Instant>,
+    /// Its waiting Lease could not be written: it waits out of line.
+    pub(super) failed: bool,
+    /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
+    pub(super) listed: bool,
+}
+
+impl Waiting {
+    /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
+    /// earlier run of its daemon).
+    pub(super) fn in_line(&self) -> bool {
+        self.renewed.is_some() || self.listed
+    }
+}
+
+/// A wait for a slot that gives its waiting Lease back however it ends: [`Slots::take`] gives
+/// it back itself when the wait ends; a wait dropped before that (the reboot it was for called
+/// off, the daemon's task aborted) leaves the give-back to a task of its own, since a drop
+/// cannot wait. Otherwise the Lease would stay held, and cost each node behind it a pass-over
+/// at every hand-off, until it went stale.
+pub(super) struct LeaveOnDrop<'a> {
+    pub(super) slots: &'a Slots<'a>,
+    pub(super) me: Holder,
+    pub(super) waiting: Waiting,
+    /// The give-back ran (or was not needed): nothing to do when dropped.
+    pub(super) left: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.left || !self.waiting.in_line() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (clients, settings, me) = (
+            self.slots.clients.clone(),
+            self.slots.settings.clone(),
+            self.me.clone(),
+        );
+        runtime.spawn(async move {
+            let slots = Slots {
+                clients: &clients,
+                settings: &settings,
+            };
+            let deadline = Instant::now() + clients.request_timeout;
+            slots.leave_line(&me, deadline).await;
+        });
+    }
+}
+
+impl Slots<'_> {
+    /// Whether, as the watches saw them, a slot is open to `me` and its turn in `line` has come
+    /// (a slot of a holder gone stale is not seen here: the look every
+    /// [`WAIT_MAX`](super::WAIT_MAX) finds it). Before a watch has listed, yes.
+    pub(super) fn turn_as_seen(
+        &self,
+        me: &Holder,
+        group: &str,
+        slots_seen: &Watched,
+        line_seen: &Watched,
+        line: &mut Line,
+    ) -> bool {
+        let (Some(slots), Some(leases)) = (slots_seen.leases(), line_seen.leases()) else {
+            return true;
+        };
+        let open = slot_names(&self.settings.fleet, group)
+            .iter()
+            .filter(|name| {
+                slots
+                    .iter()
+                    .find(|l| l.metadata.name.as_ref() == Some(*name))
+                    .is_none_or(|l| {
+                        identity(l).is_none() || holder_of(l).is_some_and(|h| h.node == me.node)
+                    })
+            })
+            .count();
+        line.turn(
+            &leases,
+            &me.node,
+            open,
+            jiff::Timestamp::now(),
+            Instant::now(),
+        )
+        .is_some()
+    }
+
+    /// Writes this node's waiting Lease once it has waited [`queue::JOIN_AFTER`], and renews it
+    /// every [`queue::RENEW`]. A line that cannot
+    /// be written is no line: the node waits and tries as it would without one (said once).
+    pub(super) async fn wait_in_line(
+        &self,
+        me: &Holder,
+        group: &str,
+        waiting: &mut Waiting,
+        deadline: Instant,
+    ) {
+        let due = match waiting.renewed {
+            None => waiting.started.elapsed() >= queue::JOIN_AFTER,
+            Some(at) => at.elapsed() >= queue::RENEW,
+        };
+        if !due || waiting.failed {
+            return;
+        }
+        let name = queue::wait_name(&me.node);
+        let object = self.object(&name);
+        let api = self.api();
+        let written = match self.read(&name, deadline).await {
+            Ok(None) => {
+                let now = jiff::Timestamp::now();
+                let lease = queue::new_wait(&self.settings.fleet, group, me, now);
+                let pp = PostParams {
+                    field_manager: Some(FIELD_MANAGER.to_string()),
+                    ..PostParams::default()
+                };
+                self.clients
+                    .retry(deadline, &object, || api.create(&pp, &lease))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+            Ok(Some(lease)) => {
+                let now = jiff::Timestamp::now();
+                let renewed =
+                    guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+                        queue::wait_patch(l, me, group, now)
+                    })
+                    .await;
+                match renewed {
+                    Ok(_) => Ok(()),
+                    Err(GuardedError::Api(e)) => Err(e.to_string()),
+                    Err(GuardedError::Contended) => Err("it keeps changing".to_string()),
+                    Err(GuardedError::Build(e)) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match written {
+            Ok(()) => waiting.renewed = Some(Instant::now()),
+            Err(e) => {
+                waiting.failed = true;
+                tracing::warn!(
+                    node = %me.node,
+                    "node {} waits for a drain slot out of line: cannot write {object}: {e}",
+                    me.node
+                );
+            }
+        }
+    }
+
+    /// Gives this node's waiting Lease back: its wait has ended. A failure is said and left: the
+    /// Lease drops out of the line once not renewed for [`queue::STALE`].
+    pub(super) async fn leave_line(&self, me: &Holder, deadline: Instant) {
+        let name = queue::wait_name(&me.node);
+        let object = self.object(&name);
+        let api = self.api();
+        let lease = match self.read(&name, deadline).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
+                return;
+            }
+        };
+        let given = guarded::write(self.clients, &api, &name, &object, deadline, lease, |l| {
+            release_patch(l, &me.node)
+        })
+        .await;
+        if let Err(GuardedError::Api(e)) = given {
+            tracing::warn!(node = %me.node, "cannot give back {object}: {e}");
+        }
+    }
+}
