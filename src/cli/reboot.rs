@@ -1,7 +1,9 @@
-//! `reboot`: how an admin or an update agent reboots a node of a fleet. It waits for a drain
+//! `reboot`: how an admin or an update agent reboots a node of a fleet, by the one procedure of
+//! a reboot (`crate::reboot::procedure`, as the daemon's own reboots): it waits for a drain
 //! slot (`[fleet] slots`) as long as told, drains with its own timeout (no logind clock), then
 //! asks logind for the reboot; the service's drain at the shutdown then finds the node drained
-//! and lets it go at once. A drain that did not complete reboots nothing unless `--force`.
+//! and lets it go at once. A drain that did not complete reboots nothing unless `--force`. No
+//! holds are judged: an admin's reboot by hand is the admin's.
 //!
 //! The daemon's reboot gate (`[fleet] gate`, `daemon::gate`) is a block lock logind would hold
 //! this command's reboot to as well. logind's own way past a block lock (`Reboot` with the
@@ -13,13 +15,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::cli::slot_wait::{self, SlotWait};
 use crate::cli::{CliError, EXIT_DONE, EXIT_INCOMPLETE, out};
 use crate::config::Settings;
 use crate::engine::Engine;
-use crate::host::logind::{Logind, gate_holders};
+use crate::reboot::procedure::{self, BlockLocks, GaveUp, LogindAt, Outcome, Plan, SlotPlan, Step};
 use crate::shutdown_kind::ShutdownKind;
 
 /// The `why` recorded in the marker and the report.
@@ -41,89 +40,92 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
     } else {
         ShutdownKind::Reboot
     };
-    let mut engine = Engine::new(settings.clone())?.for_shutdown_kind(kind);
-    if settings.fleet.slots > 0 && options.force {
-        engine = engine.looking_once_for_a_slot();
-        eprintln!(
+    let engine = Engine::new(settings.clone())?.for_shutdown_kind(kind);
+    let slot = match (settings.fleet.slots, options.force) {
+        (0, _) => SlotPlan::None,
+        (_, true) => SlotPlan::LookOnce,
+        (_, false) => SlotPlan::Wait(Some(options.slot_timeout)),
+    };
+    let plan = Plan {
+        why: WHY,
+        slot,
+        slot_wait: None,
+        drain_timeout: options.drain_timeout,
+        holds: None,
+        force: options.force,
+        hand_over: false,
+        poweroff: options.poweroff,
+        block_locks: BlockLocks::OpenOurGate,
+        logind: LogindAt::Connect,
+    };
+    let on_no_slot = settings.fleet.on_no_slot.as_str();
+    let mut say = |step: Step<'_>| say(&node, on_no_slot, step);
+    let outcome = procedure::run(engine, plan, &mut say).await;
+    ended(&node, &options, outcome)
+}
+
+/// A step of the reboot, on the terminal (the report on stdout, the rest on stderr).
+fn say(node: &str, on_no_slot: &str, step: Step<'_>) {
+    match step {
+        Step::SlotWait(wait) => eprintln!(
+            "waiting up to {} s for a drain slot for node {node}",
+            wait.unwrap_or_default().as_secs()
+        ),
+        Step::SlotNotWaited => eprintln!(
             "--force: not waiting for a drain slot for node {node}; the drain takes one if one is \
-             open now, else [fleet] on_no_slot = \"{}\" applies",
-            settings.fleet.on_no_slot.as_str()
-        );
-    } else if settings.fleet.slots > 0 {
-        engine = match slot_wait::wait(engine, options.slot_timeout, "not rebooting").await? {
-            SlotWait::Holding(engine) => *engine,
-            SlotWait::Full => return Ok(EXIT_INCOMPLETE),
-        };
+             open now, else [fleet] on_no_slot = \"{on_no_slot}\" applies"
+        ),
+        Step::SlotHeld(name) => eprintln!("node {node} holds drain slot {name}"),
+        Step::Drained(report) => out!("{}", report.to_text()),
+        Step::GateAsked(pids) => {
+            eprintln!("asked the daemon (PID {pids:?}) to open the reboot gate of node {node}")
+        }
+        Step::SlotStillFull(_) | Step::AskingLogind => {}
     }
-    let deadline = Instant::now() + options.drain_timeout;
-    let (prepared, report) = engine.prepare_and_drain(WHY, deadline, |_| {}).await;
-    prepared?;
-    out!("{}", report.to_text());
-    if !report.complete && !options.force {
-        eprintln!(
-            "not rebooting node {node}: the drain did not complete (above); the node stays \
-             cordoned: `kube-shutdown-drain restore` undoes it, `--force` reboots anyway"
-        );
-        return Ok(EXIT_INCOMPLETE);
-    }
+}
+
+/// The exit code of the reboot's `outcome`, its end said on stderr.
+fn ended(node: &str, options: &Options, outcome: Outcome) -> Result<u8, CliError> {
     let what = if options.poweroff {
         "power off"
     } else {
         "reboot"
     };
-    let logind = Logind::connect()
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot ask logind to {what} node {node}: {e}"))?;
-    open_gate(&logind, &node).await?;
-    logind
-        .shut_down(options.poweroff)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot {what} node {node}: {e}"))?;
-    eprintln!("asked logind to {what} node {node}");
-    Ok(EXIT_DONE)
-}
-
-/// How long the daemon has to drop its gate after SIGUSR1.
-const GATE_OPEN_MAX: Duration = Duration::from_secs(5);
-
-/// Asks the daemon to open its reboot gate (SIGUSR1 to each PID logind lists for a block lock
-/// of ours) and waits until logind lists none. Nothing when no gate is held.
-async fn open_gate(logind: &Logind, node: &str) -> Result<(), CliError> {
-    let list = || async {
-        logind
-            .list_inhibitors()
-            .await
-            .map(|locks| gate_holders(&locks))
-            .map_err(|e| anyhow::anyhow!("cannot look for the reboot gate of node {node}: {e}"))
+    let why = match outcome {
+        Outcome::Asked { .. } | Outcome::HandedOver { .. } => {
+            eprintln!("asked logind to {what} node {node}");
+            return Ok(EXIT_DONE);
+        }
+        Outcome::GaveUp { why, .. } => why,
     };
-    let holders = list().await?;
-    if holders.is_empty() {
-        return Ok(());
-    }
-    for &pid in &holders {
-        let target = nix::unistd::Pid::from_raw(pid as i32);
-        nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGUSR1).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot ask the daemon (PID {pid}) to open the reboot gate of node {node}: {e}; \
-                 `systemctl stop kube-shutdown-drain` drops it"
-            )
-        })?;
-    }
-    eprintln!("asked the daemon (PID {holders:?}) to open the reboot gate of node {node}");
-    let until = Instant::now() + GATE_OPEN_MAX;
-    loop {
-        let left = list().await?;
-        if left.is_empty() {
-            return Ok(());
+    match why {
+        GaveUp::NoSlot(holders) => {
+            eprintln!(
+                "no drain slot for node {node} within {} s: held by {}; nothing changed, not \
+                 rebooting",
+                options.slot_timeout.as_secs(),
+                holders.join(", ")
+            );
+            Ok(EXIT_INCOMPLETE)
         }
-        if Instant::now() >= until {
-            return Err(anyhow::anyhow!(
-                "the reboot gate of node {node} (block lock of PID {left:?}) did not open within \
-                 {} s; `systemctl stop kube-shutdown-drain` drops it",
-                GATE_OPEN_MAX.as_secs()
-            )
-            .into());
+        GaveUp::Incomplete(_) => {
+            eprintln!(
+                "not rebooting node {node}: the drain did not complete (above); the node stays \
+                 cordoned: `kube-shutdown-drain restore` undoes it, `--force` reboots anyway"
+            );
+            Ok(EXIT_INCOMPLETE)
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        GaveUp::Slots(e) | GaveUp::Prepare(e) => Err(e.into()),
+        GaveUp::NoLogind(why) | GaveUp::Logind(why) | GaveUp::Overran(why) => {
+            Err(anyhow::anyhow!(why).into())
+        }
+        GaveUp::Held { holds, .. } => {
+            Err(anyhow::anyhow!("not rebooting node {node}: {holds}").into())
+        }
+        GaveUp::ForeignBlock(locks) => Err(anyhow::anyhow!(
+            "not rebooting node {node}: another program blocks shutdowns ({})",
+            locks.join("; ")
+        )
+        .into()),
     }
 }

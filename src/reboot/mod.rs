@@ -21,6 +21,7 @@
 //! | `update_engine.rs` | the trigger of Flatcar's update_engine (its status on the system bus) |
 //! | `holds.rs` | what holds a node that needs a reboot: every reason it waits, judged purely |
 //! | `holds_read.rs` | the reads behind the holds (the Node, the pause Lease, the node's pods) |
+//! | `procedure.rs` | the one procedure of a reboot the node decides (its own, the agent's, by hand): slot, holds, drain, holds, block locks, logind |
 
 mod accept;
 pub mod caller;
@@ -31,6 +32,7 @@ pub mod holds_read;
 mod holds_tests;
 pub mod need;
 pub mod peer;
+pub mod procedure;
 pub mod refusals;
 pub mod sentinel_command;
 pub mod sentinel_file;

@@ -24,17 +24,15 @@ use crate::daemon::phase::{Ask, HoldsSeen, RebootEnd, Seen, Setback};
 use crate::daemon::reboot::{self as follower, Look, OWN_REBOOT_WHY};
 use crate::engine::Engine;
 use crate::events::Reason as EventReason;
-use crate::fleet::slots::Taken;
 use crate::forecast::Forecast;
 use crate::host::logind::Logind;
 use crate::node::conditions::{Condition, Type as ConditionType};
-use crate::reboot::holds_read::Weighed;
 use crate::reboot::need::Need;
+use crate::reboot::procedure::{
+    self, BlockLocks, GaveUp, HoldsPlan, LogindAt, Outcome, Plan, SlotPlan, Step,
+};
 use crate::reboot::window::Windows;
 use crate::shutdown_kind::ShutdownKind;
-
-/// How long one wait for a drain slot lasts before it is said again and renewed.
-const SLOT_WAIT: Duration = Duration::from_secs(600);
 
 /// The reboots as the loop holds them: the followers' channels and the running reboot. What
 /// they mean is the table's (`daemon::phase::verdict`).
@@ -294,6 +292,13 @@ impl Ended {
             slot_since,
         }
     }
+
+    fn asked(slot_since: Option<Instant>) -> Ended {
+        Ended {
+            end: RebootEnd::Asked { slot_since },
+            slot_since,
+        }
+    }
 }
 
 /// The end of the running reboot, once it ends. Never while none runs.
@@ -312,13 +317,15 @@ pub(super) async fn ended(task: &mut Option<JoinHandle<Ended>>) -> Ended {
     ended
 }
 
-/// The daemon's own reboot: a slot, the holds again, the drain, the holds once more, logind's
-/// `Reboot`. Whether logind was asked, or why not; every way it gives up is said, naming the
-/// node, and the table then restores the node (the slot goes back with the restore).
+/// The daemon's own reboot, by the one procedure of a reboot (`reboot::procedure`): a slot
+/// (waited for as long as it takes, `slot_wait` true meanwhile), the holds, the drain, the holds
+/// once more, another program's block lock, logind's `Reboot`. Whether logind was asked, or what
+/// ended it; every way it gives up is said, naming the node, and the table then restores the
+/// node (the slot goes back with the restore).
 ///
 /// The update agent's reboot (`by_agent`) ends drained instead: the agent is answered 200 and
-/// reboots through systemd itself. `slot_wait` is true while it waits for a slot. Without logind
-/// nothing starts: no reboot could be asked for, seen or held for the drain.
+/// reboots through systemd itself. Without logind nothing starts: no reboot could be asked for,
+/// seen or held for the drain.
 async fn reboot(
     access: Access,
     logind: watch::Receiver<Option<Logind>>,
@@ -328,174 +335,111 @@ async fn reboot(
 ) -> Ended {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
-    if logind.borrow().is_none() {
-        tracing::warn!("not rebooting node {node}: logind is not reachable now");
-        return Ended::gave_up(Setback::Failed, None);
-    }
-    let Some((engine, slot_since)) = engine_with_slot(&access, &slot_wait).await else {
-        return Ended::gave_up(Setback::Failed, None);
-    };
-    let gave_up = |setback| Ended::gave_up(setback, slot_since);
-    let windows = Windows::of(&settings);
-    // The wait for the slot may have outlasted a window or met a hold.
-    // The forecast and the drain's estimated length weigh before the drain, not after it.
-    let last = forecast.borrow().clone();
-    let before = Weighed {
-        forecast: last.as_deref(),
-        drain_to_come: true,
-    };
-    if !clear(&access, &windows, before, "before its drain").await {
-        return gave_up(Setback::Held);
-    }
-    let deadline = Instant::now() + settings.drain.timeout;
-    let (prepared, report) = engine
-        .prepare_and_drain(OWN_REBOOT_WHY, deadline, |_| {})
-        .await;
-    if let Err(e) = prepared {
-        tracing::warn!("not rebooting node {node}: its prepare failed: {e}");
-        return gave_up(Setback::Failed);
-    }
-    if !report.complete {
-        tracing::warn!(
-            "not rebooting node {node}: its drain did not complete within {}; the node is \
-             restored\n{}",
-            crate::time_limit::seconds(settings.drain.timeout),
-            report.to_text()
-        );
-        return gave_up(Setback::DrainIncomplete);
-    }
-    tracing::info!("node {node} drained for its reboot\n{}", report.to_text());
-    // A hold set, or a window closed, during the drain: no reboot now.
-    if !clear(&access, &windows, Weighed::default(), "after its drain").await {
-        return gave_up(Setback::Held);
-    }
-    let asked = Ended {
-        end: RebootEnd::Asked { slot_since },
-        slot_since,
-    };
-    if by_agent {
-        tracing::info!(
-            node = %node,
-            "node {node} is drained for the update agent's reboot: its next FleetLock \
-             pre-reboot is answered 200"
-        );
-        return asked;
-    }
-    let Some(logind) = logind.borrow().clone() else {
-        tracing::warn!("not rebooting node {node}: logind is not reachable now");
-        return gave_up(Setback::Failed);
-    };
-    if ask_logind(&node, &logind).await {
-        asked
-    } else {
-        gave_up(Setback::Failed)
-    }
-}
-
-/// The reboot's last step: another program's block lock on shutdowns is honoured (logind before
-/// 257 lets root past it), then logind is asked. Whether it was asked.
-async fn ask_logind(node: &str, logind: &Logind) -> bool {
-    match logind.list_inhibitors().await {
-        Ok(locks) => {
-            let theirs = crate::host::logind::foreign_blocks(&locks);
-            if !theirs.is_empty() {
-                tracing::warn!(
-                    "not rebooting node {node}: another program blocks shutdowns ({}); the node \
-                     is restored",
-                    theirs.join("; ")
-                );
-                return false;
-            }
-        }
-        Err(e) => tracing::warn!(
-            "cannot list logind's inhibitors before the reboot of node {node} ({e}); asking \
-             for it anyway (logind itself refuses what a block lock binds)"
-        ),
-    }
-    // Said before the call: logind's announcement may stop this task before the call returns.
-    tracing::info!(node = %node, "asking logind to reboot node {node}");
-    match logind.shut_down(false).await {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!("not rebooting node {node}: {e}");
-            false
-        }
-    }
-}
-
-/// The reboot's engine, holding a drain slot with `[fleet] slots` (waited for as long as it
-/// takes, `slot_wait` true meanwhile), and when it took it; `None` when there is no engine or
-/// no slot (said).
-async fn engine_with_slot(
-    access: &Access,
-    slot_wait: &SlotWait,
-) -> Option<(Engine, Option<Instant>)> {
     let engine = match access.engine().await {
         Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
         Err(e) => {
-            let node = &access.settings.node_name;
             tracing::warn!("cannot reboot node {node}: {e}");
-            return None;
+            return Ended::gave_up(Setback::Failed, None);
         }
     };
-    if access.settings.fleet.slots == 0 {
-        return Some((engine, None));
-    }
-    // Back to false however the wait ends, an abort of the task included.
-    let _waiting = WaitFlag::raise(slot_wait);
-    let engine = take_slot(engine).await?;
-    Some((engine, Some(Instant::now())))
-}
-
-/// Waits for a drain slot as long as it takes, said once per wait; `None` when the slots cannot
-/// be read (said).
-async fn take_slot(engine: Engine) -> Option<Engine> {
-    let node = engine.settings().node_name.clone();
-    let started = Instant::now();
-    loop {
-        match engine.wait_for_slot(Instant::now() + SLOT_WAIT).await {
-            Ok(Taken::Slot(name) | Taken::Kept(name)) => {
-                tracing::info!(node = %node, "node {node} holds drain slot {name} for its reboot");
-                return Some(engine.holding_slot(name, started.elapsed()));
-            }
-            Ok(Taken::Full(holders)) => tracing::info!(
+    let windows = Windows::of(&settings);
+    let last = forecast.borrow().clone();
+    let plan = Plan {
+        why: OWN_REBOOT_WHY,
+        slot: match settings.fleet.slots {
+            0 => SlotPlan::None,
+            _ => SlotPlan::Wait(None),
+        },
+        slot_wait: Some(&slot_wait),
+        drain_timeout: settings.drain.timeout,
+        holds: Some(HoldsPlan {
+            windows: &windows,
+            forecast: last.as_deref(),
+        }),
+        force: false,
+        hand_over: by_agent,
+        poweroff: false,
+        block_locks: BlockLocks::RefuseForeign,
+        logind: LogindAt::Watch(&logind),
+    };
+    let mut say = |step: Step<'_>| say(&node, settings.drain.timeout, step);
+    match procedure::run(engine, plan, &mut say).await {
+        Outcome::Asked { slot_since } => Ended::asked(slot_since),
+        Outcome::HandedOver { slot_since } => {
+            tracing::info!(
                 node = %node,
-                "the reboot of node {node} waits for a drain slot: held by {}",
-                crate::text::escaped(&holders.join(", "))
-            ),
-            Err(e) => {
-                tracing::warn!("not rebooting node {node}: cannot take a drain slot: {e}");
-                return None;
-            }
+                "node {node} is drained for the update agent's reboot: its next FleetLock \
+                 pre-reboot is answered 200"
+            );
+            Ended::asked(slot_since)
         }
+        Outcome::GaveUp { why, slot_since } => Ended::gave_up(gave_up(&node, why), slot_since),
     }
 }
 
-/// Whether nothing holds the node now (`when`: where in the reboot); what holds it is said.
-async fn clear(access: &Access, windows: &Windows, weighed: Weighed<'_>, when: &str) -> bool {
-    let holds = follower::judge(access, windows, weighed).await;
-    if !holds.may_go() {
-        tracing::warn!(
-            node = %holds.node,
-            "not rebooting node {} now: {holds} (looked at {when})",
-            holds.node
-        );
+/// A step of the node's own reboot, in the journal.
+fn say(node: &str, timeout: Duration, step: Step<'_>) {
+    match step {
+        Step::SlotHeld(name) => {
+            tracing::info!(node = %node, "node {node} holds drain slot {name} for its reboot")
+        }
+        Step::SlotStillFull(holders) => tracing::info!(
+            node = %node,
+            "the reboot of node {node} waits for a drain slot: held by {}",
+            crate::text::escaped(&holders.join(", "))
+        ),
+        Step::Drained(report) if report.complete => {
+            tracing::info!("node {node} drained for its reboot\n{}", report.to_text())
+        }
+        Step::Drained(report) => tracing::warn!(
+            "not rebooting node {node}: its drain did not complete within {}; the node is \
+             restored\n{}",
+            crate::time_limit::seconds(timeout),
+            report.to_text()
+        ),
+        Step::AskingLogind => tracing::info!(node = %node, "asking logind to reboot node {node}"),
+        Step::SlotWait(_) | Step::SlotNotWaited | Step::GateAsked(_) => {}
     }
-    holds.may_go()
 }
 
-/// True on its watch while it lives.
-struct WaitFlag<'a>(&'a SlotWait);
-
-impl<'a> WaitFlag<'a> {
-    fn raise(flag: &'a SlotWait) -> WaitFlag<'a> {
-        flag.send_replace(true);
-        WaitFlag(flag)
-    }
-}
-
-impl Drop for WaitFlag<'_> {
-    fn drop(&mut self) {
-        self.0.send_replace(false);
+/// What ended the node's own reboot, said, as the table's setback.
+fn gave_up(node: &str, why: GaveUp) -> Setback {
+    match why {
+        GaveUp::Held { holds, when } => {
+            tracing::warn!(
+                node = %holds.node,
+                "not rebooting node {} now: {holds} (looked at {when})",
+                holds.node
+            );
+            Setback::Held
+        }
+        // Said with the drain's report.
+        GaveUp::Incomplete(_) => Setback::DrainIncomplete,
+        GaveUp::NoLogind(why) | GaveUp::Logind(why) => {
+            tracing::warn!("not rebooting node {node}: {why}");
+            Setback::Failed
+        }
+        GaveUp::Slots(e) => {
+            tracing::warn!("not rebooting node {node}: cannot take a drain slot: {e}");
+            Setback::Failed
+        }
+        GaveUp::Prepare(e) => {
+            tracing::warn!("not rebooting node {node}: its prepare failed: {e}");
+            Setback::Failed
+        }
+        GaveUp::Overran(why) => {
+            tracing::warn!("not rebooting node {node}: {why}");
+            Setback::Failed
+        }
+        GaveUp::ForeignBlock(theirs) => {
+            tracing::warn!(
+                "not rebooting node {node}: another program blocks shutdowns ({}); the node \
+                 is restored",
+                theirs.join("; ")
+            );
+            Setback::Failed
+        }
+        // The daemon's reboots wait for their slot as long as it takes.
+        GaveUp::NoSlot(_) => Setback::Failed,
     }
 }
