@@ -62,7 +62,7 @@ impl Daemon {
                 announced_now,
             } => self.start_drain(kind, announced_now, logind).await,
             Effect::AbortDrain => {
-                self.tasks.work.abort();
+                self.tasks.work.abort(super::work::Kind::Shutdown);
                 // The lock stays for the next shutdown: its deadline is gone with this one.
                 self.inhibitor.disarm();
             }

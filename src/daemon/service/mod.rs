@@ -304,11 +304,10 @@ impl Daemon {
                     self.gate_taken(why, taken);
                     continue;
                 }
-                left_work = self.tasks.work.end() => Event::Ended { left_work },
+                ended = self.tasks.work.end() => ended,
                 seen = reboot::next_seen(&mut self.reboot.seen), if self.reboot.enabled() => {
                     Event::Seen(seen)
                 }
-                ended = reboot::ended(&mut self.reboot.task) => Event::RebootEnded(ended.end),
                 question = agent::next_question(&mut self.reboot.agent) => self.agent_asked(question),
                 mut made = connect(bus_address, &self.access.settings), if connection.is_none() => {
                     let event = self.connected(&mut made);

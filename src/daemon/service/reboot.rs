@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Daemon;
 use super::agent::{Agent, SlotWait};
+use super::work::{Job, Kind};
 use crate::daemon::access::Access;
 use crate::daemon::phase::{Ask, HoldsSeen, RebootEnd, Seen, Setback};
 use crate::daemon::reboot::{self as follower, Look, OWN_REBOOT_WHY};
@@ -43,8 +43,6 @@ pub(crate) struct Reboot {
     seen_tx: mpsc::Sender<Seen>,
     /// How the table wants the holds looked at, for the looker.
     looks: watch::Sender<Look>,
-    /// The daemon's own reboot while it runs: its end says whether logind was asked.
-    pub(super) task: Option<JoinHandle<Ended>>,
     /// logind as the loop is connected to it now (none while the bus is away): the reboot's
     /// last step asks the connection of that moment, not the one of its start.
     pub(super) logind: watch::Sender<Option<Logind>>,
@@ -64,7 +62,6 @@ impl Reboot {
             seen,
             seen_tx,
             looks: watch::Sender::new(Look::default()),
-            task: None,
             logind: watch::Sender::new(None),
             agent,
             slot_wait: SlotWait::new(false),
@@ -148,14 +145,13 @@ impl Daemon {
             crate::events::Reason::RebootStarted,
             format!("rebooting node {node} ({why}): a drain slot, the drain, {last}"),
         ));
-        let work = reboot(
-            self.access.clone(),
-            self.reboot.logind.subscribe(),
-            self.reboot.slot_wait.clone(),
+        self.spawn_work(Job::Reboot(RebootJob {
+            access: self.access.clone(),
+            logind: self.reboot.logind.subscribe(),
+            slot_wait: self.reboot.slot_wait.clone(),
             by_agent,
-            self.watches.forecast.subscribe(),
-        );
-        self.reboot.task = Some(tokio::spawn(work));
+            forecast: self.watches.forecast.subscribe(),
+        }));
     }
 
     /// What the status line adds while a reboot is needed and waits: "; reboot needed, waits:
@@ -173,9 +169,7 @@ impl Daemon {
     /// `AbortReboot`: silent, as what stops it says itself (the need gone, logind's
     /// announcement, the stop); an abort after its call to logind loses nothing.
     pub(super) fn abort_reboot(&mut self) {
-        if let Some(task) = self.reboot.task.take() {
-            task.abort();
-        }
+        self.tasks.work.abort(Kind::Reboot);
     }
 
     /// `SayNeed`: the journal's line of the need that counts now.
@@ -293,6 +287,11 @@ impl Ended {
         }
     }
 
+    /// A reboot task that failed (panicked): a setback like any failure.
+    pub(super) fn failed() -> Ended {
+        Ended::gave_up(Setback::Failed, None)
+    }
+
     fn asked(slot_since: Option<Instant>) -> Ended {
         Ended {
             end: RebootEnd::Asked { slot_since },
@@ -301,20 +300,26 @@ impl Ended {
     }
 }
 
-/// The end of the running reboot, once it ends. Never while none runs.
-pub(super) async fn ended(task: &mut Option<JoinHandle<Ended>>) -> Ended {
-    let Some(running) = task else {
-        return std::future::pending().await;
-    };
-    let ended = match running.await {
-        Ok(ended) => ended,
-        Err(e) => {
-            tracing::warn!("the reboot task ended: {e}");
-            Ended::gave_up(Setback::Failed, None)
-        }
-    };
-    *task = None;
-    ended
+/// The node's own reboot as the daemon's one work (`work::Job::Reboot`).
+pub(crate) struct RebootJob {
+    access: Access,
+    logind: watch::Receiver<Option<Logind>>,
+    slot_wait: SlotWait,
+    by_agent: bool,
+    forecast: watch::Receiver<Option<Arc<Forecast>>>,
+}
+
+impl RebootJob {
+    pub(super) async fn run(self) -> Ended {
+        reboot(
+            self.access,
+            self.logind,
+            self.slot_wait,
+            self.by_agent,
+            self.forecast,
+        )
+        .await
+    }
 }
 
 /// The daemon's own reboot, by the one procedure of a reboot (`reboot::procedure`): a slot

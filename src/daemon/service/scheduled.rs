@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Daemon;
-use super::work::{Stage, Work};
+use super::work::{Job, Stage, Work};
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::DrainOutcome;
 use crate::daemon::phase::{Event, Phase};
@@ -251,7 +251,7 @@ impl Daemon {
         let warm =
             (self.access.engine_now().ok()).map(|e| std::sync::Arc::new(e.for_shutdown_kind(kind)));
         self.scheduled.warm = warm.clone();
-        self.spawn_work(Work {
+        self.spawn_work(Job::Shutdown(Work {
             kind,
             stage: Stage::Early,
             policy,
@@ -260,7 +260,7 @@ impl Daemon {
             reason,
             warm,
             ended_before: None,
-        });
+        }));
     }
 
     /// `SayEarly`: how the early drain ended; the node waits for logind's announcement.

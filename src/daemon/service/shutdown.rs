@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Daemon;
 use super::stop_stage::ASK_SYSTEMD_MAX;
-use super::work::{Stage, Work};
+use super::work::{Job, Stage, Work};
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::DrainOutcome;
 use crate::host::logind::Logind;
@@ -76,7 +76,7 @@ impl Daemon {
             warm: self.scheduled.warm.take(),
             ended_before,
         };
-        self.spawn_work(work);
+        self.spawn_work(Job::Shutdown(work));
     }
 
     /// The budget for this shutdown: logind's maximum read again ([`Daemon::reread_budget`]),

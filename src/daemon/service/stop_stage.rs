@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Daemon;
-use super::work::{Stage, Work};
+use super::work::{Job, Stage, Work};
 use crate::daemon::phase::{Event, STAGE_MIN, StageSaid, StopSignal, SystemSaid};
 use crate::drain::GraceTo;
 use crate::host::boot_record;
@@ -179,7 +179,7 @@ impl Daemon {
                 seconds(stage)
             ),
         };
-        self.spawn_work(Work {
+        self.spawn_work(Job::Shutdown(Work {
             kind,
             stage: Stage::StopPhase { grace_to },
             policy,
@@ -188,7 +188,7 @@ impl Daemon {
             reason: format!("{what} of the host, stop phase"),
             warm: None,
             ended_before: None,
-        });
+        }));
     }
 }
 

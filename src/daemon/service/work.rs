@@ -14,6 +14,7 @@ use super::Daemon;
 use crate::config::ShutdownPolicy;
 use crate::daemon::access::Access;
 use crate::daemon::outcome::{DrainOutcome, Finished};
+use crate::daemon::phase::Event;
 use crate::daemon::status::Status;
 use crate::drain::GraceTo;
 use crate::engine::Engine;
@@ -95,35 +96,72 @@ impl Work {
     }
 }
 
-/// The daemon's one shutdown work: none, running, or over until its end is recorded and said.
+/// What runs as the daemon's one work: a shutdown's ([`Work`]), or the node's own reboot (the
+/// one procedure of a reboot, `service/reboot.rs`: its slot, its drain, logind).
+pub(crate) enum Job {
+    Shutdown(Work),
+    Reboot(super::reboot::RebootJob),
+}
+
+/// How a work ended.
+pub(super) enum Done {
+    Shutdown(Finished),
+    Reboot(super::reboot::Ended),
+}
+
+/// The daemon's one work: none, running (and which), or a shutdown's over until its end is
+/// recorded and said.
 #[derive(Default)]
 pub(super) enum Slot {
     #[default]
     Empty,
-    Running(JoinHandle<Finished>),
+    Running(JoinHandle<Done>, Kind),
     Over(Finished),
 }
 
+/// Which work runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Shutdown,
+    Reboot,
+}
+
 impl Slot {
-    /// The running work's end, once it ends (the slot then holds it): whether it left pods to
-    /// drain. Never while none runs.
-    pub(super) async fn end(&mut self) -> bool {
-        let Slot::Running(task) = self else {
+    /// The running work's end, once it ends, as the table's event: a shutdown's (the slot then
+    /// holds how it ended: `Ended`, whether it left pods to drain) or the reboot's
+    /// (`RebootEnded`). Never while none runs.
+    pub(super) async fn end(&mut self) -> Event {
+        let Slot::Running(task, kind) = self else {
             return std::future::pending().await;
         };
-        let finished = match task.await {
-            Ok(finished) => finished,
-            Err(e) => Finished::failed(format!("the drain task ended: {e}")),
+        let kind = *kind;
+        let done = match task.await {
+            Ok(done) => done,
+            Err(e) if kind == Kind::Reboot => {
+                tracing::warn!("the reboot task ended: {e}");
+                Done::Reboot(super::reboot::Ended::failed())
+            }
+            Err(e) => Done::Shutdown(Finished::failed(format!("the drain task ended: {e}"))),
         };
-        let left_work = finished.outcome.leaves_work();
-        *self = Slot::Over(finished);
-        left_work
+        match done {
+            Done::Shutdown(finished) => {
+                let left_work = finished.outcome.leaves_work();
+                *self = Slot::Over(finished);
+                Event::Ended { left_work }
+            }
+            Done::Reboot(ended) => {
+                *self = Slot::Empty;
+                Event::RebootEnded(ended.end)
+            }
+        }
     }
 
-    /// Stops the running work, and forgets one that is over.
-    pub(super) fn abort(&mut self) {
-        if let Slot::Running(task) = std::mem::take(self) {
-            task.abort();
+    /// Stops the running work of `kind`, and forgets a shutdown's that is over.
+    pub(super) fn abort(&mut self, kind: Kind) {
+        match std::mem::take(self) {
+            Slot::Running(task, running) if running == kind => task.abort(),
+            Slot::Over(_) if kind == Kind::Shutdown => {}
+            other => *self = other,
         }
     }
 
@@ -148,19 +186,30 @@ impl Slot {
 }
 
 impl Daemon {
-    /// The one place a shutdown's work starts, as a task beside the loop, in a span named for its
-    /// stage.
-    pub(super) fn spawn_work(&mut self, work: Work) {
-        let kind = work.kind;
-        let span = match work.stage {
-            Stage::Window { .. } => tracing::info_span!("shutdown", shutdown_kind = %kind),
-            Stage::Early => tracing::info_span!("scheduled", shutdown_kind = %kind),
-            Stage::StopPhase { .. } => tracing::info_span!("stop_phase", shutdown_kind = %kind),
+    /// The one place a work starts, as a task beside the loop, in a span named for what it is
+    /// for: a shutdown's stage, or the node's own reboot.
+    pub(super) fn spawn_work(&mut self, job: Job) {
+        let (task, kind) = match job {
+            Job::Shutdown(work) => {
+                let kind = work.kind;
+                let span = match work.stage {
+                    Stage::Window { .. } => tracing::info_span!("shutdown", shutdown_kind = %kind),
+                    Stage::Early => tracing::info_span!("scheduled", shutdown_kind = %kind),
+                    Stage::StopPhase { .. } => {
+                        tracing::info_span!("stop_phase", shutdown_kind = %kind)
+                    }
+                };
+                let run = work.run(self.access.clone(), self.out.status.clone());
+                let task = async move { Done::Shutdown(run.await) }.instrument(span);
+                (tokio::spawn(task), Kind::Shutdown)
+            }
+            Job::Reboot(reboot) => {
+                let span = tracing::info_span!("reboot", shutdown_kind = %ShutdownKind::Reboot);
+                let task = async move { Done::Reboot(reboot.run().await) }.instrument(span);
+                (tokio::spawn(task), Kind::Reboot)
+            }
         };
-        let task = work
-            .run(self.access.clone(), self.out.status.clone())
-            .instrument(span);
-        self.tasks.work = Slot::Running(tokio::spawn(task));
+        self.tasks.work = Slot::Running(task, kind);
     }
 }
 
