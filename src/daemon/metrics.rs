@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::forecast::{Forecast, Verdict};
 use crate::host::boot_record::UncleanCounts;
 use crate::host::writer::Writer;
-use crate::report::Report;
+use crate::report::{Counts, Report, SlotReport};
 
 const PREFIX: &str = "kube_shutdown_drain";
 
@@ -86,6 +86,30 @@ pub fn render(s: &Snapshot) -> String {
         text: String::new(),
         node: s.node.clone(),
     };
+    daemon(&mut out, s);
+    if let Some(reboot) = &s.reboot {
+        reboot_need(&mut out, reboot);
+    }
+    if let Some(budget) = s.budget {
+        time_limit(&mut out, budget);
+    }
+    if let Some(r) = &s.last_drain {
+        last_drain(&mut out, r);
+    }
+    if let Some(u) = s.unclean {
+        unclean(&mut out, u);
+    }
+    if let Some(f) = &s.forecast {
+        forecast(&mut out, f);
+    }
+    if let Some(restore) = s.last_restore {
+        last_restore(&mut out, restore);
+    }
+    out.text
+}
+
+/// The families about the daemon itself: its version, its delay lock and the gate's block lock.
+fn daemon(out: &mut Exposition, s: &Snapshot) {
     out.family(
         "info",
         "The node this daemon drains, and its version.",
@@ -103,82 +127,108 @@ pub fn render(s: &Snapshot) -> String {
             &[(String::new(), bool_value(closed))],
         );
     }
-    if let Some(reboot) = &s.reboot {
-        out.family(
-            "reboot_required",
-            "With a [reboot] trigger: whether a trigger says the node needs a reboot (1) or not (0).",
-            &[(String::new(), bool_value(reboot.required))],
-        );
-        let waiting: Vec<(String, f64)> = crate::reboot::holds::Key::ALL
-            .iter()
-            .map(|k| {
-                let on = reboot.waiting.contains(k);
-                (out.labels(&[("reason", k.as_str())]), bool_value(on))
-            })
-            .collect();
-        out.family(
-            "reboot_waiting",
-            "With a [reboot] trigger: 1 for each reason the needed reboot waits (held, paused, blocking_pods, outside_window, forecast_blocks, unknown).",
-            &waiting,
-        );
-        out.family(
-            "reboot_window_open",
-            "With a [reboot] trigger: whether a maintenance window is open now (1; always without windows) or not (0).",
-            &[(String::new(), bool_value(reboot.window_open))],
-        );
-    }
-    if let Some((drain, logind_max)) = s.budget {
-        out.family(
-            "drain_budget_seconds",
-            "How long a shutdown drain may take: min(drain.timeout, InhibitDelayMaxSec - release_margin).",
-            &[(String::new(), drain.as_secs_f64())],
-        );
-        out.family(
-            "logind_inhibit_delay_max_seconds",
-            "logind's InhibitDelayMaxSec: how long logind waits for delay inhibitors.",
-            &[(String::new(), logind_max.as_secs_f64())],
-        );
-    }
-    if let Some(r) = &s.last_drain {
-        last_drain(&mut out, r);
-    }
-    if let Some(u) = s.unclean {
-        out.family(
-            "unclean_shutdowns_total",
-            "Boots that ended without a complete drain of ours, by the Node Event's reason: no shutdown announced (ShutdownWithoutDrain), or a drain cut short or incomplete (DrainIncomplete).",
-            &[
-                (
-                    out.labels(&[("reason", "ShutdownWithoutDrain")]),
-                    u.shutdown_without_drain as f64,
-                ),
-                (
-                    out.labels(&[("reason", "DrainIncomplete")]),
-                    u.drain_incomplete as f64,
-                ),
-            ],
-        );
-    }
-    if let Some(f) = &s.forecast {
-        forecast(&mut out, f);
-    }
-    if let Some((at, ok)) = s.last_restore {
-        let node = out.labels(&[]);
-        out.family(
-            "last_restore_timestamp_seconds",
-            "When the last restore (uncordon, untaint) finished, Unix time.",
-            &[(node.clone(), at)],
-        );
-        out.family(
-            "last_restore_success",
-            "Whether the last restore undid everything it had to (1) or failed (0).",
-            &[(node, bool_value(ok))],
-        );
-    }
-    out.text
+}
+
+/// The families about the reboot a trigger asks for: needed, what it waits for, the window.
+fn reboot_need(out: &mut Exposition, reboot: &RebootFacts) {
+    out.family(
+        "reboot_required",
+        "With a [reboot] trigger: whether a trigger says the node needs a reboot (1) or not (0).",
+        &[(String::new(), bool_value(reboot.required))],
+    );
+    let waiting: Vec<(String, f64)> = crate::reboot::holds::Key::ALL
+        .iter()
+        .map(|k| {
+            let on = reboot.waiting.contains(k);
+            (out.labels(&[("reason", k.as_str())]), bool_value(on))
+        })
+        .collect();
+    out.family(
+        "reboot_waiting",
+        "With a [reboot] trigger: 1 for each reason the needed reboot waits (held, paused, blocking_pods, outside_window, forecast_blocks, unknown).",
+        &waiting,
+    );
+    out.family(
+        "reboot_window_open",
+        "With a [reboot] trigger: whether a maintenance window is open now (1; always without windows) or not (0).",
+        &[(String::new(), bool_value(reboot.window_open))],
+    );
+}
+
+/// The families about the drain budget and logind's InhibitDelayMaxSec.
+fn time_limit(out: &mut Exposition, (drain, logind_max): (Duration, Duration)) {
+    out.family(
+        "drain_budget_seconds",
+        "How long a shutdown drain may take: min(drain.timeout, InhibitDelayMaxSec - release_margin).",
+        &[(String::new(), drain.as_secs_f64())],
+    );
+    out.family(
+        "logind_inhibit_delay_max_seconds",
+        "logind's InhibitDelayMaxSec: how long logind waits for delay inhibitors.",
+        &[(String::new(), logind_max.as_secs_f64())],
+    );
+}
+
+/// The counter of boots that ended without a complete drain of ours, by reason.
+fn unclean(out: &mut Exposition, u: UncleanCounts) {
+    out.family(
+        "unclean_shutdowns_total",
+        "Boots that ended without a complete drain of ours, by the Node Event's reason: no shutdown announced (ShutdownWithoutDrain), or a drain cut short or incomplete (DrainIncomplete).",
+        &[
+            (
+                out.labels(&[("reason", "ShutdownWithoutDrain")]),
+                u.shutdown_without_drain as f64,
+            ),
+            (
+                out.labels(&[("reason", "DrainIncomplete")]),
+                u.drain_incomplete as f64,
+            ),
+        ],
+    );
+}
+
+/// The families about the last restore: when it finished and whether it succeeded.
+fn last_restore(out: &mut Exposition, (at, ok): (f64, bool)) {
+    let node = out.labels(&[]);
+    out.family(
+        "last_restore_timestamp_seconds",
+        "When the last restore (uncordon, untaint) finished, Unix time.",
+        &[(node.clone(), at)],
+    );
+    out.family(
+        "last_restore_success",
+        "Whether the last restore undid everything it had to (1) or failed (0).",
+        &[(node, bool_value(ok))],
+    );
 }
 
 /// The families about the last drain.
 fn last_drain(out: &mut Exposition, r: &Report) {
+    last_drain_end(out, r);
+    last_drain_pods(out, &r.counts);
+    let node = out.labels(&[]);
+    out.family(
+        "last_drain_throttled_evictions",
+        "Eviction requests of the last drain that the API server's priority and fairness refused (429, retried after Retry-After).",
+        &[(node, f64::from(r.throttled))],
+    );
+    if let Some(slot) = &r.slot {
+        last_drain_slot(out, slot);
+    }
+    let samples: Vec<_> = r
+        .blocked_by
+        .iter()
+        .map(|b| (out.labels(&[("budget", &b.budget)]), b.pods.len() as f64))
+        .collect();
+    out.family(
+        "last_drain_budget_blocked_pods",
+        "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
+        &samples,
+    );
+}
+
+/// The families about how the last drain went: its start, duration, completeness and deadline.
+fn last_drain_end(out: &mut Exposition, r: &Report) {
     let node = out.labels(&[]);
     let started = r
         .started_at
@@ -205,7 +255,10 @@ fn last_drain(out: &mut Exposition, r: &Report) {
         "Whether the last drain ran out of its budget (1) or not (0).",
         &[(node, bool_value(r.deadline_reached))],
     );
-    let c = &r.counts;
+}
+
+/// The family of the last drain's pods by outcome.
+fn last_drain_pods(out: &mut Exposition, c: &Counts) {
     let outcomes = [
         ("evicted", c.evicted),
         ("deleted", c.deleted),
@@ -225,34 +278,20 @@ fn last_drain(out: &mut Exposition, r: &Report) {
         "Pods of the last drain by outcome.",
         &samples,
     );
-    let samples: Vec<_> = r
-        .blocked_by
-        .iter()
-        .map(|b| (out.labels(&[("budget", &b.budget)]), b.pods.len() as f64))
-        .collect();
+}
+
+/// The families about the last drain's slot: how long it waited and whether it got one.
+fn last_drain_slot(out: &mut Exposition, slot: &SlotReport) {
     let node = out.labels(&[]);
     out.family(
-        "last_drain_throttled_evictions",
-        "Eviction requests of the last drain that the API server's priority and fairness refused (429, retried after Retry-After).",
-        &[(node, f64::from(r.throttled))],
+        "last_drain_slot_wait_seconds",
+        "How long the last drain waited for a drain slot ([fleet] slots).",
+        &[(node.clone(), slot.waited_ms as f64 / 1000.0)],
     );
-    if let Some(slot) = &r.slot {
-        let node = out.labels(&[]);
-        out.family(
-            "last_drain_slot_wait_seconds",
-            "How long the last drain waited for a drain slot ([fleet] slots).",
-            &[(node.clone(), slot.waited_ms as f64 / 1000.0)],
-        );
-        out.family(
-            "last_drain_slot_taken",
-            "1 when the last drain got a drain slot, 0 when none came in time ([fleet] on_no_slot decided).",
-            &[(node, if slot.slot.is_some() { 1.0 } else { 0.0 })],
-        );
-    }
     out.family(
-        "last_drain_budget_blocked_pods",
-        "Pods the last drain left because a PodDisruptionBudget refused their eviction, by budget.",
-        &samples,
+        "last_drain_slot_taken",
+        "1 when the last drain got a drain slot, 0 when none came in time ([fleet] on_no_slot decided).",
+        &[(node, if slot.slot.is_some() { 1.0 } else { 0.0 })],
     );
 }
 

@@ -98,8 +98,8 @@ pub(crate) fn end_of(outcome: &DrainOutcome) -> (EndOutcome, String) {
 }
 
 /// Logs the outcome and updates the status line. Runs after the release; an Event to post is
-/// its own task. The engine has already stored the report in the state directory and posted the Node Events. `held`: an
-/// inhibitor was held during the drain (and is released now).
+/// its own task. The engine has already stored the report in the state directory and posted
+/// the Node Events. `held`: an inhibitor was held during the drain (and is released now).
 pub(crate) fn say(
     settings: &std::sync::Arc<Settings>,
     status: &Status,
@@ -109,7 +109,6 @@ pub(crate) fn say(
     held: bool,
 ) {
     let node = &settings.node_name;
-    let what = kind.noun();
     let ms = finished.took.as_millis();
     let released = if held {
         "inhibitor released"
@@ -121,61 +120,94 @@ pub(crate) fn say(
             metrics.drained(&report);
             say_drained(status, node, kind, ms, released, &report);
         }
-        DrainOutcome::Cordoned => {
-            tracing::info!(
-                node = %node,
-                shutdown_kind = %kind,
-                outcome = "cordoned",
-                "tainted and cordoned node {node} for the {what} in {ms} ms, evicting no pods \
-                 ([shutdown] policy \"cordon\"); {released}"
-            );
-            status.set(format!(
-                "node {node} cordoned for the {what} without a drain; {released}"
-            ));
-        }
+        DrainOutcome::Cordoned => say_cordoned(status, node, kind, ms, released),
         DrainOutcome::LeftAsIs => {
             say_left_as_is(status, node, kind, held);
             tokio::spawn(post_skipped(settings.clone(), kind));
         }
-        DrainOutcome::Spent { budget } => {
-            let released = if held {
-                "released the inhibitor"
-            } else {
-                "holding no inhibitor"
-            };
-            tracing::warn!(
-                "the {} budget for the {what} is already spent; {released} for node {node} \
-                 without draining (the node stays as the last drain left it)",
-                seconds(budget)
-            );
-            status.set(format!(
-                "budget for the {what} already spent when the daemon started; {released} without \
-                 draining node {node}"
-            ));
-        }
+        DrainOutcome::Spent { budget } => say_spent(status, node, kind, budget, held),
         DrainOutcome::NoTime { logind_max } => {
-            tracing::error!(
-                "logind's InhibitDelayMaxSec ({}) does not exceed [daemon] release_margin ({}): \
-                 no time is left to drain node {node} for the {what}; {released} at once",
-                seconds(logind_max),
-                seconds(settings.daemon.release_margin)
-            );
-            status.set(format!(
-                "no time to drain node {node}: logind allows {}, the release margin is {}",
-                seconds(logind_max),
-                seconds(settings.daemon.release_margin)
-            ));
+            let margin = settings.daemon.release_margin;
+            say_no_time(status, node, kind, logind_max, margin, released);
         }
-        DrainOutcome::Failed(why) => {
-            tracing::error!(
-                "the drain of node {node} for the {what} failed after {ms} ms; {released}: \
-                 {why}"
-            );
-            status.set(format!(
-                "the drain of node {node} failed; {released}: {why}"
-            ));
-        }
+        DrainOutcome::Failed(why) => say_failed(status, node, kind, ms, released, &why),
     }
+}
+
+/// `[shutdown]` policy "cordon": the node was tainted and cordoned, no pod evicted.
+fn say_cordoned(status: &Status, node: &str, kind: ShutdownKind, ms: u128, released: &str) {
+    let what = kind.noun();
+    tracing::info!(
+        node = %node,
+        shutdown_kind = %kind,
+        outcome = "cordoned",
+        "tainted and cordoned node {node} for the {what} in {ms} ms, evicting no pods \
+         ([shutdown] policy \"cordon\"); {released}"
+    );
+    status.set(format!(
+        "node {node} cordoned for the {what} without a drain; {released}"
+    ));
+}
+
+/// An earlier daemon had this shutdown's whole `budget`: nothing ran.
+fn say_spent(status: &Status, node: &str, kind: ShutdownKind, budget: Duration, held: bool) {
+    let what = kind.noun();
+    let released = if held {
+        "released the inhibitor"
+    } else {
+        "holding no inhibitor"
+    };
+    tracing::warn!(
+        "the {} budget for the {what} is already spent; {released} for node {node} \
+         without draining (the node stays as the last drain left it)",
+        seconds(budget)
+    );
+    status.set(format!(
+        "budget for the {what} already spent when the daemon started; {released} without \
+         draining node {node}"
+    ));
+}
+
+/// logind's maximum does not exceed the release margin: there was no time to drain at all.
+fn say_no_time(
+    status: &Status,
+    node: &str,
+    kind: ShutdownKind,
+    logind_max: Duration,
+    release_margin: Duration,
+    released: &str,
+) {
+    let what = kind.noun();
+    tracing::error!(
+        "logind's InhibitDelayMaxSec ({}) does not exceed [daemon] release_margin ({}): \
+         no time is left to drain node {node} for the {what}; {released} at once",
+        seconds(logind_max),
+        seconds(release_margin)
+    );
+    status.set(format!(
+        "no time to drain node {node}: logind allows {}, the release margin is {}",
+        seconds(logind_max),
+        seconds(release_margin)
+    ));
+}
+
+/// No drain ran, and `why`.
+fn say_failed(
+    status: &Status,
+    node: &str,
+    kind: ShutdownKind,
+    ms: u128,
+    released: &str,
+    why: &str,
+) {
+    let what = kind.noun();
+    tracing::error!(
+        "the drain of node {node} for the {what} failed after {ms} ms; {released}: \
+         {why}"
+    );
+    status.set(format!(
+        "the drain of node {node} failed; {released}: {why}"
+    ));
 }
 
 /// A drain's end: complete or not, its errors, and the budgets that kept pods.

@@ -17,7 +17,7 @@ use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
-use crate::node::{DAEMONSETS_TAINT_KEY, Marker, MarkerRead};
+use crate::node::{DAEMONSETS_TAINT_KEY, ForeignMarker, Marker, MarkerRead};
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -97,42 +97,78 @@ async fn attempt(
     // A fresh engine per attempt (the credential cache is shared): the client lives only while
     // the restore runs.
     let engine = access.engine().await?;
-    let mut read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
-    if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
-        if !late_marker(&engine, node).await? {
-            let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
-            engine.give_back_slots(deadline).await?;
+    let marker = match marker_on_node(&engine, node, trigger).await? {
+        None => {
+            give_back_slots(access, &engine).await?;
             return Ok(false);
         }
-        read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
-    }
-    let marker = match read {
-        MarkerRead::Absent => {
+        Some(MarkerRead::Absent) => {
             tracing::info!("node {node} carries no marker of ours; nothing to restore");
             // A drain slot this node still holds (its drain never cordoned) goes back too.
-            let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
-            engine.give_back_slots(deadline).await?;
+            give_back_slots(access, &engine).await?;
             return Ok(false);
         }
-        MarkerRead::Foreign(why) => {
-            // Nothing in it is acted on: restore only clears it (with an Event).
-            tracing::warn!(
-                "the marker annotation on node {node} is not one we wrote ({why}); clearing it"
-            );
-            let outcome = engine.restore().await?;
-            tracing::info!(
-                "restored node {node}: {}",
-                crate::engine::restore_text(&outcome)
-            );
+        Some(MarkerRead::Foreign(why)) => {
+            clear_foreign(&engine, node, &why).await?;
             return Ok(true);
         }
-        MarkerRead::Ours(m) => m,
+        Some(MarkerRead::Ours(m)) => m,
     };
     if trigger == Trigger::Boot
         && !ready_for_boot_restore(access, &engine, status, &marker, quiet, spawned).await?
     {
         return Ok(false);
     }
+    restore_marker(access, &engine, status, &marker).await?;
+    Ok(true)
+}
+
+/// Reads the marker on the node; after a cancel that found none, first waits for a late one
+/// ([`late_marker`]). `None`: a cancel's wait ended with no marker.
+async fn marker_on_node(
+    engine: &Engine,
+    node: &str,
+    trigger: Trigger,
+) -> Result<Option<MarkerRead>, Error> {
+    let read = engine.node().await.map(|n| crate::node::read_marker(&n))?;
+    if trigger == Trigger::Cancel && matches!(read, MarkerRead::Absent) {
+        if !late_marker(engine, node).await? {
+            return Ok(None);
+        }
+        return Ok(Some(
+            engine.node().await.map(|n| crate::node::read_marker(&n))?,
+        ));
+    }
+    Ok(Some(read))
+}
+
+/// Gives back the drain slots of a node with no marker of ours, within the drain timeout.
+async fn give_back_slots(access: &Access, engine: &Engine) -> Result<(), Error> {
+    let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
+    engine.give_back_slots(deadline).await
+}
+
+/// Clears a marker we did not write: nothing in it is acted on, the restore only clears it (with
+/// an Event).
+async fn clear_foreign(engine: &Engine, node: &str, why: &ForeignMarker) -> Result<(), Error> {
+    tracing::warn!("the marker annotation on node {node} is not one we wrote ({why}); clearing it");
+    let outcome = engine.restore().await?;
+    tracing::info!(
+        "restored node {node}: {}",
+        crate::engine::restore_text(&outcome)
+    );
+    Ok(())
+}
+
+/// Undoes what our `marker` recorded, at once, or with `[fleet] release_delay` keeping the
+/// node's drain slots that long after.
+async fn restore_marker(
+    access: &Access,
+    engine: &Engine,
+    status: &Status,
+    marker: &Marker,
+) -> Result<(), Error> {
+    let node = &access.settings.node_name;
     status.set_restore(Some(format!("restoring node {node}")));
     let delay = access.settings.fleet.release_delay;
     if delay.is_zero() {
@@ -142,12 +178,23 @@ async fn attempt(
             marker.boot_id,
             crate::engine::restore_text(&outcome)
         );
-        return Ok(true);
+        return Ok(());
     }
-    // `[fleet] release_delay`: the slot is carried into this boot before the marker goes (a
-    // restored node holding a slot of another boot is stale to the others, who would take it
-    // at once), and given back only after the delay. A daemon stopped meanwhile gives it back
-    // at its next start (no marker left: the slot goes back at once).
+    restore_keeping_slots(access, engine, status, marker, delay).await
+}
+
+/// `[fleet] release_delay`: the slot is carried into this boot before the marker goes (a
+/// restored node holding a slot of another boot is stale to the others, who would take it at
+/// once), and given back only after the delay. A daemon stopped meanwhile gives it back at its
+/// next start (no marker left: the slot goes back at once).
+async fn restore_keeping_slots(
+    access: &Access,
+    engine: &Engine,
+    status: &Status,
+    marker: &Marker,
+    delay: Duration,
+) -> Result<(), Error> {
+    let node = &access.settings.node_name;
     let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
     let kept = engine.carry_slots(deadline).await?;
     let outcome = engine.restore_keeping_slots(deadline).await?;
@@ -167,8 +214,8 @@ async fn attempt(
         status.set_restore(Some(said));
         tokio::time::sleep(delay).await;
     }
-    give_back_restored(access, &engine, status).await;
-    Ok(true)
+    give_back_restored(access, engine, status).await;
+    Ok(())
 }
 
 /// Gives back the slots of a node already restored, retrying until it succeeds: a failure here
@@ -228,38 +275,8 @@ async fn ready_for_boot_restore(
     // After a soft-reboot the kernel's boot time predates the old kubelet's last heartbeats:
     // only one after this userspace started shows the new kubelet.
     let soft_reboot = marker.boot_id == boot_id;
-    if soft_reboot {
-        // The daemon's own reboot (`[reboot]`) writes its marker before logind's window: one
-        // still carrying its reason never reached that window (the daemon stopped, or the need
-        // went while it was away), and no shutdown will come back for it.
-        let own_reboot = marker.why == crate::daemon::reboot::OWN_REBOOT_WHY;
-        if !own_reboot && !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
-            tracing::info!(
-                "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
-                 that wrote it"
-            );
-            return Ok(false);
-        }
-        let what = if own_reboot {
-            "the node's own reboot, which never reached logind's window"
-        } else {
-            "a soft-reboot of this boot"
-        };
-        tracing::info!(
-            "the marker on node {node} is from {what} ({boot_id}); restoring it once logind says \
-             no shutdown is being prepared"
-        );
-        // Never resolves while a shutdown is under way: that shutdown aborts this task.
-        if quiet.wait_for(|q| *q).await.is_err() {
-            return Ok(false);
-        }
-        if own_reboot {
-            tracing::info!("logind prepares no shutdown of node {node}: restoring");
-        } else {
-            tracing::info!(
-                "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
-            );
-        }
+    if soft_reboot && !this_boot_marker_due(node, &boot_id, marker, quiet).await {
+        return Ok(false);
     }
     let limit = access.settings.daemon.restore_ready_timeout;
     status.set_restore(Some(format!(
@@ -282,6 +299,64 @@ async fn ready_for_boot_restore(
         crate::node::boot_started()?
     };
     engine.wait_ready_since(deadline, since).await?;
+    daemonsets_then_agents(engine, status, node, marker, deadline, since).await?;
+    Ok(true)
+}
+
+/// For a marker of this boot (`boot_id`): true once it is ours to restore, a soft-reboot's or
+/// the node's own reboot's, after logind says no shutdown is being prepared (`quiet`). False:
+/// another kind, left for the shutdown that wrote it, or the daemon is stopping.
+async fn this_boot_marker_due(
+    node: &str,
+    boot_id: &str,
+    marker: &Marker,
+    quiet: &mut watch::Receiver<bool>,
+) -> bool {
+    // The daemon's own reboot (`[reboot]`) writes its marker before logind's window: one
+    // still carrying its reason never reached that window (the daemon stopped, or the need
+    // went while it was away), and no shutdown will come back for it.
+    let own_reboot = marker.why == crate::daemon::reboot::OWN_REBOOT_WHY;
+    if !own_reboot && !marker.kind.is_some_and(|k| k.keeps_boot_id()) {
+        tracing::info!(
+            "the marker on node {node} is from this boot ({boot_id}); left for the shutdown \
+             that wrote it"
+        );
+        return false;
+    }
+    let what = if own_reboot {
+        "the node's own reboot, which never reached logind's window"
+    } else {
+        "a soft-reboot of this boot"
+    };
+    tracing::info!(
+        "the marker on node {node} is from {what} ({boot_id}); restoring it once logind says \
+         no shutdown is being prepared"
+    );
+    // Never resolves while a shutdown is under way: that shutdown aborts this task.
+    if quiet.wait_for(|q| *q).await.is_err() {
+        return false;
+    }
+    if own_reboot {
+        tracing::info!("logind prepares no shutdown of node {node}: restoring");
+    } else {
+        tracing::info!(
+            "logind prepares no shutdown: the soft-reboot of node {node} is over; restoring"
+        );
+    }
+    true
+}
+
+/// Once the node is Ready: the DaemonSet pods a last stage stopped come back first, then the
+/// node's own agents are waited for, all by `deadline` (an error when they do not run, so the
+/// attempt is tried again).
+async fn daemonsets_then_agents(
+    engine: &Engine,
+    status: &Status,
+    node: &str,
+    marker: &Marker,
+    deadline: tokio::time::Instant,
+    since: jiff::Timestamp,
+) -> Result<(), Error> {
     // The DaemonSet pods a last stage stopped come back first, while the node stays cordoned:
     // they may be the very agents the restore waits for.
     if marker.taints.iter().any(|t| t.key == DAEMONSETS_TAINT_KEY)
@@ -304,5 +379,5 @@ async fn ready_for_boot_restore(
             })
             .await?;
     }
-    Ok(true)
+    Ok(())
 }
