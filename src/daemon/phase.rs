@@ -336,6 +336,19 @@ pub enum Effect {
     StopLooking,
     /// Say whether the stop phase has a second stage, and why.
     SayStopStage(StageSaid),
+    /// Say that the shutdown due was not announced in its time.
+    SayOverdue(Overdue),
+}
+
+/// The shutdown whose announcement did not come in its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overdue {
+    /// The update agent did not reboot within its hand-over, this long.
+    Agent { handover: std::time::Duration },
+    /// logind announced none after the node's own reboot asked for it.
+    OwnReboot,
+    /// A fired schedule's shutdown of this kind (`None`: not known).
+    Schedule { kind: Option<ShutdownKind> },
 }
 
 /// The step back to waiting once a shutdown is over: the drain (if `drained` runs) stops, the
@@ -458,7 +471,7 @@ impl Phase {
     /// Waiting, Draining, Released. `None`: refused.
     fn window_on(&self, event: Event) -> Option<(Phase, Vec<Effect>)> {
         use Effect::*;
-        Some(match (self, event) {
+        Some(match (self, event.clone()) {
             (
                 Phase::Starting | Phase::Waiting,
                 Event::Connected {
@@ -486,24 +499,6 @@ impl Phase {
                 Phase::Released(*s),
                 vec![RecordEnd, ReleaseLock, SayOutcome],
             ),
-            (Phase::Draining(s), Event::Cancelled) => {
-                said_cancelled(s.kind, During::Drain, to_waiting(Some(*s), Undo::Heard))
-            }
-            (
-                Phase::Draining(s),
-                Event::Connected {
-                    under_way: None, ..
-                },
-            ) => to_waiting(Some(*s), Undo::Missed),
-            (Phase::Released(s), Event::Cancelled) => {
-                said_cancelled(s.kind, During::AfterDrain, to_waiting(None, Undo::Heard))
-            }
-            (
-                Phase::Released(_),
-                Event::Connected {
-                    under_way: None, ..
-                },
-            ) => to_waiting(None, Undo::Missed),
             (Phase::Waiting, Event::Cancelled) => (
                 Phase::Waiting,
                 vec![ForgetShutdown {
@@ -519,8 +514,34 @@ impl Phase {
             | (Phase::Draining(_) | Phase::Released(_), Event::Announced { .. }) => {
                 (self.clone(), vec![])
             }
+            (Phase::Draining(_) | Phase::Released(_), _) => return self.shutdown_over(event),
             _ => return None,
         })
+    }
+
+    /// A shutdown drained or being drained that is over without a reboot: logind cancelled it
+    /// (heard), or a reconnect finds none under way (missed). `None`: refused.
+    fn shutdown_over(&self, event: Event) -> Option<(Phase, Vec<Effect>)> {
+        let missed = matches!(
+            event,
+            Event::Connected {
+                under_way: None,
+                ..
+            }
+        );
+        let heard = event == Event::Cancelled;
+        let undo = if heard { Undo::Heard } else { Undo::Missed };
+        let (drained, during) = match self {
+            Phase::Draining(s) => (Some(*s), During::Drain),
+            Phase::Released(_) => (None, During::AfterDrain),
+            _ => return None,
+        };
+        let step = to_waiting(drained, undo);
+        match (heard, missed, self.shutdown()) {
+            (true, _, Some(s)) => Some(said_cancelled(s.kind, during, step)),
+            (false, true, _) => Some(step),
+            _ => None,
+        }
     }
 
     /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits

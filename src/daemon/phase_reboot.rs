@@ -144,74 +144,97 @@ impl Phase {
     /// module doc's last table says; it changes nothing: the request itself was the table's
     /// `AgentAsked` event (pre-reboot: a need; steady-state: none), applied before.
     pub fn answer_agent(&self, a: &AgentAsk<'_>) -> Answer {
-        let node = a.node;
-        let refused = |kind, why: String| Answer::Refused { kind, why };
         if matches!(self, Phase::Starting | Phase::Stopped) || !a.connected {
             return Answer::Unavailable(format!(
-                "the daemon of node {node} is not connected to logind now, so a reboot could be \
-                 neither seen nor held for a drain; ask again later"
+                "the daemon of node {} is not connected to logind now, so a reboot could be \
+                 neither seen nor held for a drain; ask again later",
+                a.node
             ));
         }
-        let waits = |a: &AgentAsk<'_>| match (a.ask, a.keys.first(), a.setback) {
-            (Ask::Waits, Some(Key::OutsideWindow), _) if a.keys.len() == 1 => {
-                Some(refused(Kind::OutsideWindow, a.why.to_owned()))
-            }
-            (Ask::Waits, Some(_), _) => Some(refused(Kind::Held, a.why.to_owned())),
-            (Ask::Waits, None, Some(setback)) => Some(refused(setback.kind(), a.why.to_owned())),
-            _ => None,
-        };
-        let shutdown = || {
-            refused(
-                Kind::Draining,
-                format!("a shutdown of node {node} is scheduled or under way; ask again"),
-            )
-        };
         match a.operation {
-            Operation::SteadyState => match self {
-                Phase::Rebooting { .. } if a.by_agent => refused(
-                    Kind::Restoring,
-                    format!(
-                        "the reboot of node {node} is called off and the node restored; ask again"
-                    ),
-                ),
-                Phase::Rebooting { .. } => refused(
-                    Kind::Draining,
-                    format!("node {node} reboots as its own trigger asks ([reboot]); ask again"),
-                ),
-                Phase::Waiting if a.restoring => refused(
-                    Kind::Restoring,
-                    format!(
-                        "node {node} is being restored (its drain slot goes back at the end); ask again"
-                    ),
-                ),
-                Phase::Waiting => Answer::Released,
-                _ => shutdown(),
-            },
-            Operation::PreReboot => match self {
-                Phase::Rebooting { asked: true } if a.by_agent => match a.ask {
-                    Ask::Go => Answer::Granted,
-                    _ => waits(a).unwrap_or_else(shutdown),
-                },
-                Phase::Rebooting { asked: false } if a.slot_wait => refused(
-                    Kind::SemaphoreFull,
-                    format!("node {node} waits for a drain slot: every slot of its group is held"),
-                ),
-                Phase::Rebooting { asked: false } => refused(
-                    Kind::Draining,
-                    format!("node {node} is draining for its reboot; ask again"),
-                ),
-                Phase::Waiting => waits(a).unwrap_or_else(|| {
-                    refused(
-                        Kind::Pending,
-                        format!(
-                            "the reboot of node {node} is asked for: its holds are judged, and \
-                             its drain starts when they allow; ask again"
-                        ),
-                    )
-                }),
-                _ => shutdown(),
-            },
+            Operation::SteadyState => self.answer_steady_state(a),
+            Operation::PreReboot => self.answer_pre_reboot(a),
         }
+    }
+
+    /// The answer to a steady-state: 200 once restored with no slot held.
+    fn answer_steady_state(&self, a: &AgentAsk<'_>) -> Answer {
+        let node = a.node;
+        match self {
+            Phase::Rebooting { .. } if a.by_agent => refused(
+                Kind::Restoring,
+                format!("the reboot of node {node} is called off and the node restored; ask again"),
+            ),
+            Phase::Rebooting { .. } => refused(
+                Kind::Draining,
+                format!("node {node} reboots as its own trigger asks ([reboot]); ask again"),
+            ),
+            Phase::Waiting if a.restoring => refused(
+                Kind::Restoring,
+                format!(
+                    "node {node} is being restored (its drain slot goes back at the end); ask again"
+                ),
+            ),
+            Phase::Waiting => Answer::Released,
+            _ => shutdown_under_way(node),
+        }
+    }
+
+    /// The answer to a pre-reboot: 200 once drained for the agent's reboot, else what it waits
+    /// for.
+    fn answer_pre_reboot(&self, a: &AgentAsk<'_>) -> Answer {
+        let node = a.node;
+        match self {
+            Phase::Rebooting { asked: true } if a.by_agent => match a.ask {
+                Ask::Go => Answer::Granted,
+                _ => waits(a).unwrap_or_else(|| shutdown_under_way(node)),
+            },
+            Phase::Rebooting { asked: false } if a.slot_wait => refused(
+                Kind::SemaphoreFull,
+                format!("node {node} waits for a drain slot: every slot of its group is held"),
+            ),
+            Phase::Rebooting { asked: false } => refused(
+                Kind::Draining,
+                format!("node {node} is draining for its reboot; ask again"),
+            ),
+            Phase::Waiting => waits(a).unwrap_or_else(|| {
+                refused(
+                    Kind::Pending,
+                    format!(
+                        "the reboot of node {node} is asked for: its holds are judged, and its \
+                         drain starts when they allow; ask again"
+                    ),
+                )
+            }),
+            _ => shutdown_under_way(node),
+        }
+    }
+}
+
+/// A refusal of `kind`, saying `why`.
+fn refused(kind: Kind, why: String) -> Answer {
+    Answer::Refused { kind, why }
+}
+
+/// The refusal while a shutdown of `node` is scheduled or under way.
+fn shutdown_under_way(node: &str) -> Answer {
+    refused(
+        Kind::Draining,
+        format!("a shutdown of node {node} is scheduled or under way; ask again"),
+    )
+}
+
+/// What the verdict waits for, as the agent is told: the holds' kind, or what ended the last
+/// reboot during the pause after it; `None` unless it waits for either.
+fn waits(a: &AgentAsk<'_>) -> Option<Answer> {
+    let why = a.why.to_owned();
+    match (a.ask, a.keys.first(), a.setback) {
+        (Ask::Waits, Some(Key::OutsideWindow), _) if a.keys.len() == 1 => {
+            Some(refused(Kind::OutsideWindow, why))
+        }
+        (Ask::Waits, Some(_), _) => Some(refused(Kind::Held, why)),
+        (Ask::Waits, None, Some(setback)) => Some(refused(setback.kind(), why)),
+        _ => None,
     }
 }
 

@@ -30,37 +30,70 @@ impl Phase {
 
     /// Any event in a phase of a scheduled shutdown (`planned`); `None`: refused.
     fn planned_on(&self, planned: Planned, event: Event) -> Option<(Phase, Vec<Effect>)> {
+        let step = PlannedStep {
+            phase: self,
+            planned,
+            scheduled: matches!(self, Phase::Scheduled(_)),
+            early: matches!(self, Phase::Early(_)),
+        };
+        match step.file_or_drain(&event) {
+            Part::Step(phase, effects) => Some((phase, effects)),
+            Part::Refused => None,
+            Part::NotMine => Some(step.other(event)),
+        }
+    }
+
+    /// A schedule's events while waiting.
+    fn waiting_on_schedule(&self, event: Event) -> Part {
+        match event {
+            Event::Scheduled {
+                policy: ShutdownPolicy::None,
+                ..
+            } => Part::Step(Phase::Waiting, vec![Effect::ShowScheduled]),
+            Event::Scheduled { kind, .. } => Part::Step(
+                Phase::Scheduled(Planned { kind, fired: false }),
+                vec![Effect::ShowScheduled],
+            ),
+            Event::Unscheduled { .. } => Part::Step(Phase::Waiting, vec![]),
+            Event::Due | Event::Overdue => Part::Refused,
+            _ => Part::NotMine,
+        }
+    }
+}
+
+/// A step in a phase of a scheduled shutdown.
+struct PlannedStep<'a> {
+    phase: &'a Phase,
+    planned: Planned,
+    /// The phase is `Scheduled` (no early drain yet).
+    scheduled: bool,
+    /// The phase is `Early` (the early drain runs).
+    early: bool,
+}
+
+impl PlannedStep<'_> {
+    /// To `phase` with `effects`, the early drain stopped first whenever the phase is left.
+    fn then(&self, phase: Phase, effects: &[Effect]) -> (Phase, Vec<Effect>) {
+        let mut all = if self.early {
+            vec![Effect::AbortDrain]
+        } else {
+            vec![]
+        };
+        all.extend_from_slice(effects);
+        (phase, all)
+    }
+
+    /// Back to waiting, the node restored.
+    fn restored(&self) -> (Phase, Vec<Effect>) {
+        let forget = Effect::ForgetShutdown { undo: Undo::Heard };
+        self.then(Phase::Waiting, &[forget, Effect::ShowWaiting])
+    }
+
+    /// The schedule file's events and the early drain's end.
+    fn file_or_drain(&self, event: &Event) -> Part {
         use Effect::*;
-        let (scheduled, early) = (
-            matches!(self, Phase::Scheduled(_)),
-            matches!(self, Phase::Early(_)),
-        );
-        // The early drain stops first whenever the phase is left.
-        let then = |phase: Phase, effects: &[Effect]| {
-            let mut all = if early { vec![AbortDrain] } else { vec![] };
-            all.extend_from_slice(effects);
-            (phase, all)
-        };
-        let restored = || {
-            then(
-                Phase::Waiting,
-                &[ForgetShutdown { undo: Undo::Heard }, ShowWaiting],
-            )
-        };
-        let shutdown = |kind, guarded, announced_now| {
-            let draining = Phase::Draining(Shutdown { kind, guarded });
-            then(
-                draining,
-                &[
-                    Quiet(false),
-                    StartDrain {
-                        kind,
-                        announced_now,
-                    },
-                ],
-            )
-        };
-        Some(match event {
+        let (planned, scheduled, early) = (self.planned, self.scheduled, self.early);
+        let (phase, effects) = match *event {
             Event::Scheduled { policy, .. } if scheduled && policy == ShutdownPolicy::None => {
                 (Phase::Waiting, vec![ShowScheduled])
             }
@@ -85,8 +118,8 @@ impl Phase {
                 };
                 (phase, vec![])
             }
-            Event::Unscheduled { fired: false } => restored(),
-            Event::Overdue if planned.fired => restored(),
+            Event::Unscheduled { fired: false } => self.restored(),
+            Event::Overdue if planned.fired => self.restored(),
             Event::Ended { .. } if early => (Phase::Ready(planned), vec![SayEarly]),
             Event::Due
             | Event::Overdue
@@ -94,48 +127,40 @@ impl Phase {
             | Event::StopInShutdown { .. }
             | Event::StopAsked { .. }
             | Event::SystemSaid { .. }
-            | Event::RebootEnded(_) => {
-                return None;
-            }
-            // The reboot part answers first (`phase_reboot.rs`); the same answer here.
-            Event::Reboot(_) | Event::Seen(_) | Event::AgentAsked(_) | Event::Tick => {
-                (self.clone(), vec![])
-            }
-            Event::SlotsFull | Event::SlotsOpen | Event::PassGiven | Event::PassExpired => {
-                (self.clone(), vec![])
-            }
+            | Event::RebootEnded(_) => return Part::Refused,
+            _ => return Part::NotMine,
+        };
+        Part::Step(phase, effects)
+    }
+
+    /// logind's events, the gate's, the reboots' and a stop.
+    fn other(&self, event: Event) -> (Phase, Vec<Effect>) {
+        use Effect::*;
+        let shutdown = |kind, guarded, announced_now| {
+            let draining = Phase::Draining(Shutdown { kind, guarded });
+            let start = StartDrain {
+                kind,
+                announced_now,
+            };
+            self.then(draining, &[Quiet(false), start])
+        };
+        match event {
             Event::Announced { kind, locked } => shutdown(kind, locked, true),
             Event::Connected {
                 under_way: Some(kind),
                 locked,
             } => shutdown(kind, locked, false),
-            Event::Scheduled { .. } | Event::Connected { .. } | Event::Cancelled => {
-                (self.clone(), vec![])
-            }
             Event::Stop { signal } => {
-                let (phase, effects) = then(Phase::Stopped, &[RecordStopped, ReleaseLock]);
+                let (phase, effects) = self.then(Phase::Stopped, &[RecordStopped, ReleaseLock]);
                 let during = During::Waiting;
                 let mut said = vec![SayStop { signal, during }];
                 said.extend(effects);
                 (phase, said)
             }
-        })
-    }
-
-    /// A schedule's events while waiting.
-    fn waiting_on_schedule(&self, event: Event) -> Part {
-        match event {
-            Event::Scheduled {
-                policy: ShutdownPolicy::None,
-                ..
-            } => Part::Step(Phase::Waiting, vec![Effect::ShowScheduled]),
-            Event::Scheduled { kind, .. } => Part::Step(
-                Phase::Scheduled(Planned { kind, fired: false }),
-                vec![Effect::ShowScheduled],
-            ),
-            Event::Unscheduled { .. } => Part::Step(Phase::Waiting, vec![]),
-            Event::Due | Event::Overdue => Part::Refused,
-            _ => Part::NotMine,
+            // The reboot part answers first (`phase_reboot.rs`); the same answer here. The
+            // gate's events, a schedule moved, a connection with none under way, a cancel: the
+            // schedule stands.
+            _ => (self.phase.clone(), vec![]),
         }
     }
 }

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::{
-    AgentAsk, AgentFacts, Ask, Effect, Event, Phase, RebootEnd, Reboots, Refused, Setback,
+    AgentAsk, AgentFacts, Ask, Effect, Event, Overdue, Phase, RebootEnd, Reboots, Refused, Setback,
     StageSaid, StopSignal, SystemSaid, stop_stage,
 };
 use crate::reboot::server::Answer;
@@ -98,6 +98,9 @@ impl State {
             return self.on_system_said(signal, said, now);
         }
         let (mut next, mut effects) = self.phase_step(event.clone(), now)?;
+        if event == Event::Overdue {
+            effects.insert(0, Effect::SayOverdue(self.overdue()));
+        }
         let weigh = next.drain_to_come();
         match event {
             Event::Seen(seen) => effects.extend(next.reboots.saw(seen, now, weigh)),
@@ -120,6 +123,24 @@ impl State {
             effects.extend(next.reboots.settle(now, next.drain_to_come()));
         }
         Ok((next, effects))
+    }
+
+    /// What did not come in its time when `Overdue` rings.
+    fn overdue(&self) -> Overdue {
+        match self.phase {
+            Phase::Rebooting { .. } if self.reboots.by_agent() => Overdue::Agent {
+                handover: self.reboots.handover().unwrap_or_default(),
+            },
+            Phase::Rebooting { .. } => Overdue::OwnReboot,
+            _ => Overdue::Schedule {
+                kind: self.phase.planned().map(|p| p.kind),
+            },
+        }
+    }
+
+    /// The daemon has stopped: the loop ends.
+    pub fn done(&self) -> bool {
+        self.phase == Phase::Stopped
     }
 
     /// Whether the node's drain for its reboot is still to come (the holds weigh its length).

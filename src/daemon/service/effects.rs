@@ -86,6 +86,18 @@ impl Daemon {
             Effect::SayPassEnded => self.say_pass_ended(),
             Effect::SayStop { signal, during } => self.say_stop(signal, during),
             Effect::SayCancelled { kind, during } => self.say_cancelled(kind, during),
+            Effect::SayStopStage(stage) => self.say_stop_stage(stage),
+            Effect::SayOverdue(overdue) => self.say_overdue(overdue),
+            // Carried out by `apply_one`, whose next event is its answer.
+            Effect::AskSystemd { .. } => {}
+            Effect::SayOutcome => self.say_outcome(before),
+            reboot => self.carry_out_reboot(reboot),
+        }
+    }
+
+    /// The effects of the reboots the node asks for.
+    fn carry_out_reboot(&mut self, effect: Effect) {
+        match effect {
             Effect::StartReboot => self.start_reboot(),
             Effect::AbortReboot => self.abort_reboot(),
             Effect::RebootLater { after, pause } => self.say_later(after, pause),
@@ -97,22 +109,21 @@ impl Daemon {
             Effect::RebootFacts(facts) => self.out.metrics.reboot(facts),
             Effect::LookAtHolds { drain_to_come } => self.reboot.look(true, drain_to_come),
             Effect::StopLooking => self.reboot.look(false, false),
-            Effect::SayStopStage(stage) => self.say_stop_stage(stage),
-            // Carried out by `apply_one`, whose next event is its answer.
-            Effect::AskSystemd { .. } => {}
-            Effect::SayOutcome => {
-                if let (Some(finished), Some(s)) = (self.tasks.work.take_over(), before.shutdown())
-                {
-                    crate::daemon::outcome::say(
-                        &self.access.settings,
-                        &self.out.status,
-                        &self.out.metrics,
-                        s.kind,
-                        finished,
-                        s.guarded,
-                    );
-                }
-            }
+            other => tracing::error!("not an effect of the reboots: {other:?}"),
+        }
+    }
+
+    /// `SayOutcome`: how the drain of the shutdown `before` drained ended, said.
+    fn say_outcome(&mut self, before: &Phase) {
+        if let (Some(finished), Some(s)) = (self.tasks.work.take_over(), before.shutdown()) {
+            crate::daemon::outcome::say(
+                &self.access.settings,
+                &self.out.status,
+                &self.out.metrics,
+                s.kind,
+                finished,
+                s.guarded,
+            );
         }
     }
 

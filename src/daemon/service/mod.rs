@@ -273,59 +273,9 @@ impl Daemon {
     /// The loop: one event at a time, until the phase machine says stop.
     async fn run(&mut self, bus_address: &str, signals: &mut Signals) {
         let mut connection: Option<Connection> = None;
-        loop {
-            let (at, timed) = self
-                .timer()
-                .map_or((None, Event::Due), |(at, e)| (Some(at), e));
-            let event = tokio::select! {
-                asked = signals.recv() => match self.asked(asked) {
-                    Some(event) => event,
-                    None => continue,
-                },
-                // Read once logind was: a schedule there at start waits for the first connection.
-                read = scheduled::next_schedule(&mut self.scheduled), if self.state.phase != Phase::Starting => {
-                    match self.schedule_read(read) {
-                        Some(event) => event,
-                        None => continue,
-                    }
-                }
-                _ = sleep_until(at), if at.is_some() => {
-                    if timed == Event::Overdue {
-                        self.say_overdue();
-                    }
-                    timed.clone()
-                }
-                _ = self.gate.verdict.changed(), if self.gate.enabled() => self.gate_verdict(),
-                _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
-                    self.pass_expired()
-                }
-                // The end of an ask the gate's effect started: the lock it asked for is held.
-                (why, taken) = gate::taking(&mut self.gate.asking) => {
-                    self.gate_taken(why, taken);
-                    continue;
-                }
-                ended = self.tasks.work.end() => ended,
-                seen = reboot::next_seen(&mut self.reboot.seen), if self.reboot.enabled() => {
-                    Event::Seen(seen)
-                }
-                question = agent::next_question(&mut self.reboot.agent) => self.agent_asked(question),
-                mut made = connect(bus_address, &self.access.settings), if connection.is_none() => {
-                    let event = self.connected(&mut made);
-                    connection = Some(made);
-                    event
-                }
-                signal = next_signal(&mut connection), if connection.is_some() => match signal {
-                    Ok(ShutdownSignal::Started { kind }) => Event::Announced {
-                        kind,
-                        locked: self.inhibitor.is_held(),
-                    },
-                    Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
-                    Err(e) => {
-                        self.lost(&e);
-                        connection = None;
-                        continue;
-                    }
-                },
+        while !self.state.done() {
+            let Some(event) = self.next_event(bus_address, signals, &mut connection).await else {
+                continue;
             };
             let logind = connection.as_ref().map(|c| &c.logind);
             let connected = matches!(event, Event::Connected { .. });
@@ -334,10 +284,61 @@ impl Daemon {
             if connected {
                 self.ready_once(logind).await;
             }
-            if self.state.phase == Phase::Stopped {
-                return;
-            }
         }
+    }
+
+    /// What happens next, as the table's event: a signal, logind's schedule file, a timer of the
+    /// table's, the gate's verdict, a work's end, what a follower saw, the update agent's
+    /// request, a connection made or logind's signal on it. `None`: what came needs no step of
+    /// the table (a lost connection, a lock the gate's ask took).
+    async fn next_event(
+        &mut self,
+        bus_address: &str,
+        signals: &mut Signals,
+        connection: &mut Option<Connection>,
+    ) -> Option<Event> {
+        let (at, timed) = self
+            .timer()
+            .map_or((None, Event::Due), |(at, e)| (Some(at), e));
+        Some(tokio::select! {
+            asked = signals.recv() => return self.asked(asked),
+            // Read once logind was: a schedule there at start waits for the first connection.
+            read = scheduled::next_schedule(&mut self.scheduled), if self.state.phase != Phase::Starting => {
+                return self.schedule_read(read);
+            }
+            _ = sleep_until(at), if at.is_some() => timed,
+            _ = self.gate.verdict.changed(), if self.gate.enabled() => self.gate_verdict(),
+            _ = sleep_until(self.gate.pass_until), if self.gate.pass_until.is_some() => {
+                self.pass_expired()
+            }
+            // The end of an ask the gate's effect started: the lock it asked for is held.
+            (why, taken) = gate::taking(&mut self.gate.asking) => {
+                self.gate_taken(why, taken);
+                return None;
+            }
+            ended = self.tasks.work.end() => ended,
+            seen = reboot::next_seen(&mut self.reboot.seen), if self.reboot.enabled() => {
+                Event::Seen(seen)
+            }
+            question = agent::next_question(&mut self.reboot.agent) => self.agent_asked(question),
+            mut made = connect(bus_address, &self.access.settings), if connection.is_none() => {
+                let event = self.connected(&mut made);
+                *connection = Some(made);
+                event
+            }
+            signal = next_signal(connection), if connection.is_some() => match signal {
+                Ok(ShutdownSignal::Started { kind }) => Event::Announced {
+                    kind,
+                    locked: self.inhibitor.is_held(),
+                },
+                Ok(ShutdownSignal::Cancelled) => Event::Cancelled,
+                Err(e) => {
+                    self.lost(&e);
+                    *connection = None;
+                    return None;
+                }
+            },
+        })
     }
 
     /// What a signal asks of the table, if anything.

@@ -21,7 +21,7 @@ use super::Daemon;
 use super::work::{Job, Stage, Work};
 use crate::config::ShutdownPolicy;
 use crate::daemon::outcome::DrainOutcome;
-use crate::daemon::phase::{Event, Phase};
+use crate::daemon::phase::{Event, Overdue, Phase};
 use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::seconds;
@@ -160,36 +160,30 @@ impl Daemon {
 
     /// A fired schedule's shutdown was not announced within [`ANNOUNCE_WINDOW`]: says so
     /// before the node is restored.
-    pub(super) fn say_overdue(&self) {
+    pub(super) fn say_overdue(&self, overdue: Overdue) {
         let node = &self.access.settings.node_name;
         let window = seconds(ANNOUNCE_WINDOW);
-        if let Phase::Rebooting { .. } = self.state.phase {
-            if self.state.reboots.by_agent() {
-                let within = self.state.reboots.handover().unwrap_or_default();
-                tracing::warn!(
-                    node = %node,
-                    "the update agent did not reboot node {node} within {} of the end of the \
-                     drain for it; restoring node {node}",
-                    seconds(within)
-                );
-                return;
-            }
-            tracing::warn!(
+        match overdue {
+            Overdue::Agent { handover } => tracing::warn!(
+                node = %node,
+                "the update agent did not reboot node {node} within {} of the end of the drain \
+                 for it; restoring node {node}",
+                seconds(handover)
+            ),
+            Overdue::OwnReboot => tracing::warn!(
                 node = %node,
                 "logind announced no reboot within {window} of the node's own reboot asking for \
                  it; restoring node {node}"
-            );
-            return;
+            ),
+            Overdue::Schedule { kind } => {
+                let what = kind.map_or("scheduled shutdown", ShutdownKind::noun);
+                tracing::warn!(
+                    node = %node,
+                    "logind announced no {what} within {window} of its schedule firing (a block \
+                     inhibitor may have refused it); restoring node {node}"
+                );
+            }
         }
-        let what = self.state.phase.planned().map_or_else(
-            || "scheduled shutdown".to_owned(),
-            |p| p.kind.noun().to_owned(),
-        );
-        tracing::warn!(
-            node = %node,
-            "logind announced no {what} within {window} of its schedule firing (a block inhibitor \
-             may have refused it); restoring node {node}"
-        );
     }
 
     /// `ShowScheduled`: says what is done for the schedule the file holds.
