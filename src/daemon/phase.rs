@@ -544,6 +544,11 @@ impl Phase {
         }
     }
 
+    /// Whether no drain runs and none is due: the standing forecast runs only then.
+    pub fn idle(&self) -> bool {
+        matches!(self, Phase::Waiting | Phase::Scheduled(_))
+    }
+
     /// Whether the reboot gate (`crate::daemon::gate`) may be held: only while the daemon waits
     /// for a shutdown (or for a scheduled one's lead), never once one is announced, drains,
     /// is released or the daemon stops.
@@ -589,6 +594,7 @@ mod reboot;
 
 #[path = "phase_schedule.rs"]
 mod schedule;
+pub use schedule::{FIRE_SLACK, fired};
 
 #[path = "phase_stop.rs"]
 mod stop;

@@ -2,8 +2,21 @@
 //! a schedule's events in the phases of a scheduled shutdown (Scheduled, Early, Ready) and while
 //! waiting.
 
+use std::time::Duration;
+
 use super::{During, Effect, Event, Part, Phase, Planned, Shutdown, Undo};
 use crate::config::ShutdownPolicy;
+
+/// A schedule file that goes less than this before its time went because it fired (logind's
+/// timer and our clock reading are not the same instant).
+pub const FIRE_SLACK: Duration = Duration::from_secs(2);
+
+/// Whether logind's schedule file, gone `left` before its time, went because the schedule
+/// fired (logind starts the shutdown and removes the file) rather than because it was cancelled
+/// (`shutdown -c`): logind removes it both ways. Pure.
+pub fn fired(left: Duration) -> bool {
+    left <= FIRE_SLACK
+}
 
 impl Phase {
     /// The transitions of the phases and events of a scheduled shutdown.

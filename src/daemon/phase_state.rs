@@ -32,7 +32,7 @@ pub enum GateOpened {
     SlotOpen,
 }
 
-/// The reboot gate as the table sees it: the follower's verdict and the pass.
+/// The reboot gate as the table sees it: the gate's follower's verdict and the pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Gate {
     /// The follower says the slots are full.

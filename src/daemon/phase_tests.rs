@@ -1109,3 +1109,14 @@ fn systemd_s_answer_starts_a_second_stage_only_when_it_is_worth_starting() {
     assert!(matches!(said_first, SayStopStage(StageSaid::NoRoom { .. })));
     assert_eq!(STAGE_MIN, secs(5));
 }
+
+/// logind removes its schedule file both when the schedule fires and at `shutdown -c`: a file
+/// gone within `FIRE_SLACK` of its time fired; earlier, it was cancelled.
+#[test]
+fn a_schedule_file_gone_at_its_time_fired_and_earlier_was_cancelled() {
+    let secs = std::time::Duration::from_secs;
+    assert!(fired(secs(0)));
+    assert!(fired(FIRE_SLACK));
+    assert!(!fired(secs(3)));
+    assert!(!fired(secs(3600)));
+}

@@ -1,10 +1,10 @@
-//! What holds a node that needs a reboot (issue 31, "When"): every reason it must wait, judged
-//! by one pure function ([`judge`]) over what was read ([`Seen`], read by
-//! [`super::holds_read`]) and the instant. The daemon's reboot follower asks before its reboot
-//! starts (before a drain slot is taken) and the reboot asks again after its drain, before
-//! logind's `Reboot`; an empty answer means the node may go. The follower passes neither a
-//! forecast nor an estimate yet: `forecast_blocks` and the window's close before the drain's
-//! end are judged here, not yet fed.
+//! What holds a node that needs a reboot: every reason it must wait, judged by one pure function
+//! ([`judge`]) over what was read ([`Seen`], read by [`super::holds_read`]) and the instant. The
+//! daemon's looker at the holds asks while a reboot is needed (`crate::daemon::reboot::look`),
+//! and the one procedure of a reboot asks again after the slot and after the drain, before
+//! logind's `Reboot` (`super::procedure`); an empty answer means the node may go. Before the
+//! drain, the last forecast and the drain's estimated length weigh in (`forecast_blocks`, a
+//! window that would close before the drain ends); after it, neither.
 //!
 //! The reasons, in this order, each with a stable key for metrics and `status`:
 //! - `held`: the Node carries the annotation [`HOLD_ANNOTATION`] (any value); who set it is the

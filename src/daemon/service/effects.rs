@@ -44,7 +44,7 @@ impl Daemon {
             }
         }
         self.out.metrics.lock_held(self.inhibitor.is_held());
-        let idle = matches!(self.state.phase, Phase::Waiting | Phase::Scheduled(_));
+        let idle = self.state.phase.idle();
         self.watches
             .idle
             .send_if_modified(|was| std::mem::replace(was, idle) != idle);

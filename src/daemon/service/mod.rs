@@ -10,11 +10,11 @@
 //! A drain goes on while the bus is away (the lock's fd does not depend on the bus).
 //!
 //! Everything that talks to the API server (drains, restores, Events) runs as tasks of its own
-//! (`tokio::spawn` on the one multi-thread runtime of `main.rs`), never inside this loop:
-//! code in the kube client that blocks a worker thread (a credential plugin that hangs, a DNS
-//! lookup) leaves the other worker to this loop, which keeps hearing logind and the stop
-//! signals; and the lock's guard thread (`host::lock`) releases the inhibitor at its deadline
-//! whatever the runtime does.
+//! (`tokio::spawn` on the one current-thread runtime of `main.rs`), never inside this loop, and
+//! nothing of the program blocks that thread (the kubeconfig, the TLS setup and a token file are
+//! read on tokio's blocking pool); the lock's guard thread (`host::lock`) releases the inhibitor
+//! at its deadline whatever the runtime does. The long-lived tasks beside the loop, and what
+//! each reads and sends, are listed in docs/design.md ("The daemon's tasks").
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,14 +1,15 @@
-//! The loop's side of the reboots the node asks for (`daemon::reboot`): the follower's verdict
-//! turned into the table's `Reboot` events, and the daemon's own reboot, started and stopped as
-//! the table's effects say (`StartReboot`, `AbortReboot`, `RebootLater`), its end the
-//! `RebootEnded` event.
+//! The loop's side of the reboots the node asks for: what the followers (`daemon::reboot`) saw,
+//! for the table (`Seen`), the looker told how to look, the effects of the verdict said and
+//! posted, and the node's own reboot, started and stopped as the table's effects say
+//! (`StartReboot`, `AbortReboot`) as the daemon's one work, its end the `RebootEnded` event.
 //!
-//! The reboot is what `kube-shutdown-drain reboot` does, inside the daemon: a drain slot (with
-//! `[fleet] slots`, waited for as long as it takes), the drain within `[drain] timeout`, the
-//! holds judged again (they may have changed during the drain: a hold set, a window closed),
-//! then logind's `Reboot`. logind's announcement then starts the usual drain of its window,
-//! which finds the node drained. A drain that did not complete reboots nothing: the table
-//! restores the node and the follower tries again after a pause.
+//! The reboot is the one procedure of a reboot (`reboot::procedure`), as `kube-shutdown-drain
+//! reboot` runs it: a drain slot (with `[fleet] slots`, waited for as long as it takes), the
+//! holds, the drain within `[drain] timeout`, the holds judged again (a hold set, a window
+//! closed during the drain), another program's block lock, then logind's `Reboot`. logind's
+//! announcement then starts the usual drain of its window, which finds the node drained. A
+//! drain that did not complete reboots nothing: the table restores the node and says go again
+//! after a pause.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@
 //! held by its budget keeps being tried, with the lock held).
 //!
 //! logind removes the file both on `shutdown -c` and when the schedule fires, just before it
-//! starts the shutdown: only a file gone before its time ([`FIRE_SLACK`]) is a cancel. A fired
+//! starts the shutdown: only a file gone before its time (`phase::fired`) is a cancel. A fired
 //! schedule whose shutdown logind never announces (a block inhibitor refused it) is over after
 //! [`ANNOUNCE_WINDOW`], and the node is restored as for a cancel.
 
@@ -26,9 +26,6 @@ use crate::scheduled::{SCHEDULE_FILE, Schedule, ScheduleWatch, WatchError};
 use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::seconds;
 
-/// A schedule file that goes less than this before its time went because it fired (logind's
-/// timer and our clock reading are not the same instant).
-const FIRE_SLACK: Duration = Duration::from_secs(2);
 pub(super) use crate::daemon::phase::verdict::ANNOUNCE_WINDOW;
 
 /// Where the daemon is with the schedule file.
@@ -100,7 +97,7 @@ impl Daemon {
         };
         let Some(schedule) = read else {
             let gone = self.scheduled.schedule.take()?;
-            let fired = until(gone.at) <= FIRE_SLACK;
+            let fired = crate::daemon::phase::fired(until(gone.at));
             self.scheduled.gone_at = fired.then(Instant::now);
             let file = self.access.settings.schedule_dir.join(SCHEDULE_FILE);
             if fired {
