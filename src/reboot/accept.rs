@@ -179,3 +179,10 @@ async fn refuse_after_head(
     })
     .await;
 }
+
+impl super::server::Server {
+    /// Serves until dropped (the task aborted): the accept loop above.
+    pub async fn run(self) {
+        serve(self.listener, self.shared, self.limits).await;
+    }
+}

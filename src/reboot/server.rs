@@ -153,9 +153,9 @@ pub struct Identity {
 
 /// A bound, not yet running, server.
 pub struct Server {
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    limits: Limits,
+    pub(super) listener: TcpListener,
+    pub(super) shared: Arc<Shared>,
+    pub(super) limits: Limits,
 }
 
 /// What every connection reads.
@@ -190,11 +190,6 @@ impl Server {
     /// The address it listens on (the port, when bound to port 0 in tests).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
-    }
-
-    /// Serves until dropped (the task aborted): `accept.rs`.
-    pub async fn run(self) {
-        super::accept::serve(self.listener, self.shared, self.limits).await;
     }
 }
 

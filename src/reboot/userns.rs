@@ -119,60 +119,7 @@ pub fn judge_self(path: &Path, user: &str, uid: u32) -> Result<(), Unseen> {
     }
 }
 
-/// What a unit's `PrivateUsers=` asks for, as systemd reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PrivateUsers {
-    /// `no`: the host's namespace.
-    No,
-    /// `self` (`yes`): root and the unit's user, root here.
-    SelfOnly,
-    /// `identity`: uids 0 to 65535.
-    Identity,
-    /// A value this version does not know (a newer systemd's).
-    Other(String),
-}
-
-impl PrivateUsers {
-    /// From `PrivateUsersEx` (systemd 257 and newer).
-    pub fn from_ex(value: &str) -> PrivateUsers {
-        match value {
-            "no" => PrivateUsers::No,
-            "self" => PrivateUsers::SelfOnly,
-            "identity" => PrivateUsers::Identity,
-            other => PrivateUsers::Other(other.to_string()),
-        }
-    }
-
-    /// From the boolean `PrivateUsers` of an older systemd.
-    pub fn from_bool(on: bool) -> PrivateUsers {
-        if on {
-            PrivateUsers::SelfOnly
-        } else {
-            PrivateUsers::No
-        }
-    }
-
-    /// The uid map the unit's processes get, as `/proc/self/uid_map` would show it; `None` for a
-    /// value this version does not know.
-    pub fn uid_map(&self) -> Option<&'static str> {
-        match self {
-            PrivateUsers::No => Some("0 0 4294967295"),
-            PrivateUsers::SelfOnly => Some("0 0 1"),
-            PrivateUsers::Identity => Some("0 0 65536"),
-            PrivateUsers::Other(_) => None,
-        }
-    }
-
-    /// The setting as a unit file spells it.
-    pub fn as_str(&self) -> &str {
-        match self {
-            PrivateUsers::No => "no",
-            PrivateUsers::SelfOnly => "self",
-            PrivateUsers::Identity => "identity",
-            PrivateUsers::Other(v) => v,
-        }
-    }
-}
+pub use crate::host::systemd::PrivateUsers;
 
 #[cfg(test)]
 mod tests {

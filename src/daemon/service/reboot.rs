@@ -146,13 +146,13 @@ impl Daemon {
             crate::events::Reason::RebootStarted,
             format!("rebooting node {node} ({why}): a drain slot, the drain, {last}"),
         ));
-        self.spawn_work(Job::Reboot(RebootJob {
-            access: self.access.clone(),
-            logind: self.reboot.logind.subscribe(),
-            slot_wait: self.reboot.slot_wait.clone(),
+        self.spawn_work(Job::Reboot(Box::pin(reboot(
+            self.access.clone(),
+            self.reboot.logind.subscribe(),
+            self.reboot.slot_wait.clone(),
             by_agent,
-            forecast: self.watches.forecast.subscribe(),
-        }));
+            self.watches.forecast.subscribe(),
+        ))));
     }
 
     /// What the status line adds while a reboot is needed and waits: "; reboot needed, waits:
@@ -273,56 +273,6 @@ impl Daemon {
     }
 }
 
-/// How the daemon's own reboot task ended: its end, and when it took its drain slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Ended {
-    pub(super) end: RebootEnd,
-    slot_since: Option<Instant>,
-}
-
-impl Ended {
-    fn gave_up(setback: Setback, slot_since: Option<Instant>) -> Ended {
-        Ended {
-            end: RebootEnd::GaveUp(setback),
-            slot_since,
-        }
-    }
-
-    /// A reboot task that failed (panicked): a setback like any failure.
-    pub(super) fn failed() -> Ended {
-        Ended::gave_up(Setback::Failed, None)
-    }
-
-    fn asked(slot_since: Option<Instant>) -> Ended {
-        Ended {
-            end: RebootEnd::Asked { slot_since },
-            slot_since,
-        }
-    }
-}
-
-/// The node's own reboot as the daemon's one work (`work::Job::Reboot`).
-pub(crate) struct RebootJob {
-    access: Access,
-    logind: watch::Receiver<Option<Logind>>,
-    slot_wait: SlotWait,
-    by_agent: bool,
-    forecast: watch::Receiver<Option<Arc<Forecast>>>,
-}
-
-impl RebootJob {
-    pub(super) async fn run(self) -> Ended {
-        reboot(
-            self.access,
-            self.logind,
-            self.slot_wait,
-            self.by_agent,
-            self.forecast,
-        )
-        .await
-    }
-}
-
 /// The daemon's own reboot, by the one procedure of a reboot (`reboot::procedure`): a slot
 /// (waited for as long as it takes, `slot_wait` true meanwhile), the holds, the drain, the holds
 /// once more, another program's block lock, logind's `Reboot`. Whether logind was asked, or what
@@ -338,14 +288,14 @@ async fn reboot(
     slot_wait: SlotWait,
     by_agent: bool,
     forecast: watch::Receiver<Option<Arc<Forecast>>>,
-) -> Ended {
+) -> RebootEnd {
     let settings = access.settings.clone();
     let node = settings.node_name.clone();
     let engine = match access.engine().await {
         Ok(engine) => engine.for_shutdown_kind(ShutdownKind::Reboot),
         Err(e) => {
             tracing::warn!("cannot reboot node {node}: {e}");
-            return Ended::gave_up(Setback::Failed, None);
+            return RebootEnd::GaveUp(Setback::Failed);
         }
     };
     let windows = Windows::of(&settings);
@@ -370,16 +320,16 @@ async fn reboot(
     };
     let mut say = |step: Step<'_>| say(&node, settings.drain.timeout, step);
     match procedure::run(engine, plan, &mut say).await {
-        Outcome::Asked { slot_since } => Ended::asked(slot_since),
+        Outcome::Asked { slot_since } => RebootEnd::Asked { slot_since },
         Outcome::HandedOver { slot_since } => {
             tracing::info!(
                 node = %node,
                 "node {node} is drained for the update agent's reboot: its next FleetLock \
                  pre-reboot is answered 200"
             );
-            Ended::asked(slot_since)
+            RebootEnd::Asked { slot_since }
         }
-        Outcome::GaveUp { why, slot_since } => Ended::gave_up(gave_up(&node, why), slot_since),
+        Outcome::GaveUp { why, .. } => RebootEnd::GaveUp(gave_up(&node, why)),
     }
 }
 

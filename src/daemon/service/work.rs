@@ -14,7 +14,7 @@ use super::Daemon;
 use crate::config::ShutdownPolicy;
 use crate::daemon::access::Access;
 use crate::daemon::outcome::{DrainOutcome, Finished};
-use crate::daemon::phase::Event;
+use crate::daemon::phase::{Event, RebootEnd, Setback};
 use crate::daemon::status::Status;
 use crate::drain::GraceTo;
 use crate::engine::Engine;
@@ -100,13 +100,13 @@ impl Work {
 /// one procedure of a reboot, `service/reboot.rs`: its slot, its drain, logind).
 pub(crate) enum Job {
     Shutdown(Work),
-    Reboot(super::reboot::RebootJob),
+    Reboot(futures::future::BoxFuture<'static, RebootEnd>),
 }
 
 /// How a work ended.
 pub(super) enum Done {
     Shutdown(Finished),
-    Reboot(super::reboot::Ended),
+    Reboot(RebootEnd),
 }
 
 /// The daemon's one work: none, running (and which), or a shutdown's over until its end is
@@ -139,7 +139,7 @@ impl Slot {
             Ok(done) => done,
             Err(e) if kind == Kind::Reboot => {
                 tracing::warn!("the reboot task ended: {e}");
-                Done::Reboot(super::reboot::Ended::failed())
+                Done::Reboot(RebootEnd::GaveUp(Setback::Failed))
             }
             Err(e) => Done::Shutdown(Finished::failed(format!("the drain task ended: {e}"))),
         };
@@ -149,9 +149,9 @@ impl Slot {
                 *self = Slot::Over(finished);
                 Event::Ended { left_work }
             }
-            Done::Reboot(ended) => {
+            Done::Reboot(end) => {
                 *self = Slot::Empty;
-                Event::RebootEnded(ended.end)
+                Event::RebootEnded(end)
             }
         }
     }
@@ -205,7 +205,7 @@ impl Daemon {
             }
             Job::Reboot(reboot) => {
                 let span = tracing::info_span!("reboot", shutdown_kind = %ShutdownKind::Reboot);
-                let task = async move { Done::Reboot(reboot.run().await) }.instrument(span);
+                let task = async move { Done::Reboot(reboot.await) }.instrument(span);
                 (tokio::spawn(task), Kind::Reboot)
             }
         };
