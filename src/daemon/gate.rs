@@ -62,6 +62,24 @@ pub fn reason(node: &str, slots: Option<(&str, &[String])>, blocked: Option<&str
     )
 }
 
+/// Why the gate is closed, as the follower saw it: typed, so the loop tells one reason from
+/// another by value; its words ([`reason`]) are the lock's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateReason {
+    pub node: String,
+    /// The group whose every slot is held, and the holders.
+    pub slots: Option<(String, Vec<String>)>,
+    /// The last forecast's summary while it says a drain would block.
+    pub blocked: Option<String>,
+}
+
+impl std::fmt::Display for GateReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slots = self.slots.as_ref().map(|(g, h)| (g.as_str(), h.as_slice()));
+        f.write_str(&reason(&self.node, slots, self.blocked.as_deref()))
+    }
+}
+
 /// Follows the slots for the gate while `wanted` is true, sending each verdict: `Some(reason)`
 /// while the gate should be closed, `None` while open. `blocked`: the last forecast's summary
 /// while it says a drain would block. Runs as a task beside the loop until the daemon ends.
@@ -69,7 +87,7 @@ pub(crate) async fn follow(
     access: Access,
     mut wanted: watch::Receiver<bool>,
     mut blocked: watch::Receiver<Option<String>>,
-    verdict: watch::Sender<Option<String>>,
+    verdict: watch::Sender<Option<GateReason>>,
 ) {
     let node = access.settings.node_name.clone();
     let mut changes = None;
@@ -91,10 +109,12 @@ pub(crate) async fn follow(
                     failing = false;
                     tracing::info!(node = %node, "the reboot gate of node {node} can read the drain slots again");
                 }
-                let full = full.as_ref().map(|(g, h)| (g.as_str(), h.as_slice()));
                 let blocked = blocked.borrow_and_update().clone();
-                (full.is_some() || blocked.is_some())
-                    .then(|| reason(&node, full, blocked.as_deref()))
+                (full.is_some() || blocked.is_some()).then(|| GateReason {
+                    node: node.clone(),
+                    slots: full,
+                    blocked,
+                })
             }
             Err(e) => {
                 if !failing {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio::task::JoinHandle;
 
 use super::Daemon;
-use crate::daemon::gate;
+use crate::daemon::gate::{self, GateReason};
 use crate::daemon::phase::{Event, GateOpened};
 use crate::host::logind::{Logind, LogindError};
 
@@ -19,14 +19,14 @@ use crate::host::logind::{Logind, LogindError};
 pub(crate) struct Gate {
     enabled: bool,
     /// The block lock, while held, and the reason it carries.
-    lock: Option<(OwnedFd, String)>,
+    lock: Option<(OwnedFd, GateReason)>,
     /// Until then the gate stays open (SIGUSR1 from `kube-shutdown-drain reboot`).
     pub(super) pass_until: Option<Instant>,
     /// The follower's verdict: `Some(reason)` while it should be closed.
-    pub(super) verdict: watch::Receiver<Option<String>>,
+    pub(super) verdict: watch::Receiver<Option<GateReason>>,
     /// The verdict's reason as last read: the one the lock carries when held.
-    reason: Option<String>,
-    verdict_tx: watch::Sender<Option<String>>,
+    reason: Option<GateReason>,
+    verdict_tx: watch::Sender<Option<GateReason>>,
     /// Whether the follower should look (the phase may hold the gate).
     wanted: watch::Sender<bool>,
     /// The forecast's "a drain would block", for the follower.
@@ -36,9 +36,9 @@ pub(crate) struct Gate {
     /// A SIGUSR1 without a gate was said (once).
     said_no_pass: bool,
     /// The ask for a block lock under way, and the reason it carries.
-    pub(super) asking: Option<(String, AbortOnDrop)>,
+    pub(super) asking: Option<(GateReason, AbortOnDrop)>,
     /// The reason logind last refused a lock for: not asked again until the reason changes.
-    refused: Option<String>,
+    refused: Option<GateReason>,
 }
 
 impl Gate {
@@ -183,20 +183,20 @@ impl Daemon {
         let Some(why) = self.gate.reason.clone() else {
             return;
         };
-        let held = self.gate.lock.as_ref().map(|(_, held)| held.as_str());
-        if held == Some(why.as_str()) {
+        let held = self.gate.lock.as_ref().map(|(_, held)| held);
+        if held == Some(&why) {
             self.gate.asking = None;
             return;
         }
-        let asked = self.gate.asking.as_ref().map(|(w, _)| w.as_str());
-        let refused = self.gate.refused.as_deref();
+        let asked = self.gate.asking.as_ref().map(|(w, _)| w);
+        let refused = self.gate.refused.as_ref();
         let Some(logind) = logind.filter(|_| asked != Some(&why) && refused != Some(&why)) else {
             return;
         };
         let node = self.access.settings.node_name.clone();
         let logind = logind.clone();
         let say_binding = !std::mem::replace(&mut self.gate.said_binding, true);
-        let reason = why.clone();
+        let reason = why.to_string();
         let task = tokio::spawn(async move {
             if say_binding {
                 say_binding_of(&logind, &node).await;
@@ -208,7 +208,7 @@ impl Daemon {
     }
 
     /// The block lock logind granted (or refused) for `why`: held if it is still wanted.
-    pub(super) fn gate_taken(&mut self, why: String, taken: Result<OwnedFd, LogindError>) {
+    pub(super) fn gate_taken(&mut self, why: GateReason, taken: Result<OwnedFd, LogindError>) {
         let node = self.access.settings.node_name.clone();
         match taken {
             Ok(fd) => {
@@ -251,8 +251,8 @@ impl Drop for AbortOnDrop {
 
 /// The end of the ask for a block lock (`asking`), once it ends; never while none runs.
 pub(super) async fn taking(
-    asking: &mut Option<(String, AbortOnDrop)>,
-) -> (String, Result<OwnedFd, LogindError>) {
+    asking: &mut Option<(GateReason, AbortOnDrop)>,
+) -> (GateReason, Result<OwnedFd, LogindError>) {
     let Some((why, task)) = asking else {
         return std::future::pending().await;
     };
