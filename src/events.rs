@@ -52,6 +52,9 @@ pub enum Reason {
     SlotReleased,
     /// No drain slot came in time; `[fleet] on_no_slot` decided.
     SlotUnavailable,
+    /// The restored node gave its slot back at `[fleet] settle_max` with disruption budgets of
+    /// the pods it evicted still short (or unreadable).
+    SlotUnsettled,
     /// A `[reboot]` trigger says the node needs a reboot.
     RebootRequired,
     /// The needed reboot waits: a hold, the fleet's pause, a blocking pod, no window (once per
@@ -83,6 +86,7 @@ impl Reason {
             Reason::SlotTaken => "DrainSlotTaken",
             Reason::SlotReleased => "DrainSlotReleased",
             Reason::SlotUnavailable => "DrainSlotUnavailable",
+            Reason::SlotUnsettled => "DrainSlotUnsettled",
             Reason::RebootRequired => "RebootRequired",
             Reason::RebootWaiting => "RebootWaiting",
             Reason::RebootStarted => "RebootStarted",
@@ -102,7 +106,8 @@ impl Reason {
             | Reason::DrainIncomplete
             | Reason::DrainWouldBlock
             | Reason::CordonRemoved
-            | Reason::SlotUnavailable => "Warning",
+            | Reason::SlotUnavailable
+            | Reason::SlotUnsettled => "Warning",
             _ => "Normal",
         }
     }

@@ -7,12 +7,12 @@
 //! new boot meanwhile, so no other node reads it as stale).
 
 mod daemon_support;
+mod fleet_support;
 mod logind;
 
 use daemon_support::SLOT;
+use fleet_support::{cordoned, machine, node};
 
-use std::path::PathBuf;
-use std::process::Child;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,13 +25,6 @@ const NODES: [&str; 3] = ["fleet-a", "fleet-b", "fleet-c"];
 /// `[fleet] release_delay` of every node.
 const RELEASE_DELAY: Duration = Duration::from_secs(3);
 
-fn node(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-}
-
 /// A Ready pod of a ReplicaSet on `node`, named after it.
 fn pod(node: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
@@ -42,120 +35,8 @@ fn pod(node: &str) -> Value {
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
-/// One node: its fake logind, its files and its daemon.
-struct Machine {
-    name: &'static str,
-    rig: logind::Rig,
-    dir: tempfile::TempDir,
-    daemon: Option<Child>,
-    runs: usize,
-}
-
-impl Machine {
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-
-    fn sentinel(&self) -> PathBuf {
-        self.path("reboot-required")
-    }
-
-    /// Writes a boot ID for boot `n` of this machine; returns it.
-    fn new_boot(&self, n: usize) -> String {
-        let id = format!("0b0e1d00-0000-4000-8000-{:012x}", n * 16 + self.runs);
-        std::fs::write(self.path("boot_id"), format!("{id}\n")).unwrap();
-        id
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.path(&format!("daemon-{}.log", self.runs))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    fn spawn(&mut self) {
-        self.runs += 1;
-        let log = std::fs::File::create(self.log_path()).unwrap();
-        self.daemon = Some(daemon_support::spawn_run(
-            std::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain")),
-            &self.path("config.toml"),
-            self.rig.address(),
-            &self.path("boot_id"),
-            &self.path("shutdown"),
-            log,
-        ));
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.daemon.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    async fn wait_log(&self, needle: &str, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        while !self.log().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{}: no {needle:?} within {within:?}; log:\n{}",
-                self.name,
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-async fn machine(api: &FakeApiServer, name: &'static str) -> Option<Machine> {
-    let rig = logind::Rig::start(logind::LogindOptions::default()).await?;
-    let dir = tempfile::Builder::new()
-        .prefix("ksd-fleet-")
-        .tempdir()
-        .unwrap();
-    let m = Machine {
-        name,
-        rig,
-        dir,
-        daemon: None,
-        runs: 0,
-    };
-    std::fs::create_dir_all(m.path("shutdown")).unwrap();
-    std::fs::create_dir_all(m.path("state")).unwrap();
-    api.write_kubeconfig(
-        &m.path("kubeconfig"),
-        &format!("system:serviceaccount:kube-shutdown-drain:{name}"),
-    )
-    .unwrap();
-    let config = format!(
-        "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
-         [drain]\ntimeout = \"20s\"\n[fleet]\nslots = 1\nrelease_delay = \"{}s\"\n[reboot]\nsentinel_file = \"{}\"\n",
-        m.path("kubeconfig").display(),
-        m.path("state").display(),
-        RELEASE_DELAY.as_secs(),
-        m.sentinel().display()
-    );
-    std::fs::write(m.path("config.toml"), config).unwrap();
-    m.new_boot(0);
-    Some(m)
-}
-
 /// A node seen cordoned (true) or uncordoned, and when.
 type Change = (tokio::time::Instant, &'static str, bool);
-
-fn cordoned(api: &FakeApiServer, name: &str) -> bool {
-    api.store()
-        .get("Node", None, name)
-        .is_some_and(|n| n.pointer("/spec/unschedulable") == Some(&json!(true)))
-}
 
 #[tokio::test]
 async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another() {
@@ -174,7 +55,13 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
         .set_timing(Duration::from_millis(200), Duration::from_secs(40));
     let mut machines = Vec::new();
     for name in NODES {
-        match machine(&api, name).await {
+        match machine(
+            &api,
+            name,
+            &format!("release_delay = \"{}s\"", RELEASE_DELAY.as_secs()),
+        )
+        .await
+        {
             Some(m) => machines.push(m),
             // Skips with a printed reason, or fails under CI=true.
             None => {

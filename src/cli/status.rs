@@ -47,6 +47,10 @@ struct Status {
     /// With `[fleet] slots`: the slots of this node's group and their holders.
     #[serde(skip_serializing_if = "Option::is_none")]
     drain_slots: Option<Vec<crate::fleet::slots::SlotView>>,
+    /// With `[fleet] slots`, a slot held by this node and no marker (restored): what the slot
+    /// waits for before the daemon gives it back (`[fleet] settle_max`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settling: Option<String>,
     /// With `[fleet] slots`: why the slots could not be read (the kubelet's credentials may
     /// not read Leases outside `kube-node-lease`); the rest is shown all the same.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,8 +102,15 @@ async fn read(settings: &Arc<Settings>, engine: &Engine) -> Result<Status, CliEr
     } else {
         (None, None)
     };
+    let settling = match &drain_slots {
+        Some(views) if marker.is_none() && foreign_marker.is_none() => {
+            settling(engine, &settings.node_name, views).await
+        }
+        _ => None,
+    };
     let spec = node.spec.unwrap_or_default();
     Ok(Status {
+        settling,
         node: settings.node_name.clone(),
         cordoned: spec.unschedulable.unwrap_or(false),
         taint_present: spec
@@ -144,6 +155,9 @@ async fn say_status(settings: &Arc<Settings>, status: &Status, waits: bool) {
             "  drain slots:   {}",
             slots_line(&status.node, slots, jiff::Timestamp::now())
         );
+    }
+    if let Some(settling) = &status.settling {
+        say!("  settling:      {settling}");
     }
     if let Some(why) = &status.drain_slots_error {
         say!("  drain slots:   cannot be read: {why}");
@@ -197,6 +211,37 @@ fn say_marker(status: &Status) {
             );
         }
     }
+}
+
+/// For a restored node that still holds a slot: the budgets of its last drain's record it
+/// waits for, and which are short now.
+async fn settling(
+    engine: &Engine,
+    node: &str,
+    views: &[crate::fleet::slots::SlotView],
+) -> Option<String> {
+    let mine = format!("{node}/");
+    if !views
+        .iter()
+        .any(|v| v.holder.as_ref().is_some_and(|h| h.starts_with(&mine)))
+    {
+        return None;
+    }
+    let covering = engine.last_report().ok()??.settle?;
+    let what = match &covering {
+        crate::report::Covering::Budgets(names) => names.join(", "),
+        crate::report::Covering::Namespaces(ns) => format!("every budget in {}", ns.join(", ")),
+    };
+    Some(match engine.settle_now(&covering).await {
+        Ok(short) if short.is_empty() => {
+            format!("the budgets of its evicted pods are healthy again ({what})")
+        }
+        Ok(short) => format!(
+            "its slot waits for the budgets of its evicted pods: {}",
+            crate::text::outside(&short.join("; "))
+        ),
+        Err(e) => format!("its slot waits for {what}, which cannot be read: {e}"),
+    })
 }
 
 /// Why the drain slots could not be read, from `e`; a refusal says what the credentials lack.

@@ -217,6 +217,10 @@ pub struct FleetSettings {
     /// How long a node back from its drain keeps its slot after the restore, so its workloads
     /// settle before the next node drains (kured's `--lock-release-delay`); zero: none.
     pub release_delay: Duration,
+    /// After the restore and `release_delay`, the slot also waits until the disruption budgets
+    /// that covered the pods the drain evicted are healthy again, at most this long after the
+    /// restore (then it goes back with a Warning Event); zero: not waited for.
+    pub settle_max: Duration,
     pub on_no_slot: OnNoSlot,
     /// Hold a logind block lock while no slot is open to this node (the daemon's gate).
     pub gate: bool,
@@ -226,6 +230,9 @@ pub struct FleetSettings {
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-shutdown-drain";
 /// The default `[fleet] hold_max`.
 pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
+/// The default `[fleet] settle_max` (and at most half of `hold_max` when that is not set): a
+/// slot kept longer than `hold_max` would read as stale to the other nodes.
+pub const DEFAULT_SETTLE_MAX: Duration = Duration::from_secs(1800);
 /// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
 /// shorter in tests): long enough for the
 /// command's call to logind that follows at once, short enough that a reboot logind refused for
@@ -244,6 +251,7 @@ impl Default for FleetSettings {
             group_label: None,
             hold_max: DEFAULT_HOLD_MAX,
             release_delay: Duration::ZERO,
+            settle_max: DEFAULT_SETTLE_MAX,
             on_no_slot: OnNoSlot::Cordon,
             gate: false,
         }

@@ -224,6 +224,8 @@ pub struct RawFleet {
     pub hold_max: Option<Positive>,
     /// Default: 0 (none). Shorter than `hold_max`.
     pub release_delay: Option<Spanned<Delay>>,
+    /// Default: [`super::DEFAULT_SETTLE_MAX`], at most half of `hold_max`; 0: not waited for.
+    pub settle_max: Option<Spanned<Delay>>,
     /// Default: cordon.
     pub on_no_slot: Option<OnNoSlot>,
     /// Default: false. Needs `slots`.
@@ -289,7 +291,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, release_delay, on_no_slot, gate)";
+         hold_max, release_delay, settle_max, on_no_slot, gate)";
 }
 
 impl Table for RawShutdown {

@@ -467,3 +467,38 @@ fn the_release_delay_is_zero_by_default_and_shorter_than_hold_max() {
         .to_string();
     assert!(e.contains("out of range"), "{e}");
 }
+
+#[test]
+fn settle_max_lies_between_the_release_delay_and_hold_max() {
+    let fleet = |text: &str| parse(text).map(|s| s.fleet.settle_max);
+    assert_eq!(fleet("").unwrap(), Duration::from_secs(1800));
+    // The default is at most half of hold_max, and never below the release delay.
+    assert_eq!(
+        fleet("[fleet]\nslots = 1\nhold_max = \"20m\"").unwrap(),
+        Duration::from_secs(600)
+    );
+    assert_eq!(
+        fleet("[fleet]\nslots = 1\nhold_max = \"20m\"\nrelease_delay = \"15m\"").unwrap(),
+        Duration::from_secs(900)
+    );
+    assert_eq!(
+        fleet("[fleet]\nslots = 1\nsettle_max = \"10m\"").unwrap(),
+        Duration::from_secs(600)
+    );
+    assert_eq!(
+        fleet("[fleet]\nsettle_max = \"0s\"").unwrap(),
+        Duration::ZERO
+    );
+    for bad in [
+        "settle_max = \"1h\"",
+        "release_delay = \"5m\"\nsettle_max = \"1m\"",
+    ] {
+        let e = fleet(&format!("[fleet]\nslots = 1\n{bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("key `fleet.settle_max`") && e.contains("not between release_delay"),
+            "{e}"
+        );
+    }
+}

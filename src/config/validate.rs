@@ -224,15 +224,54 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
         Some(r) => r.get_ref().0,
         None => d.release_delay,
     };
+    let settle_max = settle_max(src, f.settle_max, hold_max, release_delay)?;
     Ok(FleetSettings {
         slots,
         gate,
         hold_max,
         release_delay,
+        settle_max,
         lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
         group_label: f.group_label.map(|k| k.0),
         on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
     })
+}
+
+/// `[fleet] settle_max`: zero, or between `release_delay` (the floor) and `hold_max` (a slot
+/// kept that long reads as stale to the others). Unset: the default, at most half `hold_max`.
+fn settle_max(
+    src: &Source<'_>,
+    set: Option<Spanned<super::values::Delay>>,
+    hold_max: Duration,
+    release_delay: Duration,
+) -> Result<Duration, ConfigError> {
+    let Some(s) = set else {
+        return Ok(crate::config::DEFAULT_SETTLE_MAX
+            .min(hold_max / 2)
+            .max(release_delay));
+    };
+    let max = s.get_ref().0;
+    let invalid = |problem: String, fix: &str| {
+        Err(src.invalid(s.span(), "fleet.settle_max", Invalid::new(problem, fix)))
+    };
+    if max.is_zero() {
+        return Ok(max);
+    }
+    // Without slots there is no slot to keep: the ceiling is checked, and bounds nothing.
+    if max >= hold_max || max < release_delay {
+        return invalid(
+            format!(
+                "{} s is not between release_delay ({} s, the floor) and hold_max ({} s: a slot \
+                 kept that long is free to others)",
+                max.as_secs(),
+                release_delay.as_secs(),
+                hold_max.as_secs()
+            ),
+            "a ceiling at least `release_delay` and shorter than `hold_max`, or \"0s\" to give \
+             the slot back without waiting for the budgets",
+        );
+    }
+    Ok(max)
 }
 
 /// The kubelet registers the node under the lower-cased host name by default; that name must

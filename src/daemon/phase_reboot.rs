@@ -172,7 +172,10 @@ impl Phase {
             Phase::Waiting if a.restoring => refused(
                 Kind::Restoring,
                 format!(
-                    "node {node} is being restored (its drain slot goes back at the end); ask again"
+                    "node {node} is being restored; its drain slot goes back once the cluster has \
+                     settled (release_delay, then the disruption budgets of the pods it evicted \
+                     healthy again, at most settle_max; `kube-shutdown-drain status` names them); \
+                     ask again"
                 ),
             ),
             Phase::Waiting => Answer::Released,

@@ -16,8 +16,11 @@ use crate::backoff::Backoff;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
+use crate::engine::settle::Settled;
 use crate::engine::{Engine, Error};
+use crate::events::Reason as EventReason;
 use crate::node::{DAEMONSETS_TAINT_KEY, ForeignMarker, Marker, MarkerRead};
+use crate::report::Covering;
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -171,7 +174,8 @@ async fn restore_marker(
     let node = &access.settings.node_name;
     status.set_restore(Some(format!("restoring node {node}")));
     let delay = access.settings.fleet.release_delay;
-    if delay.is_zero() {
+    let settle = engine.settle_record(marker);
+    if delay.is_zero() && settle.is_none() {
         let outcome = engine.restore().await?;
         tracing::info!(
             "restored node {node} (marker of boot {}): {}",
@@ -180,19 +184,20 @@ async fn restore_marker(
         );
         return Ok(());
     }
-    restore_keeping_slots(access, engine, status, marker, delay).await
+    restore_keeping_slots(access, engine, status, marker, settle).await
 }
 
-/// `[fleet] release_delay`: the slot is carried into this boot before the marker goes (a
-/// restored node holding a slot of another boot is stale to the others, who would take it at
-/// once), and given back only after the delay. A daemon stopped meanwhile gives it back at its
-/// next start (no marker left: the slot goes back at once).
+/// `[fleet] release_delay` and `settle_max`: the slot is carried into this boot before the
+/// marker goes (a restored node holding a slot of another boot is stale to the others, who
+/// would take it at once), and given back only after the delay and once the cluster settled
+/// (`settle`: the budgets of the pods the drain evicted). A daemon stopped meanwhile gives it
+/// back at its next start (no marker left: the slot goes back at once).
 async fn restore_keeping_slots(
     access: &Access,
     engine: &Engine,
     status: &Status,
     marker: &Marker,
-    delay: Duration,
+    settle: Option<Covering>,
 ) -> Result<(), Error> {
     let node = &access.settings.node_name;
     let deadline = tokio::time::Instant::now() + access.settings.drain.timeout;
@@ -204,18 +209,73 @@ async fn restore_keeping_slots(
         crate::engine::restore_text(&outcome)
     );
     if !kept.is_empty() {
-        let said = format!(
-            "node {node} keeps drain slot {} for release_delay ({} s) so its workloads settle \
-             before the next node drains",
-            kept.join(", "),
-            delay.as_secs()
-        );
-        tracing::info!("{said}");
-        status.set_restore(Some(said));
-        tokio::time::sleep(delay).await;
+        let restored = tokio::time::Instant::now();
+        let delay = access.settings.fleet.release_delay;
+        if !delay.is_zero() {
+            let said = format!(
+                "node {node} keeps drain slot {} for release_delay ({} s) so its workloads \
+                 settle before the next node drains",
+                kept.join(", "),
+                delay.as_secs()
+            );
+            tracing::info!("{said}");
+            status.set_restore(Some(said));
+            tokio::time::sleep(delay).await;
+        }
+        if let Some(covering) = settle {
+            let until = restored + access.settings.fleet.settle_max;
+            settle_budgets(engine, status, &kept, &covering, until).await;
+        }
     }
     give_back_restored(access, engine, status).await;
     Ok(())
+}
+
+/// Keeps the slots `kept` until every budget of `covering` is healthy again or `until` (then
+/// a Warning Event names the budgets still short); says what it waits for in the status line.
+async fn settle_budgets(
+    engine: &Engine,
+    status: &Status,
+    kept: &[String],
+    covering: &Covering,
+    until: tokio::time::Instant,
+) {
+    let node = &engine.settings().node_name;
+    let what = match covering {
+        Covering::Budgets(names) => format!("PodDisruptionBudgets {}", names.join(", ")),
+        Covering::Namespaces(ns) => format!("every PodDisruptionBudget in {}", ns.join(", ")),
+    };
+    let max = engine.settings().fleet.settle_max.as_secs();
+    let said = format!(
+        "node {node} keeps drain slot {} until the cluster has settled: {what} healthy again \
+         (the pods it evicted; at most settle_max, {max} s after the restore)",
+        kept.join(", ")
+    );
+    tracing::info!("{said}");
+    status.set_restore(Some(said));
+    let started = tokio::time::Instant::now();
+    let unsettled = match engine.settle(covering, until).await {
+        Ok(Settled::Healthy) => {
+            tracing::info!(
+                "node {node}: {what} healthy again after {:.1} s; giving back drain slot {}",
+                started.elapsed().as_secs_f64(),
+                kept.join(", ")
+            );
+            return;
+        }
+        Ok(Settled::Short(short)) => format!(
+            "still short at settle_max ({max} s): {}",
+            crate::text::outside(&short.join("; "))
+        ),
+        Ok(Settled::Unreadable(e)) => format!("cannot be watched: {e}"),
+        Err(e) => format!("cannot be read: {e}"),
+    };
+    let message = format!(
+        "node {node} gives back drain slot {} with {what} {unsettled}",
+        kept.join(", ")
+    );
+    tracing::warn!("{message}");
+    engine.event(EventReason::SlotUnsettled, &message).await;
 }
 
 /// Gives back the slots of a node already restored, retrying until it succeeds: a failure here

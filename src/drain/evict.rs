@@ -316,6 +316,7 @@ mod tests {
             order: Some(0),
             claims: Vec::new(),
             grace_seconds: 30,
+            labels: Default::default(),
         };
         let v = serde_json::to_value(eviction_body(&pod, Some(Duration::from_secs(7)))).unwrap();
         assert_eq!(

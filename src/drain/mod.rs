@@ -33,6 +33,7 @@ pub mod gone;
 pub mod health;
 mod last;
 pub mod run;
+pub mod settle;
 pub mod tracker;
 pub mod volumes;
 
@@ -127,6 +128,7 @@ pub(crate) fn empty_report(
         kind: None,
         slot: None,
         grace_fitted_to: None,
+        settle: None,
     }
 }
 
@@ -271,6 +273,7 @@ pub async fn drain(
         .fitting_grace_to(grace_by, grace_end),
     );
     say_started(&run, &node, &options.why, &plan);
+    let recording = settle::Recording::start(clients, &settings, work_deadline);
     let (cut, reached) = evict(
         clients,
         &run,
@@ -286,6 +289,7 @@ pub async fn drain(
         at_deadline(&run, &mut report, &clients.server, deadline).await;
     }
     watch.abort_all();
+    report.settle = recording.finish(&run, work_deadline).await;
     report.pods = run.take_reports();
     report.deadline_reached = reached;
     let report = finished(report, started);

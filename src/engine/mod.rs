@@ -27,6 +27,7 @@ pub use crate::node::{PrepareOutcome, RestoreOutcome};
 
 mod conditions;
 mod restore;
+pub mod settle;
 mod slots;
 
 pub use restore::{describe_cordon, restore_text};
@@ -495,8 +496,16 @@ impl Engine {
     /// running then finishes on its own.
     async fn store_report(&self, report: &Report, deadline: Instant) {
         let node = &self.settings.node_name;
-        let (copy, dir) = (report.clone(), self.settings.state_dir.clone());
-        let write = tokio::task::spawn_blocking(move || copy.write_to(&dir));
+        let (mut copy, dir) = (report.clone(), self.settings.state_dir.clone());
+        let node_name = node.clone();
+        let write = tokio::task::spawn_blocking(move || {
+            // What an earlier drain of this boot recorded for the settling stays recorded.
+            if let (Ok(previous), Ok(boot)) = (Report::read_last(&dir), node::boot_started()) {
+                copy.settle =
+                    drain::settle::carried(copy.settle, previous.as_ref(), &node_name, boot);
+            }
+            copy.write_to(&dir)
+        });
         let by = (Instant::now() + WRITE_ALLOWANCE).min(deadline + WRITE_ALLOWANCE);
         match tokio::time::timeout_at(by, write).await {
             Ok(Ok(Ok(path))) => tracing::info!(

@@ -42,14 +42,27 @@ pub fn budget_name(b: &PodDisruptionBudget) -> String {
 /// selector selects nothing in policy/v1; an empty one selects every pod in its namespace; one
 /// that does not parse selects nothing (eviction.go skips it).
 pub fn selects(b: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if b.metadata.namespace != pod.metadata.namespace {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    selects_labels(
+        b,
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        &labels,
+    )
+}
+
+/// [`selects`] for a pod known by its namespace and labels (one that has gone).
+pub fn selects_labels(
+    b: &PodDisruptionBudget,
+    namespace: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    if b.metadata.namespace.as_deref() != Some(namespace) {
         return false;
     }
     let Some(sel) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
         return false;
     };
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
-    Selector::from_label_selector(sel).is_ok_and(|s| s.matches(&labels))
+    Selector::from_label_selector(sel).is_ok_and(|s| s.matches(labels))
 }
 
 /// Condition Ready=True (`podutil.IsPodReady`, the Eviction API's "healthy").

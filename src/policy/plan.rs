@@ -37,6 +37,10 @@ pub struct PlannedPod {
     /// The pod's own grace period (`spec.terminationGracePeriodSeconds`, default 30).
     #[serde(skip)]
     pub grace_seconds: i64,
+    /// The pod's labels: which disruption budgets cover it, for the settling after the restore
+    /// ([`crate::drain::settle`]).
+    #[serde(skip)]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl PlannedPod {
@@ -57,6 +61,7 @@ impl PlannedPod {
                 .as_ref()
                 .and_then(|s| s.termination_grace_period_seconds)
                 .unwrap_or(DEFAULT_GRACE_SECONDS),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
         }
     }
 
