@@ -2,9 +2,11 @@
 //! on the fake API server whose kubelet stops and starts again (`[fleet] max_unready`), and a
 //! real Prometheus (Debian's `prometheus`, started here on loopback) whose alert rule fires
 //! while a metric this test serves says so (`[fleet.alerts]`). Each holds the node and lets it
-//! go again; an unreachable Prometheus holds it as `unknown`.
+//! go again; an unreachable Prometheus holds it as `unknown`. An Alertmanager answer behind a TLS
+//! front of a test CA shows `ca_file` and `bearer_token_file` at work.
 
 mod engine_support;
+mod tls_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -355,5 +357,67 @@ async fn a_real_prometheus_alert_holds_the_node_and_lets_it_go() {
              {url}/api/v1/alerts: "
         )),
         "{h}"
+    );
+}
+
+/// `alertmanager_url` over https: the server checked against `ca_file`, the token of
+/// `bearer_token_file` sent and read again at each query (a rotated token is used at once);
+/// a server of another CA is an `unknown` naming the URL.
+#[tokio::test]
+async fn an_alertmanager_over_https_is_checked_against_ca_file_and_given_the_token() {
+    let c = Cluster::start(vec![]).await;
+    let answer = c.dir.path().join("alerts.json");
+    std::fs::write(
+        &answer,
+        r#"[{"labels":{"alertname":"NodeDown"},"status":{"state":"active","silencedBy":[],"inhibitedBy":[]}}]"#,
+    )
+    .unwrap();
+    let upstream = serve_metric(answer.clone()).await;
+    let ca = tls_support::Ca::new();
+    let tls = tls_support::server_tls(&ca.server(&["127.0.0.1"]), None);
+    let front = tls_support::Front::start(&format!("http://127.0.0.1:{upstream}"), tls).await;
+    let (ca_file, token) = (c.dir.path().join("ca.crt"), c.dir.path().join("token"));
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    std::fs::write(&token, "first-token\n").unwrap();
+    let settings = c.settings(&format!(
+        "[fleet.alerts]\nalertmanager_url = \"{}\"\nca_file = \"{}\"\n\
+         bearer_token_file = \"{}\"\n",
+        front.url,
+        ca_file.display(),
+        token.display()
+    ));
+    let h = holds_now(&settings).await;
+    assert_eq!(h.keys(), [Key::AlertsFiring], "{h}");
+    assert_eq!(
+        h.to_string(),
+        format!(
+            "1 alert is active at Alertmanager {}: NodeDown; node node-a waits until none does",
+            front.url
+        )
+    );
+    std::fs::write(&token, "second-token").unwrap();
+    std::fs::write(&answer, "[]").unwrap();
+    let h = holds_now(&settings).await;
+    assert!(h.may_go(), "{h}");
+    assert_eq!(
+        front.authorizations(),
+        ["Bearer first-token", "Bearer second-token"]
+    );
+    // A CA that did not sign the server's certificate: nothing is sent, the node waits.
+    std::fs::write(&ca_file, &tls_support::Ca::new().pem).unwrap();
+    let h = holds_now(&settings).await;
+    assert_eq!(h.keys(), [Key::Unknown], "{h}");
+    let text = h.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "cannot tell whether an alert of Alertmanager fires, so node node-a waits: {}/api/v2/alerts?active=true",
+            front.url
+        )) && text.contains("certificate"),
+        "{text}"
+    );
+    assert_eq!(
+        front.authorizations().len(),
+        2,
+        "no token to an unchecked server"
     );
 }
