@@ -20,8 +20,20 @@ fn the_example_parses_and_states_the_defaults() {
     );
 }
 
-/// Uncomment every `# key = value`, `# [[rules]]` and `# [[reboot.window]]` line: the examples in
-/// comments must be valid.
+/// A `[table]` header line alone (`[fleet.alerts]`), not prose that starts with one.
+fn is_table_header(line: &str) -> bool {
+    line.strip_prefix('[')
+        .and_then(|l| l.strip_suffix(']'))
+        .is_some_and(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+        })
+}
+
+/// Uncomment every `# key = value`, `# [table]`, `# [[rules]]` and `# [[reboot.window]]` line:
+/// the examples in comments must be valid.
 #[test]
 fn the_commented_examples_are_valid() {
     let text = std::fs::read_to_string(example_path()).unwrap();
@@ -30,6 +42,7 @@ fn the_commented_examples_are_valid() {
         .map(|l| {
             let body = l.strip_prefix("# ").unwrap_or(l);
             let looks_like_toml = body.starts_with("[[")
+                || is_table_header(body)
                 || body.split_once(" = ").is_some_and(|(k, _)| {
                     !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
                 });
@@ -57,6 +70,15 @@ fn the_commented_examples_are_valid() {
     assert_eq!(
         s.drain.grace_period,
         Some(std::time::Duration::from_secs(30))
+    );
+    assert_eq!(
+        s.fleet.max_unready,
+        Some(kube_shutdown_drain::config::gates::MaxUnready::Nodes(1))
+    );
+    let alerts = s.fleet.alerts.expect("[fleet.alerts] uncommented");
+    assert_eq!(alerts.base, "https://prometheus.example:9090");
+    assert!(
+        alerts.filter.is_some() && alerts.ca_file.is_some() && alerts.bearer_token_file.is_some()
     );
 }
 

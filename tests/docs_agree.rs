@@ -388,7 +388,15 @@ fn example_keys() -> BTreeSet<String> {
             .and_then(|l| l.strip_suffix("]]"))
         {
             section = name.to_owned();
-        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+        } else if let Some(name) = commented
+            .unwrap_or(line)
+            .strip_prefix('[')
+            .and_then(|l| l.strip_suffix(']'))
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+            })
+        {
             section = name.to_owned();
         } else if let Some((key, _)) = commented.unwrap_or(line).split_once(" = ")
             && !key.is_empty()

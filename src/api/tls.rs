@@ -194,6 +194,28 @@ impl TlsFrom {
     }
 }
 
+/// rustls' configuration for a client without a certificate of its own that checks the server
+/// against `roots` (DER certificates), or against the system's trust store without them: for
+/// servers other than the API server (`[fleet.alerts]`, [`crate::reboot::alerts`]).
+pub fn server_checked(
+    roots: Option<Vec<CertificateDer<'static>>>,
+) -> Result<ClientConfig, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder =
+        ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
+    let builder = match roots {
+        Some(roots) => {
+            let mut store = RootCertStore::empty();
+            for cert in roots {
+                store.add(cert)?;
+            }
+            builder.with_root_certificates(store)
+        }
+        None => builder.with_platform_verifier()?,
+    };
+    Ok(builder.with_no_client_auth())
+}
+
 /// The PEM text of a user's `NAME-data` (base64, first) or `NAME` (a file), and what it was,
 /// for messages.
 fn pem_of(

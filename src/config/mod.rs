@@ -18,6 +18,7 @@
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
 //! | `fleetlock.rs` | `[fleetlock]`: the FleetLock server for zincati |
+//! | `gates.rs` | `[fleet] max_unready` and `[fleet.alerts]`: the cluster-health gates of a reboot |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -38,6 +39,9 @@ pub mod fleetlock;
 #[cfg(test)]
 mod fleetlock_tests;
 mod from_value;
+pub mod gates;
+#[cfg(test)]
+mod gates_tests;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
@@ -224,6 +228,11 @@ pub struct FleetSettings {
     pub on_no_slot: OnNoSlot,
     /// Hold a logind block lock while no slot is open to this node (the daemon's gate).
     pub gate: bool,
+    /// No slot is taken while this many other nodes of the group, or more, are NotReady or
+    /// cordoned by someone else; none: not judged.
+    pub max_unready: Option<gates::MaxUnready>,
+    /// No slot is taken while an alert of this server fires; none: no server asked.
+    pub alerts: Option<gates::AlertsSettings>,
 }
 
 /// The default `[fleet] lease_namespace`: the namespace the RBAC manifest creates.
@@ -254,6 +263,8 @@ impl Default for FleetSettings {
             settle_max: DEFAULT_SETTLE_MAX,
             on_no_slot: OnNoSlot::Cordon,
             gate: false,
+            max_unready: None,
+            alerts: None,
         }
     }
 }

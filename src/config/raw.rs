@@ -230,6 +230,11 @@ pub struct RawFleet {
     pub on_no_slot: Option<OnNoSlot>,
     /// Default: false. Needs `slots`.
     pub gate: Option<Spanned<Flag>>,
+    /// Default: none (not judged).
+    pub max_unready: Option<super::gates::MaxUnready>,
+    /// `[fleet.alerts]`. Default: none (no alerts asked).
+    #[serde(default)]
+    pub alerts: Option<Spanned<super::gates::AlertsEntry>>,
 }
 
 /// `[shutdown]`: every key defaults to "drain".
@@ -291,7 +296,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, release_delay, settle_max, on_no_slot, gate)";
+         hold_max, release_delay, settle_max, on_no_slot, gate, max_unready, alerts)";
 }
 
 impl Table for RawShutdown {

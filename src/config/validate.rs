@@ -234,6 +234,8 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
         lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
         group_label: f.group_label.map(|k| k.0),
         on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
+        max_unready: f.max_unready,
+        alerts: super::gates::alerts(f.alerts, src)?,
     })
 }
 

@@ -145,7 +145,7 @@ fn reboot_need(out: &mut Exposition, reboot: &RebootFacts) {
         .collect();
     out.family(
         "reboot_waiting",
-        "With a [reboot] trigger: 1 for each reason the needed reboot waits (held, paused, blocking_pods, outside_window, forecast_blocks, unknown).",
+        "With a [reboot] trigger: 1 for each reason the needed reboot waits (held, paused, blocking_pods, outside_window, forecast_blocks, unready_nodes, alerts_firing, unknown).",
         &waiting,
     );
     out.family(

@@ -33,7 +33,7 @@
 //! | pre-reboot | Rebooting, asked, by the agent, the verdict Go | 200: drained, its slot held, inside a window, not held |
 //! | pre-reboot | Rebooting, asked, by the agent, the verdict Waits | 409 as for Waiting below (the table restores the node when the agent's time is up) |
 //! | pre-reboot | Rebooting, not asked | 409 `failed_lock_semaphore_full` while it waits for a slot, else `drain_in_progress` |
-//! | pre-reboot | Waiting, the verdict Waits | 409 `reboot_held` or `outside_maintenance_window` (the holds); in the pause after a reboot that ended without one, what ended it: `drain_incomplete`, `reboot_held`, `reboot_overdue`, `reboot_cancelled`, `reboot_failed` |
+//! | pre-reboot | Waiting, the verdict Waits | 409 `outside_maintenance_window`, `unready_nodes` or `alerts_firing` when every hold is of that kind, else `reboot_held`; in the pause after a reboot that ended without one, what ended it: `drain_incomplete`, `reboot_held`, `reboot_overdue`, `reboot_cancelled`, `reboot_failed` |
 //! | pre-reboot | Waiting, any other verdict | 409 `reboot_pending` (the need has not stood yet, or its holds are being looked at) |
 //! | pre-reboot | a shutdown scheduled or under way, or logind asked by the daemon | 409 `drain_in_progress` |
 //! | steady-state | Waiting, no restore running | 200: restored, no slot held |
@@ -227,15 +227,28 @@ fn shutdown_under_way(node: &str) -> Answer {
     )
 }
 
-/// What the verdict waits for, as the agent is told: the holds' kind, or what ended the last
-/// reboot during the pause after it; `None` unless it waits for either.
+/// The FleetLock kind of one hold: a window, the group's unready nodes and the alerts have
+/// their own, every other reason is `reboot_held`.
+fn hold_kind(key: Key) -> Kind {
+    match key {
+        Key::OutsideWindow => Kind::OutsideWindow,
+        Key::UnreadyNodes => Kind::UnreadyNodes,
+        Key::AlertsFiring => Kind::AlertsFiring,
+        _ => Kind::Held,
+    }
+}
+
+/// What the verdict waits for, as the agent is told: the holds' kind (the one every reason
+/// shares, else `reboot_held`), or what ended the last reboot during the pause after it; `None`
+/// unless it waits for either.
 fn waits(a: &AgentAsk<'_>) -> Option<Answer> {
     let why = a.why.to_owned();
     match (a.ask, a.keys.first(), a.setback) {
-        (Ask::Waits, Some(Key::OutsideWindow), _) if a.keys.len() == 1 => {
-            Some(refused(Kind::OutsideWindow, why))
+        (Ask::Waits, Some(first), _) => {
+            let kind = hold_kind(*first);
+            let shared = a.keys.iter().all(|k| hold_kind(*k) == kind);
+            Some(refused(if shared { kind } else { Kind::Held }, why))
         }
-        (Ask::Waits, Some(_), _) => Some(refused(Kind::Held, why)),
         (Ask::Waits, None, Some(setback)) => Some(refused(setback.kind(), why)),
         _ => None,
     }

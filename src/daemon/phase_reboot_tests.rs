@@ -381,6 +381,10 @@ fn the_agent_gets_200_only_drained_or_restored_and_otherwise_the_kind_of_its_wai
         (&[Key::Held][..], Kind::Held),
         (&[Key::BlockingPods][..], Kind::Held),
         (&[Key::Held, Key::OutsideWindow][..], Kind::Held),
+        (&[Key::UnreadyNodes][..], Kind::UnreadyNodes),
+        (&[Key::AlertsFiring][..], Kind::AlertsFiring),
+        (&[Key::UnreadyNodes, Key::AlertsFiring][..], Kind::Held),
+        (&[Key::AlertsFiring, Key::Unknown][..], Kind::Held),
     ] {
         assert_eq!(
             kind(Phase::Waiting.answer_agent(&held(keys))),

@@ -66,8 +66,13 @@ pub enum Kind {
     SemaphoreFull,
     /// No maintenance window is open.
     OutsideWindow,
-    /// An admin holds the node's reboots.
+    /// An admin holds the node's reboots (or the pause, a blocking pod, the forecast, a read
+    /// that failed, or reasons of several kinds at once).
     Held,
+    /// Too many other nodes of the slot group are NotReady or cordoned (`[fleet] max_unready`).
+    UnreadyNodes,
+    /// An alert of `[fleet.alerts]` is active.
+    AlertsFiring,
     /// The node's drain is running; ask again.
     Draining,
     /// The node's drain ended without emptying it.
@@ -103,6 +108,8 @@ impl Kind {
             Kind::SemaphoreFull => "failed_lock_semaphore_full",
             Kind::OutsideWindow => "outside_maintenance_window",
             Kind::Held => "reboot_held",
+            Kind::UnreadyNodes => "unready_nodes",
+            Kind::AlertsFiring => "alerts_firing",
             Kind::Draining => "drain_in_progress",
             Kind::DrainIncomplete => "drain_incomplete",
             Kind::Overdue => "reboot_overdue",

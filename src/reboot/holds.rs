@@ -29,7 +29,12 @@
 //! - `forecast_blocks`: with `[daemon] forecast_interval` set, the last forecast's verdict is
 //!   `blocked` (a pod the Eviction API would keep refusing). `cut at the deadline` does not
 //!   hold: that drain completes, late, and the estimate above weighs its length;
-//! - `unknown`: a read failed (the Node, the pause Lease, the node's pods), never taken for a
+//! - `unready_nodes`: with `[fleet] max_unready`, that many other nodes of the slot group, or
+//!   more, are NotReady or cordoned by someone else ([`super::health`]);
+//! - `alerts_firing`: with `[fleet.alerts]`, an alert of its Prometheus or Alertmanager that
+//!   counts by kured's rules is active ([`super::health`]);
+//! - `unknown`: a read failed (the Node, the pause Lease, the node's pods, the group's Nodes,
+//!   the alerts), never taken for a
 //!   "may go". It stands where the reason it could not tell would stand, naming the object and
 //!   the error.
 
@@ -41,11 +46,12 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+pub use super::health::{Alerts, Group};
 use super::window::Windows;
 use crate::api::ApiError;
-use crate::config::Settings;
 use crate::config::reboot::RebootSettings;
 use crate::config::selector::Selector;
+use crate::config::{FleetSettings, Settings};
 use crate::forecast::{Forecast, Verdict};
 use crate::node::ownership::annotation_owners;
 use crate::report::Report;
@@ -68,18 +74,24 @@ pub enum Key {
     BlockingPods,
     OutsideWindow,
     ForecastBlocks,
+    /// Too many other nodes of the slot group are out (`[fleet] max_unready`).
+    UnreadyNodes,
+    /// An alert of `[fleet.alerts]` is active.
+    AlertsFiring,
     /// A read failed: whether the node must wait cannot be told, so it waits.
     Unknown,
 }
 
 impl Key {
     /// Every key, in the order the reasons are judged.
-    pub const ALL: [Key; 6] = [
+    pub const ALL: [Key; 8] = [
         Key::Held,
         Key::Paused,
         Key::BlockingPods,
         Key::OutsideWindow,
         Key::ForecastBlocks,
+        Key::UnreadyNodes,
+        Key::AlertsFiring,
         Key::Unknown,
     ];
 
@@ -91,6 +103,8 @@ impl Key {
             Key::BlockingPods => "blocking_pods",
             Key::OutsideWindow => "outside_window",
             Key::ForecastBlocks => "forecast_blocks",
+            Key::UnreadyNodes => "unready_nodes",
+            Key::AlertsFiring => "alerts_firing",
             Key::Unknown => "unknown",
         }
     }
@@ -110,7 +124,7 @@ pub struct Reason {
 }
 
 impl Reason {
-    fn new(key: Key, message: String) -> Reason {
+    pub(super) fn new(key: Key, message: String) -> Reason {
         Reason { key, message }
     }
 }
@@ -227,6 +241,8 @@ pub struct Context<'a> {
     /// The drain's expected length, when the caller has one and the drain is still to come
     /// (not before the reboot that follows a drain).
     pub estimate: Option<Estimate>,
+    /// `[fleet]`: the slot group, `max_unready` and `[fleet.alerts]`.
+    pub fleet: &'a FleetSettings,
 }
 
 impl<'a> Context<'a> {
@@ -247,6 +263,7 @@ impl<'a> Context<'a> {
             windows,
             forecast: forecast.filter(|_| settings.daemon.forecast_interval.is_some()),
             estimate,
+            fleet: &settings.fleet,
         }
     }
 }
@@ -275,6 +292,8 @@ pub struct Seen {
     pub node: Result<Node, ApiError>,
     pub pause: Pause,
     pub pods: Pods,
+    pub group: Group,
+    pub alerts: Alerts,
 }
 
 /// Every reason the node must wait at `now`, in the order of [`Key::ALL`].
@@ -333,6 +352,8 @@ pub fn judge(cx: &Context<'_>, seen: &Seen, now: Timestamp) -> Holds {
             ),
         ));
     }
+    reasons.extend(super::health::unready(cx, &seen.node, &seen.group));
+    reasons.extend(super::health::firing(cx, &seen.alerts));
     Holds {
         node: node.to_string(),
         reasons,

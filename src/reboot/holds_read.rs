@@ -1,18 +1,23 @@
 //! The reads behind [`super::holds::judge`]: the Node (its hold annotation), the pause Lease in
-//! `[fleet] lease_namespace`, and, only with `[reboot] blocking_pod_selector`, the node's pods
-//! (the drain's own paged list by `spec.nodeName`; the selector is matched by the judge). At
-//! most three requests, sent at once, each retried until `deadline`, nothing written; a read
-//! that fails is kept as its error, which the judge turns into an `unknown` reason. Under the
-//! shipped RBAC the node identity may do all three: `get` Nodes, `list` pods and `get` Leases
-//! (the ClusterRole). The kubelet's credentials may read the Node and the node's pods, not the
-//! pause Lease (see [`super::holds`]).
+//! `[fleet] lease_namespace`, only with `[reboot] blocking_pod_selector` the node's pods (the
+//! drain's own paged list by `spec.nodeName`; the selector is matched by the judge), only with
+//! `[fleet] max_unready` the Nodes of the node's slot group (once its own Node is read: one list,
+//! by `group_label`'s value when it has one, served from the API server's cache), and only with
+//! `[fleet.alerts]` the alerts ([`super::alerts`]). Sent at once, each retried (the alerts asked
+//! once) until `deadline`, nothing written; a read that fails is kept as its error, which the
+//! judge turns into an `unknown` reason. Under the shipped RBAC the node identity may do all of
+//! them: `get` and `list` Nodes, `list` pods and `get` Leases (the ClusterRole). The kubelet's
+//! credentials may read the Nodes and the node's pods, not the pause Lease (see
+//! [`super::holds`]).
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use tokio::time::Instant;
 
-use super::holds::{Context, Estimate, ForecastSaid, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge};
+use super::holds::{
+    Alerts, Context, Estimate, ForecastSaid, Group, Holds, PAUSE_LEASE, Pause, Pods, Seen, judge,
+};
 use super::window::Windows;
 use crate::api::Clients;
 use crate::config::Settings;
@@ -84,7 +89,16 @@ pub async fn read(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> See
     let leases: Api<Lease> = Api::namespaced(clients.api.clone(), cx.lease_namespace);
     let node_object = format!("node {}", cx.node);
     let pause_object = format!("Lease {}/{PAUSE_LEASE}", cx.lease_namespace);
-    let node = clients.retry(deadline, &node_object, || nodes.get(cx.node));
+    let node_and_group = async {
+        let node = clients
+            .retry(deadline, &node_object, || nodes.get(cx.node))
+            .await;
+        let group = match &node {
+            Ok(own) if cx.fleet.max_unready.is_some() => group(clients, cx, own, deadline).await,
+            _ => Group::NotAsked,
+        };
+        (node, group)
+    };
     let pause = async {
         match clients
             .retry(deadline, &pause_object, || leases.get(PAUSE_LEASE))
@@ -105,6 +119,42 @@ pub async fn read(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> See
             Err(e) => Pods::Unreadable(e),
         }
     };
-    let (node, pause, pods) = tokio::join!(node, pause, pods);
-    Seen { node, pause, pods }
+    let alerts = async {
+        let Some(settings) = &cx.fleet.alerts else {
+            return Alerts::NotAsked;
+        };
+        match super::alerts::active(settings, deadline).await {
+            Ok(list) => Alerts::Listed(list),
+            Err(e) => Alerts::Unreadable(e),
+        }
+    };
+    let ((node, group), pause, pods, alerts) = tokio::join!(node_and_group, pause, pods, alerts);
+    Seen {
+        node,
+        pause,
+        pods,
+        group,
+        alerts,
+    }
+}
+
+/// The Nodes of `own`'s slot group, for `max_unready`: listed by `group_label`'s value when it
+/// has one, else all of them (the judge keeps the group's), from the API server's cache
+/// (`resourceVersion=0`): a minute-old view is enough for a gate judged every minute, and costs
+/// the server no read of etcd.
+async fn group(clients: &Clients, cx: &Context<'_>, own: &Node, deadline: Instant) -> Group {
+    let nodes: Api<Node> = Api::all(clients.api.clone());
+    let name = crate::fleet::group_of(cx.fleet, own);
+    let lp = match &cx.fleet.group_label {
+        Some(key) if name != crate::fleet::UNLABELLED => {
+            ListParams::default().labels(&format!("{key}={name}"))
+        }
+        _ => ListParams::default(),
+    }
+    .match_any();
+    let object = format!("nodes of group {name}");
+    match clients.retry(deadline, &object, || nodes.list(&lp)).await {
+        Ok(list) => Group::Listed(list.items),
+        Err(e) => Group::Unreadable(e),
+    }
 }

@@ -14,15 +14,15 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
 use super::holds::{
-    Context, Estimate, EstimateFrom, ForecastSaid, Holds, Key, PAUSE_LEASE, Pause, Pods, Seen,
-    judge, past_close,
+    Alerts, Context, Estimate, EstimateFrom, ForecastSaid, Group, Holds, Key, PAUSE_LEASE, Pause,
+    Pods, Seen, judge, past_close,
 };
 use super::window::{Window, Windows};
 use crate::api::ApiError;
 use crate::api::error::{Cause, Kind};
-use crate::config::Settings;
 use crate::config::reboot::RebootSettings;
 use crate::config::selector::Selector;
+use crate::config::{FleetSettings, Settings};
 use crate::forecast::{Forecast, TimeLimitView, Verdict};
 use crate::report::Report;
 
@@ -140,7 +140,16 @@ fn clear() -> Seen {
             json!({"app": "web"}),
             Some("Running"),
         )]),
+        group: Group::NotAsked,
+        alerts: Alerts::NotAsked,
     }
+}
+
+/// `[fleet]` without `max_unready` or `[fleet.alerts]`.
+fn no_gates() -> &'static FleetSettings {
+    static FLEET: std::sync::LazyLock<FleetSettings> =
+        std::sync::LazyLock::new(FleetSettings::default);
+    &FLEET
 }
 
 fn context<'a>(windows: &'a Windows, selector: Option<&'a Selector>) -> Context<'a> {
@@ -151,6 +160,7 @@ fn context<'a>(windows: &'a Windows, selector: Option<&'a Selector>) -> Context<
         windows,
         forecast: None,
         estimate: None,
+        fleet: no_gates(),
     }
 }
 
@@ -174,6 +184,8 @@ fn the_keys_are_stable_names() {
             "blocking_pods",
             "outside_window",
             "forecast_blocks",
+            "unready_nodes",
+            "alerts_firing",
             "unknown"
         ]
     );
@@ -456,6 +468,7 @@ fn every_reason_together_in_their_order() {
         node: Ok(held_by_kubectl("x")),
         pause: pause_lease(),
         pods: Pods::Listed(vec![backup("backup-1", "Running")]),
+        ..clear()
     };
     let h = judge(&cx, &seen, at(CLOSED));
     assert_eq!(
@@ -488,6 +501,7 @@ fn every_reason_together_in_their_order() {
             "Lease kube-shutdown-drain/kube-shutdown-drain-pause",
         )),
         pods: Pods::Unreadable(refused("pods of node n1")),
+        ..clear()
     };
     let h = judge(&cx, &seen, at(CLOSED));
     assert_eq!(

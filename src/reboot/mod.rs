@@ -20,12 +20,18 @@
 //! | `sentinel_command.rs` | the trigger of a sentinel command (run every `check_interval` in its own process group) |
 //! | `update_engine.rs` | the trigger of Flatcar's update_engine (its status on the system bus) |
 //! | `holds.rs` | what holds a node that needs a reboot: every reason it waits, judged purely |
-//! | `holds_read.rs` | the reads behind the holds (the Node, the pause Lease, the node's pods) |
+//! | `holds_read.rs` | the reads behind the holds (the Node, the pause Lease, the node's pods, the group's Nodes, the alerts) |
+//! | `health.rs` | the cluster's health as a hold: the group's unready nodes (`max_unready`), the active alerts |
+//! | `alerts.rs` | the alerts asked of Prometheus or Alertmanager (`[fleet.alerts]`) |
 //! | `procedure.rs` | the one procedure of a reboot the node decides (its own, the agent's, by hand): slot, holds, drain, holds, block locks, logind |
 
 mod accept;
+pub mod alerts;
 pub mod caller;
 pub mod fleetlock;
+pub mod health;
+#[cfg(test)]
+mod health_tests;
 pub mod holds;
 pub mod holds_read;
 #[cfg(test)]
