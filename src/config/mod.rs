@@ -18,6 +18,7 @@
 //! | `validate.rs` | raw -> `Settings`: defaults and the checks spanning several keys |
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
 //! | `fleetlock.rs` | `[fleetlock]`: the FleetLock server for zincati |
+//! | `hooks.rs` | `[[hook]]`: the commands run around the drains the node decides |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -38,6 +39,7 @@ pub mod fleetlock;
 #[cfg(test)]
 mod fleetlock_tests;
 mod from_value;
+pub mod hooks;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
@@ -220,12 +222,19 @@ pub struct FleetSettings {
     pub on_no_slot: OnNoSlot,
     /// Hold a logind block lock while no slot is open to this node (the daemon's gate).
     pub gate: bool,
+    /// How long a drain the node decides waits for the pre-drain hook annotations of the
+    /// cluster's operators (`crate::node::hooks`) before it gives up.
+    pub hook_timeout: Duration,
 }
 
 /// The default `[fleet] lease_namespace`: the namespace the RBAC manifest creates.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-shutdown-drain";
 /// The default `[fleet] hold_max`.
 pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
+/// The default `[fleet] hook_timeout`: an operator's failover (a storage replica moved, a
+/// database primary handed over) takes minutes; a node waits that long at most, then gives its
+/// slot back.
+pub const DEFAULT_HOOK_WAIT: Duration = Duration::from_secs(600);
 /// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
 /// shorter in tests): long enough for the
 /// command's call to logind that follows at once, short enough that a reboot logind refused for
@@ -246,6 +255,7 @@ impl Default for FleetSettings {
             release_delay: Duration::ZERO,
             on_no_slot: OnNoSlot::Cordon,
             gate: false,
+            hook_timeout: DEFAULT_HOOK_WAIT,
         }
     }
 }
@@ -333,6 +343,8 @@ pub struct Settings {
     pub fleetlock: Option<fleetlock::FleetLockSettings>,
     /// `[node] lifecycle_conditions`: the KEP-5683 conditions (`crate::node::conditions`).
     pub lifecycle_conditions: bool,
+    /// `[[hook]]`: the commands run around the drains the node decides, in the file's order.
+    pub hooks: Vec<hooks::Hook>,
 }
 
 /// A configuration that could not be used. Every variant names the file (or the variable).

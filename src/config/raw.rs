@@ -57,6 +57,9 @@ pub struct RawConfig {
     pub fleetlock: super::fleetlock::RawFleetLock,
     #[serde(default, deserialize_with = "table")]
     pub node: RawNode,
+    /// Default: no hook.
+    #[serde(default)]
+    pub hook: Vec<Spanned<super::hooks::HookEntry>>,
 }
 
 /// `[node]`: what the daemon says on its Node besides its marker.
@@ -228,6 +231,8 @@ pub struct RawFleet {
     pub on_no_slot: Option<OnNoSlot>,
     /// Default: false. Needs `slots`.
     pub gate: Option<Spanned<Flag>>,
+    /// Default: [`super::DEFAULT_HOOK_WAIT`].
+    pub hook_timeout: Option<Positive>,
 }
 
 /// `[shutdown]`: every key defaults to "drain".
@@ -289,7 +294,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, release_delay, on_no_slot, gate)";
+         hold_max, release_delay, on_no_slot, gate, hook_timeout)";
 }
 
 impl Table for RawShutdown {

@@ -73,6 +73,7 @@ pub fn settings(
         reboot,
         fleetlock,
         lifecycle_conditions: raw.node.lifecycle_conditions.is_some_and(|f| f.0),
+        hooks: super::hooks::settings(&raw.hook, src)?,
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw
@@ -232,6 +233,7 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
         lease_namespace: f.lease_namespace.map_or(d.lease_namespace, |n| n.0),
         group_label: f.group_label.map(|k| k.0),
         on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
+        hook_timeout: f.hook_timeout.map_or(d.hook_timeout, |DurationIn(t)| t),
     })
 }
 
