@@ -59,6 +59,13 @@ pub enum Reason {
     RebootWaiting,
     /// Nothing holds the needed reboot: the daemon drains the node and reboots it.
     RebootStarted,
+    /// The drain waits for the pre-drain hook annotations of the cluster's operators.
+    WaitingForHooks,
+    /// A hook annotation was still there at `[fleet] hook_timeout` (or at half of logind's
+    /// budget), or a pre-drain command hook failed.
+    HookFailed,
+    /// A post-restore command hook failed (the restore stands).
+    PostRestoreHookFailed,
 }
 
 impl Reason {
@@ -86,6 +93,9 @@ impl Reason {
             Reason::RebootRequired => "RebootRequired",
             Reason::RebootWaiting => "RebootWaiting",
             Reason::RebootStarted => "RebootStarted",
+            Reason::WaitingForHooks => "WaitingForHooks",
+            Reason::HookFailed => "PreDrainHookFailed",
+            Reason::PostRestoreHookFailed => "PostRestoreHookFailed",
         }
     }
 
@@ -102,7 +112,9 @@ impl Reason {
             | Reason::DrainIncomplete
             | Reason::DrainWouldBlock
             | Reason::CordonRemoved
-            | Reason::SlotUnavailable => "Warning",
+            | Reason::SlotUnavailable
+            | Reason::HookFailed
+            | Reason::PostRestoreHookFailed => "Warning",
             _ => "Normal",
         }
     }

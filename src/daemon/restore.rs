@@ -13,11 +13,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
+use crate::config::hooks::HookAt;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
 use crate::engine::{Engine, Error};
+use crate::events::Reason as EventReason;
 use crate::node::{DAEMONSETS_TAINT_KEY, ForeignMarker, Marker, MarkerRead};
+use crate::reboot::hooks::{self, HookEnv};
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -178,6 +181,7 @@ async fn restore_marker(
             marker.boot_id,
             crate::engine::restore_text(&outcome)
         );
+        post_restore_hooks(access).await;
         return Ok(());
     }
     restore_keeping_slots(access, engine, status, marker, delay).await
@@ -203,6 +207,7 @@ async fn restore_keeping_slots(
         marker.boot_id,
         crate::engine::restore_text(&outcome)
     );
+    post_restore_hooks(access).await;
     if !kept.is_empty() {
         let said = format!(
             "node {node} keeps drain slot {} for release_delay ({} s) so its workloads settle \
@@ -216,6 +221,40 @@ async fn restore_keeping_slots(
     }
     give_back_restored(access, engine, status).await;
     Ok(())
+}
+
+/// The post-restore hooks of `[[hook]]`, after the restore of a drain whose pre-drain hooks
+/// passed (its record, `reboot::hooks::take_pending`), before the slot goes back: each runs
+/// whatever the others did, and one that fails is a Warning Event `PostRestoreHookFailed`; the
+/// restore stands either way.
+async fn post_restore_hooks(access: &Access) {
+    let settings = &access.settings;
+    let node = settings.node_name.as_str();
+    if !settings.hooks.iter().any(|h| h.at == HookAt::PostRestore) {
+        return;
+    }
+    let Some(pending) = hooks::take_pending(&settings.state_dir, node) else {
+        return;
+    };
+    let env = HookEnv {
+        node,
+        reason: &pending.reason,
+        kind: &pending.kind,
+    };
+    for run in hooks::post_restore(&settings.hooks, env).await {
+        if run.passed() {
+            tracing::info!(node = %node, "{run} after the restore of node {node}");
+            continue;
+        }
+        let message = format!("node {node} is restored, but its {run}");
+        tracing::warn!(node = %node, "{message}");
+        Engine::post_event(
+            settings.clone(),
+            EventReason::PostRestoreHookFailed,
+            message,
+        )
+        .await;
+    }
 }
 
 /// Gives back the slots of a node already restored, retrying until it succeeds: a failure here

@@ -29,6 +29,10 @@
 //! - `forecast_blocks`: with `[daemon] forecast_interval` set, the last forecast's verdict is
 //!   `blocked` (a pod the Eviction API would keep refusing). `cut at the deadline` does not
 //!   hold: that drain completes, late, and the estimate above weighs its length;
+//! - `hook`: a pre-drain hook of the reboot itself did not pass (`super::procedure`): a command
+//!   of `[[hook]]` that failed or ran past its timeout (named, with its last output line), or an
+//!   operator's hook annotation still on the Node at `[fleet] hook_timeout`. Never read by the
+//!   looker: the reboot that met it is called off, and the next try runs the hooks again;
 //! - `unknown`: a read failed (the Node, the pause Lease, the node's pods), never taken for a
 //!   "may go". It stands where the reason it could not tell would stand, naming the object and
 //!   the error.
@@ -68,18 +72,21 @@ pub enum Key {
     BlockingPods,
     OutsideWindow,
     ForecastBlocks,
+    /// A pre-drain hook of the reboot did not pass.
+    Hook,
     /// A read failed: whether the node must wait cannot be told, so it waits.
     Unknown,
 }
 
 impl Key {
     /// Every key, in the order the reasons are judged.
-    pub const ALL: [Key; 6] = [
+    pub const ALL: [Key; 7] = [
         Key::Held,
         Key::Paused,
         Key::BlockingPods,
         Key::OutsideWindow,
         Key::ForecastBlocks,
+        Key::Hook,
         Key::Unknown,
     ];
 
@@ -91,6 +98,7 @@ impl Key {
             Key::BlockingPods => "blocking_pods",
             Key::OutsideWindow => "outside_window",
             Key::ForecastBlocks => "forecast_blocks",
+            Key::Hook => "hook",
             Key::Unknown => "unknown",
         }
     }
@@ -132,6 +140,15 @@ impl Holds {
                 Key::Unknown,
                 format!("cannot read what holds the reboot of node {node}: {why}"),
             )],
+        }
+    }
+
+    /// A pre-drain hook of the reboot did not pass: one `hook` reason, `message` naming the node
+    /// and the hook.
+    pub fn hook(node: &str, message: String) -> Holds {
+        Holds {
+            node: node.to_string(),
+            reasons: vec![Reason::new(Key::Hook, message)],
         }
     }
 

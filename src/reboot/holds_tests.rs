@@ -174,6 +174,7 @@ fn the_keys_are_stable_names() {
             "blocking_pods",
             "outside_window",
             "forecast_blocks",
+            "hook",
             "unknown"
         ]
     );

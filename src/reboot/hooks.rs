@@ -11,9 +11,16 @@
 //! the group is killed with everything the hook started. A hook that exits by itself leaves
 //! what it put in the background to itself. Its environment is the daemon's, without systemd's
 //! notification socket, plus [`ENV_NODE`], [`ENV_REASON`], [`ENV_KIND`] and [`ENV_AT`].
+//!
+//! A drain whose pre-drain hooks passed leaves a record, [`PENDING_FILE`] in the state
+//! directory (its reason and kind), when post-restore hooks are configured: the restore that
+//! undoes that drain, in this boot or the next, runs them and removes it ([`take_pending`]). So
+//! post-restore hooks follow exactly the drains whose pre-drain hooks ran, and never a shutdown
+//! logind announced on its own.
 
 use std::fmt;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -21,7 +28,6 @@ use tokio::net::unix::pipe;
 
 use crate::config::hooks::{Hook, HookAt};
 use crate::process_group;
-use crate::shutdown_kind::ShutdownKind;
 
 /// The node's name.
 pub const ENV_NODE: &str = "KSD_NODE";
@@ -42,7 +48,49 @@ const NOT_PASSED: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC"]
 pub struct HookEnv<'a> {
     pub node: &'a str,
     pub reason: &'a str,
-    pub kind: ShutdownKind,
+    /// As `[shutdown]` names it (`ShutdownKind::config_key`).
+    pub kind: &'a str,
+}
+
+/// The record of a drain whose pre-drain hooks passed, in the state directory.
+pub const PENDING_FILE: &str = "post-restore-hooks.json";
+
+/// What the post-restore hooks of a drain are told about it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pending {
+    pub reason: String,
+    pub kind: String,
+}
+
+/// Records in `state_dir` that the drain of `env` is to be followed by the post-restore hooks.
+pub fn mark_pending(
+    state_dir: &Path,
+    env: HookEnv<'_>,
+) -> Result<(), crate::state_file::JsonError> {
+    let pending = Pending {
+        reason: env.reason.to_string(),
+        kind: env.kind.to_string(),
+    };
+    crate::state_file::write_json(state_dir, PENDING_FILE, &pending).map(drop)
+}
+
+/// The record [`mark_pending`] left, removed as it is read; `None` without one. A record that
+/// cannot be read is said and removed: no hook runs for it.
+pub fn take_pending(state_dir: &Path, node: &str) -> Option<Pending> {
+    let path = state_dir.join(PENDING_FILE);
+    let read = crate::state_file::read_json::<Pending>(&path);
+    if let Err(e) = std::fs::remove_file(&path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!("cannot remove {} of node {node}: {e}", path.display());
+    }
+    match read {
+        Ok(pending) => pending,
+        Err(e) => {
+            tracing::warn!("no post-restore hook runs for node {node}: {e}");
+            None
+        }
+    }
 }
 
 /// How a hook ended.
@@ -186,7 +234,7 @@ fn spawn(
         .stderr(Stdio::from(write_too))
         .env(ENV_NODE, env.node)
         .env(ENV_REASON, env.reason)
-        .env(ENV_KIND, env.kind.config_key())
+        .env(ENV_KIND, env.kind)
         .env(ENV_AT, hook.at.as_str());
     for name in NOT_PASSED {
         command.env_remove(name);

@@ -14,7 +14,7 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 const ENV: HookEnv<'static> = HookEnv {
     node: "node-1",
     reason: "reboot the node asked for ([reboot])",
-    kind: ShutdownKind::Reboot,
+    kind: "reboot",
 };
 
 fn hook(at: HookAt, script: &str, timeout: Duration) -> Hook {
@@ -213,4 +213,15 @@ async fn pre_drain_hooks_stop_at_the_first_failure_and_post_restore_hooks_all_ru
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "p1\np2\n");
     let passed = guarded(pre_drain(&hooks[..1], ENV)).await.unwrap();
     assert_eq!(passed.len(), 1);
+}
+
+#[test]
+fn the_pending_record_is_read_once_and_gone_after() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(take_pending(dir.path(), "node-1"), None);
+    mark_pending(dir.path(), ENV).unwrap();
+    let pending = take_pending(dir.path(), "node-1").expect("the record");
+    assert_eq!(pending.reason, ENV.reason);
+    assert_eq!(pending.kind, "reboot");
+    assert_eq!(take_pending(dir.path(), "node-1"), None);
 }
