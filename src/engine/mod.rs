@@ -392,9 +392,10 @@ impl Engine {
                 ),
             }
         };
-        // The operators' pre-drain hooks hold the evictions too, as long as the cordon may.
+        // The operators' pre-drain hooks hold the evictions too, as long as the cordon may
+        // (boxed: its watch would otherwise sit in this future's every poll frame).
         let ready = async {
-            tokio::join!(cordoned, self.hooks_before_evictions(anyway, why));
+            tokio::join!(cordoned, Box::pin(self.hooks_before_evictions(anyway, why)));
         };
         // The hold starts once the prepare is over (it would race the prepare's own write) and
         // ends with the drain: dropped when the drain returns, it never writes after it.
