@@ -62,6 +62,13 @@ pub enum Reason {
     RebootWaiting,
     /// Nothing holds the needed reboot: the daemon drains the node and reboots it.
     RebootStarted,
+    /// The drain waits for the pre-drain hook annotations of the cluster's operators.
+    WaitingForHooks,
+    /// A hook annotation was still there at `[fleet] hook_timeout` (or at half of logind's
+    /// budget), or a pre-drain command hook failed.
+    HookFailed,
+    /// A post-restore command hook failed (the restore stands).
+    PostRestoreHookFailed,
 }
 
 impl Reason {
@@ -90,6 +97,9 @@ impl Reason {
             Reason::RebootRequired => "RebootRequired",
             Reason::RebootWaiting => "RebootWaiting",
             Reason::RebootStarted => "RebootStarted",
+            Reason::WaitingForHooks => "WaitingForHooks",
+            Reason::HookFailed => "PreDrainHookFailed",
+            Reason::PostRestoreHookFailed => "PostRestoreHookFailed",
         }
     }
 
@@ -107,7 +117,9 @@ impl Reason {
             | Reason::DrainWouldBlock
             | Reason::CordonRemoved
             | Reason::SlotUnavailable
-            | Reason::SlotUnsettled => "Warning",
+            | Reason::SlotUnsettled
+            | Reason::HookFailed
+            | Reason::PostRestoreHookFailed => "Warning",
             _ => "Normal",
         }
     }

@@ -61,7 +61,28 @@ pub async fn run(settings: Arc<Settings>, options: Options) -> Result<u8, CliErr
     let on_no_slot = settings.fleet.on_no_slot.as_str();
     let mut say = |step: Step<'_>| say(&node, on_no_slot, step);
     let outcome = procedure::run(engine, plan, &mut say).await;
+    if let Outcome::GaveUp {
+        why: GaveUp::Held { .. },
+        slot_since: Some(_),
+    } = &outcome
+    {
+        give_back(settings).await;
+    }
     ended(&node, &options, outcome)
+}
+
+/// A pre-drain hook called the reboot off before the drain: the slot taken for it goes back
+/// (nothing else was changed). A failure is said; the slot then ages out at `hold_max`.
+async fn give_back(settings: Arc<Settings>) {
+    let node = settings.node_name.clone();
+    let deadline = tokio::time::Instant::now() + settings.request_timeout;
+    let given = match Engine::new(settings) {
+        Ok(engine) => engine.give_back_slots(deadline).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = given {
+        eprintln!("cannot give back the drain slot of node {node}: {e}");
+    }
 }
 
 /// A step of the reboot, on the terminal (the report on stdout, the rest on stderr).
@@ -76,6 +97,7 @@ fn say(node: &str, on_no_slot: &str, step: Step<'_>) {
              open now, else [fleet] on_no_slot = \"{on_no_slot}\" applies"
         ),
         Step::SlotHeld(name) => eprintln!("node {node} holds drain slot {name}"),
+        Step::HookPassed(run) => eprintln!("{run} for node {node}"),
         Step::Drained(report) => out!("{}", report.to_text()),
         Step::GateAsked(pids) => {
             eprintln!("asked the daemon (PID {pids:?}) to open the reboot gate of node {node}")

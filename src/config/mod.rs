@@ -19,6 +19,7 @@
 //! | `reboot.rs` | `[reboot]` and `[[reboot.window]]`: the reboots the node asks for |
 //! | `fleetlock.rs` | `[fleetlock]`: the FleetLock server for zincati |
 //! | `gates.rs` | `[fleet] max_unready` and `[fleet.alerts]`: the cluster-health gates of a reboot |
+//! | `hooks.rs` | `[[hook]]`: the commands run around the drains the node decides |
 //! | `names.rs` | DNS label / subdomain, qualified name and label value syntax (shared) |
 //! | `kubeconfig.rs` | reading the kubeconfig without ever printing its content |
 //! | `duration.rs` | the duration syntax |
@@ -42,6 +43,7 @@ mod from_value;
 pub mod gates;
 #[cfg(test)]
 mod gates_tests;
+pub mod hooks;
 pub mod kubeconfig;
 pub mod names;
 mod raw;
@@ -233,6 +235,9 @@ pub struct FleetSettings {
     pub max_unready: Option<gates::MaxUnready>,
     /// No slot is taken while an alert of this server fires; none: no server asked.
     pub alerts: Option<gates::AlertsSettings>,
+    /// How long a drain the node decides waits for the pre-drain hook annotations of the
+    /// cluster's operators (`crate::node::hooks`) before it gives up.
+    pub hook_timeout: Duration,
 }
 
 /// The default `[fleet] lease_namespace`: the namespace the RBAC manifest creates.
@@ -242,6 +247,10 @@ pub const DEFAULT_HOLD_MAX: Duration = Duration::from_secs(3600);
 /// The default `[fleet] settle_max` (and at most half of `hold_max` when that is not set): a
 /// slot kept longer than `hold_max` would read as stale to the other nodes.
 pub const DEFAULT_SETTLE_MAX: Duration = Duration::from_secs(1800);
+/// The default `[fleet] hook_timeout`: an operator's failover (a storage replica moved, a
+/// database primary handed over) takes minutes; a node waits that long at most, then gives its
+/// slot back.
+pub const DEFAULT_HOOK_WAIT: Duration = Duration::from_secs(600);
 /// How long a SIGUSR1 (`kube-shutdown-drain reboot`) keeps the gate open (`Settings::gate_pass`,
 /// shorter in tests): long enough for the
 /// command's call to logind that follows at once, short enough that a reboot logind refused for
@@ -265,6 +274,7 @@ impl Default for FleetSettings {
             gate: false,
             max_unready: None,
             alerts: None,
+            hook_timeout: DEFAULT_HOOK_WAIT,
         }
     }
 }
@@ -352,6 +362,8 @@ pub struct Settings {
     pub fleetlock: Option<fleetlock::FleetLockSettings>,
     /// `[node] lifecycle_conditions`: the KEP-5683 conditions (`crate::node::conditions`).
     pub lifecycle_conditions: bool,
+    /// `[[hook]]`: the commands run around the drains the node decides, in the file's order.
+    pub hooks: Vec<hooks::Hook>,
 }
 
 /// A configuration that could not be used. Every variant names the file (or the variable).

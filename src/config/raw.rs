@@ -57,6 +57,9 @@ pub struct RawConfig {
     pub fleetlock: super::fleetlock::RawFleetLock,
     #[serde(default, deserialize_with = "table")]
     pub node: RawNode,
+    /// Default: no hook.
+    #[serde(default)]
+    pub hook: Vec<Spanned<super::hooks::HookEntry>>,
 }
 
 /// `[node]`: what the daemon says on its Node besides its marker.
@@ -235,6 +238,8 @@ pub struct RawFleet {
     /// `[fleet.alerts]`. Default: none (no alerts asked).
     #[serde(default)]
     pub alerts: Option<Spanned<super::gates::AlertsEntry>>,
+    /// Default: [`super::DEFAULT_HOOK_WAIT`].
+    pub hook_timeout: Option<Positive>,
 }
 
 /// `[shutdown]`: every key defaults to "drain".
@@ -296,7 +301,7 @@ impl Table for RawRestore {
 
 impl Table for RawFleet {
     const EXPECTING: &'static str = "`fleet` to be a [fleet] table (keys slots, lease_namespace, group_label, \
-         hold_max, release_delay, settle_max, on_no_slot, gate, max_unready, alerts)";
+         hold_max, release_delay, settle_max, on_no_slot, gate, hook_timeout, max_unready, alerts)";
 }
 
 impl Table for RawShutdown {

@@ -73,6 +73,7 @@ pub fn settings(
         reboot,
         fleetlock,
         lifecycle_conditions: raw.node.lifecycle_conditions.is_some_and(|f| f.0),
+        hooks: super::hooks::settings(&raw.hook, src)?,
         restore: RestoreSettings {
             wait_for_pods: raw.restore.wait_for_pods.map(|s| s.0),
             wait_for_conditions: raw
@@ -236,6 +237,7 @@ fn fleet(f: RawFleet, src: &Source<'_>) -> Result<FleetSettings, ConfigError> {
         on_no_slot: f.on_no_slot.unwrap_or(d.on_no_slot),
         max_unready: f.max_unready,
         alerts: super::gates::alerts(f.alerts, src)?,
+        hook_timeout: f.hook_timeout.map_or(d.hook_timeout, |DurationIn(t)| t),
     })
 }
 

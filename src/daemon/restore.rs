@@ -13,6 +13,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
+use crate::config::hooks::HookAt;
 use crate::daemon::access::Access;
 use crate::daemon::metrics::Metrics;
 use crate::daemon::status::Status;
@@ -20,6 +21,7 @@ use crate::engine::settle::Settled;
 use crate::engine::{Engine, Error};
 use crate::events::Reason as EventReason;
 use crate::node::{DAEMONSETS_TAINT_KEY, ForeignMarker, Marker, MarkerRead};
+use crate::reboot::hooks::{self, HookEnv};
 use crate::report::Covering;
 
 /// First wait after a failed restore attempt; doubled up to [`RETRY_MAX`].
@@ -175,13 +177,20 @@ async fn restore_marker(
     status.set_restore(Some(format!("restoring node {node}")));
     let delay = access.settings.fleet.release_delay;
     let settle = engine.settle_record(marker);
-    if delay.is_zero() && settle.is_none() {
+    // Post-restore hooks run with the slot still held: it goes back after them.
+    let hooks_after = access
+        .settings
+        .hooks
+        .iter()
+        .any(|h| h.at == HookAt::PostRestore);
+    if delay.is_zero() && settle.is_none() && !hooks_after {
         let outcome = engine.restore().await?;
         tracing::info!(
             "restored node {node} (marker of boot {}): {}",
             marker.boot_id,
             crate::engine::restore_text(&outcome)
         );
+        post_restore_hooks(access).await;
         return Ok(());
     }
     restore_keeping_slots(access, engine, status, marker, settle).await
@@ -208,6 +217,7 @@ async fn restore_keeping_slots(
         marker.boot_id,
         crate::engine::restore_text(&outcome)
     );
+    post_restore_hooks(access).await;
     if !kept.is_empty() {
         let restored = tokio::time::Instant::now();
         let delay = access.settings.fleet.release_delay;
@@ -276,6 +286,40 @@ async fn settle_budgets(
     );
     tracing::warn!("{message}");
     engine.event(EventReason::SlotUnsettled, &message).await;
+}
+
+/// The post-restore hooks of `[[hook]]`, after the restore of a drain whose pre-drain hooks
+/// passed (its record, `reboot::hooks::take_pending`), before the slot goes back: each runs
+/// whatever the others did, and one that fails is a Warning Event `PostRestoreHookFailed`; the
+/// restore stands either way.
+async fn post_restore_hooks(access: &Access) {
+    let settings = &access.settings;
+    let node = settings.node_name.as_str();
+    if !settings.hooks.iter().any(|h| h.at == HookAt::PostRestore) {
+        return;
+    }
+    let Some(pending) = hooks::take_pending(&settings.state_dir, node) else {
+        return;
+    };
+    let env = HookEnv {
+        node,
+        reason: &pending.reason,
+        kind: &pending.kind,
+    };
+    for run in hooks::post_restore(&settings.hooks, env).await {
+        if run.passed() {
+            tracing::info!(node = %node, "{run} after the restore of node {node}");
+            continue;
+        }
+        let message = format!("node {node} is restored, but its {run}");
+        tracing::warn!(node = %node, "{message}");
+        Engine::post_event(
+            settings.clone(),
+            EventReason::PostRestoreHookFailed,
+            message,
+        )
+        .await;
+    }
 }
 
 /// Gives back the slots of a node already restored, retrying until it succeeds: a failure here

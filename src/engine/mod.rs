@@ -26,10 +26,12 @@ use crate::shutdown_kind::ShutdownKind;
 pub use crate::node::{PrepareOutcome, RestoreOutcome};
 
 mod conditions;
+mod hooks;
 mod restore;
 pub mod settle;
 mod slots;
 
+pub use hooks::HooksWait;
 pub use restore::{describe_cordon, restore_text};
 
 /// An engine operation failed.
@@ -311,7 +313,8 @@ impl Engine {
     /// (throttled, a guard that keeps failing) keeps trying until the deadline, but the
     /// evictions wait for it only until [`evict_without_cordon_at`]: an uncordoned node may get
     /// replacements scheduled back onto it, yet a drain that never starts loses every pod's
-    /// graceful end.
+    /// graceful end. The pre-drain hook annotations of the cluster's operators hold the
+    /// evictions until the same moment (`engine/hooks.rs`).
     /// `on_plan` sees the drain's plan as soon as its one list is in (the daemon's `STATUS=`
     /// line), so nobody lists the pods a second time for it.
     pub async fn prepare_and_drain(
@@ -379,7 +382,7 @@ impl Engine {
         };
         let node = &self.settings.node_name;
         let anyway = evict_without_cordon_at(Instant::now(), deadline);
-        let ready = async {
+        let cordoned = async {
             tokio::select! {
                 _ = prepared => {}
                 _ = tokio::time::sleep_until(anyway) => tracing::warn!(
@@ -389,6 +392,11 @@ impl Engine {
                      {node}) while the prepare keeps trying"
                 ),
             }
+        };
+        // The operators' pre-drain hooks hold the evictions too, as long as the cordon may
+        // (boxed: its watch would otherwise sit in this future's every poll frame).
+        let ready = async {
+            tokio::join!(cordoned, Box::pin(self.hooks_before_evictions(anyway, why)));
         };
         // The hold starts once the prepare is over (it would race the prepare's own write) and
         // ends with the drain: dropped when the drain returns, it never writes after it.

@@ -20,6 +20,7 @@ pub mod agents;
 pub mod conditions;
 pub mod daemonsets;
 pub mod hold;
+pub mod hooks;
 pub mod marker;
 pub mod ops;
 pub mod ownership;

@@ -33,6 +33,10 @@
 //!   more, are NotReady or cordoned by someone else ([`super::health`]);
 //! - `alerts_firing`: with `[fleet.alerts]`, an alert of its Prometheus or Alertmanager that
 //!   counts by kured's rules is active ([`super::health`]);
+//! - `hook`: a pre-drain hook of the reboot itself did not pass (`super::procedure`): a command
+//!   of `[[hook]]` that failed or ran past its timeout (named, with its last output line), or an
+//!   operator's hook annotation still on the Node at `[fleet] hook_timeout`. Never read by the
+//!   looker: the reboot that met it is called off, and the next try runs the hooks again;
 //! - `unknown`: a read failed (the Node, the pause Lease, the node's pods, the group's Nodes,
 //!   the alerts), never taken for a
 //!   "may go". It stands where the reason it could not tell would stand, naming the object and
@@ -78,13 +82,15 @@ pub enum Key {
     UnreadyNodes,
     /// An alert of `[fleet.alerts]` is active.
     AlertsFiring,
+    /// A pre-drain hook of the reboot did not pass.
+    Hook,
     /// A read failed: whether the node must wait cannot be told, so it waits.
     Unknown,
 }
 
 impl Key {
     /// Every key, in the order the reasons are judged.
-    pub const ALL: [Key; 8] = [
+    pub const ALL: [Key; 9] = [
         Key::Held,
         Key::Paused,
         Key::BlockingPods,
@@ -92,6 +98,7 @@ impl Key {
         Key::ForecastBlocks,
         Key::UnreadyNodes,
         Key::AlertsFiring,
+        Key::Hook,
         Key::Unknown,
     ];
 
@@ -105,6 +112,7 @@ impl Key {
             Key::ForecastBlocks => "forecast_blocks",
             Key::UnreadyNodes => "unready_nodes",
             Key::AlertsFiring => "alerts_firing",
+            Key::Hook => "hook",
             Key::Unknown => "unknown",
         }
     }
@@ -146,6 +154,15 @@ impl Holds {
                 Key::Unknown,
                 format!("cannot read what holds the reboot of node {node}: {why}"),
             )],
+        }
+    }
+
+    /// A pre-drain hook of the reboot did not pass: one `hook` reason, `message` naming the node
+    /// and the hook.
+    pub fn hook(node: &str, message: String) -> Holds {
+        Holds {
+            node: node.to_string(),
+            reasons: vec![Reason::new(Key::Hook, message)],
         }
     }
 

@@ -186,6 +186,7 @@ fn the_keys_are_stable_names() {
             "forecast_blocks",
             "unready_nodes",
             "alerts_firing",
+            "hook",
             "unknown"
         ]
     );

@@ -36,6 +36,7 @@ pub mod holds;
 pub mod holds_read;
 #[cfg(test)]
 mod holds_tests;
+pub mod hooks;
 pub mod need;
 pub mod peer;
 pub mod procedure;

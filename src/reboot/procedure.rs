@@ -1,8 +1,15 @@
 //! One procedure for a reboot the node decides: the daemon's own (a trigger of `[reboot]`), the
 //! update agent's (FleetLock) and `kube-shutdown-drain reboot` by hand run these steps, from
-//! here, each as its [`Plan`] says: a drain slot, the holds, the drain, the holds once more, the
-//! block locks, logind. Each step is said as it comes ([`Step`]) and the end is an [`Outcome`];
-//! the caller says both in its own words (the journal, or the terminal).
+//! here, each as its [`Plan`] says: a drain slot, the holds, the pre-drain hooks, the drain, the
+//! holds once more, the block locks, logind. Each step is said as it comes ([`Step`]) and the
+//! end is an [`Outcome`]; the caller says both in its own words (the journal, or the terminal).
+//!
+//! The pre-drain hooks, with the slot held and the holds clear: the commands of `[[hook]]` at
+//! `pre-drain` (`super::hooks`), then the operators' hook annotations on the Node
+//! (`crate::node::hooks`), waited for up to `[fleet] hook_timeout`. A command that fails or runs
+//! past its timeout, or an annotation still there then, calls the reboot off as a hold (`hook`,
+//! naming the hook and its last line; a Warning Event `PreDrainHookFailed`): the slot goes back
+//! with the restore, and the next try runs the hooks again.
 //!
 //! The holds are judged twice (the daemon's reboots): after the slot, whose wait may have
 //! outlasted a window or met a hold, weighing the drain still to come against the window; and
@@ -16,14 +23,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::engine::{Engine, Error};
+use crate::config::hooks::HookAt;
+use crate::engine::{Engine, Error, HooksWait};
+use crate::events::Reason as EventReason;
 use crate::fleet::slots::Taken;
 use crate::forecast::Forecast;
 use crate::host::logind::{Logind, gate_holders};
 use crate::reboot::holds::Holds;
 use crate::reboot::holds_read::{Weighed, holds_of};
+use crate::reboot::hooks::{self, HookEnv, HookRun};
 use crate::reboot::window::Windows;
 use crate::report::Report;
+use crate::shutdown_kind::ShutdownKind;
 use crate::time_limit::RELEASE_GUARD;
 
 /// How long one wait for a drain slot lasts, when it lasts as long as it takes, before it is said
@@ -99,6 +110,8 @@ pub enum Step<'a> {
     SlotNotWaited,
     /// The drain slot is held.
     SlotHeld(&'a str),
+    /// A pre-drain command hook passed.
+    HookPassed(&'a HookRun),
     /// Every slot is still held, by these, after [`SLOT_WAIT`]; the wait goes on.
     SlotStillFull(&'a [String]),
     /// The drain's report.
@@ -160,6 +173,9 @@ pub async fn run(engine: Engine, plan: Plan<'_>, say: &mut Say<'_>) -> Outcome {
     if let Some(holds) = plan.holds
         && let Err(why) = clear(&engine, holds, true, "before its drain").await
     {
+        return gave_up(why, slot_since);
+    }
+    if let Err(why) = pre_drain_hooks(&engine, &plan, say).await {
         return gave_up(why, slot_since);
     }
     if let Err(why) = drain(&engine, &plan, say).await {
@@ -230,6 +246,67 @@ async fn clear(
     } else {
         Err(GaveUp::Held { holds, when })
     }
+}
+
+/// The pre-drain hooks: the commands in their order, then the operators' annotations until
+/// `[fleet] hook_timeout`; the first that does not pass calls the reboot off as a `hook` hold.
+/// Once all passed, the post-restore hooks are recorded as due after the restore.
+async fn pre_drain_hooks(
+    engine: &Engine,
+    plan: &Plan<'_>,
+    say: &mut Say<'_>,
+) -> Result<(), GaveUp> {
+    let settings = engine.settings().clone();
+    let node = settings.node_name.as_str();
+    let kind = engine.shutdown_kind().unwrap_or(ShutdownKind::Reboot);
+    let env = HookEnv {
+        node,
+        reason: plan.why,
+        kind: kind.config_key(),
+    };
+    let called_off = |what: String| async move {
+        let message = format!("the reboot of node {node} is called off: {what}");
+        engine.event(EventReason::HookFailed, &message).await;
+        Err(GaveUp::Held {
+            holds: Holds::hook(node, message),
+            when: "before its drain",
+        })
+    };
+    match hooks::pre_drain(&settings.hooks, env).await {
+        Ok(runs) => runs.iter().for_each(|run| say(Step::HookPassed(run))),
+        Err(failed) => return called_off(format!("its {failed}")).await,
+    }
+    let timeout = settings.fleet.hook_timeout;
+    match engine
+        .wait_for_hooks(Instant::now() + timeout, plan.why)
+        .await
+    {
+        Ok(HooksWait::None | HooksWait::Cleared(_)) => {}
+        Ok(HooksWait::TimedOut(left)) => {
+            return called_off(format!(
+                "its pre-drain hooks ({}) were still there after [fleet] hook_timeout ({})",
+                left.join(", "),
+                crate::config::format_duration(timeout)
+            ))
+            .await;
+        }
+        Err(e) => {
+            let why = format!("cannot read the pre-drain hooks of node {node}: {e}");
+            return Err(GaveUp::Held {
+                holds: Holds::unknown(node, &why),
+                when: "before its drain",
+            });
+        }
+    }
+    if settings.hooks.iter().any(|h| h.at == HookAt::PostRestore)
+        && let Err(e) = hooks::mark_pending(&settings.state_dir, env)
+    {
+        tracing::warn!(
+            node = %node,
+            "the post-restore hooks of node {node} will not run after its restore: {e}"
+        );
+    }
+    Ok(())
 }
 
 /// The drain step: prepare and drain within the plan's timeout, bounded by the release guard

@@ -344,6 +344,9 @@ fn say(node: &str, timeout: Duration, step: Step<'_>) {
             "the reboot of node {node} waits for a drain slot: held by {}",
             crate::text::escaped(&holders.join(", "))
         ),
+        Step::HookPassed(run) => {
+            tracing::info!(node = %node, "{run} for the reboot of node {node}")
+        }
         Step::Drained(report) if report.complete => {
             tracing::info!("node {node} drained for its reboot\n{}", report.to_text())
         }
