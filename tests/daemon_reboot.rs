@@ -668,3 +668,89 @@ async fn a_hold_set_during_the_reboots_drain_keeps_the_node_from_its_reboot() {
         w.log()
     );
 }
+
+/// Issue 42: `[fleet] max_unready` in the whole daemon. Another node of the group is NotReady
+/// (its kubelet says so): the needed reboot waits, said with the key `unready_nodes` in the log,
+/// the metrics and one `RebootWaiting` Event naming that node; once it is Ready again, the node
+/// reboots (at the looker's next look, within a minute).
+#[tokio::test]
+async fn another_node_not_ready_holds_the_reboot_until_it_is_back() {
+    let (dir, sentinel) = sentinel_dir();
+    let textfile = dir.path().join("metrics.prom");
+    let config = format!(
+        "[metrics]\ntextfile = \"{}\"\n[fleet]\nslots = 1\nmax_unready = 1\n",
+        textfile.display()
+    );
+    let mut seed = open_seed();
+    seed.push(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "other"},
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]}}));
+    let Some(w) = daemon_support::started(Setup {
+        seed,
+        config: format!(
+            "[reboot]\nsentinel_file = \"{}\"\n{config}",
+            sentinel.display()
+        ),
+        ..Setup::default()
+    })
+    .await
+    else {
+        return;
+    };
+    std::fs::write(&sentinel, "").unwrap();
+    w.expect_log(
+        &format!("the reboot of node {NODE} waits (unready_nodes)"),
+        Duration::from_secs(20),
+        "a NotReady node of the group holds the reboot, said with its key",
+    )
+    .await;
+    let waiting =
+        format!("kube_shutdown_drain_reboot_waiting{{node=\"{NODE}\",reason=\"unready_nodes\"}} 1");
+    w.expect_until(
+        Duration::from_secs(10),
+        |_| {
+            std::fs::read_to_string(&textfile)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l == waiting)
+        },
+        "the metrics say the reboot waits for the unready node",
+    )
+    .await;
+    w.expect_until(
+        Duration::from_secs(10),
+        |w| w.node_events("RebootWaiting").len() == 1,
+        "one RebootWaiting Event names the unready node",
+    )
+    .await;
+    let event = &w.node_events("RebootWaiting")[0];
+    assert!(
+        event["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("other") && m.contains("max_unready 1")),
+        "{event}"
+    );
+    assert!(
+        !w.is_cordoned() && w.rig.outcomes().is_empty(),
+        "nothing happens while held; log:\n{}",
+        w.log()
+    );
+    w.api
+        .store()
+        .modify("Node", None, "other", |n| {
+            n["status"]["conditions"][0]["status"] = json!("True")
+        })
+        .unwrap();
+    w.expect_until(
+        Duration::from_secs(90),
+        |w| !w.rig.outcomes().is_empty(),
+        "once the other node is Ready again the node reboots",
+    )
+    .await;
+    assert!(
+        w.is_drained(),
+        "drained before its reboot; log:\n{}",
+        w.log()
+    );
+}
