@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::run::Run;
 use crate::api::{ApiError, Clients};
 use crate::config::Settings;
-use crate::forecast::budgets::{budget_name, selects_labels};
+use crate::policy::budgets::{budget_name, selects_labels};
 use crate::report::{Covering, Outcome, Report};
 
 /// The list of budgets taken beside the drain; nothing without slots or with `settle_max = 0`.

@@ -26,17 +26,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::config::selector::Selector;
 use crate::policy::filters::tolerates;
 
-/// `namespace/name` of a budget.
-pub fn budget_name(b: &PodDisruptionBudget) -> String {
-    format!(
-        "{}/{}",
-        b.metadata.namespace.as_deref().unwrap_or_default(),
-        b.metadata.name.as_deref().unwrap_or_default()
-    )
-}
+pub use crate::policy::budgets::budget_name;
 
 /// Whether `b` selects `pod`: same namespace and its selector matches. A budget without a
 /// selector selects nothing in policy/v1; an empty one selects every pod in its namespace; one
@@ -50,20 +42,7 @@ pub fn selects(b: &PodDisruptionBudget, pod: &Pod) -> bool {
     )
 }
 
-/// [`selects`] for a pod known by its namespace and labels (one that has gone).
-pub fn selects_labels(
-    b: &PodDisruptionBudget,
-    namespace: &str,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    if b.metadata.namespace.as_deref() != Some(namespace) {
-        return false;
-    }
-    let Some(sel) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return false;
-    };
-    Selector::from_label_selector(sel).is_ok_and(|s| s.matches(labels))
-}
+pub use crate::policy::budgets::selects_labels;
 
 /// Condition Ready=True (`podutil.IsPodReady`, the Eviction API's "healthy").
 pub fn is_ready(pod: &Pod) -> bool {

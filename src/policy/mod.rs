@@ -2,5 +2,6 @@
 //! settings (`config`, whose label selectors the rules use). No API call anywhere below this
 //! module.
 
+pub mod budgets;
 pub mod filters;
 pub mod plan;

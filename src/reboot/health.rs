@@ -24,8 +24,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Node;
 
 use super::alerts::{Alert, AlertsError};
-use super::holds::{Context, Key, Reason};
+use super::reason::{Key, Reason};
 use crate::api::ApiError;
+use crate::config::FleetSettings;
 use crate::config::gates::AlertsSettings;
 use crate::node::{MarkerRead, is_ready, read_marker};
 
@@ -53,9 +54,13 @@ pub enum Alerts {
 
 /// `unready_nodes` when `max_unready` or more other nodes of the group are out; an `unknown`
 /// when the group could not be read. `node` is this node's Node as read.
-pub fn unready(cx: &Context<'_>, node: &Result<Node, ApiError>, group: &Group) -> Option<Reason> {
-    let max = cx.fleet.max_unready?;
-    let me = cx.node;
+pub fn unready(
+    me: &str,
+    fleet: &FleetSettings,
+    node: &Result<Node, ApiError>,
+    group: &Group,
+) -> Option<Reason> {
+    let max = fleet.max_unready?;
     let unknown = |why: String| {
         Some(Reason::new(
             Key::Unknown,
@@ -71,11 +76,11 @@ pub fn unready(cx: &Context<'_>, node: &Result<Node, ApiError>, group: &Group) -
         // The reader did not do its part; never a "may go".
         (Ok(_), Group::NotAsked) => return unknown("the group's Nodes were not read".to_string()),
     };
-    let group = crate::fleet::group_of(cx.fleet, own);
+    let group = crate::fleet::group_of(fleet, own);
     let others: Vec<&Node> = nodes
         .iter()
         .filter(|n| n.metadata.name.as_deref() != Some(me))
-        .filter(|n| crate::fleet::group_of(cx.fleet, n) == group)
+        .filter(|n| crate::fleet::group_of(fleet, n) == group)
         .collect();
     let size = others.len() + 1;
     let limit = max.limit(size);
@@ -118,9 +123,8 @@ fn out_why(n: &Node) -> Option<&'static str> {
 
 /// `alerts_firing` when an alert that counts is active; an `unknown` when the alerts could not
 /// be read.
-pub fn firing(cx: &Context<'_>, alerts: &Alerts) -> Option<Reason> {
-    let settings = cx.fleet.alerts.as_ref()?;
-    let me = cx.node;
+pub fn firing(me: &str, fleet: &FleetSettings, alerts: &Alerts) -> Option<Reason> {
+    let settings = fleet.alerts.as_ref()?;
     let list = match alerts {
         Alerts::Listed(list) => list,
         Alerts::Unreadable(e) => {

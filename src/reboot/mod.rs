@@ -40,6 +40,7 @@ pub mod hooks;
 pub mod need;
 pub mod peer;
 pub mod procedure;
+pub mod reason;
 pub mod refusals;
 pub mod sentinel_command;
 pub mod sentinel_file;
