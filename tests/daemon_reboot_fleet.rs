@@ -18,7 +18,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use fake_apiserver::{FakeApiServer, Options};
 use serde_json::{Value, json};
 
 const NODES: [&str; 3] = ["fleet-a", "fleet-b", "fleet-c"];
@@ -45,14 +44,7 @@ async fn three_sentinels_at_once_on_one_slot_reboot_the_nodes_one_after_another(
     for name in NODES {
         seed.extend([node(name), pod(name)]);
     }
-    let api = FakeApiServer::start(Options { port: 0, seed })
-        .await
-        .expect("start the fake API server");
-    let rbac =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/manifests/rbac.yaml");
-    api.set_rbac(fake_apiserver::Policy::load(&rbac).unwrap_or_else(|e| panic!("{e}")));
-    api.kubelets()
-        .set_timing(Duration::from_millis(200), Duration::from_secs(40));
+    let api = fleet_support::cluster(seed).await;
     let mut machines = Vec::new();
     for name in NODES {
         match machine(

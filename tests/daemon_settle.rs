@@ -12,7 +12,7 @@ mod logind;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fake_apiserver::{FakeApiServer, Options};
+use fake_apiserver::FakeApiServer;
 use fleet_support::{Machine, cordoned, machine, node};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -53,14 +53,7 @@ async fn fleet(fleet: &str) -> Option<(Arc<FakeApiServer>, Machine, Machine)> {
         "metadata": {"name": "web", "namespace": "default", "generation": 1},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
     );
-    let api = FakeApiServer::start(Options { port: 0, seed })
-        .await
-        .expect("start the fake API server");
-    let rbac =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/manifests/rbac.yaml");
-    api.set_rbac(fake_apiserver::Policy::load(&rbac).unwrap_or_else(|e| panic!("{e}")));
-    api.kubelets()
-        .set_timing(Duration::from_millis(200), Duration::from_secs(40));
+    let api = fleet_support::cluster(seed).await;
     let (Some(a), Some(b)) = (
         machine(&api, "settle-a", fleet).await,
         machine(&api, "settle-b", fleet).await,
@@ -230,18 +223,5 @@ fn events(api: &FakeApiServer, reason: &str) -> Vec<Value> {
 
 /// `kube-shutdown-drain status --output json` on machine `m`.
 async fn status_json(m: &Machine) -> Value {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-        .args(["status", "--output", "json"])
-        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", m.path("config.toml"))
-        .env(daemon_support::BOOT_ID_ENV, m.path("boot_id"))
-        .env("DBUS_SYSTEM_BUS_ADDRESS", m.rig.address())
-        .output()
-        .await
-        .expect("run status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("status JSON")
+    daemon_support::status_json(&m.path("config.toml"), &m.path("boot_id"), m.rig.address()).await
 }

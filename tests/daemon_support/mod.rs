@@ -678,20 +678,12 @@ impl World {
     /// `kube-shutdown-drain status --output json` as an admin runs it on the node (a child the
     /// test's runtime awaits, so the fake API server in it can answer).
     pub async fn status_json(&self) -> Value {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
-            .args(["status", "--output", "json"])
-            .env("KUBE_SHUTDOWN_DRAIN_CONFIG", self.config_path())
-            .env(BOOT_ID_ENV, self.boot_id_path())
-            .env("DBUS_SYSTEM_BUS_ADDRESS", self.rig.address())
-            .output()
-            .await
-            .expect("run status");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("status JSON")
+        status_json(
+            &self.config_path(),
+            &self.boot_id_path(),
+            self.rig.address(),
+        )
+        .await
     }
 
     /// Who holds the first drain slot of group `all`, if anyone.
@@ -791,4 +783,23 @@ fn sets_unschedulable(body: &str) -> bool {
         Ok(patch) => patch["spec"]["unschedulable"] == true,
         Err(_) => false,
     }
+}
+
+/// `kube-shutdown-drain status --output json` with `config`, the boot-ID file `boot_id` and the
+/// system bus at `bus`.
+pub async fn status_json(config: &Path, boot_id: &Path, bus: &str) -> Value {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-shutdown-drain"))
+        .args(["status", "--output", "json"])
+        .env("KUBE_SHUTDOWN_DRAIN_CONFIG", config)
+        .env(BOOT_ID_ENV, boot_id)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", bus)
+        .output()
+        .await
+        .expect("run status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status JSON")
 }

@@ -5,11 +5,24 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
 
-use fake_apiserver::FakeApiServer;
+use fake_apiserver::{FakeApiServer, Options};
 use serde_json::{Value, json};
 
 use crate::daemon_support;
 use crate::logind;
+
+/// The fake API server with `seed`, the shipped RBAC, and kubelets that heartbeat every 200 ms.
+pub async fn cluster(seed: Vec<Value>) -> FakeApiServer {
+    let api = FakeApiServer::start(Options { port: 0, seed })
+        .await
+        .expect("start the fake API server");
+    let rbac =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/manifests/rbac.yaml");
+    api.set_rbac(fake_apiserver::Policy::load(&rbac).unwrap_or_else(|e| panic!("{e}")));
+    api.kubelets()
+        .set_timing(Duration::from_millis(200), Duration::from_secs(40));
+    api
+}
 
 /// A Ready Node named `name`.
 pub fn node(name: &str) -> Value {
