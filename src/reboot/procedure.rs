@@ -290,6 +290,9 @@ async fn pre_drain_hooks(
             ))
             .await;
         }
+        // A kubeconfig or certificate no retry mends ends the reboot as the prepare's would:
+        // a configuration error (exit 2 by hand), not a hold to wait out.
+        Err(e) if e.is_config() => return Err(GaveUp::Prepare(e)),
         Err(e) => {
             let why = format!("cannot read the pre-drain hooks of node {node}: {e}");
             return Err(GaveUp::Held {
