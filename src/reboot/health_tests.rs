@@ -94,6 +94,11 @@ fn seen(group: Group, alerts: Alerts) -> Seen {
 }
 
 fn holds(fleet: &FleetSettings, seen: &Seen) -> Holds {
+    holds_judged(fleet, seen, true)
+}
+
+/// [`holds`], with the gates counted (`gates`: before the drain) or not (after it).
+fn holds_judged(fleet: &FleetSettings, seen: &Seen, gates: bool) -> Holds {
     let windows = Windows::any_time();
     let cx = Context {
         node: ME,
@@ -103,6 +108,7 @@ fn holds(fleet: &FleetSettings, seen: &Seen) -> Holds {
         forecast: None,
         estimate: None,
         fleet,
+        gates,
     };
     judge(&cx, seen, NOW.parse::<Timestamp>().unwrap())
 }
@@ -319,6 +325,23 @@ fn alerts_that_cannot_be_read_hold_as_unknown_naming_the_url() {
 }
 
 /// Both gates and a failed read together, in the order of `Key::ALL`.
+/// After the drain the gates hold nothing: an unready node or an alert (perhaps raised by the
+/// drain itself) does not call off the reboot the node drained for; an admin's hold still does.
+#[test]
+fn after_the_drain_the_gates_hold_nothing_but_the_other_reasons_still_do() {
+    let f = fleet(&format!("max_unready = 1\n{PROM}"));
+    let mut s = seen(
+        Group::Listed(vec![ready(ME), not_ready("fleet-b")]),
+        Alerts::Listed(vec![alert("NodeDown", true)]),
+    );
+    assert!(holds_judged(&f, &s, false).may_go());
+    // Not read after the drain: nothing asked is no `unknown` either.
+    let unread = seen(Group::NotAsked, Alerts::NotAsked);
+    assert!(holds_judged(&f, &unread, false).may_go());
+    s.pause = Pause::Present(Box::default());
+    assert_eq!(holds_judged(&f, &s, false).keys(), [Key::Paused]);
+}
+
 #[test]
 fn both_gates_stand_after_the_other_reasons_in_their_order() {
     let f = fleet(&format!("max_unready = 1\n{PROM}"));

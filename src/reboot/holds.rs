@@ -194,6 +194,10 @@ pub struct Context<'a> {
     pub estimate: Option<Estimate>,
     /// `[fleet]`: the slot group, `max_unready` and `[fleet.alerts]`.
     pub fleet: &'a FleetSettings,
+    /// Whether the cluster-health gates count ([`super::health`]): before the drain, not after
+    /// it: they keep a node from taking a slot and draining into an unhealthy cluster, and an
+    /// alert the node's own drain raised must not call off the reboot it drained for.
+    pub gates: bool,
 }
 
 impl<'a> Context<'a> {
@@ -215,6 +219,7 @@ impl<'a> Context<'a> {
             forecast: forecast.filter(|_| settings.daemon.forecast_interval.is_some()),
             estimate,
             fleet: &settings.fleet,
+            gates: true,
         }
     }
 }
@@ -303,13 +308,15 @@ pub fn judge(cx: &Context<'_>, seen: &Seen, now: Timestamp) -> Holds {
             ),
         ));
     }
-    reasons.extend(super::health::unready(
-        cx.node,
-        cx.fleet,
-        &seen.node,
-        &seen.group,
-    ));
-    reasons.extend(super::health::firing(cx.node, cx.fleet, &seen.alerts));
+    if cx.gates {
+        reasons.extend(super::health::unready(
+            cx.node,
+            cx.fleet,
+            &seen.node,
+            &seen.group,
+        ));
+        reasons.extend(super::health::firing(cx.node, cx.fleet, &seen.alerts));
+    }
     Holds {
         node: node.to_string(),
         reasons,

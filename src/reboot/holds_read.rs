@@ -47,7 +47,10 @@ pub async fn holds_of(engine: &Engine, windows: &Windows, weighed: Weighed<'_>) 
         .then(|| estimate(settings, weighed.forecast))
         .flatten();
     let forecast = weighed.forecast.map(ForecastSaid::from);
-    let cx = Context::new(settings, &settings.reboot, windows, forecast, estimate);
+    let cx = Context {
+        gates: weighed.drain_to_come,
+        ..Context::new(settings, &settings.reboot, windows, forecast, estimate)
+    };
     match engine.clients().await {
         Ok(clients) => holds(clients, &cx, Instant::now() + JUDGE_MAX).await,
         Err(e) => Holds::unknown(&settings.node_name, &e.to_string()),
@@ -94,7 +97,9 @@ pub async fn read(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> See
             .retry(deadline, &node_object, || nodes.get(cx.node))
             .await;
         let group = match &node {
-            Ok(own) if cx.fleet.max_unready.is_some() => group(clients, cx, own, deadline).await,
+            Ok(own) if cx.gates && cx.fleet.max_unready.is_some() => {
+                group(clients, cx, own, deadline).await
+            }
             _ => Group::NotAsked,
         };
         (node, group)
@@ -120,7 +125,7 @@ pub async fn read(clients: &Clients, cx: &Context<'_>, deadline: Instant) -> See
         }
     };
     let alerts = async {
-        let Some(settings) = &cx.fleet.alerts else {
+        let Some(settings) = cx.fleet.alerts.as_ref().filter(|_| cx.gates) else {
             return Alerts::NotAsked;
         };
         match super::alerts::active(settings, deadline).await {

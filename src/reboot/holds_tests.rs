@@ -161,6 +161,7 @@ fn context<'a>(windows: &'a Windows, selector: Option<&'a Selector>) -> Context<
         forecast: None,
         estimate: None,
         fleet: no_gates(),
+        gates: true,
     }
 }
 
