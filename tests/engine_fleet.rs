@@ -822,3 +822,48 @@ async fn a_dead_waiter_ahead_is_passed_over_and_a_stale_one_is_not_in_line() {
         Taken::Slot(SLOT.into())
     );
 }
+
+/// Issue 42: the drain records the budgets that covered the pods it evicted (for the settling
+/// after the restore) from a list of every budget taken beside it. A list that never answers
+/// costs the drain no more than a moment past its last pod: its record is then the evicted
+/// pods' namespaces, and the drain (and a shutdown's lock) does not wait out its deadline.
+#[tokio::test]
+async fn a_budget_list_that_hangs_does_not_hold_the_drain_past_its_last_pod() {
+    let c = Cluster::start(vec![
+        slow_pod(NS, "web-a", NODE, 0.2),
+        pdb(NS, "web", "web-a", 0),
+    ])
+    .await;
+    let budgets = Route::new("GET", "/apis/policy/v1/poddisruptionbudgets");
+    c.server.faults().hang(budgets.clone());
+    let started = Instant::now();
+    let report = prepare_and_drain(settings_for(&c, NODE, ""), Duration::from_secs(120)).await;
+    let took = started.elapsed();
+    assert!(report.complete, "{}", report.to_text());
+    assert_eq!(
+        report.settle,
+        Some(kube_shutdown_drain::report::Covering::Namespaces(vec![
+            NS.to_string()
+        ]))
+    );
+    // Not a speed figure: a drain that waited for the list would end near its deadline (108 s
+    // of work time), one that did not ends seconds after its last pod.
+    assert!(
+        took < Duration::from_secs(60),
+        "the drain waited {took:?} for a budget list that never answered"
+    );
+    c.server.faults().unhang(&budgets);
+    // Answered, the record names the budget.
+    let c2 = Cluster::start(vec![
+        slow_pod(NS, "web-a", NODE, 0.2),
+        pdb(NS, "web", "web-a", 0),
+    ])
+    .await;
+    let report = prepare_and_drain(settings_for(&c2, NODE, ""), Duration::from_secs(10)).await;
+    assert_eq!(
+        report.settle,
+        Some(kube_shutdown_drain::report::Covering::Budgets(vec![
+            format!("{NS}/web")
+        ]))
+    );
+}

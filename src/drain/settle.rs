@@ -18,6 +18,10 @@ use crate::config::Settings;
 use crate::policy::budgets::{budget_name, selects_labels};
 use crate::report::{Covering, Outcome, Report};
 
+/// How long past the drain's end its record waits for the list of budgets (taken from the
+/// drain's start, it is in long before in all but a failing cluster).
+const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The list of budgets taken beside the drain; nothing without slots or with `settle_max = 0`.
 pub struct Recording {
     list: Option<JoinSet<Result<Vec<PodDisruptionBudget>, ApiError>>>,
@@ -43,8 +47,9 @@ impl Recording {
     }
 
     /// What the settling waits for, from the pods `run` evicted (or deleted): none when nothing
-    /// was evicted or nothing is recorded; the pods' namespaces when the list failed by
-    /// `deadline`.
+    /// was evicted or nothing is recorded; the pods' namespaces when the list failed, or had
+    /// not come [`LIST_WAIT`] after the drain's end (or by `deadline`): a drain that is over
+    /// must not hold logind's lock for a record.
     pub async fn finish(self, run: &Run, deadline: Instant) -> Option<Covering> {
         let mut list = self.list?;
         let evicted: Vec<(String, BTreeMap<String, String>)> = run
@@ -57,14 +62,15 @@ impl Recording {
             return None;
         }
         let node = &run.settings.node_name;
-        let error = match tokio::time::timeout_at(deadline, list.join_next()).await {
+        let by = deadline.min(Instant::now() + LIST_WAIT);
+        let error = match tokio::time::timeout_at(by, list.join_next()).await {
             Ok(Some(Ok(Ok(budgets)))) => {
                 return Some(Covering::Budgets(covering(&budgets, &evicted)));
             }
             Ok(Some(Ok(Err(e)))) => e.to_string(),
             Ok(Some(Err(e))) => e.to_string(),
             Ok(None) => "no list".to_string(),
-            Err(_) => "no answer by the drain's deadline".to_string(),
+            Err(_) => "no answer by the drain's end".to_string(),
         };
         let namespaces: BTreeSet<String> = evicted.into_iter().map(|(ns, _)| ns).collect();
         let namespaces: Vec<String> = namespaces.into_iter().collect();
