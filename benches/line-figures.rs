@@ -259,6 +259,7 @@ async fn run(n: usize) {
         c.server.recorder().watch_counts().live + c.server.recorder().watch_counts().initial,
     );
     // Waiting: the fleet's own pace, then renewals.
+    eprintln!("line {n}: waiting for {} s", WINDOW.as_secs());
     tokio::time::sleep(Duration::from_secs(3)).await;
     c.server.recorder().clear();
     let window = Instant::now();
@@ -279,6 +280,7 @@ async fn run(n: usize) {
     .expect("a client");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin, NS);
     let line = in_line(&c);
+    eprintln!("line {n}: renewing {RENEWALS} waiting Leases");
     for lease in line
         .iter()
         .step_by((line.len() / RENEWALS).max(1))
@@ -318,6 +320,7 @@ async fn run(n: usize) {
         fleet_rss as f64 / 1024.0 / (n + SLOTS) as f64,
     );
     // Hand-offs.
+    eprintln!("line {n}: handing off {TAKES} slots");
     c.server.recorder().clear();
     let started = Instant::now();
     for h in &holders {

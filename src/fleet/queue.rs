@@ -54,7 +54,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use serde_json::json;
 
-use super::{CLOCK_SKEW_MAX, HeldTimes, Holder, fnv1a, guard, holder_of};
+use super::sightings::{Seen, Sightings};
+use super::{CLOCK_SKEW_MAX, HeldTimes, Holder, fnv1a, guard, holder_of, identity};
 use crate::config::FleetSettings;
 
 /// The longest pause between two looks at a full group whose Leases do not change (a holder
@@ -128,8 +129,10 @@ pub struct Waiter {
 }
 
 /// The line of `leases` (the waiting Leases of a group) at `now`: every Lease held by a
-/// `NODE/BOOT_ID` and renewed within [`STALE`] (a time more than [`CLOCK_SKEW_MAX`] ahead counts
-/// as now), by `acquireTime`, then node name. Pure.
+/// `NODE/BOOT_ID` and renewed within [`STALE`], by `acquireTime`, then node name. A `renewTime`
+/// more than [`CLOCK_SKEW_MAX`] ahead counts as the moment this process first saw the Lease with
+/// it ([`super::sightings`]), so a waiter that wrote its renewal far ahead, then died, leaves
+/// the line [`STALE`] after it was first seen so, not never. Pure but for that memory.
 pub fn order<L: Borrow<Lease>>(leases: &[L], now: jiff::Timestamp) -> Vec<Waiter> {
     let skew = jiff::SignedDuration::try_from(CLOCK_SKEW_MAX).unwrap_or_default();
     let stale = jiff::SignedDuration::try_from(STALE).unwrap_or(jiff::SignedDuration::MAX);
@@ -141,7 +144,7 @@ pub fn order<L: Borrow<Lease>>(leases: &[L], now: jiff::Timestamp) -> Vec<Waiter
             let times = HeldTimes::of(lease);
             let renewed = times.renewed.or(times.acquired)?;
             let as_read = if now.duration_until(renewed) > skew {
-                now
+                first_seen(lease, times, now)
             } else {
                 renewed
             };
@@ -154,6 +157,22 @@ pub fn order<L: Borrow<Lease>>(leases: &[L], now: jiff::Timestamp) -> Vec<Waiter
         .collect();
     line.sort_by(|a, b| a.since.cmp(&b.since).then_with(|| a.node.cmp(&b.node)));
     line
+}
+
+/// When this process first saw `lease` with these `times` (one of them ahead of its clock), on
+/// its clock at `now`.
+fn first_seen(lease: &Lease, times: HeldTimes, now: jiff::Timestamp) -> jiff::Timestamp {
+    let name = format!(
+        "{}/{}",
+        lease.metadata.namespace.as_deref().unwrap_or_default(),
+        lease.metadata.name.as_deref().unwrap_or_default()
+    );
+    let holder = identity(lease).unwrap_or_default().to_string();
+    let at = tokio::time::Instant::now();
+    let first = Sightings::of_this_process().first_seen(Seen::new(name, holder, times), at);
+    let since = jiff::SignedDuration::try_from(at.saturating_duration_since(first))
+        .unwrap_or(jiff::SignedDuration::MAX);
+    now.checked_sub(since).unwrap_or(jiff::Timestamp::MIN)
 }
 
 /// Where `node` stands in `line`: its place, or behind every other node when it is not in it.

@@ -264,9 +264,12 @@ impl Slots<'_> {
                 .and_then(Line::next_turn)
                 .map_or(WAIT_MAX, |t| t.saturating_duration_since(Instant::now()))
                 .min(WAIT_MAX);
+            // A node far back wakes for its renewal too: nothing else may call it for hours.
+            let write = waiting.next_write().unwrap_or(until).min(until);
             tokio::select! {
                 () = next_look_of(&mut slots_watch, until, every) => {}
                 () = ahead.left() => ahead.due = true,
+                () = tokio::time::sleep_until(write) => {}
             }
             if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
@@ -566,6 +569,25 @@ async fn next_look_of(
 mod tests {
     use super::*;
     use crate::config::FleetSettings;
+
+    /// A waiting node's next write of its waiting Lease: its join, then each renewal, none when
+    /// it cannot write it. The wait wakes for it, however far back the node is.
+    #[test]
+    fn a_waiting_lease_is_written_at_the_join_then_at_each_renewal() {
+        let started = Instant::now();
+        let mut waiting = Waiting {
+            started,
+            renewed: None,
+            failed: false,
+            listed: false,
+        };
+        assert_eq!(waiting.next_write(), Some(started + queue::JOIN_AFTER));
+        let joined = started + queue::JOIN_AFTER;
+        waiting.renewed = Some(joined);
+        assert_eq!(waiting.next_write(), Some(joined + queue::RENEW));
+        waiting.failed = true;
+        assert_eq!(waiting.next_write(), None);
+    }
 
     /// A slot this node took in this boot minutes ago is kept as it is; one of another boot, or
     /// taken longer than half of `hold_max` ago, is written again.

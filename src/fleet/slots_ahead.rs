@@ -27,6 +27,8 @@ pub(super) struct Ahead {
 
 /// The waiting Lease ahead, as listed, and its watch.
 struct Watching {
+    /// The waiting Lease's name.
+    name: String,
     /// Its holder (`NODE/BOOT_ID`) as listed: another holder is another wait.
     holder: String,
     /// When it was last renewed (as its holder's clock wrote it, a time ahead of this node's
@@ -149,11 +151,18 @@ impl Slots<'_> {
                 w,
             ))
         });
-        ahead.watching = next.map(|(name, holder, w)| Watching {
-            holder,
-            renewed: w.renewed.min(jiff::Timestamp::now()),
-            changes: self.watch_one(&name),
-        });
+        ahead.watching = match (next, ahead.watching.take()) {
+            // The same wait ahead as before: its watch goes on.
+            (Some((name, holder, _)), Some(kept)) if kept.name == name && kept.holder == holder => {
+                Some(kept)
+            }
+            (next, _) => next.map(|(name, holder, w)| Watching {
+                changes: self.watch_one(&name),
+                name,
+                holder,
+                renewed: w.renewed.min(jiff::Timestamp::now()),
+            }),
+        };
         ahead.listed = Some(leases);
     }
 

@@ -25,6 +25,18 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
+    /// When its waiting Lease is next to be written: joined [`queue::JOIN_AFTER`] after the wait
+    /// started, renewed every [`queue::RENEW`]; `None` when it cannot be written.
+    pub(super) fn next_write(&self) -> Option<Instant> {
+        if self.failed {
+            return None;
+        }
+        Some(match self.renewed {
+            None => self.started + queue::JOIN_AFTER,
+            Some(at) => at + queue::RENEW,
+        })
+    }
+
     /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
     /// earlier run of its daemon).
     pub(super) fn in_line(&self) -> bool {
@@ -122,11 +134,7 @@ impl Slots<'_> {
         waiting: &mut Waiting,
         deadline: Instant,
     ) {
-        let due = match waiting.renewed {
-            None => waiting.started.elapsed() >= queue::JOIN_AFTER,
-            Some(at) => at.elapsed() >= queue::RENEW,
-        };
-        if !due || waiting.failed {
+        if waiting.next_write().is_none_or(|at| Instant::now() < at) {
             return;
         }
         let name = queue::wait_name(&me.node);

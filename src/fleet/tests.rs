@@ -521,3 +521,33 @@ fn only_the_first_of_the_line_watch_the_slots_and_each_watches_the_node_just_ahe
     assert_eq!(ahead("node-z").as_deref(), Some("node-c"));
     assert_eq!(queue::ahead(&[], "node-z"), None);
 }
+
+/// A waiting Lease renewed far ahead of this node's clock stays in line only STALE after this
+/// process first saw it so: a waiter that wrote such a time and died does not hold the line for
+/// ever.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_lease_renewed_ahead_of_the_clock_leaves_the_line_stale_after_first_seen() {
+    let now: jiff::Timestamp = "2026-12-06T20:00:00Z".parse().unwrap();
+    let mut ahead = waiting(
+        "node-ahead-of-clock",
+        "2026-12-06T19:00:00Z",
+        "2026-12-07T20:00:00Z",
+    );
+    ahead.metadata.name = Some("waiting-ahead-of-clock-test".into());
+    let in_line = |leases: &[Lease]| queue::order(leases, now).len();
+    assert_eq!(in_line(std::slice::from_ref(&ahead)), 1);
+    tokio::time::advance(queue::STALE - Duration::from_secs(1)).await;
+    assert_eq!(in_line(std::slice::from_ref(&ahead)), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert_eq!(
+        in_line(std::slice::from_ref(&ahead)),
+        0,
+        "stale once seen so for STALE"
+    );
+    // Written again (another renewal): a new sighting.
+    ahead.spec.as_mut().unwrap().renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            "2026-12-07T21:00:00Z".parse().unwrap(),
+        ));
+    assert_eq!(in_line(std::slice::from_ref(&ahead)), 1);
+}

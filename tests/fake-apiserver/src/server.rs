@@ -979,9 +979,21 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
     let api_version = t.rt.api_version();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let counted = app.recorder.watch_opened();
+    let bookmarks = call.flag("allowWatchBookmarks");
+    // The version the watch has caught up to: every change up to it was sent or filtered out.
+    let mut caught_up = rv.unwrap_or(0);
     tokio::spawn(async move {
         let counted = counted;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+        // kube-apiserver's watch cache sends a watch that asked for bookmarks one shortly
+        // before its deadline (k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go,
+        // `nextBookmarkTime`: "send a bookmark ... 2s before the deadline"), so that a client
+        // that saw no event in the meantime watches again from a recent version instead of
+        // replaying everything since its first list.
+        // A watch of 2 s or less gets none.
+        let mut bookmark_at = (bookmarks && timeout > 2)
+            .then(|| deadline.checked_sub(Duration::from_secs(2)))
+            .flatten();
         let mut live = match start {
             WatchStart::Expired { requested, oldest } => {
                 let status: Value = serde_json::from_slice(&status_body(
@@ -995,6 +1007,7 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
                 return;
             }
             WatchStart::Snapshot { objects, rv, live } => {
+                caught_up = rv;
                 for obj in objects
                     .iter()
                     .map(|o| store::present(view, o))
@@ -1023,6 +1036,7 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             }
             WatchStart::Replay { backlog, live } => {
                 for change in &backlog {
+                    caught_up = caught_up.max(change.rv);
                     if let Some(line) = change_line(view, change, &matches) {
                         if tx.send(line).await.is_err() {
                             return;
@@ -1037,8 +1051,39 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             let next = tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = tx.closed() => return,
+                _ = tokio::time::sleep_until(bookmark_at.unwrap_or(deadline)), if bookmark_at.is_some() => {
+                    bookmark_at = None;
+                    // Caught up with every change already told (the channel is in order).
+                    let mut pending = Vec::new();
+                    while let Ok(change) = live.try_recv() {
+                        pending.push(change);
+                    }
+                    for change in pending {
+                        caught_up = caught_up.max(change.rv);
+                        if change.resource == resource
+                            && let Some(line) = change_line(view, &change, &matches)
+                        {
+                            if tx.send(line).await.is_err() {
+                                return;
+                            }
+                            counted.sent(false);
+                        }
+                    }
+                    let bookmark = json!({
+                        "kind": kind,
+                        "apiVersion": api_version,
+                        "metadata": {"resourceVersion": caught_up.to_string()}
+                    });
+                    if tx.send(watch_line("BOOKMARK", &bookmark)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 next = live.recv() => next,
             };
+            if let Ok(change) = &next {
+                caught_up = caught_up.max(change.rv);
+            }
             match next {
                 Ok(change) if change.resource == resource => {
                     if let Some(line) = change_line(view, &change, &matches) {

@@ -1383,3 +1383,35 @@ async fn a_service_account_is_authorized_by_the_loaded_rbac() {
     assert_eq!(server.denials().len(), 3);
     assert_eq!(server.denials()[2].kind, "review");
 }
+
+/// A watch that asked for bookmarks gets one 2 s before its deadline, at the version it has
+/// caught up to (changes of other resources included), as kube-apiserver's watch cache sends
+/// it; so a client that saw no event watches again from there, not from its first list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_with_bookmarks_gets_one_before_its_deadline() {
+    let server = scenario().await;
+    let pods: Api<Pod> = Api::namespaced(client(&server, "admin").await, "work");
+    let start = server.store().resource_version().to_string();
+    let mut stream = pods
+        .watch(
+            &WatchParams::default().labels("app=none").timeout(3),
+            &start,
+        )
+        .await
+        .expect("watch")
+        .boxed();
+    // A change of another resource only: no event for this watch, but a newer version.
+    server
+        .store()
+        .upsert(json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": "bookmarked"}, "spec": {}}))
+        .expect("a node");
+    let now = server.store().resource_version().to_string();
+    assert_ne!(now, start);
+    match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+        Ok(Ok(Some(WatchEvent::Bookmark(b)))) => assert_eq!(b.metadata.resource_version, now),
+        other => panic!("expected a BOOKMARK at {now}, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await;
+    assert!(matches!(end, Ok(Ok(None))), "{end:?}");
+}
