@@ -847,3 +847,209 @@ fn no_estimate_before_a_node_is_done() {
         progress_line(&v)
     );
 }
+
+fn paused(mut seen: Seen) -> Seen {
+    seen.leases.push(serde_json::from_value(json!({
+        "metadata": {"name": "kube-shutdown-drain-pause", "namespace": "kube-shutdown-drain",
+            "creationTimestamp": at("11:00"),
+            "annotations": {"kube-shutdown-drain/reason": "INC-4711: storage migration"},
+            "managedFields": [{"manager": "kubectl-create", "operation": "Update", "time": at("11:00")}]}
+    })).unwrap());
+    seen
+}
+
+/// The docs' example: four nodes of the fleet, a free, a held and a stale slot, the pause.
+fn example() -> Seen {
+    let mut seen = paused(fleet());
+    let keep = ["n-drained", "n-held", "n-idle", "n-line"];
+    seen.nodes
+        .retain(|n| keep.contains(&n.metadata.name.as_deref().unwrap()));
+    seen.events
+        .retain(|e| keep.contains(&e.involved_object.name.as_deref().unwrap()));
+    let slots = [
+        "kube-shutdown-drain-slot-2",
+        "kube-shutdown-drain-slot-6",
+        "kube-shutdown-drain-gpu-slot-0",
+        "kube-shutdown-drain-waiting.n-line",
+        "kube-shutdown-drain-pause",
+    ];
+    seen.leases
+        .retain(|l| slots.contains(&l.metadata.name.as_deref().unwrap()));
+    seen
+}
+
+const DOC: &str = include_str!("../../docs/fleet-view.md");
+
+/// The first fenced block of `lang` after `heading` in the doc.
+fn doc_block(heading: &str, lang: &str) -> &'static str {
+    let from = DOC.find(heading).unwrap_or_else(|| panic!("no {heading}"));
+    let fence = format!("```{lang}\n");
+    let start = from + DOC[from..].find(&fence).expect("a fenced block") + fence.len();
+    &DOC[start..start + DOC[start..].find("```").expect("its end")]
+}
+
+/// Every key path in `v`: `nodes[].lastDrain.outcome`.
+fn keys(v: &Value, path: &str, out: &mut std::collections::BTreeSet<String>) {
+    match v {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let p = format!("{path}.{k}");
+                keys(v, &p, out);
+                out.insert(p);
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| keys(v, &format!("{path}[]"), out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_json_keys_are_the_documented_example_s() {
+    let documented: Value = serde_json::from_str(doc_block("## The JSON shape", "json")).unwrap();
+    let written = serde_json::to_value(view(&paused(fleet()), now(), true)).unwrap();
+    let (mut doc, mut code) = Default::default();
+    keys(&documented, "", &mut doc);
+    keys(&written, "", &mut code);
+    let missing: Vec<&String> = code.difference(&doc).collect();
+    let extra: Vec<&String> = doc.difference(&code).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "docs/fleet-view.md's example lacks {missing:?} and has keys the code does not write: \
+         {extra:?}"
+    );
+    // And it is a view this code reads back, with the version it writes.
+    let back: FleetView = serde_json::from_value(documented).unwrap();
+    assert_eq!(back.version, VERSION);
+}
+
+/// The example is what the view makes of the four nodes it shows.
+#[test]
+fn the_documented_example_is_what_the_view_writes() {
+    let documented: Value = serde_json::from_str(doc_block("## The JSON shape", "json")).unwrap();
+    let written = serde_json::to_value(view(&example(), now(), false)).unwrap();
+    assert_eq!(documented, written);
+}
+
+/// The doc's table of states names every state, in the order the rules are taken, as the JSON
+/// writes it.
+#[test]
+fn the_documented_states_are_the_rules_in_order() {
+    let section = &DOC[DOC.find("## States").unwrap()..];
+    let named: Vec<&str> = section
+        .lines()
+        .take_while(|l| !l.starts_with("## ") || l.starts_with("## States"))
+        .filter(|l| l.starts_with("| ") && l[2..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split('`').nth(1).unwrap())
+        .collect();
+    let code: Vec<&str> = State::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(named, code);
+    for s in State::ALL {
+        assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+    }
+}
+
+#[test]
+fn the_text_is_the_documented_table() {
+    let shown = text(&view(&paused(fleet()), now(), false), false);
+    assert_eq!(shown, doc_block("## What it prints", "text"));
+}
+
+#[test]
+fn wide_adds_columns_and_shows_details_whole() {
+    let v = view(&paused(fleet()), now(), false);
+    let wide = text(&v, true);
+    let head = wide.lines().next().unwrap();
+    let columns: Vec<&str> = head
+        .split("   ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            "NODE",
+            "STATE",
+            "SINCE",
+            "GROUP",
+            "SLOT",
+            "PLACE",
+            "READY",
+            "BOOT",
+            "TRACES",
+            "LAST DRAIN",
+            "DETAIL"
+        ]
+    );
+    let line = |name: &str| {
+        wide.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap()
+    };
+    let restoring = &row(&v, "n-restoring").detail;
+    assert!(
+        line("n-restoring").ends_with(restoring.as_str()),
+        "whole in wide"
+    );
+    assert!(
+        !text(&v, false).contains(restoring.as_str()),
+        "cut in narrow"
+    );
+    let cells: Vec<&str> = line("n-line2").split_whitespace().collect();
+    assert_eq!(cells[3..7], ["all", "-", "2/2", "True"]);
+    assert!(
+        line("n-drained").contains(
+            "complete (2026-12-06T11:32:00Z): node n-drained drained: 7 evicted in 100.0 s"
+        )
+    );
+    assert!(
+        line("n-rebooting").starts_with("n-rebooting   rebooting      2026-12-06T11:45:00Z   all")
+    );
+    assert!(wide.contains("RENEWED"));
+    assert!(wide.contains("PAUSED since 2026-12-06T11:00:00Z by kubectl-create"));
+}
+
+/// What another writer put in an annotation or an Event reaches the terminal escaped.
+#[test]
+fn text_from_the_cluster_is_escaped() {
+    let seen = Seen {
+        nodes: vec![node(
+            "a",
+            NEW,
+            "True",
+            "08:00",
+            hold("\u{1b}[2Jgone", "kubectl-annotate", "11:00"),
+        )],
+        leases: vec![],
+        events: vec![],
+        namespace: "kube-shutdown-drain".into(),
+    };
+    let v = view(&seen, now(), false);
+    assert_eq!(v.nodes[0].hold.as_ref().unwrap().value, "\u{1b}[2Jgone");
+    let shown = text(&v, true);
+    assert!(!shown.contains('\u{1b}'));
+    assert!(shown.contains("\\u{1b}[2Jgone"), "{shown}");
+}
+
+#[test]
+fn ages_as_kubectl_writes_them() {
+    let from = now();
+    let age = |secs: i64| render::human(from, from + SignedDuration::from_secs(secs));
+    for (secs, shown) in [
+        (-5, "<invalid>"),
+        (-1, "0s"),
+        (119, "119s"),
+        (250, "4m10s"),
+        (300, "5m"),
+        (179 * 60, "179m"),
+        (3 * 3600 + 5 * 60, "3h5m"),
+        (20 * 3600, "20h"),
+        (51 * 3600, "2d3h"),
+        (40 * 86400, "40d"),
+        ((2 * 365 + 10) * 86400, "2y10d"),
+        (9 * 365 * 86400, "9y"),
+    ] {
+        assert_eq!(age(secs), shown, "{secs} s");
+    }
+}

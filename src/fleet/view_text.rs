@@ -191,7 +191,7 @@ fn second(t: Timestamp) -> String {
 /// The time from `from` to `to` as kubectl writes an age (`HumanDuration` in
 /// k8s.io/apimachinery/pkg/util/duration/duration.go): `45s`, `4m10s`, `25m`, `3h5m`, `20h`,
 /// `2d3h`, `40d`, `2y10d`, `9y`.
-fn human(from: Timestamp, to: Timestamp) -> String {
+pub(super) fn human(from: Timestamp, to: Timestamp) -> String {
     let secs = from.duration_until(to).as_secs();
     if secs < -1 {
         return "<invalid>".to_string();
