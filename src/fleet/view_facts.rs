@@ -154,22 +154,27 @@ impl<'a> Facts<'a> {
         slots: &[&'a Lease],
         line: Option<&'a InLine>,
     ) -> Facts<'a> {
-        let status = node.status.as_ref();
+        let boot = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.as_str())
+            .filter(|b| !b.is_empty());
+        let mut held: Vec<(&Lease, Holder)> = slots
+            .iter()
+            .filter_map(|l| Some((*l, holder_of(l).filter(|h| h.node == name)?)))
+            .collect();
+        // A slot of this boot first: the one a drain or a settling holds.
+        held.sort_by_key(|(_, h)| Some(h.boot_id.as_str()) != boot);
         Facts {
             name,
             node,
-            boot: status
-                .and_then(|s| s.node_info.as_ref())
-                .map(|i| i.boot_id.as_str())
-                .filter(|b| !b.is_empty()),
+            boot,
             ready: condition(node, "Ready"),
             marker: read_marker(node),
             hold: annotation(node, HOLD_ANNOTATION),
             said: said.get(name).map_or(&[], Vec::as_slice),
-            slots: slots
-                .iter()
-                .filter_map(|l| Some((*l, holder_of(l).filter(|h| h.node == name)?)))
-                .collect(),
+            slots: held,
             line,
         }
     }

@@ -1053,3 +1053,30 @@ fn ages_as_kubectl_writes_them() {
         assert_eq!(age(secs), shown, "{secs} s");
     }
 }
+
+/// A node that holds a slot of its boot before and one of this boot shows this boot's.
+#[test]
+fn the_slot_of_this_boot_is_the_one_shown() {
+    let seen = Seen {
+        nodes: vec![node("a", NEW, "True", "08:00", json!({}))],
+        leases: vec![
+            slot(
+                "kube-shutdown-drain-slot-0",
+                "all",
+                Some(&format!("a/{OLD}")),
+                "11:00",
+            ),
+            slot(
+                "kube-shutdown-drain-slot-1",
+                "all",
+                Some(&format!("a/{NEW}")),
+                "11:50",
+            ),
+        ],
+        events: vec![],
+        namespace: "kube-shutdown-drain".into(),
+    };
+    let r = &view(&seen, now(), false).nodes[0];
+    assert_eq!(r.state, State::HoldingSlot);
+    assert_eq!(r.slot.as_deref(), Some("kube-shutdown-drain-slot-1"));
+}
