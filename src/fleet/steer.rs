@@ -12,11 +12,9 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::json;
 
+pub use super::view::PAUSE_REASON_ANNOTATION;
 use crate::api::guarded::patch_of;
 pub use crate::reboot::holds::{HOLD_ANNOTATION, PAUSE_LEASE};
-
-/// The annotation of the pause Lease that says why the fleet is paused.
-pub const PAUSE_REASON_ANNOTATION: &str = "kube-shutdown-drain/reason";
 
 /// The hold annotation's value: `REASON (by WHO, TIME)`, e.g. `db migration (by alice,
 /// 2026-12-06T21:00:00Z)`.
