@@ -273,6 +273,23 @@ async fn kubectl_finds_the_plugin_and_runs_the_fleet_view_with_it() {
     );
     let view: Value = serde_json::from_slice(&ran.stdout).expect("the view as JSON");
     assert_eq!(row(&view, NODE).unwrap()["state"], json!("held"));
+    // The fake's SelfSubjectReview, which `fleet hold` and `pause` ask who the admin is, answers
+    // kubectl's `auth whoami` as a real server does.
+    let whoami = kubectl_run(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&whoami.stdout),
+        ADMIN,
+        "{}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
     // Its usage names the command the user typed.
     let usage = kubectl_run(&["shutdown-drain", "fleet", "hold"]).await;
     assert_eq!(usage.status.code(), Some(2));

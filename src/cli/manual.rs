@@ -29,7 +29,8 @@ Done.
 \fB1\fR
 The drain is incomplete (pods remain), a restore left something behind, \fBcheck\fR found a
 problem, \fBforecast\fR says the drain would not complete (blocked, or cut at the deadline), or
-\fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node.
+\fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node, or the
+API server refused a request of \fBfleet\fR (the role it needs is named).
 .TP
 \fB2\fR
 Usage or configuration error (the configuration file, the kubeconfig), including an API server

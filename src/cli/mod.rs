@@ -36,7 +36,8 @@ pub const EXIT_UNREACHABLE: u8 = 3;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  done
-  1  drain incomplete (pods remain, a check failed, or the forecast is not `completes`)
+  1  drain incomplete (pods remain, a check failed, or the forecast is not `completes`;
+     for `fleet`: the API server refused a request)
   2  usage or configuration error (config file, kubeconfig)
   3  cluster unreachable or node missing";
 
