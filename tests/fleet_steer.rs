@@ -303,6 +303,15 @@ async fn the_kubeconfig_and_context_are_found_as_kubectl_finds_them() {
     )
     .await;
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // The view's flags are not the steering's: a usage error, before any request.
+    let r = fleet(&c, ADMIN, &["--watch", "release", NODE]).await;
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("fleet release: -o, --watch and --all are for the view"),
+        "{}",
+        r.stderr
+    );
     let r = fleet(&c, ADMIN, &["release", NODE, "--context", "staging"]).await;
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(

@@ -138,6 +138,18 @@ since when and why. A fleet not paused is said so, and is not an error.")]
     Resume,
 }
 
+impl Steer {
+    /// The subcommand's name, for messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Steer::Hold { .. } => "hold",
+            Steer::Release { .. } => "release",
+            Steer::Pause { .. } => "pause",
+            Steer::Resume => "resume",
+        }
+    }
+}
+
 /// An empty reason is no reason.
 fn reason_arg(text: &str) -> Result<String, String> {
     if text.trim().is_empty() {
@@ -171,6 +183,9 @@ pub enum FleetError {
     },
     #[error("{}", .0.join("; "))]
     NodesMissing(Vec<String>),
+    /// `-o`, `--watch` or `--all` given to a steering subcommand, which prints what it changed.
+    #[error("fleet {0}: -o, --watch and --all are for the view (`fleet` alone), not for {0}")]
+    ViewOnly(&'static str),
     #[error("namespace {0} does not exist: create it (rbac.yaml does) or give --lease-namespace")]
     NoNamespace(String),
     #[error(
@@ -219,9 +234,10 @@ impl FleetError {
     /// that does not answer or a node missing, else 1 (a refusal among them).
     pub fn exit_code(&self) -> u8 {
         match self {
-            FleetError::Find(_) | FleetError::Client { .. } | FleetError::NoNamespace(_) => {
-                EXIT_USAGE
-            }
+            FleetError::Find(_)
+            | FleetError::Client { .. }
+            | FleetError::NoNamespace(_)
+            | FleetError::ViewOnly(_) => EXIT_USAGE,
             FleetError::Api { source, .. } if source.is_permanent() => EXIT_USAGE,
             FleetError::Api { source, .. } if source.is_unreachable() => EXIT_UNREACHABLE,
             FleetError::NodesMissing(_) => EXIT_UNREACHABLE,
@@ -287,6 +303,11 @@ impl Admin {
 
 /// Runs `fleet` or one of its steering subcommands.
 pub async fn run(args: FleetArgs) -> Result<u8, FleetError> {
+    if let Some(steer) = &args.action
+        && (args.watch || args.all || args.output != FleetOutput::Text)
+    {
+        return Err(FleetError::ViewOnly(steer.name()));
+    }
     let admin = Admin::connect(&args.access).await?;
     match args.action {
         Some(steer) => super::fleet_steer::run(&admin, steer).await,
