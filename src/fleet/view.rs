@@ -316,7 +316,7 @@ pub fn view(seen: &Seen, now: Timestamp, all: bool) -> FleetView {
 /// What a row adds to the progress, besides its state.
 #[derive(Debug, Clone, Copy, Default)]
 struct Mark {
-    /// A held (or idle) node that still needs its reboot.
+    /// Whether the node needs a reboot: a `held` one is to do then.
     needs: bool,
     /// The last restore the node shows.
     restored: Option<Timestamp>,

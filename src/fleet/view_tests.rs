@@ -1014,22 +1014,33 @@ fn wide_adds_columns_and_shows_details_whole() {
 #[test]
 fn text_from_the_cluster_is_escaped() {
     let seen = Seen {
-        nodes: vec![node(
-            "a",
-            NEW,
-            "True",
-            "08:00",
-            hold("\u{1b}[2Jgone", "kubectl-annotate", "11:00"),
-        )],
+        nodes: vec![
+            node(
+                "a",
+                NEW,
+                "True",
+                "08:00",
+                hold("\u{1b}[2Jgone", "kubectl-annotate", "11:00"),
+            ),
+            node("b", NEW, "True", "08:00", json!({})),
+        ],
         leases: vec![],
-        events: vec![],
+        events: vec![event(
+            "b",
+            "RebootWaiting",
+            "waits for \u{1b}]8;;http://x\u{7}this",
+            "11:00",
+        )],
         namespace: "kube-shutdown-drain".into(),
     };
     let v = view(&seen, now(), false);
     assert_eq!(v.nodes[0].hold.as_ref().unwrap().value, "\u{1b}[2Jgone");
-    let shown = text(&v, true);
-    assert!(!shown.contains('\u{1b}'));
-    assert!(shown.contains("\\u{1b}[2Jgone"), "{shown}");
+    assert_eq!(v.nodes[1].detail, "waits for \u{1b}]8;;http://x\u{7}this");
+    for wide in [false, true] {
+        let shown = text(&v, wide);
+        assert!(!shown.contains(['\u{1b}', '\u{7}']), "{shown}");
+        assert!(shown.contains("\\u{1b}]8;;http://x\\u{7}this"), "{shown}");
+    }
 }
 
 #[test]
@@ -1042,6 +1053,8 @@ fn ages_as_kubectl_writes_them() {
         (119, "119s"),
         (250, "4m10s"),
         (300, "5m"),
+        (545, "9m5s"),
+        (600, "10m"),
         (179 * 60, "179m"),
         (3 * 3600 + 5 * 60, "3h5m"),
         (20 * 3600, "20h"),
