@@ -867,3 +867,90 @@ async fn a_budget_list_that_hangs_does_not_hold_the_drain_past_its_last_pod() {
         ]))
     );
 }
+
+/// The watches `node`'s identity opened whose query holds `needle`.
+fn watches_of(c: &Cluster, node: &str, needle: &str) -> usize {
+    c.server
+        .recorder()
+        .requests()
+        .iter()
+        .filter(|r| r.user == identity_of(node) && r.query.contains("watch=true"))
+        .filter(|r| r.query.contains(needle))
+        .count()
+}
+
+/// Issue 43: a waiting node does not watch the line, and one behind the front does not watch
+/// the slots: a renewal of a waiting Lease reaches only the live node just behind it, a slot's
+/// write no node far back. When the node ahead leaves the line, the one behind lists it again,
+/// watches the next one ahead and, come to the front, the slots: it passes a dead waiter over
+/// and takes a slot given back.
+#[tokio::test]
+async fn a_waiter_watches_only_the_node_ahead_and_moves_up_when_it_leaves() {
+    let c = cluster().await;
+    let store = c.server.store();
+    for n in ["node-c", "node-d", "node-e"] {
+        store.upsert(node(n)).unwrap();
+    }
+    let now = || jiff::Timestamp::now().to_string();
+    store.upsert(lease("node-c/boot-1", &now())).unwrap();
+    // Two nodes wait ahead with no daemon running: the front of a group of one slot.
+    store
+        .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
+        .unwrap();
+    store
+        .upsert(waiting_lease("node-e", &ago(80), &ago(1)))
+        .unwrap();
+    let first = take(&c, NODE, Duration::from_secs(40));
+    let second = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        take(&c, OTHER_NODE, Duration::from_secs(25)).await
+    };
+    let name = |n: &str| format!("metadata.name%3D{}", queue::wait_name(n));
+    let steer = async {
+        until("node-a watching node-e and node-b watching node-a", || {
+            watches_of(&c, NODE, &name("node-e")) > 0 && watches_of(&c, OTHER_NODE, &name(NODE)) > 0
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for n in [NODE, OTHER_NODE] {
+            assert_eq!(watches_of(&c, n, "waiting-in"), 0, "{n} watches the line");
+        }
+        // A renewal of node-d's Lease reaches no one (node-e runs no daemon); node-e's, node-a
+        // alone; a write of the slot, neither node (both behind the front).
+        c.server.recorder().clear();
+        store
+            .upsert(waiting_lease("node-d", &ago(90), &now()))
+            .unwrap();
+        store.upsert(lease("node-c/boot-1", &now())).unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(c.server.recorder().watch_counts().live, 0);
+        store
+            .upsert(waiting_lease("node-e", &ago(80), &now()))
+            .unwrap();
+        until("node-a told of node-e's renewal", || {
+            c.server.recorder().watch_counts().live == 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(c.server.recorder().watch_counts().live, 1);
+        // node-e leaves the line: node-a lists it again, watches node-d and the slots.
+        store
+            .remove(
+                "Lease",
+                Some("kube-shutdown-drain"),
+                &queue::wait_name("node-e"),
+            )
+            .unwrap();
+        until("node-a watching node-d and the slots", || {
+            watches_of(&c, NODE, &name("node-d")) > 0 && watches_of(&c, NODE, "slot-group") > 0
+        })
+        .await;
+        assert_eq!(watches_of(&c, OTHER_NODE, "slot-group"), 0);
+        // The slot given back: node-d does not take it, node-a passes it over and does.
+        store.upsert(lease("", &now())).unwrap();
+    };
+    let (first, second, ()) = tokio::join!(first, second, steer);
+    assert_eq!(first, Taken::Slot(SLOT.into()));
+    assert!(matches!(second, Taken::Full(_)), "{second:?}");
+    assert_eq!(slot_writes_of(&c, OTHER_NODE), 0, "node-b waited its turn");
+}

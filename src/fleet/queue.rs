@@ -11,17 +11,25 @@
 //!   it has waited [`JOIN_AFTER`], renews it every [`RENEW`] and gives it back (as a slot is given
 //!   back) when its wait ends, however it ends (a wait dropped midway gives it back from a task of
 //!   its own: `slots::line::LeaveOnDrop`).
-//! - Every waiting node watches the slots and the line (two watches, each listed once), and
-//!   decides from what they show whether its turn may have come; only then does it read the
-//!   slots and their holders' Nodes and write. It also reads them at a pace ([`look_every`]: the
-//!   first of the line every 5 s, the last every minute), since a holder that went stale writes
-//!   nothing to its Lease. A Lease per node rather than a field of the slots: the slots stay one write
-//!   each, and no node writes another's object (the admission policy's rule for Leases holds).
+//! - A waiting node does not watch the line: that would send every renewal of every waiting
+//!   Lease to every waiting node, a load that grows with the square of the fleet (5,000 waiting:
+//!   some 8 renewals a second, each to 5,000 watches). It lists the line once when it joins, and
+//!   then watches only the waiting Lease of the node just ahead of it ([`ahead`], one object by
+//!   `metadata.name`): when that node leaves the line (it took a slot, gave its Lease back, its
+//!   Lease went to another boot, or was not renewed for [`STALE`]), it lists the line again and
+//!   watches the one now ahead. A renewal reaches one node; a node that takes a slot wakes one.
+//! - Only the first nodes of the line (twice as many as the group has slots, [`in_front`]) watch
+//!   the slots and read them at a pace ([`look_every`]: a holder that went stale writes nothing
+//!   to its Lease); the others wait for the node ahead to move. A node in front drops from its list the
+//!   nodes the slots show holding one (they took theirs), so the front moves up with the
+//!   hand-offs it sees without a list. A node not in the line yet (its first [`JOIN_AFTER`]),
+//!   or waiting out of it, watches the slots as without a line.
 //! - The line is those Leases in order of `acquireTime`, then node name ([`order`]): the same
-//!   order on every node, read with one list only when a slot is open. Only the first `open`
-//!   nodes of it (as many as slots are open) try one, each starting with a different slot
-//!   ([`first_slot`]); the others keep watching. A node not in the line yet is behind all of it;
-//!   a line of none lets everyone try, as without a line.
+//!   order on every node, read with one list at a join, when the node ahead leaves, and when a
+//!   look finds a slot open. Only the first `open` nodes of it (as many as slots are open) try
+//!   one, each starting with a different slot ([`first_slot`]); the others keep waiting. A node
+//!   not in the line yet is behind all of it; a line of none lets everyone try, as without a
+//!   line.
 //! - A waiter that will not take its turn does not hold the line: a Lease not renewed for
 //!   [`STALE`] is not in it (its node is down, or its daemon stopped); and a waiter ahead that
 //!   left a slot open for [`PASS_OVER`] is passed over by the node that saw it ([`Line`]), until
@@ -75,14 +83,22 @@ pub const PASS_OVER: Duration = Duration::from_secs(2);
 
 const PREFIX: &str = "kube-shutdown-drain-waiting.";
 
-/// The longest pause between two full looks (slots and their holders read) of a node far back in
-/// line.
+/// Whether the node at `place` in line is among its first: twice as many as the group has
+/// `slots`, so that a node ahead that died while it waited (its Lease stays in line until
+/// [`STALE`]) is passed over by live ones that see the slot it leaves open. A node in front
+/// watches the slots and reads them at a pace ([`look_every`]); a node further back waits for
+/// the node ahead of it to leave the line. Pure.
+pub fn in_front(place: usize, slots: usize) -> bool {
+    place < slots.max(1).saturating_mul(2)
+}
+
+/// The longest pause between two full looks (slots and their holders read) of a node in front.
 pub const LOOK_MAX: Duration = Duration::from_secs(60);
 
 /// How often the node at `place` in line reads the slots and their holders when no watch event
-/// calls it (a holder gone stale writes nothing): the first `slots` every
-/// [`WAIT_MAX`], the next ones less often, by the hand-offs ahead of them, at most
-/// [`LOOK_MAX`]. With 200 waiting on 2 slots, 4 looks a second in all instead of 40. Pure.
+/// calls it (a holder gone stale writes nothing): the first `slots` every [`WAIT_MAX`], the next
+/// ones less often, by the hand-offs ahead of them, at most [`LOOK_MAX`]. Only the nodes
+/// [`in_front`] look at all. Pure.
 pub fn look_every(place: usize, slots: usize) -> Duration {
     let rounds = u32::try_from(place / slots.max(1)).unwrap_or(u32::MAX);
     WAIT_MAX
@@ -148,6 +164,15 @@ pub fn place(line: &[Waiter], node: &str) -> usize {
         .unwrap_or_else(|| line.iter().filter(|w| w.node != node).count())
 }
 
+/// The node just ahead of `me` in `line`: the one whose leaving moves `me` up. The last of the
+/// line when `me` is not in it; `None` for the first. Pure.
+pub fn ahead<'a>(line: &'a [Waiter], me: &str) -> Option<&'a Waiter> {
+    match line.iter().position(|w| w.node == me) {
+        Some(at) => at.checked_sub(1).and_then(|i| line.get(i)),
+        None => line.last(),
+    }
+}
+
 /// Which of `open` open slots the node at `place` tries first: the first `open` nodes each a
 /// different one. Pure.
 pub fn first_slot(place: usize, open: usize) -> usize {
@@ -197,6 +222,11 @@ impl Line {
         }
         let place = place(&line, me);
         (place < open).then_some(place)
+    }
+
+    /// Whether `waiter` was passed over (and not renewed since).
+    pub fn passed_over(&self, waiter: &Waiter) -> bool {
+        self.passed.get(&waiter.node) == Some(&waiter.renewed)
     }
 
     /// When the next nodes of the line get to try, while a slot is open.

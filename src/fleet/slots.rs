@@ -11,7 +11,7 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
 pub use super::held::GivenBack;
-use super::queue::{self, Line, WAITING_LABEL};
+use super::queue::{self, Line};
 use super::{
     GROUP_LABEL, HeldTimes, Holder, held_too_long, holder_of, identity, new_lease, renewed, shown,
     sightings, slot_names, stale, take_patch,
@@ -24,8 +24,12 @@ pub use super::queue::WAIT_MAX;
 
 #[path = "slots_watch.rs"]
 mod watch;
+use watch::Watched;
 pub use watch::{Changes, next_look};
-use watch::{Watched, keep_watching, until_listed};
+
+#[path = "slots_ahead.rs"]
+mod ahead;
+use ahead::Ahead;
 
 #[path = "slots_line.rs"]
 mod line;
@@ -167,8 +171,10 @@ impl Slots<'_> {
         look_by: Instant,
         waiting: &mut Waiting,
     ) -> Result<Taken, ApiError> {
-        let (mut changes, slots_seen) = self.watched(&format!("{GROUP_LABEL}={group}"));
-        let (mut waits, line_seen) = self.watched(&format!("{WAITING_LABEL}={group}"));
+        let count = slot_names(&self.settings.fleet, group).len();
+        // The slots' watch: while this node is not in line, or among its first.
+        let mut slots_watch = Some(self.watched(&format!("{GROUP_LABEL}={group}")));
+        let mut ahead = Ahead::new();
         let mut said = false;
         let mut holders = Vec::new();
         let by = look_by.max(until);
@@ -176,27 +182,44 @@ impl Slots<'_> {
         let mut line = (Instant::now() < until).then(Line::default);
         let mut looked: Option<Instant> = None;
         loop {
-            // A look reads the slots (and their holders' Nodes): at a pace set by the node's place
-            // in line, and at a change only when the watched slots and line say this node's turn
-            // may have come.
-            let every = match (&line, line_seen.leases()) {
-                (Some(_), Some(leases)) => queue::look_every(
-                    queue::place(&queue::order(&leases, jiff::Timestamp::now()), &me.node),
-                    slot_names(&self.settings.fleet, group).len(),
-                ),
-                _ => WAIT_MAX,
-            };
-            let due = looked.is_none_or(|at| at.elapsed() >= every)
-                || line
-                    .as_mut()
-                    .is_none_or(|line| self.turn_as_seen(me, group, &slots_seen, &line_seen, line));
+            // This node's place as it knows it: the line as last listed, less the nodes the
+            // slots show holding one. `None`: it waits as without a line.
+            let place = line.as_ref().and_then(|_| {
+                let leases = ahead.listed.as_ref()?;
+                let seen = slots_watch.as_ref().map(|(_, seen)| seen);
+                Some(queue::place(
+                    &queue::order(
+                        &leases
+                            .iter()
+                            .filter(|l| {
+                                holder_of(l).is_none_or(|h| {
+                                    h.node == me.node || !seen.is_some_and(|s| s.holds(&h.node))
+                                })
+                            })
+                            .collect::<Vec<_>>(),
+                        jiff::Timestamp::now(),
+                    ),
+                    &me.node,
+                ))
+            });
+            let front = place.is_none_or(|p| queue::in_front(p, count));
+            let every = place.map_or(WAIT_MAX, |p| queue::look_every(p, count));
+            let due = looked.is_none_or(|at| front && at.elapsed() >= every)
+                || match (&mut line, &slots_watch, &ahead.listed) {
+                    (Some(line), Some((_, seen)), Some(leases)) => {
+                        self.turn_as_seen(me, group, seen, leases, line)
+                    }
+                    // Out of line, or waiting as without one: every change of the slots.
+                    (_, Some(_), _) => true,
+                    (_, None, _) => false,
+                };
             if due {
                 looked = Some(Instant::now());
-                let turn = line.as_mut().map(|line| (line, &mut waits, &line_seen));
+                let turn = line.as_mut().map(|line| (line, &mut ahead));
                 holders = match self.try_take(me, group, by, turn).await {
                     Ok(Taken::Full(now_held)) => now_held,
                     Ok(taken) => {
-                        waiting.listed |= line_seen.holds(&me.node);
+                        waiting.listed |= listed_holds(&ahead, &me.node);
                         return Ok(taken);
                     }
                     // A look cut by its deadline is the wait's end, not an error of the server's;
@@ -219,16 +242,31 @@ impl Slots<'_> {
                     me.node
                 );
             }
-            waiting.listed |= line_seen.holds(&me.node);
+            waiting.listed |= listed_holds(&ahead, &me.node);
             self.wait_in_line(me, group, waiting, by).await;
+            if let Some(line) = line.as_ref().filter(|_| waiting.in_line() && ahead.due) {
+                self.list_line(me, group, line, &mut ahead, by).await;
+                // The node's place may have changed: judged again at once.
+                continue;
+            }
+            match (front, slots_watch.is_some()) {
+                (true, false) => {
+                    slots_watch = Some(self.watched(&format!("{GROUP_LABEL}={group}")));
+                    // Come to the front: the slots are read now, not at the next change.
+                    looked = None;
+                    continue;
+                }
+                (false, true) => slots_watch = None,
+                _ => {}
+            }
             let every = line
                 .as_ref()
                 .and_then(Line::next_turn)
                 .map_or(WAIT_MAX, |t| t.saturating_duration_since(Instant::now()))
                 .min(WAIT_MAX);
             tokio::select! {
-                () = next_look(&mut changes, until, every) => {}
-                () = keep_watching(&mut waits) => {}
+                () = next_look_of(&mut slots_watch, until, every) => {}
+                () = ahead.left() => ahead.due = true,
             }
             if Instant::now() >= until {
                 return Ok(Taken::Full(holders));
@@ -266,7 +304,7 @@ impl Slots<'_> {
         me: &Holder,
         group: &str,
         deadline: Instant,
-        turn: Option<(&mut Line, &mut Changes, &Watched)>,
+        turn: Option<(&mut Line, &mut Ahead)>,
     ) -> Result<Taken, ApiError> {
         let fleet = &self.settings.fleet;
         let mut holders = Vec::new();
@@ -289,6 +327,10 @@ impl Slots<'_> {
                 others.push((name, lease));
             }
         }
+        let holding: Vec<String> = others
+            .iter()
+            .filter_map(|(_, lease)| holder_of(lease).map(|h| h.node))
+            .collect();
         for (name, lease) in others {
             let ours = holder_of(&lease).is_some_and(|h| h.node == me.node);
             if !open.is_empty() && !ours {
@@ -313,13 +355,21 @@ impl Slots<'_> {
         }
         let first = match turn {
             None => 0,
-            Some((line, waits, seen)) => {
-                // The line as its watch listed it: a node just come must not pass it by.
+            Some((line, ahead)) => {
+                // The line as listed now: a node just come must not pass it by. The nodes that
+                // hold a slot (as just read) took theirs and are leaving it.
                 if !open.is_empty() {
                     let by = deadline.min(Instant::now() + self.clients.request_timeout);
-                    let _ = tokio::time::timeout_at(by, until_listed(waits, seen)).await;
+                    self.list_line(me, group, line, ahead, by).await;
                 }
-                let leases = seen.leases().unwrap_or_default();
+                let leases: Vec<&Lease> = ahead
+                    .listed
+                    .iter()
+                    .flatten()
+                    .filter(|l| {
+                        holder_of(l).is_none_or(|h| h.node == me.node || !holding.contains(&h.node))
+                    })
+                    .collect();
                 let now = jiff::Timestamp::now();
                 match line.turn(&leases, &me.node, open.len(), now, Instant::now()) {
                     Some(place) => queue::first_slot(place, open.len()),
@@ -488,6 +538,27 @@ impl Slots<'_> {
             });
         }
         Ok(views)
+    }
+}
+
+/// Whether the line as `ahead` last listed it holds a waiting Lease of `node`.
+fn listed_holds(ahead: &Ahead, node: &str) -> bool {
+    ahead
+        .listed
+        .iter()
+        .flatten()
+        .any(|l| holder_of(l).is_some_and(|h| h.node == node))
+}
+
+/// [`next_look`] on the slots' watch, if there is one; else only `until` ends it.
+async fn next_look_of(
+    watch: &mut Option<(Changes, Watched)>,
+    until: Instant,
+    every: std::time::Duration,
+) {
+    match watch {
+        Some((changes, _)) => next_look(changes, until, every).await,
+        None => tokio::time::sleep_until(until).await,
     }
 }
 

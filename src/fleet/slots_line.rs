@@ -1,6 +1,7 @@
 //! A slot wait's place in line: its waiting Lease, written once the wait has lasted
 //! [`queue::JOIN_AFTER`], renewed, given back however the wait ends ([`LeaveOnDrop`]).
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
@@ -69,18 +70,19 @@ impl Drop for LeaveOnDrop<'_> {
 }
 
 impl Slots<'_> {
-    /// Whether, as the watches saw them, a slot is open to `me` and its turn in `line` has come
-    /// (a slot of a holder gone stale is not seen here: the look every
-    /// [`WAIT_MAX`](super::WAIT_MAX) finds it). Before a watch has listed, yes.
+    /// Whether, as the slots' watch saw them, a slot is open to `me` and its turn has come in
+    /// the line as last `listed` (less the nodes the slots show holding one: they took theirs).
+    /// A slot of a holder gone stale is not seen here: the look every
+    /// [`WAIT_MAX`](super::WAIT_MAX) finds it. Before the watch has listed, yes.
     pub(super) fn turn_as_seen(
         &self,
         me: &Holder,
         group: &str,
         slots_seen: &Watched,
-        line_seen: &Watched,
+        listed: &[Lease],
         line: &mut Line,
     ) -> bool {
-        let (Some(slots), Some(leases)) = (slots_seen.leases(), line_seen.leases()) else {
+        let Some(slots) = slots_seen.leases() else {
             return true;
         };
         let open = slot_names(&self.settings.fleet, group)
@@ -94,8 +96,14 @@ impl Slots<'_> {
                     })
             })
             .count();
+        let waiting: Vec<&Lease> = listed
+            .iter()
+            .filter(|l| {
+                holder_of(l).is_none_or(|h| h.node == me.node || !slots_seen.holds(&h.node))
+            })
+            .collect();
         line.turn(
-            &leases,
+            &waiting,
             &me.node,
             open,
             jiff::Timestamp::now(),

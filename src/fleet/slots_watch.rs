@@ -1,5 +1,5 @@
-//! The watches of a slot wait: the group's slot Leases, its line of waiting Leases, each
-//! followed by kube's watcher (into a reflector store where a look needs what it has seen).
+//! The watch of a slot wait: the group's slot Leases, followed by kube's watcher into a
+//! reflector store (a look needs what it has seen).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,21 +27,6 @@ async fn next_change(changes: &mut Changes) {
             Some(Ok(Event::Apply(_) | Event::Delete(_))) | Some(Err(_)) => return,
             Some(Ok(_)) => {}
             None => std::future::pending::<()>().await,
-        }
-    }
-}
-
-/// Keeps the watch of `waits` polled (its store current); never resolves.
-pub(super) async fn keep_watching(waits: &mut Changes) {
-    while waits.next().await.is_some() {}
-    std::future::pending::<()>().await
-}
-
-/// Polls `waits` until its watch has listed its Leases once (never, when it cannot list).
-pub(super) async fn until_listed(waits: &mut Changes, seen: &Watched) {
-    while !seen.ready.load(Ordering::Relaxed) {
-        if waits.next().await.is_none() {
-            std::future::pending::<()>().await;
         }
     }
 }

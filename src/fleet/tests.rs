@@ -493,11 +493,31 @@ fn a_renewed_wait_keeps_its_start_and_a_wait_of_another_boot_or_node_starts_agai
 }
 
 #[test]
-fn the_first_of_the_line_look_every_five_seconds_the_last_every_minute() {
+fn only_the_first_of_the_line_watch_the_slots_and_each_watches_the_node_just_ahead() {
+    assert_eq!(
+        [0, 1, 2, 3, 4, 199].map(|place| queue::in_front(place, 2)),
+        [true, true, true, true, false, false]
+    );
+    // A group of no slots still has a front of two.
+    assert!(queue::in_front(1, 0) && !queue::in_front(2, 0));
     let every = |place| queue::look_every(place, 2).as_secs();
     assert_eq!(
         [0, 1, 2, 3, 4, 22, 199].map(every),
         [5, 5, 10, 10, 15, 60, 60]
     );
     assert_eq!(queue::look_every(3, 0).as_secs(), 20);
+    let now: jiff::Timestamp = "2026-05-04T10:00:00Z".parse().unwrap();
+    let leases = [
+        waiting("node-c", "2026-05-04T09:02:00Z", "2026-05-04T09:55:00Z"),
+        waiting("node-a", "2026-05-04T09:01:00Z", "2026-05-04T09:55:00Z"),
+        waiting("node-b", "2026-05-04T09:01:00Z", "2026-05-04T09:55:00Z"),
+    ];
+    let line = queue::order(&leases, now);
+    let ahead = |me: &str| queue::ahead(&line, me).map(|w| w.node.clone());
+    assert_eq!(ahead("node-a"), None);
+    assert_eq!(ahead("node-b").as_deref(), Some("node-a"));
+    assert_eq!(ahead("node-c").as_deref(), Some("node-b"));
+    // A node not in line yet is behind its last.
+    assert_eq!(ahead("node-z").as_deref(), Some("node-c"));
+    assert_eq!(queue::ahead(&[], "node-z"), None);
 }

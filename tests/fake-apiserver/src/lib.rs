@@ -38,7 +38,7 @@ use serde_json::Value;
 
 pub use faults::{FaultState, Faults, Route};
 pub use rbac::{Denial, Policy, RbacError};
-pub use recorder::{RecordedRequest, Recorder};
+pub use recorder::{RecordedRequest, Recorder, WatchCounts};
 pub use seed::{SeedError, load_file as load_seed_file, parse_documents};
 pub use sim::{KUBELET_ANNOTATION, PHASE_ANNOTATION, Timings};
 pub use store::{Store, StoreError, TERMINATION_ANNOTATION};

@@ -1,5 +1,6 @@
 //! The request recorder: every API request with its answer, for tests and benchmarks to read.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -77,6 +78,50 @@ impl RecordedRequest {
 pub struct Recorder {
     inner: Arc<Mutex<Vec<RecordedRequest>>>,
     started: Instant,
+    watches: Arc<WatchTally>,
+}
+
+/// What the server's watches have sent, counted as they send it.
+#[derive(Default)]
+pub(crate) struct WatchTally {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    initial: AtomicU64,
+    live: AtomicU64,
+}
+
+/// The watches' figures: open now, and the events sent since the last [`Recorder::clear`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WatchCounts {
+    /// Watches being served now.
+    pub open: u64,
+    /// Watches opened, since the server started.
+    pub opened: u64,
+    /// Events of the watches' initial lists (ADDED for each object there).
+    pub initial: u64,
+    /// Events of changes, each counted once per watch it was sent to.
+    pub live: u64,
+}
+
+/// One watch being served: counted open until dropped.
+pub(crate) struct OpenWatch(Arc<WatchTally>);
+
+impl OpenWatch {
+    /// Counts one event sent: of the initial list, or of a change.
+    pub(crate) fn sent(&self, initial: bool) {
+        let n = if initial {
+            &self.0.initial
+        } else {
+            &self.0.live
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        self.0.closed.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 impl Recorder {
@@ -84,6 +129,7 @@ impl Recorder {
         Recorder {
             inner: Arc::new(Mutex::new(Vec::new())),
             started: Instant::now(),
+            watches: Arc::default(),
         }
     }
 
@@ -104,9 +150,29 @@ impl Recorder {
         self.lock().clone()
     }
 
-    /// Forgets every request so far.
+    /// Forgets every request so far, and the watch events counted.
     pub fn clear(&self) {
         self.lock().clear();
+        self.watches.initial.store(0, Ordering::Relaxed);
+        self.watches.live.store(0, Ordering::Relaxed);
+    }
+
+    /// A watch starts being served.
+    pub(crate) fn watch_opened(&self) -> OpenWatch {
+        self.watches.opened.fetch_add(1, Ordering::Relaxed);
+        OpenWatch(self.watches.clone())
+    }
+
+    /// The watches' figures now.
+    pub fn watch_counts(&self) -> WatchCounts {
+        let w = &self.watches;
+        let opened = w.opened.load(Ordering::Relaxed);
+        WatchCounts {
+            open: opened.saturating_sub(w.closed.load(Ordering::Relaxed)),
+            opened,
+            initial: w.initial.load(Ordering::Relaxed),
+            live: w.live.load(Ordering::Relaxed),
+        }
     }
 
     /// How many requests had this method and a `path?query` containing `needle`.

@@ -983,7 +983,9 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
     let kind = t.rt.kind;
     let api_version = t.rt.api_version();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let counted = app.recorder.watch_opened();
     tokio::spawn(async move {
+        let counted = counted;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
         let mut live = match start {
             WatchStart::Expired { requested, oldest } => {
@@ -1006,6 +1008,7 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
                     if tx.send(watch_line("ADDED", &obj)).await.is_err() {
                         return;
                     }
+                    counted.sent(true);
                 }
                 if initial_events_end {
                     // The end of a streaming list (sendInitialEvents=true), as KEP-3157 defines it.
@@ -1025,10 +1028,11 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             }
             WatchStart::Replay { backlog, live } => {
                 for change in &backlog {
-                    if let Some(line) = change_line(view, change, &matches)
-                        && tx.send(line).await.is_err()
-                    {
-                        return;
+                    if let Some(line) = change_line(view, change, &matches) {
+                        if tx.send(line).await.is_err() {
+                            return;
+                        }
+                        counted.sent(false);
                     }
                 }
                 live
@@ -1042,10 +1046,11 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
             };
             match next {
                 Ok(change) if change.resource == resource => {
-                    if let Some(line) = change_line(view, &change, &matches)
-                        && tx.send(line).await.is_err()
-                    {
-                        return;
+                    if let Some(line) = change_line(view, &change, &matches) {
+                        if tx.send(line).await.is_err() {
+                            return;
+                        }
+                        counted.sent(false);
                     }
                 }
                 Ok(_) => {}

@@ -1,0 +1,418 @@
+//! The waiting line at scale (issue 43): how much a fleet that waits for drain slots costs the
+//! API server, for 500, 1,000 and 5,000 waiting nodes in one run. Each node is a slot taker
+//! with its own client, as each node's daemon has, all on one runtime (not whole daemons),
+//! against the fake API server; `[fleet] slots = 10`, held by ten more takers before anyone
+//! waits. Everything is counted at the server (its request log and its watches' tally).
+//!
+//! For each size:
+//! - **joining**: every taker finds the slots held and joins the line (its waiting Lease,
+//!   written after 5 s of waiting); the time until all are in it.
+//! - **waiting**: 20 s in which nothing is handed off: requests a second of the whole waiting
+//!   fleet, watch events sent; then 50 waiting Leases renewed as their nodes renew them (a
+//!   guarded patch of `renewTime`), and the watch events each renewal sent. A node renews every
+//!   10 minutes, so a minute of waiting holds N/10 renewals: the events a minute of waiting
+//!   sends are those of the 20 s, scaled, plus N/10 renewals' worth.
+//! - **hand-offs**: the ten holders give their slots back, 300 ms apart; each taker that gets
+//!   one holds it 3 s and gives it back, until 30 slots have been taken: Lease writes (takes accepted and
+//!   refused, give-backs, waiting Leases given back), lists, and watch events per hand-off,
+//!   and the hand-off's time (a slot given back to its next take accepted).
+//!
+//! Then the fake's memory per watch: the process's resident memory before and after 2,000
+//! watches opened by bare TCP clients (their sockets' user-space side counted with it, so an
+//! upper bound).
+//!
+//! `cargo test --bench line-figures -- --bench` (debug), or with sizes after `--bench`
+//! (`-- --bench 500`). Figures, never assertions; as root, or with `ulimit -n` above 30,000:
+//! every watch is a connection (HTTP/1.1), both of whose ends are in this process.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube_shutdown_drain::config::Settings;
+use kube_shutdown_drain::engine::Engine;
+use kube_shutdown_drain::fleet::queue::WAITING_LABEL;
+use kube_shutdown_drain::fleet::slots::{GivenBack, Slots, Taken};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+#[path = "../tests/engine_support/mod.rs"]
+mod engine_support;
+
+use engine_support::*;
+
+/// The group's slots.
+const SLOTS: usize = 10;
+/// Slots taken in the hand-off part.
+const TAKES: usize = 30;
+/// How long a taker holds the slot it got (a drain and a reboot take minutes; the hand-offs
+/// of ten slots then rarely meet).
+const HOLD: Duration = Duration::from_secs(3);
+/// The pause between two of the holders' give-backs.
+const STAGGER: Duration = Duration::from_millis(300);
+/// The waiting part's length.
+const WINDOW: Duration = Duration::from_secs(20);
+/// Waiting Leases renewed in the waiting part.
+const RENEWALS: usize = 50;
+/// How often a waiting node renews its Lease (`fleet::queue::RENEW`).
+const RENEW_MINUTES: f64 = 10.0;
+const NS: &str = "kube-shutdown-drain";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-shutdown-drain/leases";
+
+/// One slot taker: a node name and its own client.
+struct Taker {
+    settings: Arc<Settings>,
+    engine: Engine,
+    node: k8s_openapi::api::core::v1::Node,
+}
+
+impl Taker {
+    async fn new(c: &Cluster, name: &str) -> Taker {
+        let text = format!(
+            "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
+             request_timeout = \"20s\"\n[fleet]\nslots = {SLOTS}\n",
+            c.kubeconfig(&identity_of(name)).display(),
+            c.dir.path().join("state").display()
+        );
+        let mut s = Settings::from_str_at(Path::new("/bench/config.toml"), &text)
+            .unwrap_or_else(|e| panic!("bench settings are valid: {e}"));
+        s.boot_id_path = c.dir.path().join("boot_id");
+        let settings = Arc::new(s);
+        let engine = Engine::new(settings.clone()).expect("an engine");
+        engine.clients().await.expect("a client");
+        let node = serde_json::from_value(node(name)).expect("a Node");
+        Taker {
+            settings,
+            engine,
+            node,
+        }
+    }
+
+    async fn slots(&self) -> Slots<'_> {
+        Slots {
+            clients: self.engine.clients().await.expect("a client"),
+            settings: &self.settings,
+        }
+    }
+
+    /// Waits for a slot (an hour at most); `None` when none came.
+    async fn take(&self) -> Option<String> {
+        let until = Instant::now() + Duration::from_secs(3600);
+        let boot = "0b0e1d00-0000-4000-8000-000000000001";
+        match self
+            .slots()
+            .await
+            .take(&self.node, boot, until, until)
+            .await
+        {
+            Ok(Taken::Slot(name) | Taken::Kept(name)) => Some(name),
+            Ok(Taken::Full(_)) => None,
+            Err(e) => panic!("{}: {e}", self.settings.node_name),
+        }
+    }
+
+    async fn give_back(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        match self.slots().await.give_back(deadline).await {
+            Ok(GivenBack::Slots(given)) if !given.is_empty() => {}
+            other => panic!("{}: gave back nothing: {other:?}", self.settings.node_name),
+        }
+    }
+}
+
+/// The waiting Leases held now.
+fn in_line(c: &Cluster) -> Vec<Value> {
+    c.server
+        .store()
+        .list("Lease", Some(NS))
+        .into_iter()
+        .filter(|l| {
+            l.pointer("/metadata/labels")
+                .and_then(|m| m.get(WAITING_LABEL))
+                .is_some()
+        })
+        .filter(|l| l.pointer("/spec/holderIdentity").is_some_and(|h| h != ""))
+        .collect()
+}
+
+/// This process's resident memory, bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Whether `r` is a list of a group's whole line (not the list that starts a watch of one
+/// Lease).
+fn line_list(r: &fake_apiserver::RecordedRequest) -> bool {
+    r.path == LEASES && r.method == "GET" && r.query.contains("waiting-in")
+}
+
+/// What the server saw of the hand-offs.
+struct Handoffs {
+    taken: usize,
+    refused: usize,
+    given_back: usize,
+    other_writes: usize,
+    lists: usize,
+    gets: usize,
+    ms: Vec<f64>,
+}
+
+fn handoffs(c: &Cluster) -> Handoffs {
+    let requests = c.server.recorder().requests();
+    let writes: Vec<_> = requests
+        .iter()
+        .filter(|r| r.path.starts_with(LEASES) && r.method != "GET")
+        .collect();
+    let slot = |r: &&&fake_apiserver::RecordedRequest| r.path.contains("-slot-");
+    let take = |r: &&&fake_apiserver::RecordedRequest| {
+        slot(r) && (r.method == "POST" || r.body.contains("holderIdentity"))
+    };
+    let accepted: Vec<_> = writes
+        .iter()
+        .filter(|r| slot(r) && r.status < 300)
+        .collect();
+    let mut ms = Vec::new();
+    for (i, r) in accepted.iter().enumerate() {
+        if take(r) {
+            continue;
+        }
+        if let Some(next) = accepted[i + 1..]
+            .iter()
+            .find(|n| n.path == r.path && take(n))
+        {
+            ms.push((next.elapsed - r.elapsed) * 1000.0);
+        }
+    }
+    let takes: Vec<_> = writes.iter().filter(take).collect();
+    let reads = |list: bool| {
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && !r.query.contains("watch=true"))
+            .filter(|r| !list || line_list(r))
+            .count()
+    };
+    Handoffs {
+        taken: takes.iter().filter(|r| r.status < 300).count(),
+        refused: takes.iter().filter(|r| r.status >= 300).count(),
+        given_back: writes.iter().filter(|r| slot(r) && !take(r)).count(),
+        other_writes: writes.iter().filter(|r| !slot(r)).count(),
+        lists: reads(true),
+        gets: reads(false).saturating_sub(reads(true)),
+        ms,
+    }
+}
+
+/// One size: `n` waiting takers.
+async fn run(n: usize) {
+    let names: Vec<String> = (0..n + SLOTS).map(|i| format!("line-{i:05}")).collect();
+    let c = Arc::new(Cluster::start(names.iter().map(|n| node(n)).collect()).await);
+    let started = Instant::now();
+    let mut takers = Vec::new();
+    for name in &names {
+        takers.push(Arc::new(Taker::new(&c, name).await));
+    }
+    let holders: Vec<Arc<Taker>> = takers.drain(..SLOTS).collect();
+    for h in &holders {
+        h.take().await.expect("a free slot");
+    }
+    println!(
+        "line {n}: {} clients made, the slots held, in {:.1} s",
+        n + SLOTS,
+        started.elapsed().as_secs_f64()
+    );
+    let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting = tokio::task::JoinSet::new();
+    let joined = Instant::now();
+    for t in takers {
+        let done_tx = done_tx.clone();
+        waiting.spawn(async move {
+            if t.take().await.is_some() {
+                let _ = done_tx.send(());
+                tokio::time::sleep(HOLD).await;
+                t.give_back().await;
+            }
+        });
+    }
+    // Joining: until every taker is in line.
+    let deadline = Instant::now() + Duration::from_secs(1200);
+    while in_line(&c).len() < n && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let joining = c.server.recorder().requests();
+    println!(
+        "line {n}: {} of {n} in line after {:.1} s (the first joins after 5 s of waiting); {} \
+         requests, {} of them lists of the line; {} watch events sent",
+        in_line(&c).len(),
+        joined.elapsed().as_secs_f64(),
+        joining.len(),
+        joining
+            .iter()
+            .filter(|r| line_list(r) && !r.query.contains("watch=true"))
+            .count(),
+        c.server.recorder().watch_counts().live + c.server.recorder().watch_counts().initial,
+    );
+    // Waiting: the fleet's own pace, then renewals.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.server.recorder().clear();
+    let window = Instant::now();
+    tokio::time::sleep(WINDOW).await;
+    let secs = window.elapsed().as_secs_f64();
+    let quiet = c.server.recorder().requests().len();
+    let counts = c.server.recorder().watch_counts();
+    let fleet_rss = rss();
+    c.server.recorder().clear();
+    let admin = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(c.kubeconfig("admin")).expect("a kubeconfig"),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("a config"),
+    )
+    .expect("a client");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin, NS);
+    let line = in_line(&c);
+    for lease in line
+        .iter()
+        .step_by((line.len() / RENEWALS).max(1))
+        .take(RENEWALS)
+    {
+        let name = lease
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .expect("a name");
+        let rv = lease.pointer("/metadata/resourceVersion").cloned();
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string();
+        let patch = json!([
+            {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+            {"op": "replace", "path": "/spec/renewTime", "value": now},
+        ]);
+        let patch: json_patch::Patch = serde_json::from_value(patch).expect("a JSON patch");
+        leases
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+            .expect("a renewal");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_renewal = c.server.recorder().watch_counts().live as f64 / RENEWALS as f64;
+    let per_minute = counts.live as f64 * 60.0 / secs + per_renewal * n as f64 / RENEW_MINUTES;
+    println!(
+        "line {n}: waiting, {} watches open: {:.1} requests/s of the whole waiting fleet \
+         ({quiet} in {secs:.0} s), {} watch events in {secs:.0} s; a renewal sends {per_renewal:.1} \
+         watch events; a minute of waiting: {:.0} renewals, {per_minute:.0} watch events; the \
+         process (fake and takers) {:.0} MiB, {:.0} KiB per waiting taker",
+        counts.open,
+        quiet as f64 / secs,
+        counts.live,
+        n as f64 / RENEW_MINUTES,
+        fleet_rss as f64 / 1048576.0,
+        fleet_rss as f64 / 1024.0 / (n + SLOTS) as f64,
+    );
+    // Hand-offs.
+    c.server.recorder().clear();
+    let started = Instant::now();
+    for h in &holders {
+        h.give_back().await;
+        tokio::time::sleep(STAGGER).await;
+    }
+    for _ in 0..TAKES {
+        done.recv().await.expect("a taker got a slot");
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let events = c.server.recorder().watch_counts();
+    let h = handoffs(&c);
+    waiting.abort_all();
+    let mut ms = h.ms.clone();
+    ms.sort_by(f64::total_cmp);
+    let per = |x: usize| x as f64 / h.taken.max(1) as f64;
+    println!(
+        "line {n}: {} hand-offs in {:.1} s: {:.2} Lease writes per hand-off ({:.2} takes refused, \
+         {:.2} give-backs, {:.2} waiting Leases given back), {:.2} lists of the line and {:.1} \
+         other reads per hand-off, {:.1} watch events per hand-off; hand-off median {:.0} ms (min {:.0}, \
+         max {:.0})",
+        h.taken,
+        took.as_secs_f64(),
+        per(h.taken + h.refused + h.given_back + h.other_writes),
+        per(h.refused),
+        per(h.given_back),
+        per(h.other_writes),
+        per(h.lists),
+        per(h.gets),
+        (events.live + events.initial) as f64 / h.taken.max(1) as f64,
+        ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN),
+        ms.first().copied().unwrap_or(f64::NAN),
+        ms.last().copied().unwrap_or(f64::NAN),
+    );
+    drop(waiting);
+}
+
+/// The fake's memory per watch: 2,000 watches opened by bare TCP clients.
+async fn memory_per_watch() {
+    const WATCHES: usize = 2000;
+    let c = Cluster::start(Vec::new()).await;
+    let port = c.server.url().rsplit(':').next().unwrap_or("0").to_string();
+    let port: u16 = port.trim_end_matches('/').parse().expect("a port");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = rss();
+    let mut held = Vec::new();
+    for i in 0..WATCHES {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("a connection");
+        write!(
+            s,
+            "GET {LEASES}?watch=true&fieldSelector=metadata.name%3Dnone-{i}&timeoutSeconds=600 \
+             HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer admin\r\n\r\n"
+        )
+        .expect("a request");
+        held.push(s);
+    }
+    // Every watch answered (its headers read).
+    for s in &mut held {
+        let mut buf = [0u8; 512];
+        let _ = s.read(&mut buf).expect("an answer");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss();
+    println!(
+        "watch memory: {} watches open at the fake, {:.1} KiB more resident per watch (the bare \
+         client's side included)",
+        c.server.recorder().watch_counts().open,
+        after.saturating_sub(before) as f64 / 1024.0 / WATCHES as f64
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("run with: cargo bench --bench line-figures");
+        return;
+    }
+    let sizes: Vec<usize> = std::env::args()
+        .filter_map(|a| a.parse().ok())
+        .collect::<Vec<_>>();
+    let sizes = if sizes.is_empty() {
+        vec![500, 1000, 5000]
+    } else {
+        sizes
+    };
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let want = 200_000.max(hard);
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, want, want);
+    }
+    memory_per_watch().await;
+    for n in sizes {
+        run(n).await;
+    }
+}

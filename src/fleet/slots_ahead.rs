@@ -1,0 +1,173 @@
+//! What a waiting node knows of the line ([`crate::fleet::queue`]): the line as it last listed
+//! it, and a watch of the one waiting Lease just ahead of its own there, so that it lists the
+//! line again only when that node leaves it.
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, ListParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::time::Instant;
+
+use super::Slots;
+use super::watch::Changes;
+use crate::api::client::WATCH_SECONDS;
+use crate::api::retry;
+use crate::fleet::queue::{self, Line, WAITING_LABEL};
+use crate::fleet::{CLOCK_SKEW_MAX, HeldTimes, Holder, identity};
+
+/// The line as a waiting node last listed it, and the node ahead of it there, watched.
+pub(super) struct Ahead {
+    /// The group's waiting Leases as last listed; `None`: not listed (yet, or the list failed).
+    pub(super) listed: Option<Vec<Lease>>,
+    /// A list is due: never listed, or the node ahead left the line.
+    pub(super) due: bool,
+    watching: Option<Watching>,
+}
+
+/// The waiting Lease ahead, as listed, and its watch.
+struct Watching {
+    /// Its holder (`NODE/BOOT_ID`) as listed: another holder is another wait.
+    holder: String,
+    /// When it was last renewed (as its holder's clock wrote it, a time ahead of this node's
+    /// clock counted as when it was seen).
+    renewed: jiff::Timestamp,
+    changes: Changes,
+}
+
+impl Ahead {
+    pub(super) fn new() -> Ahead {
+        Ahead {
+            listed: None,
+            due: true,
+            watching: None,
+        }
+    }
+
+    /// Resolves when the node ahead leaves the line: its waiting Lease deleted, given back or
+    /// held by another holder (another boot's wait starts again, at the back), or not renewed
+    /// for [`queue::STALE`]. Never without a node ahead. A failing watch is retried at the
+    /// backoff's pace; the staleness still ends the wait.
+    pub(super) async fn left(&mut self) {
+        let Some(w) = self.watching.as_mut() else {
+            return std::future::pending().await;
+        };
+        // Whether the watch's current list (since its last `Init`) holds the Lease.
+        let mut seen = true;
+        loop {
+            let left = jiff::SignedDuration::try_from(queue::STALE)
+                .unwrap_or(jiff::SignedDuration::MAX)
+                .saturating_sub(jiff::Timestamp::now().duration_since(w.renewed));
+            if !left.is_positive() {
+                return;
+            }
+            let stale_at = Instant::now() + left.unsigned_abs();
+            let event = tokio::select! {
+                () = tokio::time::sleep_until(stale_at) => return,
+                event = w.changes.next() => event,
+            };
+            match event {
+                Some(Ok(Event::Init)) => seen = false,
+                Some(Ok(Event::InitApply(lease) | Event::Apply(lease))) => {
+                    if identity(&lease) != Some(w.holder.as_str()) {
+                        return;
+                    }
+                    seen = true;
+                    if let Some(at) = renewed(&lease) {
+                        w.renewed = w.renewed.max(at);
+                    }
+                }
+                Some(Ok(Event::InitDone)) if !seen => return,
+                Some(Ok(Event::Delete(_))) => return,
+                Some(Ok(Event::InitDone) | Err(_)) => {}
+                None => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// When `lease` was last renewed, a time more than [`CLOCK_SKEW_MAX`] ahead counted as now.
+fn renewed(lease: &Lease) -> Option<jiff::Timestamp> {
+    let times = HeldTimes::of(lease);
+    let at = times.renewed.or(times.acquired)?;
+    let now = jiff::Timestamp::now();
+    let skew = jiff::SignedDuration::try_from(CLOCK_SKEW_MAX).unwrap_or_default();
+    Some(if now.duration_until(at) > skew {
+        now
+    } else {
+        at
+    })
+}
+
+impl Slots<'_> {
+    /// Lists the line of `group` and watches the waiting Lease just ahead of `me`'s in it (the
+    /// waiters `line` passed over left out). A list that fails is no line: said, and the node
+    /// tries as without one until its next list.
+    pub(super) async fn list_line(
+        &self,
+        me: &Holder,
+        group: &str,
+        line: &Line,
+        ahead: &mut Ahead,
+        deadline: Instant,
+    ) {
+        ahead.due = false;
+        let api = self.api();
+        let params = ListParams::default().labels(&format!("{WAITING_LABEL}={group}"));
+        let what = format!(
+            "the waiting Leases of group {group} in namespace {}",
+            self.settings.fleet.lease_namespace
+        );
+        let listed = self
+            .clients
+            .retry(deadline, &what, || api.list(&params))
+            .await;
+        let leases = match listed {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(
+                    node = %me.node,
+                    "node {} waits for a drain slot as if there were no line: cannot list {what}: {e}",
+                    me.node
+                );
+                ahead.listed = None;
+                ahead.watching = None;
+                return;
+            }
+        };
+        let order: Vec<_> = queue::order(&leases, jiff::Timestamp::now())
+            .into_iter()
+            .filter(|w| w.node == me.node || !line.passed_over(w))
+            .collect();
+        let next = queue::ahead(&order, &me.node).and_then(|w| {
+            let lease = leases
+                .iter()
+                .find(|l| l.metadata.name.as_deref() == Some(queue::wait_name(&w.node).as_str()))?;
+            Some((
+                lease.metadata.name.clone()?,
+                identity(lease)?.to_string(),
+                w,
+            ))
+        });
+        ahead.watching = next.map(|(name, holder, w)| Watching {
+            holder,
+            renewed: w.renewed.min(jiff::Timestamp::now()),
+            changes: self.watch_one(&name),
+        });
+        ahead.listed = Some(leases);
+    }
+
+    /// A watch of the one Lease `name` of the lease namespace.
+    fn watch_one(&self, name: &str) -> Changes {
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(WATCH_SECONDS);
+        let watched: Api<Lease> = Api::namespaced(
+            self.clients.watch.clone(),
+            &self.settings.fleet.lease_namespace,
+        );
+        watcher::watcher(watched, config)
+            .backoff(retry::for_watches())
+            .boxed()
+    }
+}
