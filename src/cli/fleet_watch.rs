@@ -28,8 +28,9 @@ pub const REFRESH: Duration = Duration::from_secs(30);
 
 /// What one of the three watches said.
 enum Said {
-    /// Its first list is in the store.
-    Ready,
+    /// The first list of watch N (0 Nodes, 1 Leases, 2 Events) is in its store, or a new list
+    /// after the watch broke.
+    Ready(usize),
     Changed,
     /// Nothing to draw yet (an object of a list the watcher is still reading).
     Nothing,
@@ -40,7 +41,7 @@ enum Said {
 fn follow<K>(
     api: Api<K>,
     config: watcher::Config,
-    what: &'static str,
+    (which, what): (usize, &'static str),
 ) -> (Store<K>, BoxStream<'static, Said>)
 where
     K: kube::Resource<DynamicType = ()>
@@ -55,7 +56,7 @@ where
     let stream = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .map(move |event| match event {
-            Ok(watcher::Event::InitDone) => Said::Ready,
+            Ok(watcher::Event::InitDone) => Said::Ready(which),
             Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => Said::Changed,
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => Said::Nothing,
             Err(e) => Said::Failed(format!("watching {what}: {e}; watching again")),
@@ -75,17 +76,17 @@ pub async fn run(admin: &Admin, output: FleetOutput, all: bool) -> Result<u8, Fl
     let (nodes, nodes_said) = follow(
         Api::<Node>::all(c.watch.clone()),
         watcher::Config::default(),
-        "Nodes",
+        (0, "Nodes"),
     );
     let (leases, leases_said) = follow(
         Api::<Lease>::namespaced(c.watch.clone(), &ns),
         watcher::Config::default(),
-        "Leases",
+        (1, "Leases"),
     );
     let (events, events_said) = follow(
         Api::<Event>::all(c.watch.clone()),
         watcher::Config::default().fields(NODE_EVENTS),
-        "Events about Nodes",
+        (2, "Events about Nodes"),
     );
     let mut said = futures::stream::select(
         futures::stream::select(nodes_said, leases_said),
@@ -97,18 +98,20 @@ pub async fn run(admin: &Admin, output: FleetOutput, all: bool) -> Result<u8, Fl
         events: events.state().iter().map(|e| (**e).clone()).collect(),
         namespace: ns.clone(),
     };
-    let mut ready = 0;
+    // Nothing is drawn from the stores before each has its first list.
+    let mut ready = [false; 3];
     let mut draw_at: Option<Instant> = None;
     let mut refresh = tokio::time::interval_at(Instant::now() + REFRESH, REFRESH);
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     loop {
-        let due = draw_at.filter(|_| ready >= 3);
+        let all_ready = ready.iter().all(|r| *r);
+        let due = draw_at.filter(|_| all_ready);
         tokio::select! {
             _ = &mut ctrl_c => return Ok(EXIT_DONE),
             next = said.next() => match next {
-                Some(Said::Ready) => {
-                    ready += 1;
+                Some(Said::Ready(which)) => {
+                    ready[which] = true;
                     draw_at.get_or_insert(Instant::now() + COALESCE);
                 }
                 Some(Said::Changed) => {
@@ -122,7 +125,7 @@ pub async fn run(admin: &Admin, output: FleetOutput, all: bool) -> Result<u8, Fl
                 draw_at = None;
                 draw(&seen(), output, all, terminal)?;
             }
-            _ = refresh.tick(), if ready >= 3 => draw(&seen(), output, all, terminal)?,
+            _ = refresh.tick(), if all_ready => draw(&seen(), output, all, terminal)?,
         }
     }
 }
