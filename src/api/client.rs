@@ -141,26 +141,44 @@ pub fn server_url(kubeconfig: &Kubeconfig) -> String {
 /// daemon runs for, which the token's identity alone does not say when nodes share one.
 pub fn user_agent(node: &str) -> http::HeaderValue {
     let program = concat!("kube-shutdown-drain/", env!("CARGO_PKG_VERSION"));
-    // Go's names, as client-go writes them: amd64 and arm64, not x86_64 and aarch64.
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    let text = format!("{program} ({}/{arch}; node {node})", std::env::consts::OS);
+    let text = format!("{program} ({}; node {node})", platform());
     // A node name is a checked DNS subdomain, always a valid header value; anything else loses
     // only the comment.
     http::HeaderValue::from_str(&text).unwrap_or_else(|_| http::HeaderValue::from_static(program))
 }
 
+/// `OS/ARCH` with Go's names, as client-go writes them: amd64 and arm64, not x86_64 and aarch64.
+fn platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("{}/{arch}", std::env::consts::OS)
+}
+
+/// The User-Agent of the admin's `fleet` commands: `kubectl-shutdown-drain/VERSION (OS/ARCH;
+/// fleet)`, so that the audit log and the apiserver's default field manager tell them from the
+/// daemon's ([`user_agent`]); their writes name [`ADMIN_FIELD_MANAGER`] as well.
+pub fn admin_user_agent() -> http::HeaderValue {
+    let program = concat!("kubectl-shutdown-drain/", env!("CARGO_PKG_VERSION"));
+    let text = format!("{program} ({}; fleet)", platform());
+    http::HeaderValue::from_str(&text).unwrap_or_else(|_| http::HeaderValue::from_static(program))
+}
+
+/// The field manager of the writes an admin makes with `fleet` (the hold annotation, the pause
+/// Lease): the daemon's `annotation_owners` names it as who set a hold.
+pub const ADMIN_FIELD_MANAGER: &str = "kubectl-shutdown-drain";
+
 /// Builds the clients from a parsed kubeconfig (its current context); every request they send
-/// names `node` in its [`user_agent`]. The credentials we fetch (token file, exec plugin) are
-/// fetched here unless `credentials` holds them, by `deadline`.
+/// carries `agent` ([`user_agent`] naming the node, or [`admin_user_agent`]). The credentials
+/// we fetch (token file, exec plugin) are fetched here unless `credentials` holds them, by
+/// `deadline`.
 pub async fn connect(
     kubeconfig: Kubeconfig,
     path: &Path,
     request_timeout: Duration,
-    node: &str,
+    agent: http::HeaderValue,
     credentials: &Credentials,
     deadline: Instant,
 ) -> Result<Clients, ClientError> {
@@ -181,9 +199,7 @@ pub async fn connect(
                 });
             }
         };
-    config
-        .headers
-        .push((http::header::USER_AGENT, user_agent(node)));
+    config.headers.push((http::header::USER_AGENT, agent));
     config.connect_timeout = Some(request_timeout);
     config.write_timeout = Some(request_timeout);
     let build = |read_timeout| {
@@ -305,6 +321,13 @@ mod tests {
         assert_eq!(
             user_agent("bad\nname").to_str().unwrap(),
             concat!("kube-shutdown-drain/", env!("CARGO_PKG_VERSION"))
+        );
+        let admin = admin_user_agent();
+        let admin = admin.to_str().unwrap();
+        assert!(
+            admin.starts_with(&format!("{ADMIN_FIELD_MANAGER}/"))
+                && admin.ends_with(&format!("/{arch}; fleet)")),
+            "{admin}"
         );
     }
 }

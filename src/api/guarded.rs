@@ -39,12 +39,36 @@ pub enum GuardedError<E> {
 }
 
 /// Writes `name` guarded: `build` turns the object as read into `(patch, plan)` or `None`
-/// (nothing to do). `current` is the object as last read.
+/// (nothing to do). `current` is the object as last read. The write names [`FIELD_MANAGER`].
 pub async fn write<K, T, E, B>(
     clients: &Clients,
     api: &Api<K>,
     name: &str,
     object: &str,
+    deadline: Instant,
+    current: K,
+    build: B,
+) -> Result<Written<K, T>, GuardedError<E>>
+where
+    K: Clone + DeserializeOwned + Debug,
+    B: FnMut(&K) -> Result<Option<(json_patch::Patch, T)>, E>,
+{
+    let at = Target { api, name, object };
+    write_as(FIELD_MANAGER, clients, at, deadline, current, build).await
+}
+
+/// The object a guarded write changes: its API, its name, and how messages name it.
+pub struct Target<'a, K> {
+    pub api: &'a Api<K>,
+    pub name: &'a str,
+    pub object: &'a str,
+}
+
+/// [`write`] naming `manager` as the field manager (an admin's `fleet` command).
+pub async fn write_as<K, T, E, B>(
+    manager: &str,
+    clients: &Clients,
+    Target { api, name, object }: Target<'_, K>,
     deadline: Instant,
     mut current: K,
     mut build: B,
@@ -54,7 +78,7 @@ where
     B: FnMut(&K) -> Result<Option<(json_patch::Patch, T)>, E>,
 {
     let pp = PatchParams {
-        field_manager: Some(FIELD_MANAGER.to_string()),
+        field_manager: Some(manager.to_string()),
         ..PatchParams::default()
     };
     for _ in 0..ATTEMPTS {

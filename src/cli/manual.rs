@@ -29,7 +29,8 @@ Done.
 \fB1\fR
 The drain is incomplete (pods remain), a restore left something behind, \fBcheck\fR found a
 problem, \fBforecast\fR says the drain would not complete (blocked, or cut at the deadline), or
-\fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node.
+\fBreboot\fR got no drain slot in time or did not reboot an incompletely drained node, or the
+API server refused a request of \fBfleet\fR (the role it needs is named).
 .TP
 \fB2\fR
 Usage or configuration error (the configuration file, the kubeconfig), including an API server
@@ -108,6 +109,35 @@ Kubernetes manifests (ServiceAccount namespace, ClusterRole, binding, admission 
 \fBmake\-node\-kubeconfig\fR.
 "#;
 
+/// `fleet` runs on an admin's machine: kubectl's environment and files, not the daemon's.
+const ENVIRONMENT_FLEET: &str = r#".SH ENVIRONMENT
+.TP
+\fBKUBECONFIG\fR
+A colon-separated list of kubeconfig files, merged as kubectl merges them (the first file to set
+a value wins; files that do not exist are skipped), unless \fB\-\-kubeconfig\fR is given.
+.TP
+\fBHOME\fR
+Without either, the kubeconfig is \fI$HOME/.kube/config\fR.
+.TP
+\fBKUBE_SHUTDOWN_DRAIN_LOG\fR
+The log filter, as for the other commands; default \fBinfo\fR.
+"#;
+
+const FILES_FLEET: &str = r#".SH FILES
+.TP
+\fI~/.kube/config\fR
+The admin's kubeconfig, when neither \fB\-\-kubeconfig\fR nor \fBKUBECONFIG\fR names one.
+The daemon's configuration file is not read.
+.TP
+\fI/usr/bin/kubectl\-shutdown_drain\fR
+A symbolic link to the binary: the kubectl plugin, so that \fBkubectl shutdown\-drain fleet\fR
+runs this command.
+.TP
+\fI/usr/share/kube\-shutdown\-drain/rbac.yaml\fR
+The ClusterRole and the Role \fBkube\-shutdown\-drain\-fleet\-admin\fR, which grant what
+\fBfleet\fR reads and writes, with an example of their bindings.
+"#;
+
 const CREDENTIALS: &str = r#".SH CREDENTIALS
 The daemon needs an identity that may patch its own Node, list and evict the pods on it and
 create Events. Apply \fI/usr/share/kube\-shutdown\-drain/rbac.yaml\fR once per cluster, then on
@@ -183,7 +213,7 @@ fn page(cmd: &Command, version: &str, date: Option<&str>, main: bool, see_also: 
     piece(&|w| w.write_all(synopsis.as_bytes()));
     piece(&|w| man.render_description_section(w));
     piece(&|w| man.render_options_section(w));
-    if main {
+    if main || cmd.has_subcommands() {
         piece(&|w| man.render_subcommands_section(w));
     }
     roff.push_str(if cmd.get_name() == "run" {
@@ -191,8 +221,13 @@ fn page(cmd: &Command, version: &str, date: Option<&str>, main: bool, see_also: 
     } else {
         EXIT_STATUS
     });
-    roff.push_str(ENVIRONMENT);
-    roff.push_str(FILES);
+    let fleet = cmd.get_name() == "fleet";
+    roff.push_str(if fleet {
+        ENVIRONMENT_FLEET
+    } else {
+        ENVIRONMENT
+    });
+    roff.push_str(if fleet { FILES_FLEET } else { FILES });
     if main {
         roff.push_str(CREDENTIALS);
     }
@@ -300,6 +335,7 @@ mod tests {
                 "kube-shutdown-drain-check.8",
                 "kube-shutdown-drain-reboot.8",
                 "kube-shutdown-drain-run.8",
+                "kube-shutdown-drain-fleet.8",
             ]
         );
         let version = env!("CARGO_PKG_VERSION");

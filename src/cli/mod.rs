@@ -12,6 +12,9 @@ mod agent_line;
 pub mod check;
 pub mod drain;
 pub mod file_modes;
+pub mod fleet;
+mod fleet_steer;
+mod fleet_watch;
 pub mod forecast;
 mod logind_lines;
 pub mod manual;
@@ -33,7 +36,8 @@ pub const EXIT_UNREACHABLE: u8 = 3;
 const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  done
-  1  drain incomplete (pods remain, a check failed, or the forecast is not `completes`)
+  1  drain incomplete (pods remain, a check failed, or the forecast is not `completes`;
+     for `fleet`: the API server refused a request)
   2  usage or configuration error (config file, kubeconfig)
   3  cluster unreachable or node missing";
 
@@ -72,7 +76,11 @@ only the taint and the cordon it added itself.
 The other subcommands are for an administrator: `check` before relying on the service, `plan` to \
 see what a drain would do, `forecast` to see whether it would complete in time and what holds it, \
 `drain` and `restore` for maintenance by hand, `status` to see the node's state and the last \
-report.";
+report.
+
+`fleet`, run from an admin's machine with the admin's kubeconfig, shows every node that runs the \
+service and steers their reboots (hold, release, pause, resume); installed as \
+`kubectl-shutdown_drain`, it is also `kubectl shutdown-drain fleet`.";
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -200,6 +208,20 @@ without one), and the restore gives it back; with [fleet] gate it holds a logind
 while no slot is open to the node. Logs to the journal with structured fields when started by \
 systemd, else to stderr.")]
     Run,
+    /// Show the fleet's nodes, drain slots and pause, and steer their reboots (from an admin's
+    /// machine).
+    #[command(long_about = "\
+Run from an admin's machine with the admin's kubeconfig, found as kubectl finds it (--kubeconfig, \
+else the KUBECONFIG list, else ~/.kube/config; --context); the service's config file is not \
+read. Reads the Nodes, the Leases of the lease namespace and the Events about Nodes, and prints \
+one line per node that runs the service (its state, since when, its last drain), then the drain \
+slots and the pause. -o wide adds columns, -o json prints one document; --watch redraws at each \
+change with a progress line, until Ctrl-C. The subcommands steer the reboots: `hold` and \
+`release` a node (the annotation kube-shutdown-drain/hold), `pause` and `resume` the whole fleet \
+(the Lease kube-shutdown-drain-pause); each prints what it changed. Installed as \
+kubectl-shutdown_drain on the PATH, the binary is the kubectl plugin `kubectl shutdown-drain`. \
+The ClusterRole kube-shutdown-drain-fleet-admin of rbac.yaml grants what it reads and writes.")]
+    Fleet(fleet::FleetArgs),
 }
 
 /// A duration argument that is not one: the text given.
@@ -229,6 +251,8 @@ pub enum CliError {
     Forecast(#[from] crate::forecast::read::ReadError),
     #[error("{}", human(format!("{:#}", .0), .0.as_ref()))]
     Other(#[from] anyhow::Error),
+    #[error("{}", human(.0.to_string(), .0))]
+    Fleet(#[from] fleet::FleetError),
 }
 
 /// `text`, the message of `error`, as one line. API errors already render as one line naming
@@ -259,6 +283,7 @@ impl CliError {
             CliError::Engine(e) if e.is_unreachable() || e.is_node_missing() => EXIT_UNREACHABLE,
             CliError::Forecast(e) if e.is_config() => EXIT_USAGE,
             CliError::Forecast(e) if e.is_unreachable() => EXIT_UNREACHABLE,
+            CliError::Fleet(e) => e.exit_code(),
             _ => EXIT_INCOMPLETE,
         }
     }
@@ -274,11 +299,14 @@ impl Cli {
     }
 
     /// Parses the process's arguments with [`Cli::help_command`] (what `Cli::try_parse` does
-    /// with the derived command).
+    /// with the derived command), named as invoked ([`bin_name`]).
     pub fn try_parse_args() -> Result<Cli, clap::Error> {
-        let mut matches = Cli::help_command().try_get_matches()?;
+        let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+        let name = bin_name(args.first().map(std::path::Path::new));
+        let command = || Cli::help_command().bin_name(name);
+        let mut matches = command().try_get_matches_from(args)?;
         <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
-            .map_err(|e| e.format(&mut Cli::help_command()))
+            .map_err(|e| e.format(&mut command()))
     }
 
     /// The config file: `--config`, else [`CONFIG_ENV`] (an empty value is an error naming the
@@ -302,6 +330,10 @@ impl Cli {
 
     /// Runs the subcommand; `Ok` carries the exit code (0 or 1).
     pub async fn dispatch(self) -> Result<u8, CliError> {
+        // An admin's command: the kubeconfig is kubectl's, the daemon's config is not read.
+        if let Command::Fleet(args) = &self.command {
+            return Ok(fleet::run(args.clone()).await?);
+        }
         let settings = std::sync::Arc::new(self.settings()?);
         match self.command {
             Command::Plan { output } => plan::run(settings, output).await,
@@ -341,7 +373,23 @@ impl Cli {
                 let code = run::run(settings).await?;
                 Ok(u8::try_from(code).unwrap_or(EXIT_INCOMPLETE))
             }
+            Command::Fleet(args) => Ok(fleet::run(args).await?),
         }
+    }
+}
+
+/// The name kubectl finds a plugin by: `kubectl shutdown-drain ARGS` runs the executable
+/// `kubectl-shutdown_drain` on the PATH with ARGS (kubernetes.io "Extend kubectl with plugins":
+/// a dash in the command is an underscore or a dash in the file name).
+pub const PLUGIN_NAME: &str = "kubectl-shutdown_drain";
+
+/// The program's name in usage and help, from how it was invoked (`argv[0]`): as the kubectl
+/// plugin ([`PLUGIN_NAME`], or the same with a dash) the command the user typed, `kubectl
+/// shutdown-drain`; else `kube-shutdown-drain`. The arguments are the same either way.
+pub fn bin_name(argv0: Option<&std::path::Path>) -> &'static str {
+    match argv0.and_then(|p| p.file_name()).and_then(|n| n.to_str()) {
+        Some(PLUGIN_NAME | "kubectl-shutdown-drain") => "kubectl shutdown-drain",
+        _ => "kube-shutdown-drain",
     }
 }
 
@@ -419,6 +467,29 @@ mod tests {
                 c.get_name()
             );
         }
+    }
+
+    /// Run as the kubectl plugin (kubectl execs `kubectl-shutdown_drain ARGS` for `kubectl
+    /// shutdown-drain ARGS`), usage and help name the command the user typed.
+    #[test]
+    fn invoked_as_the_kubectl_plugin_the_help_names_kubectl_shutdown_drain() {
+        use std::path::Path;
+        let plugin = bin_name(Some(Path::new("/usr/bin/kubectl-shutdown_drain")));
+        assert_eq!(plugin, "kubectl shutdown-drain");
+        assert_eq!(
+            bin_name(Some(Path::new("/usr/bin/kube-shutdown-drain"))),
+            "kube-shutdown-drain"
+        );
+        assert_eq!(bin_name(None), "kube-shutdown-drain");
+        let e = Cli::help_command()
+            .bin_name(plugin)
+            .try_get_matches_from(["kubectl-shutdown_drain", "fleet", "hold"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Usage: kubectl shutdown-drain fleet hold"),
+            "{e}"
+        );
     }
 
     fn refusal(code: u16, reason: &str, message: &str) -> ApiError {

@@ -45,6 +45,7 @@ pub mod gates;
 mod gates_tests;
 pub mod hooks;
 pub mod kubeconfig;
+pub mod kubeconfig_find;
 pub mod names;
 mod raw;
 pub mod reboot;

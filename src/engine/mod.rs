@@ -195,7 +195,7 @@ impl Engine {
                 self.kubeconfig.clone(),
                 &self.settings.kubeconfig,
                 self.settings.request_timeout,
-                &self.settings.node_name,
+                client::user_agent(&self.settings.node_name),
                 &self.credentials,
                 deadline,
             )

@@ -28,6 +28,8 @@ mod held;
 pub mod queue;
 pub mod sightings;
 pub mod slots;
+pub mod steer;
+pub mod view;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::Node;

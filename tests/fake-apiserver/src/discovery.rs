@@ -108,6 +108,14 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             resources.push(eviction);
         }
     }
+    if group == "authentication.k8s.io" {
+        resources.push(subresource(
+            "selfsubjectreviews",
+            false,
+            "SelfSubjectReview",
+            &["create"],
+        ));
+    }
     if group == "authorization.k8s.io" {
         resources.push(subresource(
             "selfsubjectaccessreviews",

@@ -275,6 +275,7 @@ pub const GROUPS: &[(&str, &str)] = &[
     ("batch", "v1"),
     ("storage.k8s.io", "v1"),
     ("authorization.k8s.io", "v1"),
+    ("authentication.k8s.io", "v1"),
 ];
 
 /// Every kind the fake serves, as `apiVersion Kind`, for errors about the ones it does not.

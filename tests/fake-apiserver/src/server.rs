@@ -648,6 +648,11 @@ async fn route(app: &Arc<App>, call: Call) -> Response<Body> {
     {
         return self_subject_access_review(app, &call);
     }
+    if call.method == Method::POST
+        && segs.as_slice() == ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"]
+    {
+        return self_subject_review(&call);
+    }
     let (group, version, rest) = match segs.as_slice() {
         ["api", version, rest @ ..] => ("", *version, rest),
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
@@ -1474,6 +1479,22 @@ fn review_field_node(selector: Option<&Value>) -> Option<String> {
             [one] => one.as_str().map(str::to_owned),
             _ => None,
         })
+}
+
+/// `kubectl auth whoami`'s SelfSubjectReview (authentication.k8s.io/v1, GA in 1.28): who the
+/// request's credentials are. Every authenticated user may ask (the bootstrap
+/// `system:basic-user` ClusterRole grants `create` on it), so it is not authorized here.
+fn self_subject_review(call: &Call) -> Response<Body> {
+    let answer = json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"creationTimestamp": null},
+        "status": {"userInfo": {
+            "username": call.identity.user(),
+            "groups": call.identity.groups(),
+        }},
+    });
+    value_response(StatusCode::CREATED, &answer)
 }
 
 fn self_subject_access_review(app: &App, call: &Call) -> Response<Body> {
