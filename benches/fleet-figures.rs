@@ -44,9 +44,6 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube_shutdown_drain::config::Settings;
-use kube_shutdown_drain::engine::Engine;
-use kube_shutdown_drain::fleet::slots::{GivenBack, Slots, Taken};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -59,7 +56,11 @@ mod logind;
 
 use daemon_support::spawn_run;
 use engine_support::*;
+
+#[path = "../tests/fleet_support/taker.rs"]
+mod taker;
 use logind::{LogindOptions, Rig};
+use taker::Taker;
 
 const NODES: usize = 20;
 /// How long a machine is down between its shutdown and its next boot.
@@ -549,67 +550,6 @@ const HANDOFFS: usize = 20;
 /// How long a taker holds the slot it got.
 const HOLD: Duration = Duration::from_millis(100);
 
-/// One slot taker of the herd run: a node name and its own client, as each node's daemon has.
-struct Taker {
-    settings: Arc<Settings>,
-    engine: Engine,
-    node: k8s_openapi::api::core::v1::Node,
-}
-
-impl Taker {
-    async fn new(c: &Cluster, name: &str) -> Taker {
-        let text = format!(
-            "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
-             request_timeout = \"5s\"\n[fleet]\nslots = 2\n",
-            c.kubeconfig(&identity_of(name)).display(),
-            c.dir.path().join(format!("state-{name}")).display()
-        );
-        let mut s = Settings::from_str_at(Path::new("/bench/config.toml"), &text)
-            .unwrap_or_else(|e| panic!("bench settings are valid: {e}"));
-        s.boot_id_path = c.dir.path().join("boot_id");
-        let settings = Arc::new(s);
-        let engine = Engine::new(settings.clone()).expect("an engine");
-        engine.clients().await.expect("a client");
-        let node = serde_json::from_value(c.node(name)).expect("a Node");
-        Taker {
-            settings,
-            engine,
-            node,
-        }
-    }
-
-    async fn slots(&self) -> Slots<'_> {
-        Slots {
-            clients: self.engine.clients().await.expect("a client"),
-            settings: &self.settings,
-        }
-    }
-
-    /// Waits for a slot (10 minutes at most); `None` when none came.
-    async fn take(&self) -> Option<String> {
-        let until = Instant::now() + Duration::from_secs(600);
-        let boot = "0b0e1d00-0000-4000-8000-000000000001";
-        match self
-            .slots()
-            .await
-            .take(&self.node, boot, until, until)
-            .await
-        {
-            Ok(Taken::Slot(name) | Taken::Kept(name)) => Some(name),
-            Ok(Taken::Full(_)) => None,
-            Err(e) => panic!("{}: {e}", self.settings.node_name),
-        }
-    }
-
-    async fn give_back(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        match self.slots().await.give_back(deadline).await {
-            Ok(GivenBack::Slots(given)) if !given.is_empty() => {}
-            other => panic!("{}: gave back nothing: {other:?}", self.settings.node_name),
-        }
-    }
-}
-
 /// What the server saw of the herd run's Lease requests.
 struct Herd {
     /// Slot takes the server accepted: the hand-offs.
@@ -672,19 +612,19 @@ async fn herd() {
     let c = Arc::new(Cluster::start(names.iter().map(|n| node(n)).collect()).await);
     let mut takers = Vec::new();
     for name in &names {
-        takers.push(Arc::new(Taker::new(&c, name).await));
+        takers.push(Arc::new(Taker::new(&c, name, 2, "5s").await));
     }
     // The first two hold both slots before anyone waits.
     let holders: Vec<Arc<Taker>> = takers.drain(..2).collect();
     for h in &holders {
-        h.take().await.expect("a free slot");
+        h.take(Duration::from_secs(600)).await.expect("a free slot");
     }
     let (done_tx, mut done) = tokio::sync::mpsc::unbounded_channel();
     let mut waiting = tokio::task::JoinSet::new();
     for t in takers {
         let done_tx = done_tx.clone();
         waiting.spawn(async move {
-            if t.take().await.is_some() {
+            if t.take(Duration::from_secs(600)).await.is_some() {
                 let _ = done_tx.send(());
                 tokio::time::sleep(HOLD).await;
                 t.give_back().await;

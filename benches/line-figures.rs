@@ -26,15 +26,11 @@
 //! every watch is a connection (HTTP/1.1), both of whose ends are in this process.
 
 use std::io::{Read, Write};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
-use kube_shutdown_drain::config::Settings;
-use kube_shutdown_drain::engine::Engine;
 use kube_shutdown_drain::fleet::queue::WAITING_LABEL;
-use kube_shutdown_drain::fleet::slots::{GivenBack, Slots, Taken};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -42,6 +38,10 @@ use tokio::time::Instant;
 mod engine_support;
 
 use engine_support::*;
+
+#[path = "../tests/fleet_support/taker.rs"]
+mod taker;
+use taker::Taker;
 
 /// The group's slots.
 const SLOTS: usize = 10;
@@ -60,67 +60,6 @@ const RENEWALS: usize = 50;
 const RENEW_MINUTES: f64 = 10.0;
 const NS: &str = "kube-shutdown-drain";
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-shutdown-drain/leases";
-
-/// One slot taker: a node name and its own client.
-struct Taker {
-    settings: Arc<Settings>,
-    engine: Engine,
-    node: k8s_openapi::api::core::v1::Node,
-}
-
-impl Taker {
-    async fn new(c: &Cluster, name: &str) -> Taker {
-        let text = format!(
-            "node_name = \"{name}\"\nkubeconfig = \"{}\"\nstate_dir = \"{}\"\n\
-             request_timeout = \"20s\"\n[fleet]\nslots = {SLOTS}\n",
-            c.kubeconfig(&identity_of(name)).display(),
-            c.dir.path().join("state").display()
-        );
-        let mut s = Settings::from_str_at(Path::new("/bench/config.toml"), &text)
-            .unwrap_or_else(|e| panic!("bench settings are valid: {e}"));
-        s.boot_id_path = c.dir.path().join("boot_id");
-        let settings = Arc::new(s);
-        let engine = Engine::new(settings.clone()).expect("an engine");
-        engine.clients().await.expect("a client");
-        let node = serde_json::from_value(node(name)).expect("a Node");
-        Taker {
-            settings,
-            engine,
-            node,
-        }
-    }
-
-    async fn slots(&self) -> Slots<'_> {
-        Slots {
-            clients: self.engine.clients().await.expect("a client"),
-            settings: &self.settings,
-        }
-    }
-
-    /// Waits for a slot (an hour at most); `None` when none came.
-    async fn take(&self) -> Option<String> {
-        let until = Instant::now() + Duration::from_secs(3600);
-        let boot = "0b0e1d00-0000-4000-8000-000000000001";
-        match self
-            .slots()
-            .await
-            .take(&self.node, boot, until, until)
-            .await
-        {
-            Ok(Taken::Slot(name) | Taken::Kept(name)) => Some(name),
-            Ok(Taken::Full(_)) => None,
-            Err(e) => panic!("{}: {e}", self.settings.node_name),
-        }
-    }
-
-    async fn give_back(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        match self.slots().await.give_back(deadline).await {
-            Ok(GivenBack::Slots(given)) if !given.is_empty() => {}
-            other => panic!("{}: gave back nothing: {other:?}", self.settings.node_name),
-        }
-    }
-}
 
 /// The waiting Leases held now.
 fn in_line(c: &Cluster) -> Vec<Value> {
@@ -216,11 +155,13 @@ async fn run(n: usize) {
     let started = Instant::now();
     let mut takers = Vec::new();
     for name in &names {
-        takers.push(Arc::new(Taker::new(&c, name).await));
+        takers.push(Arc::new(Taker::new(&c, name, SLOTS, "20s").await));
     }
     let holders: Vec<Arc<Taker>> = takers.drain(..SLOTS).collect();
     for h in &holders {
-        h.take().await.expect("a free slot");
+        h.take(Duration::from_secs(3600))
+            .await
+            .expect("a free slot");
     }
     println!(
         "line {n}: {} clients made, the slots held, in {:.1} s",
@@ -233,7 +174,7 @@ async fn run(n: usize) {
     for t in takers {
         let done_tx = done_tx.clone();
         waiting.spawn(async move {
-            if t.take().await.is_some() {
+            if t.take(Duration::from_secs(3600)).await.is_some() {
                 let _ = done_tx.send(());
                 tokio::time::sleep(HOLD).await;
                 t.give_back().await;

@@ -359,6 +359,21 @@ pub async fn read(admin: &Admin) -> Result<Seen, FleetError> {
     })
 }
 
+/// The name kubectl finds a plugin by: `kubectl shutdown-drain ARGS` runs the executable
+/// `kubectl-shutdown_drain` on the PATH with ARGS (kubernetes.io "Extend kubectl with plugins":
+/// a dash in the command is an underscore or a dash in the file name).
+pub const PLUGIN_NAME: &str = "kubectl-shutdown_drain";
+
+/// The program's name in usage and help, from how it was invoked (`argv[0]`): as the kubectl
+/// plugin ([`PLUGIN_NAME`], or the same with a dash) the command the user typed, `kubectl
+/// shutdown-drain`; else `kube-shutdown-drain`. The arguments are the same either way.
+pub fn bin_name(argv0: Option<&std::path::Path>) -> &'static str {
+    match argv0.and_then(|p| p.file_name()).and_then(|n| n.to_str()) {
+        Some(PLUGIN_NAME | "kubectl-shutdown-drain") => "kubectl shutdown-drain",
+        _ => "kube-shutdown-drain",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,23 +95,7 @@ async fn read_nodes(admin: &Admin, names: &[String]) -> Result<Vec<(String, Node
 
 /// Sets the hold on `name` unless it is held already.
 async fn hold(admin: &Admin, name: &str, node: Node, value: &str) -> Result<(), FleetError> {
-    let api: Api<Node> = Api::all(admin.clients.api.clone());
-    let object = format!("Node {name}");
-    let at = Target {
-        api: &api,
-        name,
-        object: &object,
-    };
-    let written = guarded::write_as(
-        ADMIN_FIELD_MANAGER,
-        &admin.clients,
-        at,
-        admin.deadline(),
-        node,
-        |n: &Node| Ok::<_, ()>(hold_patch(n, value).map(|p| (p, ()))),
-    )
-    .await
-    .map_err(|e| write_error("patch", &object, e))?;
+    let written = patch_node(admin, name, node, |n| hold_patch(n, value).map(|p| (p, ()))).await?;
     match written.applied {
         Some(()) => outln!("node {name}: held: {HOLD_ANNOTATION}={value:?}"),
         None => outln!(
@@ -124,6 +108,22 @@ async fn hold(admin: &Admin, name: &str, node: Node, value: &str) -> Result<(), 
 
 /// Removes the hold from `name`, if it has one.
 async fn release(admin: &Admin, name: &str, node: Node) -> Result<(), FleetError> {
+    let written = patch_node(admin, name, node, release_patch).await?;
+    match written.applied {
+        Some(value) => outln!("node {name}: released: removed {HOLD_ANNOTATION}={value:?}"),
+        None => outln!("node {name}: not held ({HOLD_ANNOTATION} absent): unchanged"),
+    }
+    Ok(())
+}
+
+/// The guarded patch `build` makes of Node `name` (as read: `node`), as the admin's field
+/// manager; `build` returning `None` writes nothing.
+async fn patch_node<T>(
+    admin: &Admin,
+    name: &str,
+    node: Node,
+    build: impl Fn(&Node) -> Option<(json_patch::Patch, T)>,
+) -> Result<guarded::Written<Node, T>, FleetError> {
     let api: Api<Node> = Api::all(admin.clients.api.clone());
     let object = format!("Node {name}");
     let at = Target {
@@ -131,21 +131,16 @@ async fn release(admin: &Admin, name: &str, node: Node) -> Result<(), FleetError
         name,
         object: &object,
     };
-    let written = guarded::write_as(
+    guarded::write_as(
         ADMIN_FIELD_MANAGER,
         &admin.clients,
         at,
         admin.deadline(),
         node,
-        |n: &Node| Ok::<_, ()>(release_patch(n)),
+        |n: &Node| Ok::<_, ()>(build(n)),
     )
     .await
-    .map_err(|e| write_error("patch", &object, e))?;
-    match written.applied {
-        Some(value) => outln!("node {name}: released: removed {HOLD_ANNOTATION}={value:?}"),
-        None => outln!("node {name}: not held ({HOLD_ANNOTATION} absent): unchanged"),
-    }
-    Ok(())
+    .map_err(|e| write_error("patch", &object, e))
 }
 
 /// A guarded write that failed, as a [`FleetError`] about `object`.

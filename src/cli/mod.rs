@@ -299,10 +299,10 @@ impl Cli {
     }
 
     /// Parses the process's arguments with [`Cli::help_command`] (what `Cli::try_parse` does
-    /// with the derived command), named as invoked ([`bin_name`]).
+    /// with the derived command), named as invoked ([`fleet::bin_name`]).
     pub fn try_parse_args() -> Result<Cli, clap::Error> {
         let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-        let name = bin_name(args.first().map(std::path::Path::new));
+        let name = fleet::bin_name(args.first().map(std::path::Path::new));
         let command = || Cli::help_command().bin_name(name);
         let mut matches = command().try_get_matches_from(args)?;
         <Cli as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
@@ -375,21 +375,6 @@ impl Cli {
             }
             Command::Fleet(args) => Ok(fleet::run(args).await?),
         }
-    }
-}
-
-/// The name kubectl finds a plugin by: `kubectl shutdown-drain ARGS` runs the executable
-/// `kubectl-shutdown_drain` on the PATH with ARGS (kubernetes.io "Extend kubectl with plugins":
-/// a dash in the command is an underscore or a dash in the file name).
-pub const PLUGIN_NAME: &str = "kubectl-shutdown_drain";
-
-/// The program's name in usage and help, from how it was invoked (`argv[0]`): as the kubectl
-/// plugin ([`PLUGIN_NAME`], or the same with a dash) the command the user typed, `kubectl
-/// shutdown-drain`; else `kube-shutdown-drain`. The arguments are the same either way.
-pub fn bin_name(argv0: Option<&std::path::Path>) -> &'static str {
-    match argv0.and_then(|p| p.file_name()).and_then(|n| n.to_str()) {
-        Some(PLUGIN_NAME | "kubectl-shutdown-drain") => "kubectl shutdown-drain",
-        _ => "kube-shutdown-drain",
     }
 }
 
@@ -474,13 +459,13 @@ mod tests {
     #[test]
     fn invoked_as_the_kubectl_plugin_the_help_names_kubectl_shutdown_drain() {
         use std::path::Path;
-        let plugin = bin_name(Some(Path::new("/usr/bin/kubectl-shutdown_drain")));
+        let plugin = fleet::bin_name(Some(Path::new("/usr/bin/kubectl-shutdown_drain")));
         assert_eq!(plugin, "kubectl shutdown-drain");
         assert_eq!(
-            bin_name(Some(Path::new("/usr/bin/kube-shutdown-drain"))),
+            fleet::bin_name(Some(Path::new("/usr/bin/kube-shutdown-drain"))),
             "kube-shutdown-drain"
         );
-        assert_eq!(bin_name(None), "kube-shutdown-drain");
+        assert_eq!(fleet::bin_name(None), "kube-shutdown-drain");
         let e = Cli::help_command()
             .bin_name(plugin)
             .try_get_matches_from(["kubectl-shutdown_drain", "fleet", "hold"])

@@ -137,6 +137,15 @@ pub fn holder_of(lease: &Lease) -> Option<Holder> {
     identity(lease).and_then(Holder::parse)
 }
 
+/// The boot ID `node`'s kubelet reports (`status.nodeInfo.bootID`), if any.
+pub fn boot_of(node: &Node) -> Option<&str> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.boot_id.as_str())
+        .filter(|b| !b.is_empty())
+}
+
 /// The holder a Lease names, as a message quotes it: its identity cut where it enters
 /// ([`crate::text::outside`]), `?` without one.
 pub fn shown(lease: &Lease) -> String {
@@ -267,12 +276,7 @@ pub fn stale(
     let Some(node) = holder_node else {
         return Some(format!("node {} is gone", holder.node));
     };
-    let boot = node
-        .status
-        .as_ref()
-        .and_then(|s| s.node_info.as_ref())
-        .map(|i| i.boot_id.as_str())
-        .filter(|b| !b.is_empty());
+    let boot = boot_of(node);
     let marked = node
         .metadata
         .annotations

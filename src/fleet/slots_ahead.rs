@@ -4,15 +4,12 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
+use kube::api::ListParams;
 use kube::runtime::watcher::{self, Event};
 use tokio::time::Instant;
 
 use super::Slots;
 use super::watch::Changes;
-use crate::api::client::WATCH_SECONDS;
-use crate::api::retry;
 use crate::fleet::queue::{self, Line, WAITING_LABEL};
 use crate::fleet::{CLOCK_SKEW_MAX, HeldTimes, Holder, identity};
 
@@ -168,15 +165,6 @@ impl Slots<'_> {
 
     /// A watch of the one Lease `name` of the lease namespace.
     fn watch_one(&self, name: &str) -> Changes {
-        let config = watcher::Config::default()
-            .fields(&format!("metadata.name={name}"))
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
-            .boxed()
+        self.lease_watch(watcher::Config::default().fields(&format!("metadata.name={name}")))
     }
 }

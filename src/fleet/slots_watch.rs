@@ -68,20 +68,24 @@ pub async fn next_look(changes: &mut Changes, until: Instant, every: Duration) {
 }
 
 impl Slots<'_> {
+    /// kube's watcher of the Leases of the lease namespace that `config` selects.
+    pub(super) fn lease_watch(&self, config: watcher::Config) -> Changes {
+        let watched: Api<Lease> = Api::namespaced(
+            self.clients.watch.clone(),
+            &self.settings.fleet.lease_namespace,
+        );
+        watcher::watcher(watched, config.timeout(WATCH_SECONDS))
+            .backoff(retry::for_watches())
+            .boxed()
+    }
+
     /// A watch of this node's namespace's Leases labelled `labels`, and what it has seen.
     pub(super) fn watched(&self, labels: &str) -> (Changes, Watched) {
         let (store, writer) = reflector::store();
         let ready = Arc::new(AtomicBool::new(false));
         let listed = ready.clone();
-        let config = watcher::Config::default()
-            .labels(labels)
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        let changes = watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
+        let changes = self
+            .lease_watch(watcher::Config::default().labels(labels))
             .reflect(writer)
             .inspect(move |e| {
                 if matches!(e, Ok(Event::InitDone)) {
@@ -95,15 +99,6 @@ impl Slots<'_> {
     /// The group's Leases, watched: a slot given back wakes the next look at once
     /// ([`next_look`]).
     pub fn changes(&self, group: &str) -> Changes {
-        let config = watcher::Config::default()
-            .labels(&format!("{GROUP_LABEL}={group}"))
-            .timeout(WATCH_SECONDS);
-        let watched: Api<Lease> = Api::namespaced(
-            self.clients.watch.clone(),
-            &self.settings.fleet.lease_namespace,
-        );
-        watcher::watcher(watched, config)
-            .backoff(retry::for_watches())
-            .boxed()
+        self.lease_watch(watcher::Config::default().labels(&format!("{GROUP_LABEL}={group}")))
     }
 }

@@ -154,12 +154,7 @@ impl<'a> Facts<'a> {
         slots: &[&'a Lease],
         line: Option<&'a InLine>,
     ) -> Facts<'a> {
-        let boot = node
-            .status
-            .as_ref()
-            .and_then(|s| s.node_info.as_ref())
-            .map(|i| i.boot_id.as_str())
-            .filter(|b| !b.is_empty());
+        let boot = crate::fleet::boot_of(node);
         let mut held: Vec<(&Lease, Holder)> = slots
             .iter()
             .filter_map(|l| Some((*l, holder_of(l).filter(|h| h.node == name)?)))
