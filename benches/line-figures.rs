@@ -92,6 +92,34 @@ fn line_list(r: &fake_apiserver::RecordedRequest) -> bool {
     r.path == LEASES && r.method == "GET" && r.query.contains("waiting-in")
 }
 
+/// `requests` by kind, most first: `N watches of Leases, N GETs of Nodes, ...`.
+fn request_kinds(requests: &[fake_apiserver::RecordedRequest]) -> String {
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in requests {
+        let what = if r.path.contains("/leases") {
+            "Leases"
+        } else if r.path.contains("/nodes") {
+            "Nodes"
+        } else {
+            "others"
+        };
+        let how = match r.method.as_str() {
+            "GET" if r.query.contains("watch=true") => "watches of",
+            "GET" if r.path.ends_with("/leases") || r.path.ends_with("/nodes") => "lists of",
+            "GET" => "GETs of",
+            _ => "writes of",
+        };
+        *kinds.entry(format!("{how} {what}")).or_default() += 1;
+    }
+    let mut kinds: Vec<_> = kinds.into_iter().collect();
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1));
+    kinds
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What the server saw of the hand-offs.
 struct Handoffs {
     taken: usize,
@@ -206,7 +234,9 @@ async fn run(n: usize) {
     let window = Instant::now();
     tokio::time::sleep(WINDOW).await;
     let secs = window.elapsed().as_secs_f64();
-    let quiet = c.server.recorder().requests().len();
+    let seen = c.server.recorder().requests();
+    let quiet = seen.len();
+    let kinds = request_kinds(&seen);
     let counts = c.server.recorder().watch_counts();
     let fleet_rss = rss();
     c.server.recorder().clear();
@@ -252,7 +282,7 @@ async fn run(n: usize) {
         "line {n}: waiting, {} watches open: {:.1} requests/s of the whole waiting fleet \
          ({quiet} in {secs:.0} s), {} watch events in {secs:.0} s; a renewal sends {per_renewal:.1} \
          watch events; a minute of waiting: {:.0} renewals, {per_minute:.0} watch events; the \
-         process (fake and takers) {:.0} MiB, {:.0} KiB per waiting taker",
+         process (fake and takers) {:.0} MiB, {:.0} KiB per waiting taker; the requests: {kinds}",
         counts.open,
         quiet as f64 / secs,
         counts.live,

@@ -954,3 +954,42 @@ async fn a_waiter_watches_only_the_node_ahead_and_moves_up_when_it_leaves() {
     assert!(matches!(second, Taken::Full(_)), "{second:?}");
     assert_eq!(slot_writes_of(&c, OTHER_NODE), 0, "node-b waited its turn");
 }
+
+/// A list of the line that fails leaves the node waiting as if there were no line, and is tried
+/// again 30 s later: the node then watches the node ahead of it as before.
+#[tokio::test]
+async fn a_failed_list_of_the_line_is_tried_again_later() {
+    let c = cluster().await;
+    let store = c.server.store();
+    for n in ["node-c", "node-d"] {
+        store.upsert(node(n)).unwrap();
+    }
+    store
+        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    store
+        .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
+        .unwrap();
+    let lists = Route::new("GET", "waiting-in");
+    c.server.faults().fail_next(lists, 1, 403);
+    let waiting = take(&c, NODE, Duration::from_secs(60));
+    let watched = async {
+        let name = format!("metadata.name%3D{}", queue::wait_name("node-d"));
+        let seen = eventually(Duration::from_secs(50), || watches_of(&c, NODE, &name) > 0).await;
+        assert!(seen, "node-a never watched node-d");
+    };
+    tokio::select! {
+        taken = waiting => panic!("the wait ended first: {taken:?}"),
+        () = watched => {}
+    }
+    let listed: Vec<f64> = c
+        .server
+        .recorder()
+        .matching("GET", "waiting-in")
+        .iter()
+        .filter(|r| r.user == identity_of(NODE) && !r.query.contains("watch=true"))
+        .map(|r| r.elapsed)
+        .collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed[1] - listed[0] >= 29.0, "{listed:?}");
+}

@@ -244,8 +244,13 @@ impl Slots<'_> {
             }
             waiting.listed |= listed_holds(&ahead, &me.node);
             self.wait_in_line(me, group, waiting, by).await;
-            if let Some(line) = line.as_ref().filter(|_| waiting.in_line() && ahead.due) {
-                self.list_line(me, group, line, &mut ahead, by).await;
+            if let Some(line) = line
+                .as_ref()
+                .filter(|_| waiting.in_line() && ahead.list_due())
+            {
+                // One request's time: a list that fails is tried again later, not held to.
+                let list_by = by.min(Instant::now() + self.clients.request_timeout);
+                self.list_line(me, group, line, &mut ahead, list_by).await;
                 // The node's place may have changed: judged again at once.
                 continue;
             }

@@ -19,8 +19,14 @@ pub(super) struct Ahead {
     pub(super) listed: Option<Vec<Lease>>,
     /// A list is due: never listed, or the node ahead left the line.
     pub(super) due: bool,
+    /// When the last list failed: it is tried again [`RELIST_AFTER`] later (meanwhile the node
+    /// waits as if there were no line, looking at the slots every few seconds).
+    failed_at: Option<Instant>,
     watching: Option<Watching>,
 }
+
+/// How long after a failed list of the line a waiting node lists it again.
+pub(super) const RELIST_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The waiting Lease ahead, as listed, and its watch.
 struct Watching {
@@ -39,8 +45,18 @@ impl Ahead {
         Ahead {
             listed: None,
             due: true,
+            failed_at: None,
             watching: None,
         }
+    }
+
+    /// Whether the line is to be listed now: the node ahead left it, or the last list failed
+    /// [`RELIST_AFTER`] ago.
+    pub(super) fn list_due(&self) -> bool {
+        self.due
+            || self
+                .failed_at
+                .is_some_and(|at| at.elapsed() >= RELIST_AFTER)
     }
 
     /// Resolves when the node ahead leaves the line: its waiting Lease deleted, given back or
@@ -131,6 +147,7 @@ impl Slots<'_> {
                 );
                 ahead.listed = None;
                 ahead.watching = None;
+                ahead.failed_at = Some(Instant::now());
                 return;
             }
         };
@@ -161,6 +178,7 @@ impl Slots<'_> {
             }),
         };
         ahead.listed = Some(leases);
+        ahead.failed_at = None;
     }
 
     /// A watch of the one Lease `name` of the lease namespace.
