@@ -5,8 +5,9 @@
 //! waits. Everything is counted at the server (its request log and its watches' tally).
 //!
 //! For each size:
-//! - **joining**: every taker finds the slots held and joins the line (its waiting Lease,
-//!   written after 5 s of waiting); the time until all are in it.
+//! - **joining**: the takers start 20 ms apart; each finds the slots held and joins the line
+//!   (its waiting Lease, written after 5 s of waiting, and one list of the line); the time until
+//!   all are in it.
 //! - **waiting**: 20 s in which nothing is handed off: requests a second of the whole waiting
 //!   fleet, watch events sent; then 50 waiting Leases renewed as their nodes renew them (a
 //!   guarded patch of `renewTime`), and the watch events each renewal sent. A node renews every
@@ -50,6 +51,11 @@ const TAKES: usize = 30;
 /// How long a taker holds the slot it got (a drain and a reboot take minutes; the hand-offs
 /// of ten slots then rarely meet).
 const HOLD: Duration = Duration::from_secs(3);
+/// The pause between two takers' starts: the fleet starts to wait over N x 20 ms (5,000 nodes:
+/// 100 s), as update agents spread their reboots (zincati's and unattended-upgrades' timers are
+/// randomized); all at once, 5,000 first looks of 20 reads each in 5 s swamp the fake on this
+/// machine before any node is in line.
+const START_SPACING: Duration = Duration::from_millis(20);
 /// The pause between two of the holders' give-backs.
 const STAGGER: Duration = Duration::from_millis(300);
 /// The waiting part's length.
@@ -200,6 +206,7 @@ async fn run(n: usize) {
     let mut waiting = tokio::task::JoinSet::new();
     let joined = Instant::now();
     for t in takers {
+        tokio::time::sleep(START_SPACING).await;
         let done_tx = done_tx.clone();
         waiting.spawn(async move {
             if t.take(Duration::from_secs(3600)).await.is_some() {
