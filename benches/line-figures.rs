@@ -216,10 +216,20 @@ async fn run(n: usize) {
             }
         });
     }
-    // Joining: until every taker is in line.
+    // Joining: until every taker is in line (said every 30 s, with the requests by kind).
     let deadline = Instant::now() + Duration::from_secs(1200);
+    let mut said = Instant::now();
     while in_line(&c).len() < n && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(500)).await;
+        if said.elapsed() >= Duration::from_secs(30) {
+            said = Instant::now();
+            eprintln!(
+                "line {n}: {} in line after {:.0} s; so far {}",
+                in_line(&c).len(),
+                joined.elapsed().as_secs_f64(),
+                request_kinds(&c.server.recorder().requests())
+            );
+        }
     }
     let joining = c.server.recorder().requests();
     println!(
