@@ -92,10 +92,29 @@ fn rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// Whether `r` is a list of a group's whole line (not the list that starts a watch of one
+/// Whether `r` is a list of (part of) a group's line (not the list that starts a watch of one
 /// Lease).
 fn line_list(r: &fake_apiserver::RecordedRequest) -> bool {
     r.path == LEASES && r.method == "GET" && r.query.contains("waiting-in")
+}
+
+/// Whether `r` starts a node's read of the line: its first list, of the waits an earlier version
+/// wrote (`!waiting-since`).
+fn line_read(r: &fake_apiserver::RecordedRequest) -> bool {
+    line_list(r) && r.query.contains("%21kube-shutdown-drain%2Fwaiting-since")
+}
+
+/// The reads of the line in `requests`, the lists they took and the bytes they were answered.
+fn line_reads(requests: &[fake_apiserver::RecordedRequest]) -> (usize, usize, u64) {
+    let lists: Vec<_> = requests
+        .iter()
+        .filter(|r| line_list(r) && !r.query.contains("watch=true"))
+        .collect();
+    (
+        lists.iter().filter(|r| line_read(r)).count(),
+        lists.len(),
+        lists.iter().filter_map(|r| r.response_len).sum(),
+    )
 }
 
 /// `requests` by kind, most first: `N watches of Leases, N GETs of Nodes, ...`.
@@ -132,7 +151,8 @@ struct Handoffs {
     refused: usize,
     given_back: usize,
     other_writes: usize,
-    lists: usize,
+    /// Reads of the line, the lists they took, the bytes those were answered.
+    line: (usize, usize, u64),
     gets: usize,
     ms: Vec<f64>,
 }
@@ -176,7 +196,7 @@ fn handoffs(c: &Cluster) -> Handoffs {
         refused: takes.iter().filter(|r| r.status >= 300).count(),
         given_back: writes.iter().filter(|r| slot(r) && !take(r)).count(),
         other_writes: writes.iter().filter(|r| !slot(r)).count(),
-        lists: reads(true),
+        line: line_reads(&requests),
         gets: reads(false).saturating_sub(reads(true)),
         ms,
     }
@@ -232,16 +252,16 @@ async fn run(n: usize) {
         }
     }
     let joining = c.server.recorder().requests();
+    let (reads, lists, bytes) = line_reads(&joining);
     println!(
         "line {n}: {} of {n} in line after {:.1} s (the first joins after 5 s of waiting); {} \
-         requests, {} of them lists of the line; {} watch events sent",
+         requests; {reads} reads of the line in {lists} lists, answered {:.0} KiB ({:.1} KiB a \
+         read); {} watch events sent",
         in_line(&c).len(),
         joined.elapsed().as_secs_f64(),
         joining.len(),
-        joining
-            .iter()
-            .filter(|r| line_list(r) && !r.query.contains("watch=true"))
-            .count(),
+        bytes as f64 / 1024.0,
+        bytes as f64 / 1024.0 / reads.max(1) as f64,
         c.server.recorder().watch_counts().live + c.server.recorder().watch_counts().initial,
     );
     // Waiting: the fleet's own pace, then renewals.
@@ -328,7 +348,8 @@ async fn run(n: usize) {
     let per = |x: usize| x as f64 / h.taken.max(1) as f64;
     println!(
         "line {n}: {} hand-offs in {:.1} s: {:.2} Lease writes per hand-off ({:.2} takes refused, \
-         {:.2} give-backs, {:.2} waiting Leases given back), {:.2} lists of the line and {:.1} \
+         {:.2} give-backs, {:.2} waiting Leases given back), {:.2} reads of the line ({:.2} lists, \
+         {:.1} KiB) and {:.1} \
          other reads per hand-off, {:.1} watch events per hand-off; hand-off median {:.0} ms (min {:.0}, \
          max {:.0})",
         h.taken,
@@ -337,7 +358,9 @@ async fn run(n: usize) {
         per(h.refused),
         per(h.given_back),
         per(h.other_writes),
-        per(h.lists),
+        per(h.line.0),
+        per(h.line.1),
+        h.line.2 as f64 / 1024.0 / h.taken.max(1) as f64,
         per(h.gets),
         (events.live + events.initial) as f64 / h.taken.max(1) as f64,
         ms.get(ms.len() / 2).copied().unwrap_or(f64::NAN),

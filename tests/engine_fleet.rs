@@ -692,7 +692,19 @@ async fn a_slot_this_node_already_holds_is_kept_at_once_not_waited_for_nor_writt
 }
 
 /// A waiting Lease of `node` (issue 31), in line since `since`, renewed at `renewed`.
+/// `node`'s waiting Lease as this version writes it: its wait's start in a label too.
 fn waiting_lease(node: &str, since: &str, renewed: &str) -> Value {
+    let mut lease = older_waiting_lease(node, since, renewed);
+    let seconds = since
+        .parse::<jiff::Timestamp>()
+        .expect("a timestamp")
+        .as_millisecond();
+    lease["metadata"]["labels"][queue::SINCE_LABEL] = json!(seconds.to_string());
+    lease
+}
+
+/// `node`'s waiting Lease as an earlier version wrote it: the group's label only.
+fn older_waiting_lease(node: &str, since: &str, renewed: &str) -> Value {
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
            "metadata": {"name": queue::wait_name(node), "namespace": "kube-shutdown-drain",
                         "labels": {queue::WAITING_LABEL: "all"}},
@@ -970,7 +982,8 @@ async fn a_failed_list_of_the_line_is_tried_again_later() {
     store
         .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
         .unwrap();
-    let lists = Route::new("GET", "waiting-in");
+    // Each read of the line starts with the waits an earlier version wrote (`!waiting-since`).
+    let lists = Route::new("GET", "waiting-since");
     c.server.faults().fail_next(lists, 1, 403);
     let waiting = take(&c, NODE, Duration::from_secs(60));
     let watched = async {
@@ -985,11 +998,131 @@ async fn a_failed_list_of_the_line_is_tried_again_later() {
     let listed: Vec<f64> = c
         .server
         .recorder()
-        .matching("GET", "waiting-in")
+        .matching("GET", "%21kube-shutdown-drain%2Fwaiting-since")
         .iter()
         .filter(|r| r.user == identity_of(NODE) && !r.query.contains("watch=true"))
         .map(|r| r.elapsed)
         .collect();
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed[1] - listed[0] >= 29.0, "{listed:?}");
+}
+
+/// The reads of the line `node` sent (lists of waiting Leases, not watches).
+fn line_reads(c: &Cluster, node: &str) -> Vec<fake_apiserver::RecordedRequest> {
+    c.server
+        .recorder()
+        .matching("GET", "waiting-in")
+        .into_iter()
+        .filter(|r| r.user == identity_of(node) && !r.query.contains("watch=true"))
+        .collect()
+}
+
+/// Issue 43: a node that joins the back of a long line reads only the part of it near its own
+/// place, never the whole line (every node of a fleet-wide wave doing so at its join would cost
+/// the API server the square of the fleet): the waits that started up to its own, a page of
+/// three (twice the group's one slot, and one), then the nearest span before its own wait that
+/// holds one. It watches the node just ahead, and not the slots: it is not in front.
+#[tokio::test]
+async fn a_node_joining_far_back_reads_only_the_line_near_its_place() {
+    let c = cluster().await;
+    let store = c.server.store();
+    store.upsert(node("node-c")).unwrap();
+    store
+        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    // 80 nodes wait (no daemons run), their waits started 700 s apart, the last 1,000 s ago.
+    for i in 0..80 {
+        let n = format!("far-{i:02}");
+        store
+            .upsert(waiting_lease(&n, &ago(1000 + 700 * i), &ago(1)))
+            .unwrap();
+    }
+    let waiting = take(&c, NODE, Duration::from_secs(40));
+    let name = |n: &str| format!("metadata.name%3D{}", queue::wait_name(n));
+    let slot_reads = || {
+        c.server
+            .recorder()
+            .matching("GET", &format!("{LEASES}/{SLOT}"))
+            .into_iter()
+            .filter(|r| r.user == identity_of(NODE))
+            .count()
+    };
+    let watched = async {
+        until("node-a watching far-00", || {
+            watches_of(&c, NODE, &name("far-00")) > 0
+        })
+        .await;
+        // Not in front: once it has read its place it looks at the slots no more (a node second
+        // in line would look again within 10 s).
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = slot_reads();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(slot_reads(), before, "node-a far back looked at the slots");
+    };
+    tokio::select! {
+        taken = waiting => panic!("the wait ended first: {taken:?}"),
+        () = watched => {}
+    }
+    let reads = line_reads(&c, NODE);
+    let queries: Vec<&str> = reads.iter().map(|r| r.query.as_str()).collect();
+    // The older version's waits; one page up to its own start; spans of 0.1, 0.4, 1.6, 6.4,
+    // 25.6, 102.4 and 409.6 s (none in them), 1,638.4 s (far-00 alone: node-a counts itself
+    // second there, yet not in
+    // front, for the nodes it did not read).
+    assert_eq!(reads.len(), 10, "{queries:#?}");
+    assert!(queries[1].contains("limit=3"), "{queries:#?}");
+    for q in &queries[2..] {
+        assert!(
+            q.contains("waiting-since%3E"),
+            "a read of the whole line: {q}"
+        );
+    }
+    // A quarter of the whole line's bytes, at most (its 81 Leases as stored; each read holds
+    // node-a's own Lease too).
+    let whole: usize = store
+        .list("Lease", Some("kube-shutdown-drain"))
+        .iter()
+        .filter(|l| l.pointer("/metadata/name").is_some_and(|n| n != SLOT))
+        .map(|l| serde_json::to_vec(l).unwrap().len())
+        .sum();
+    let read: u64 = reads.iter().filter_map(|r| r.response_len).sum();
+    assert!(
+        read * 4 < whole as u64,
+        "{read} bytes read of a line of {whole}"
+    );
+    for n in ["far-01", "far-79"] {
+        assert_eq!(watches_of(&c, NODE, &name(n)), 0, "node-a watches {n}");
+    }
+}
+
+/// A line with a wait written by an earlier version (no `waiting-since` label) and one written
+/// by this one: a node joining behind both reads both, counts itself third, and watches the
+/// one just ahead (the later).
+#[tokio::test]
+async fn a_wait_written_by_an_earlier_version_counts_in_the_line() {
+    let c = cluster().await;
+    let store = c.server.store();
+    store.upsert(node("node-c")).unwrap();
+    store
+        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    store
+        .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
+        .unwrap();
+    store
+        .upsert(older_waiting_lease("node-e", &ago(80), &ago(1)))
+        .unwrap();
+    let waiting = take(&c, NODE, Duration::from_secs(30));
+    let name = |n: &str| format!("metadata.name%3D{}", queue::wait_name(n));
+    let watched = async {
+        until("node-a watching node-e", || {
+            watches_of(&c, NODE, &name("node-e")) > 0
+        })
+        .await;
+    };
+    tokio::select! {
+        taken = waiting => panic!("the wait ended first: {taken:?}"),
+        () = watched => {}
+    }
+    assert_eq!(watches_of(&c, NODE, &name("node-d")), 0);
 }

@@ -65,6 +65,37 @@ pub const WAIT_MAX: Duration = Duration::from_secs(5);
 /// The label of a waiting Lease: the group whose slots its node waits for.
 pub const WAITING_LABEL: &str = "kube-shutdown-drain/waiting-in";
 
+/// The label of a waiting Lease that says when its wait started (`acquireTime`, whole
+/// milliseconds since the Unix epoch): a node reads the part of the line just ahead of it with a label
+/// selector's `<` and `>` (apimachinery's `labels.Parse` compares such values as integers),
+/// not the whole line ([`windows`]).
+pub const SINCE_LABEL: &str = "kube-shutdown-drain/waiting-since";
+
+/// The spans, in milliseconds before its own start, in which a node far back looks for the node
+/// just ahead of it, one list each, the nearest first: 100 ms, then four times longer each time
+/// up to some five days; after the last, the whole line ahead. A fleet-wide wave puts a few
+/// nodes in the first tenth of a second; a line that fills over hours, a few in a span of
+/// minutes. Pure.
+pub fn windows() -> impl Iterator<Item = Option<u64>> {
+    (0..12u32).map(|i| Some(100 * 4u64.pow(i))).chain([None])
+}
+
+/// How many nodes a node counts ahead of it in `leases` (part of the group's waiting Leases),
+/// the waiters `passed_over` left out: those before it in [`order`]. Pure but for the memory of
+/// [`order`].
+pub fn count_ahead<L: Borrow<Lease>>(
+    leases: &[L],
+    me: &str,
+    passed_over: impl Fn(&Waiter) -> bool,
+    now: jiff::Timestamp,
+) -> usize {
+    let line: Vec<Waiter> = order(leases, now)
+        .into_iter()
+        .filter(|w| w.node == me || !passed_over(w))
+        .collect();
+    place(&line, me)
+}
+
 /// How often a waiting node renews its waiting Lease: one write per node every ten minutes, the
 /// line's whole cost while nothing is handed off (200 waiting: one write every 3 s in all).
 pub const RENEW: Duration = Duration::from_secs(600);
@@ -90,7 +121,12 @@ const PREFIX: &str = "kube-shutdown-drain-waiting.";
 /// watches the slots and reads them at a pace ([`look_every`]); a node further back waits for
 /// the node ahead of it to leave the line. Pure.
 pub fn in_front(place: usize, slots: usize) -> bool {
-    place < slots.max(1).saturating_mul(2)
+    place < front_size(slots)
+}
+
+/// How many nodes are [`in_front`] of a line for `slots` slots. Pure.
+pub fn front_size(slots: usize) -> usize {
+    slots.max(1).saturating_mul(2)
 }
 
 /// The longest pause between two full looks (slots and their holders read) of a node in front.
@@ -259,9 +295,18 @@ pub fn new_wait(fleet: &FleetSettings, group: &str, me: &Holder, now: jiff::Time
     let mut lease = Lease::default();
     lease.metadata.name = Some(wait_name(&me.node));
     lease.metadata.namespace = Some(fleet.lease_namespace.clone());
-    lease.metadata.labels = Some([(WAITING_LABEL.to_string(), group.to_string())].into());
+    lease.metadata.labels = Some(wait_labels(group, now));
     lease.spec = Some(wait_spec(me, now, now));
     lease
+}
+
+/// The labels of a waiting Lease for a slot of `group` whose wait started at `since`.
+fn wait_labels(group: &str, since: jiff::Timestamp) -> std::collections::BTreeMap<String, String> {
+    [
+        (WAITING_LABEL.to_string(), group.to_string()),
+        (SINCE_LABEL.to_string(), since.as_millisecond().to_string()),
+    ]
+    .into()
 }
 
 fn wait_spec(me: &Holder, since: jiff::Timestamp, now: jiff::Timestamp) -> LeaseSpec {
@@ -291,7 +336,7 @@ pub fn wait_patch(
     let spec = serde_json::to_value(wait_spec(me, since, now))?;
     let ops = vec![
         guard(lease),
-        json!({"op": "add", "path": "/metadata/labels", "value": {WAITING_LABEL: group}}),
+        json!({"op": "add", "path": "/metadata/labels", "value": wait_labels(group, since)}),
         json!({"op": "add", "path": "/spec", "value": spec}),
     ];
     Ok(Some((crate::api::guarded::patch_of(ops)?, ())))

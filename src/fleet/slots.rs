@@ -147,6 +147,7 @@ impl Slots<'_> {
             waiting: Waiting {
                 started: Instant::now(),
                 renewed: None,
+                since: None,
                 failed: false,
                 listed: false,
             },
@@ -186,28 +187,31 @@ impl Slots<'_> {
             // slots show holding one. `None`: it waits as without a line.
             let place = line.as_ref().and_then(|_| {
                 let leases = ahead.listed.as_ref()?;
+                let beyond = ahead.beyond;
                 let seen = slots_watch.as_ref().map(|(_, seen)| seen);
-                Some(queue::place(
-                    &queue::order(
-                        &leases
-                            .iter()
-                            .filter(|l| {
-                                holder_of(l).is_none_or(|h| {
-                                    h.node == me.node || !seen.is_some_and(|s| s.holds(&h.node))
+                Some(
+                    queue::place(
+                        &queue::order(
+                            &leases
+                                .iter()
+                                .filter(|l| {
+                                    holder_of(l).is_none_or(|h| {
+                                        h.node == me.node || !seen.is_some_and(|s| s.holds(&h.node))
+                                    })
                                 })
-                            })
-                            .collect::<Vec<_>>(),
-                        jiff::Timestamp::now(),
-                    ),
-                    &me.node,
-                ))
+                                .collect::<Vec<_>>(),
+                            jiff::Timestamp::now(),
+                        ),
+                        &me.node,
+                    ) + beyond,
+                )
             });
             let front = place.is_none_or(|p| queue::in_front(p, count));
             let every = place.map_or(WAIT_MAX, |p| queue::look_every(p, count));
             let due = looked.is_none_or(|at| front && at.elapsed() >= every)
                 || match (&mut line, &slots_watch, &ahead.listed) {
                     (Some(line), Some((_, seen)), Some(leases)) => {
-                        self.turn_as_seen(me, group, seen, leases, line)
+                        front && self.turn_as_seen(me, group, seen, leases, line)
                     }
                     // Out of line, or waiting as without one: every change of the slots.
                     (_, Some(_), _) => true,
@@ -244,6 +248,7 @@ impl Slots<'_> {
             }
             waiting.listed |= listed_holds(&ahead, &me.node);
             self.wait_in_line(me, group, waiting, by).await;
+            ahead.since = waiting.since;
             if let Some(line) = line
                 .as_ref()
                 .filter(|_| waiting.in_line() && ahead.list_due())
@@ -369,6 +374,15 @@ impl Slots<'_> {
                 if !open.is_empty() {
                     let by = deadline.min(Instant::now() + self.clients.request_timeout);
                     self.list_line(me, group, line, ahead, by).await;
+                }
+                // A node that read only the part of the line around it is not in front.
+                if ahead.beyond > 0 {
+                    holders.extend(
+                        open.iter().map(|(name, _, _)| {
+                            format!("{name} (open, for the nodes ahead in line)")
+                        }),
+                    );
+                    return Ok(Taken::Full(holders));
                 }
                 let leases: Vec<&Lease> = ahead
                     .listed
@@ -583,6 +597,7 @@ mod tests {
         let mut waiting = Waiting {
             started,
             renewed: None,
+            since: None,
             failed: false,
             listed: false,
         };

@@ -10,13 +10,19 @@ use tokio::time::Instant;
 
 use super::Slots;
 use super::watch::Changes;
-use crate::fleet::queue::{self, Line, WAITING_LABEL};
-use crate::fleet::{CLOCK_SKEW_MAX, HeldTimes, Holder, identity};
+use crate::api::ApiError;
+use crate::fleet::queue::{self, Line, SINCE_LABEL, WAITING_LABEL};
+use crate::fleet::{CLOCK_SKEW_MAX, HeldTimes, Holder, identity, slot_names};
 
 /// The line as a waiting node last listed it, and the node ahead of it there, watched.
 pub(super) struct Ahead {
-    /// The group's waiting Leases as last listed; `None`: not listed (yet, or the list failed).
+    /// The part of the group's waiting Leases last read (the whole line ahead of this node
+    /// when `beyond` is 0); `None`: not read (yet, or the read failed).
     pub(super) listed: Option<Vec<Lease>>,
+    /// How many nodes at least are ahead of this one besides those `listed`.
+    pub(super) beyond: usize,
+    /// When this node's wait started, as its waiting Lease says; `None` before it is written.
+    pub(super) since: Option<jiff::Timestamp>,
     /// A list is due: never listed, or the node ahead left the line.
     pub(super) due: bool,
     /// When the last list failed: it is tried again [`RELIST_AFTER`] later (meanwhile the node
@@ -44,6 +50,8 @@ impl Ahead {
     pub(super) fn new() -> Ahead {
         Ahead {
             listed: None,
+            beyond: 0,
+            since: None,
             due: true,
             failed_at: None,
             watching: None,
@@ -115,9 +123,9 @@ fn renewed(lease: &Lease) -> Option<jiff::Timestamp> {
 }
 
 impl Slots<'_> {
-    /// Lists the line of `group` and watches the waiting Lease just ahead of `me`'s in it (the
-    /// waiters `line` passed over left out). A list that fails is no line: said, and the node
-    /// tries as without one until its next list.
+    /// Reads the line of `group` as `me` needs it, and watches the waiting Lease just ahead of
+    /// `me`'s in it (the waiters `line` passed over left out). A read that fails is no line:
+    /// said, and the node tries as without one until its next read.
     pub(super) async fn list_line(
         &self,
         me: &Holder,
@@ -127,18 +135,12 @@ impl Slots<'_> {
         deadline: Instant,
     ) {
         ahead.due = false;
-        let api = self.api();
-        let params = ListParams::default().labels(&format!("{WAITING_LABEL}={group}"));
         let what = format!(
             "the waiting Leases of group {group} in namespace {}",
             self.settings.fleet.lease_namespace
         );
-        let listed = self
-            .clients
-            .retry(deadline, &what, || api.list(&params))
-            .await;
-        let leases = match listed {
-            Ok(list) => list.items,
+        let (leases, beyond) = match self.read_line(me, group, line, ahead.since, deadline).await {
+            Ok(read) => read,
             Err(e) => {
                 tracing::warn!(
                     node = %me.node,
@@ -178,7 +180,94 @@ impl Slots<'_> {
             }),
         };
         ahead.listed = Some(leases);
+        ahead.beyond = beyond;
         ahead.failed_at = None;
+    }
+
+    /// The part of the line of `group` that `me` needs, and how many nodes at least are ahead of
+    /// it besides: never the whole line of a fleet-wide wave, which every node reading at its
+    /// join would cost the API server the square of the fleet.
+    ///
+    /// The waits that started up to `me`'s (`since`; now before it has written its own) are
+    /// read [`queue::front_size`] + 1 at a time (`limit`), until that many are found ahead of
+    /// it or none are left: a node with fewer ahead is in front and has read everything ahead
+    /// of it (`0` besides). A node further back reads the waits that started in the last
+    /// [`queue::windows`] milliseconds before its own, the nearest span first, until one holds a
+    /// node ahead of it: the one just ahead is there (`front_size` besides: its place is not
+    /// known, only that it is not in front). Waiting Leases written without
+    /// [`queue::SINCE_LABEL`] (by an earlier version of this daemon) are read whole each time:
+    /// normally none.
+    async fn read_line(
+        &self,
+        me: &Holder,
+        group: &str,
+        line: &Line,
+        since: Option<jiff::Timestamp>,
+        deadline: Instant,
+    ) -> Result<(Vec<Lease>, usize), ApiError> {
+        let api = self.api();
+        let what = format!(
+            "the waiting Leases of group {group} in namespace {}",
+            self.settings.fleet.lease_namespace
+        );
+        let list = |selector: String, limit: Option<u32>, token: Option<String>| {
+            let mut params = ListParams::default().labels(&selector);
+            params.limit = limit;
+            params.continue_token = token;
+            let api = api.clone();
+            let what = &what;
+            async move {
+                self.clients
+                    .retry(deadline, what, || api.list(&params))
+                    .await
+            }
+        };
+        let now = jiff::Timestamp::now();
+        let ahead_of =
+            |leases: &[&Lease]| queue::count_ahead(leases, &me.node, |w| line.passed_over(w), now);
+        let group_is = format!("{WAITING_LABEL}={group}");
+        let mut leases = list(format!("{group_is},!{SINCE_LABEL}"), None, None)
+            .await?
+            .items;
+        let unlabelled = leases.len();
+        // Up to and including the second this node's wait started in (its Lease's label).
+        let up_to = format!(
+            "{group_is},{SINCE_LABEL}<{}",
+            since.unwrap_or(now).as_millisecond().saturating_add(1)
+        );
+        let front = queue::front_size(slot_names(&self.settings.fleet, group).len());
+        let page_size = u32::try_from(front + 1).unwrap_or(u32::MAX);
+        let mut token = None;
+        loop {
+            let page = list(up_to.clone(), Some(page_size), token).await?;
+            leases.extend(page.items);
+            if ahead_of(&leases.iter().collect::<Vec<_>>()) >= front {
+                break;
+            }
+            token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if token.is_none() {
+                return Ok((leases, 0));
+            }
+        }
+        // Further back: the nearest span of the line that holds a node ahead of this one.
+        let older: Vec<Lease> = leases.drain(..unlabelled).collect();
+        let from = since.unwrap_or(now).as_millisecond();
+        for span in queue::windows() {
+            let selector = match span {
+                Some(span) => format!(
+                    "{up_to},{SINCE_LABEL}>{}",
+                    from.saturating_sub(i64::try_from(span).unwrap_or(i64::MAX))
+                ),
+                None => up_to.clone(),
+            };
+            let found = list(selector, None, None).await?.items;
+            if ahead_of(&found.iter().collect::<Vec<_>>()) > 0 || span.is_none() {
+                let mut read = older;
+                read.extend(found);
+                return Ok((read, front));
+            }
+        }
+        Ok((older, front))
     }
 
     /// A watch of the one Lease `name` of the lease namespace.

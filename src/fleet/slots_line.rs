@@ -9,7 +9,7 @@ use super::Slots;
 use super::watch::Watched;
 use crate::api::guarded::{self, FIELD_MANAGER, GuardedError};
 use crate::fleet::queue::{self, Line};
-use crate::fleet::{Holder, holder_of, identity, release_patch, slot_names};
+use crate::fleet::{HeldTimes, Holder, holder_of, identity, release_patch, slot_names};
 
 /// What a node that waits for a slot has written of its wait.
 #[derive(Debug)]
@@ -18,6 +18,9 @@ pub(super) struct Waiting {
     pub(super) started: Instant,
     /// When it last wrote its waiting Lease; `None`: it has not.
     pub(super) renewed: Option<Instant>,
+    /// When its wait started as its waiting Lease says (`acquireTime`); `None` before it is
+    /// written.
+    pub(super) since: Option<jiff::Timestamp>,
     /// Its waiting Lease could not be written: it waits out of line.
     pub(super) failed: bool,
     /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
@@ -151,7 +154,7 @@ impl Slots<'_> {
                 self.clients
                     .retry(deadline, &object, || api.create(&pp, &lease))
                     .await
-                    .map(|_| ())
+                    .map(|_| now)
                     .map_err(|e| e.to_string())
             }
             Ok(Some(lease)) => {
@@ -162,7 +165,7 @@ impl Slots<'_> {
                     })
                     .await;
                 match renewed {
-                    Ok(_) => Ok(()),
+                    Ok(written) => Ok(HeldTimes::of(&written.object).acquired.unwrap_or(now)),
                     Err(GuardedError::Api(e)) => Err(e.to_string()),
                     Err(GuardedError::Contended) => Err("it keeps changing".to_string()),
                     Err(GuardedError::Build(e)) => Err(e.to_string()),
@@ -171,7 +174,10 @@ impl Slots<'_> {
             Err(e) => Err(e.to_string()),
         };
         match written {
-            Ok(()) => waiting.renewed = Some(Instant::now()),
+            Ok(since) => {
+                waiting.renewed = Some(Instant::now());
+                waiting.since = Some(since);
+            }
             Err(e) => {
                 waiting.failed = true;
                 tracing::warn!(

@@ -460,6 +460,18 @@ fn a_renewed_wait_keeps_its_start_and_a_wait_of_another_boot_or_node_starts_agai
     let renewed = apply(&mine, patch);
     let times = HeldTimes::of(&renewed);
     assert_eq!(times.acquired, Some(t("2026-12-02T05:10:00Z")));
+    // The start is a label too, milliseconds since the epoch: the line is read by it.
+    let since_label = |l: &Lease| {
+        l.metadata
+            .labels
+            .as_ref()
+            .and_then(|m| m.get(queue::SINCE_LABEL))
+            .cloned()
+    };
+    let start = t("2026-12-02T05:10:00Z").as_millisecond().to_string();
+    assert_eq!(since_label(&renewed), Some(start));
+    let new = queue::new_wait(&FleetSettings::default(), "all", &me(), now);
+    assert_eq!(since_label(&new), Some(now.as_millisecond().to_string()));
     assert_eq!(times.renewed, Some(now));
     assert_eq!(holder_of(&renewed), Some(me()));
     // Another boot's wait, a stale one, another node's: the wait starts now.
@@ -477,7 +489,12 @@ fn a_renewed_wait_keeps_its_start_and_a_wait_of_another_boot_or_node_starts_agai
         l
     }) {
         let (patch, ()) = queue::wait_patch(&old, &me(), "all", now).unwrap().unwrap();
-        assert_eq!(HeldTimes::of(&apply(&old, patch)).acquired, Some(now));
+        let written = apply(&old, patch);
+        assert_eq!(HeldTimes::of(&written).acquired, Some(now));
+        assert_eq!(
+            since_label(&written),
+            Some(now.as_millisecond().to_string())
+        );
     }
     // The name never meets a slot's, and stays a valid object name.
     assert_eq!(
@@ -550,4 +567,31 @@ async fn a_waiting_lease_renewed_ahead_of_the_clock_leaves_the_line_stale_after_
             "2026-12-07T21:00:00Z".parse().unwrap(),
         ));
     assert_eq!(in_line(std::slice::from_ref(&ahead)), 1);
+}
+
+/// A node far back looks for the node just ahead in spans of its own wait's last 0.1, 0.4, 1.6
+/// ... seconds, then in the whole line ahead; it counts the nodes ahead of it in what it read, the
+/// waiters it passed over left out.
+#[test]
+fn the_line_near_a_node_is_read_in_growing_spans_and_counted() {
+    let spans: Vec<Option<u64>> = queue::windows().collect();
+    assert_eq!(spans[..4], [Some(100), Some(400), Some(1600), Some(6400)]);
+    assert_eq!(spans.last(), Some(&None));
+    // The last span reaches back further than a wait lasts (a Lease not renewed for 30 min is
+    // out of line; a node waits days at most): before the whole line is read.
+    assert!(spans.len() <= 14, "{spans:?}");
+    assert!(spans[spans.len() - 2] >= Some(3 * 86_400_000), "{spans:?}");
+    let leases = [
+        waiting("node-a", "2026-12-02T05:10:00Z", "2026-12-02T05:50:00Z"),
+        waiting("node-b", "2026-12-02T05:20:00Z", "2026-12-02T05:50:00Z"),
+        waiting("node-d", "2026-12-02T05:30:00Z", "2026-12-02T05:50:00Z"),
+    ];
+    let now = t("2026-12-02T06:00:00Z");
+    let none = |_: &queue::Waiter| false;
+    assert_eq!(queue::count_ahead(&leases, "node-d", none, now), 2);
+    assert_eq!(queue::count_ahead(&leases, "node-a", none, now), 0);
+    // Not in what it read (before its own Lease is written): behind all of it.
+    assert_eq!(queue::count_ahead(&leases, "node-c", none, now), 3);
+    let a_passed = |w: &queue::Waiter| w.node == "node-a";
+    assert_eq!(queue::count_ahead(&leases, "node-d", a_passed, now), 1);
 }

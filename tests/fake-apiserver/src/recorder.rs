@@ -29,6 +29,8 @@ pub struct RecordedRequest {
     pub retry_after: Option<String>,
     /// The answer's body when its status is 300 or more (a Status); empty otherwise.
     pub response: String,
+    /// The answer's body's length in bytes when known before it is sent (not a watch's).
+    pub response_len: Option<u64>,
     /// When the request arrived.
     #[serde(with = "unix_seconds")]
     pub at: SystemTime,

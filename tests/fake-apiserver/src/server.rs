@@ -530,6 +530,7 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
         status: 0,
         retry_after: None,
         response: String::new(),
+        response_len: None,
         at: arrived,
         elapsed,
     };
@@ -601,6 +602,7 @@ async fn answer(app: Arc<App>, asked: Asked) -> Result<Response<Body>, std::io::
     } else {
         response
     };
+    record.response_len = hyper::body::Body::size_hint(response.body()).exact();
     tracing::debug!("answered {} {uri} with {}", record.method, record.status);
     app.recorder.push(record);
     Ok(response)
