@@ -735,12 +735,8 @@ fn slot_writes_of(c: &Cluster, node: &str) -> usize {
 /// slot, and node-a gets it.
 #[tokio::test]
 async fn with_nodes_waiting_in_line_only_the_first_tries_a_slot_given_back() {
-    let c = cluster().await;
+    let c = slot_held_by_node_c().await;
     let store = c.server.store();
-    store.upsert(node("node-c")).unwrap();
-    store
-        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
-        .unwrap();
     store
         .upsert(waiting_lease(NODE, &ago(60), &ago(1)))
         .unwrap();
@@ -1007,6 +1003,17 @@ async fn a_failed_list_of_the_line_is_tried_again_later() {
     assert!(listed[1] - listed[0] >= 29.0, "{listed:?}");
 }
 
+/// The cluster with the one slot held by node-c (no daemon runs there).
+async fn slot_held_by_node_c() -> Cluster {
+    let c = cluster().await;
+    let store = c.server.store();
+    store.upsert(node("node-c")).unwrap();
+    store
+        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
+        .unwrap();
+    c
+}
+
 /// The reads of the line `node` sent (lists of waiting Leases, not watches).
 fn line_reads(c: &Cluster, node: &str) -> Vec<fake_apiserver::RecordedRequest> {
     c.server
@@ -1024,12 +1031,8 @@ fn line_reads(c: &Cluster, node: &str) -> Vec<fake_apiserver::RecordedRequest> {
 /// holds one. It watches the node just ahead, and not the slots: it is not in front.
 #[tokio::test]
 async fn a_node_joining_far_back_reads_only_the_line_near_its_place() {
-    let c = cluster().await;
+    let c = slot_held_by_node_c().await;
     let store = c.server.store();
-    store.upsert(node("node-c")).unwrap();
-    store
-        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
-        .unwrap();
     // 80 nodes wait (no daemons run), their waits started 700 s apart, the last 1,000 s ago.
     for i in 0..80 {
         let n = format!("far-{i:02}");
@@ -1100,12 +1103,8 @@ async fn a_node_joining_far_back_reads_only_the_line_near_its_place() {
 /// one just ahead (the later).
 #[tokio::test]
 async fn a_wait_written_by_an_earlier_version_counts_in_the_line() {
-    let c = cluster().await;
+    let c = slot_held_by_node_c().await;
     let store = c.server.store();
-    store.upsert(node("node-c")).unwrap();
-    store
-        .upsert(lease("node-c/boot-1", &jiff::Timestamp::now().to_string()))
-        .unwrap();
     store
         .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
         .unwrap();
@@ -1125,4 +1124,51 @@ async fn a_wait_written_by_an_earlier_version_counts_in_the_line() {
         () = watched => {}
     }
     assert_eq!(watches_of(&c, NODE, &name("node-d")), 0);
+}
+
+/// A waiting Lease that cannot be written (here one 403) leaves the node out of line for 30 s,
+/// not for the rest of its wait: it writes it again then, joins, and watches the node ahead.
+#[tokio::test]
+async fn a_waiting_lease_that_could_not_be_written_is_written_again_later() {
+    let c = slot_held_by_node_c().await;
+    let store = c.server.store();
+    store
+        .upsert(waiting_lease("node-d", &ago(90), &ago(1)))
+        .unwrap();
+    // The slot is held: the node's only create of a Lease is its waiting Lease.
+    c.server
+        .faults()
+        .fail_next(Route::new("POST", "/leases"), 1, 403);
+    let waiting = take(&c, NODE, Duration::from_secs(60));
+    let watched = async {
+        let name = format!("metadata.name%3D{}", queue::wait_name("node-d"));
+        let seen = eventually(Duration::from_secs(50), || watches_of(&c, NODE, &name) > 0).await;
+        assert!(seen, "node-a never joined the line behind node-d");
+    };
+    tokio::select! {
+        taken = waiting => panic!("the wait ended first: {taken:?}"),
+        () = watched => {}
+    }
+    let posts: Vec<(f64, u16)> = c
+        .server
+        .recorder()
+        .matching("POST", "/leases")
+        .iter()
+        .filter(|r| r.user == identity_of(NODE))
+        .map(|r| (r.elapsed, r.status))
+        .collect();
+    assert_eq!(posts.len(), 2, "{posts:?}");
+    assert_eq!((posts[0].1, posts[1].1), (403, 201), "{posts:?}");
+    assert!(posts[1].0 - posts[0].0 >= 29.0, "{posts:?}");
+    let held = store
+        .get(
+            "Lease",
+            Some("kube-shutdown-drain"),
+            &queue::wait_name(NODE),
+        )
+        .expect("node-a's waiting Lease");
+    assert_eq!(
+        held.pointer("/spec/holderIdentity").and_then(Value::as_str),
+        Some(format!("{NODE}/{BOOT}").as_str())
+    );
 }

@@ -13,11 +13,17 @@
 //!   its own: `slots::line::LeaveOnDrop`).
 //! - A waiting node does not watch the line: that would send every renewal of every waiting
 //!   Lease to every waiting node, a load that grows with the square of the fleet (5,000 waiting:
-//!   some 8 renewals a second, each to 5,000 watches). It lists the line once when it joins, and
+//!   some 8 renewals a second, each to 5,000 watches). It reads the line when it joins, and
 //!   then watches only the waiting Lease of the node just ahead of it ([`ahead`], one object by
 //!   `metadata.name`): when that node leaves the line (it took a slot, gave its Lease back, its
-//!   Lease went to another boot, or was not renewed for [`STALE`]), it lists the line again and
+//!   Lease went to another boot, or was not renewed for [`STALE`]), it reads the line again and
 //!   watches the one now ahead. A renewal reaches one node; a node that takes a slot wakes one.
+//! - Nor does it read the whole line (5,000 nodes joining a wave, each reading all the waits
+//!   ahead of it, would be the square of the fleet again): by [`SINCE_LABEL`] it reads the waits
+//!   that started up to its own, [`front_size`] + 1 at a time, until it has found that many
+//!   ahead (fewer: it is in front, and read all of the line ahead); a node further back then
+//!   reads the [`windows`] before its own start, the nearest first, until one holds the node
+//!   just ahead (`slots::ahead`).
 //! - Only the first nodes of the line (twice as many as the group has slots, [`in_front`]) watch
 //!   the slots and read them at a pace ([`look_every`]: a holder that went stale writes nothing
 //!   to its Lease); the others wait for the node ahead to move. A node in front drops from its list the
@@ -25,8 +31,8 @@
 //!   hand-offs it sees without a list. A node not in the line yet (its first [`JOIN_AFTER`]),
 //!   or waiting out of it, watches the slots as without a line.
 //! - The line is those Leases in order of `acquireTime`, then node name ([`order`]): the same
-//!   order on every node, read with one list at a join, when the node ahead leaves, and when a
-//!   look finds a slot open. Only the first `open` nodes of it (as many as slots are open) try
+//!   order on every node, read at a join, when the node ahead leaves, and when a look finds a
+//!   slot open. Only the first `open` nodes of it (as many as slots are open) try
 //!   one, each starting with a different slot ([`first_slot`]); the others keep waiting. A node
 //!   not in the line yet is behind all of it; a line of none lets everyone try, as without a
 //!   line.
@@ -104,6 +110,10 @@ pub const RENEW: Duration = Duration::from_secs(600);
 /// seconds, two nodes by hand) writes nothing more than the take; the waits a herd is made of
 /// last minutes. One look of [`WAIT_MAX`].
 pub const JOIN_AFTER: Duration = WAIT_MAX;
+
+/// How long after a failed read of the line, or write of its waiting Lease, a node tries again:
+/// meanwhile it waits as if there were no line.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 
 /// A waiting Lease not renewed for this long is not in the line: three renewals missed.
 pub const STALE: Duration = Duration::from_secs(1800);

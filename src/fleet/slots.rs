@@ -148,7 +148,7 @@ impl Slots<'_> {
                 started: Instant::now(),
                 renewed: None,
                 since: None,
-                failed: false,
+                failed: None,
                 listed: false,
             },
             left: false,
@@ -156,7 +156,7 @@ impl Slots<'_> {
         let taken = self
             .take_in_line(&me, &group, until, look_by, &mut wait.waiting)
             .await;
-        if wait.waiting.in_line() {
+        if wait.waiting.may_hold() {
             let deadline = Instant::now() + self.clients.request_timeout;
             self.leave_line(&me, deadline).await;
         }
@@ -275,7 +275,7 @@ impl Slots<'_> {
                 .map_or(WAIT_MAX, |t| t.saturating_duration_since(Instant::now()))
                 .min(WAIT_MAX);
             // A node far back wakes for its renewal too: nothing else may call it for hours.
-            let write = waiting.next_write().unwrap_or(until).min(until);
+            let write = waiting.next_write().min(until);
             tokio::select! {
                 () = next_look_of(&mut slots_watch, until, every) => {}
                 () = ahead.left() => ahead.due = true,
@@ -589,8 +589,8 @@ mod tests {
     use super::*;
     use crate::config::FleetSettings;
 
-    /// A waiting node's next write of its waiting Lease: its join, then each renewal, none when
-    /// it cannot write it. The wait wakes for it, however far back the node is.
+    /// A waiting node's next write of its waiting Lease: its join, then each renewal; a failed
+    /// one 30 s later. The wait wakes for it, however far back the node is.
     #[test]
     fn a_waiting_lease_is_written_at_the_join_then_at_each_renewal() {
         let started = Instant::now();
@@ -598,15 +598,20 @@ mod tests {
             started,
             renewed: None,
             since: None,
-            failed: false,
+            failed: None,
             listed: false,
         };
-        assert_eq!(waiting.next_write(), Some(started + queue::JOIN_AFTER));
-        let joined = started + queue::JOIN_AFTER;
+        assert_eq!(waiting.next_write(), started + queue::JOIN_AFTER);
+        assert!(!waiting.may_hold());
+        let failed = started + queue::JOIN_AFTER;
+        waiting.failed = Some(failed);
+        assert_eq!(waiting.next_write(), failed + queue::RETRY_AFTER);
+        // The failed write may have been applied: given back at the end of the wait.
+        assert!(waiting.may_hold() && !waiting.in_line());
+        let joined = failed + queue::RETRY_AFTER;
+        waiting.failed = None;
         waiting.renewed = Some(joined);
-        assert_eq!(waiting.next_write(), Some(joined + queue::RENEW));
-        waiting.failed = true;
-        assert_eq!(waiting.next_write(), None);
+        assert_eq!(waiting.next_write(), joined + queue::RENEW);
     }
 
     /// A slot this node took in this boot minutes ago is kept as it is; one of another boot, or

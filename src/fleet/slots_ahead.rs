@@ -25,14 +25,11 @@ pub(super) struct Ahead {
     pub(super) since: Option<jiff::Timestamp>,
     /// A list is due: never listed, or the node ahead left the line.
     pub(super) due: bool,
-    /// When the last list failed: it is tried again [`RELIST_AFTER`] later (meanwhile the node
+    /// When the last list failed: it is tried again [`queue::RETRY_AFTER`] later (meanwhile the node
     /// waits as if there were no line, looking at the slots every few seconds).
     failed_at: Option<Instant>,
     watching: Option<Watching>,
 }
-
-/// How long after a failed list of the line a waiting node lists it again.
-pub(super) const RELIST_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The waiting Lease ahead, as listed, and its watch.
 struct Watching {
@@ -59,12 +56,12 @@ impl Ahead {
     }
 
     /// Whether the line is to be listed now: the node ahead left it, or the last list failed
-    /// [`RELIST_AFTER`] ago.
+    /// [`queue::RETRY_AFTER`] ago.
     pub(super) fn list_due(&self) -> bool {
         self.due
             || self
                 .failed_at
-                .is_some_and(|at| at.elapsed() >= RELIST_AFTER)
+                .is_some_and(|at| at.elapsed() >= queue::RETRY_AFTER)
     }
 
     /// Resolves when the node ahead leaves the line: its waiting Lease deleted, given back or

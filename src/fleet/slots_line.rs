@@ -21,29 +21,36 @@ pub(super) struct Waiting {
     /// When its wait started as its waiting Lease says (`acquireTime`); `None` before it is
     /// written.
     pub(super) since: Option<jiff::Timestamp>,
-    /// Its waiting Lease could not be written: it waits out of line.
-    pub(super) failed: bool,
+    /// When its last write of its waiting Lease failed (it waits out of line meanwhile): the
+    /// write is tried again [`queue::RETRY_AFTER`] later. `None`: the last one went through.
+    pub(super) failed: Option<Instant>,
     /// The line showed its waiting Lease held (an earlier run of its daemon wrote it).
     pub(super) listed: bool,
 }
 
 impl Waiting {
     /// When its waiting Lease is next to be written: joined [`queue::JOIN_AFTER`] after the wait
-    /// started, renewed every [`queue::RENEW`]; `None` when it cannot be written.
-    pub(super) fn next_write(&self) -> Option<Instant> {
-        if self.failed {
-            return None;
+    /// started, renewed every [`queue::RENEW`]; a write that failed is tried again
+    /// [`queue::RETRY_AFTER`] later (a server too busy to answer in time at a fleet-wide wave
+    /// must not leave the node out of line for the rest of its wait).
+    pub(super) fn next_write(&self) -> Instant {
+        match (self.failed, self.renewed) {
+            (Some(at), _) => at + queue::RETRY_AFTER,
+            (None, None) => self.started + queue::JOIN_AFTER,
+            (None, Some(at)) => at + queue::RENEW,
         }
-        Some(match self.renewed {
-            None => self.started + queue::JOIN_AFTER,
-            Some(at) => at + queue::RENEW,
-        })
     }
 
     /// Whether this node's waiting Lease may be held: written by this wait, or seen held (by an
     /// earlier run of its daemon).
     pub(super) fn in_line(&self) -> bool {
         self.renewed.is_some() || self.listed
+    }
+
+    /// Whether its waiting Lease may be held, to be given back when the wait ends: in line, or
+    /// a write of it failed (the server may have applied a write whose answer was lost).
+    pub(super) fn may_hold(&self) -> bool {
+        self.in_line() || self.failed.is_some()
     }
 }
 
@@ -62,7 +69,7 @@ pub(super) struct LeaveOnDrop<'a> {
 
 impl Drop for LeaveOnDrop<'_> {
     fn drop(&mut self) {
-        if self.left || !self.waiting.in_line() {
+        if self.left || !self.waiting.may_hold() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -137,7 +144,7 @@ impl Slots<'_> {
         waiting: &mut Waiting,
         deadline: Instant,
     ) {
-        if waiting.next_write().is_none_or(|at| Instant::now() < at) {
+        if Instant::now() < waiting.next_write() {
             return;
         }
         let name = queue::wait_name(&me.node);
@@ -175,16 +182,23 @@ impl Slots<'_> {
         };
         match written {
             Ok(since) => {
+                if waiting.failed.take().is_some() {
+                    tracing::info!(node = %me.node, "node {} waits for a drain slot in line again: {object} written", me.node);
+                }
                 waiting.renewed = Some(Instant::now());
                 waiting.since = Some(since);
             }
             Err(e) => {
-                waiting.failed = true;
-                tracing::warn!(
-                    node = %me.node,
-                    "node {} waits for a drain slot out of line: cannot write {object}: {e}",
-                    me.node
-                );
+                // Said once in a row of failures; tried again meanwhile.
+                if waiting.failed.is_none() {
+                    tracing::warn!(
+                        node = %me.node,
+                        "node {} waits for a drain slot out of line: cannot write {object}: {e}; tried again every {} s",
+                        me.node,
+                        queue::RETRY_AFTER.as_secs()
+                    );
+                }
+                waiting.failed = Some(Instant::now());
             }
         }
     }
