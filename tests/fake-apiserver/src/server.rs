@@ -967,10 +967,12 @@ async fn watch(app: &Arc<App>, call: &Call, t: &Target) -> Response<Body> {
         .unwrap_or(DEFAULT_WATCH_SECONDS);
     let namespace = t.namespace.clone();
     let matches = move |obj: &Value| {
-        namespace
-            .as_deref()
-            .is_none_or(|ns| obj.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
-            && labels.matches_object(obj)
+        namespace.as_deref().is_none_or(|ns| {
+            obj.get("metadata")
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                == Some(ns)
+        }) && labels.matches_object(obj)
             && fields.matches(obj)
     };
     let initial_events_end = call.flag("sendInitialEvents");

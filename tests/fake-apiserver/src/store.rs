@@ -926,12 +926,22 @@ impl Store {
         let mut items = Vec::new();
         let mut last: Option<&Key> = None;
         let mut more = 0usize;
-        for (key, obj) in table.range(start.clone()..) {
+        // The table is ordered by namespace, then name: a list of one namespace reads only its
+        // keys, and of one name (`fieldSelector=metadata.name=`, as kube's watcher of one object
+        // lists) only that key; the rest of the table is not looked at.
+        let name = q.fields.and_then(|f| f.required("metadata.name"));
+        let from = match q.namespace {
+            Some(ns) if start.0.as_str() < ns => (ns.to_string(), name.unwrap_or("").to_string()),
+            _ => start.clone(),
+        };
+        for (key, obj) in table.range(from..) {
             if exclusive && *key == start {
                 continue;
             }
-            if q.namespace.is_some_and(|ns| ns != key.0) {
-                continue;
+            if let Some(ns) = q.namespace
+                && (ns != key.0 || name.is_some_and(|name| key.1.as_str() > name))
+            {
+                break;
             }
             let obj = &present(view, obj);
             if q.fields.is_some_and(|f| !f.matches(obj))
