@@ -981,16 +981,7 @@ async fn a_failed_list_of_the_line_is_tried_again_later() {
     // Each read of the line starts with the waits an earlier version wrote (`!waiting-since`).
     let lists = Route::new("GET", "waiting-since");
     c.server.faults().fail_next(lists, 1, 403);
-    let waiting = take(&c, NODE, Duration::from_secs(60));
-    let watched = async {
-        let name = format!("metadata.name%3D{}", queue::wait_name("node-d"));
-        let seen = eventually(Duration::from_secs(50), || watches_of(&c, NODE, &name) > 0).await;
-        assert!(seen, "node-a never watched node-d");
-    };
-    tokio::select! {
-        taken = waiting => panic!("the wait ended first: {taken:?}"),
-        () = watched => {}
-    }
+    take_until_watching(&c, NODE, "node-d", "node-a never watched node-d").await;
     let listed: Vec<f64> = c
         .server
         .recorder()
@@ -1001,6 +992,21 @@ async fn a_failed_list_of_the_line_is_tried_again_later() {
         .collect();
     assert_eq!(listed.len(), 2, "{listed:?}");
     assert!(listed[1] - listed[0] >= 29.0, "{listed:?}");
+}
+
+/// `node` waits for the one slot (for 60 s) until it watches the waiting Lease of `ahead`, within
+/// 50 s; the wait may not end first, and `never` is said if it does not watch it.
+async fn take_until_watching(c: &Cluster, node: &str, ahead: &str, never: &str) {
+    let waiting = take(c, node, Duration::from_secs(60));
+    let watched = async {
+        let name = format!("metadata.name%3D{}", queue::wait_name(ahead));
+        let seen = eventually(Duration::from_secs(50), || watches_of(c, node, &name) > 0).await;
+        assert!(seen, "{never}");
+    };
+    tokio::select! {
+        taken = waiting => panic!("the wait ended first: {taken:?}"),
+        () = watched => {}
+    }
 }
 
 /// The cluster with the one slot held by node-c (no daemon runs there).
@@ -1088,6 +1094,10 @@ async fn a_node_joining_far_back_reads_only_the_line_near_its_place() {
         .filter(|l| l.pointer("/metadata/name").is_some_and(|n| n != SLOT))
         .map(|l| serde_json::to_vec(l).unwrap().len())
         .sum();
+    assert!(
+        reads.iter().all(|r| r.response_len.is_some()),
+        "an answer's length unknown"
+    );
     let read: u64 = reads.iter().filter_map(|r| r.response_len).sum();
     assert!(
         read * 4 < whole as u64,
@@ -1111,19 +1121,9 @@ async fn a_wait_written_by_an_earlier_version_counts_in_the_line() {
     store
         .upsert(older_waiting_lease("node-e", &ago(80), &ago(1)))
         .unwrap();
-    let waiting = take(&c, NODE, Duration::from_secs(30));
-    let name = |n: &str| format!("metadata.name%3D{}", queue::wait_name(n));
-    let watched = async {
-        until("node-a watching node-e", || {
-            watches_of(&c, NODE, &name("node-e")) > 0
-        })
-        .await;
-    };
-    tokio::select! {
-        taken = waiting => panic!("the wait ended first: {taken:?}"),
-        () = watched => {}
-    }
-    assert_eq!(watches_of(&c, NODE, &name("node-d")), 0);
+    take_until_watching(&c, NODE, "node-e", "node-a never watched node-e").await;
+    let node_d = format!("metadata.name%3D{}", queue::wait_name("node-d"));
+    assert_eq!(watches_of(&c, NODE, &node_d), 0);
 }
 
 /// A waiting Lease that cannot be written (here one 403) leaves the node out of line for 30 s,
@@ -1139,16 +1139,13 @@ async fn a_waiting_lease_that_could_not_be_written_is_written_again_later() {
     c.server
         .faults()
         .fail_next(Route::new("POST", "/leases"), 1, 403);
-    let waiting = take(&c, NODE, Duration::from_secs(60));
-    let watched = async {
-        let name = format!("metadata.name%3D{}", queue::wait_name("node-d"));
-        let seen = eventually(Duration::from_secs(50), || watches_of(&c, NODE, &name) > 0).await;
-        assert!(seen, "node-a never joined the line behind node-d");
-    };
-    tokio::select! {
-        taken = waiting => panic!("the wait ended first: {taken:?}"),
-        () = watched => {}
-    }
+    take_until_watching(
+        &c,
+        NODE,
+        "node-d",
+        "node-a never joined the line behind node-d",
+    )
+    .await;
     let posts: Vec<(f64, u16)> = c
         .server
         .recorder()

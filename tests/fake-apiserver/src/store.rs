@@ -1584,6 +1584,66 @@ mod tests {
         tokio::task::yield_now().await;
     }
 
+    /// A list of one namespace holds all of it and nothing of the namespaces around it, in
+    /// pages; one by `metadata.name` holds that object alone (the table is read by key range).
+    #[tokio::test]
+    async fn a_list_of_one_namespace_or_one_name_holds_exactly_those() {
+        let store = Store::new(tokio::runtime::Handle::current());
+        for (ns, name) in [
+            ("a", "p1"),
+            ("work", "p0"),
+            ("work", "p1"),
+            ("work", "p2"),
+            ("x", "p1"),
+        ] {
+            let mut p = pod(name, None, None);
+            p["metadata"]["namespace"] = json!(ns);
+            store.upsert(p).expect("stored");
+        }
+        let names = |page: &ListPage| {
+            page.items
+                .iter()
+                .map(|o| {
+                    let m = &o["metadata"];
+                    format!(
+                        "{}/{}",
+                        m["namespace"].as_str().unwrap_or(""),
+                        m["name"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let list = |namespace, fields: Option<&FieldSelector>, limit, token: Option<&str>| {
+            store
+                .list_rt(
+                    pods(),
+                    &ListQuery {
+                        namespace,
+                        labels: None,
+                        fields,
+                        limit,
+                        continue_token: token,
+                    },
+                )
+                .expect("a list")
+        };
+        let first = list(Some("work"), None, Some(2), None);
+        assert_eq!(names(&first), ["work/p0", "work/p1"]);
+        let rest = list(Some("work"), None, Some(2), first.continue_token.as_deref());
+        assert_eq!(names(&rest), ["work/p2"]);
+        assert!(rest.continue_token.is_none());
+        let one = FieldSelector::parse("metadata.name=p1", |_| true).expect("a selector");
+        assert_eq!(
+            names(&list(Some("work"), Some(&one), None, None)),
+            ["work/p1"]
+        );
+        assert_eq!(names(&list(Some("x"), Some(&one), None, None)), ["x/p1"]);
+        assert_eq!(
+            names(&list(None, Some(&one), None, None)),
+            ["a/p1", "work/p1", "x/p1"]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_graceful_delete_ends_after_the_simulated_termination() {
         let store = Store::new(tokio::runtime::Handle::current());
